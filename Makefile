@@ -1,0 +1,73 @@
+# GRPO in practice - one entry point for learners, instructors and maintainers.
+# `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PROFILE ?= PT-CPU
+RUN_MODE  ?= dry_run
+RUN_LABEL ?= default
+export PYTHONUNBUFFERED := 1
+export MPLBACKEND := Agg
+
+.PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
+        bench tiny-model qwen-shaped-checkpoint preflight clean
+
+help: ## list the targets
+	@echo "GRPO in practice (组相对策略优化实战) - make targets:"
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-24s %s\n", $$1, $$2}'
+
+$(VENV)/.setup-stamp: environments/*.txt pyproject.toml tools/setup_env.py
+	@python3 tools/setup_env.py --venv $(VENV) --profile $(PROFILE)
+	@touch $@
+
+setup: $(VENV)/.setup-stamp ## create .venv and install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA)
+	@$(PY) -m tools.preflight --profile $(PROFILE) --quiet-ok
+
+preflight: $(VENV)/.setup-stamp ## print the environment table for PROFILE
+	@$(PY) -m tools.preflight --profile $(PROFILE)
+
+build: $(VENV)/.setup-stamp ## build nbgrader source notebooks from solutions/*.py
+	@$(PY) -m tools.build.notebooks build
+
+release: $(VENV)/.setup-stamp ## regenerate the learner versions under notebooks/ (nbgrader generate_assignment)
+	@$(PY) -m tools.build.notebooks release
+
+check-release: $(VENV)/.setup-stamp ## fail if notebooks/ is stale or leaks an answer / hidden test
+	@$(PY) -m tools.build.notebooks check
+
+tiny-model: $(VENV)/.setup-stamp ## build (once) the tiny Qwen2-architecture checkpoint used by tests and tiny_cpu runs
+	@$(PY) -m tools.tiny_model
+
+qwen-shaped-checkpoint: $(VENV)/.setup-stamp ## random-init checkpoint with Qwen2.5-0.5B's shape (offline GPU timing)
+	@$(PY) -m tools.tiny_model --qwen-shaped
+
+test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, release check, grading, benchmarks at tiny size)
+	@$(PY) -m pytest -q tests
+
+demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the sample class, run the experiment
+	@$(PY) -m tools.demo
+
+lab: $(VENV)/.setup-stamp ## start JupyterLab on the course (with the nbgrader extensions)
+	@$(PY) -m tools.lab
+
+autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel
+	@$(PY) autograde/pipeline.py autograde
+
+feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feedback/
+	@$(PY) autograde/pipeline.py feedback
+
+grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and print the table
+	@$(PY) autograde/pipeline.py grades
+
+experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
+	@$(PY) -m tools.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)
+
+bench: $(VENV)/.setup-stamp ## run the benchmarks, write benchmarks/results/latest.json
+	@$(PY) benchmarks/run.py
+
+clean: ## remove generated files (keeps .venv and committed learner notebooks)
+	rm -rf autograde/source autograde/release autograde/autograded autograde/feedback autograde/gradebook.db \
+	       autograde/grades*.csv .cache artifacts build .pytest_cache
+	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +

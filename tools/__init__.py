@@ -1,0 +1,1 @@
+"""Runtime the course notebooks import (response batching, log-probs, hardware snapshots, evidence JSON)."""

@@ -1,0 +1,63 @@
+"""Create the course's virtual environment and install a profile (used by `make setup`).
+
+Runs with the system Python (nothing of the course is importable yet). Idempotent: pip skips what is
+already installed, and `make` only calls this when a requirements file changed or .venv is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE_FILES = {
+    "BASE-CPU": ["base-cpu.txt", "instructor.txt"],
+    "PT-CPU": ["pt-cpu.txt", "instructor.txt"],
+    "PT-RL-CUDA": ["pt-rl-cuda.txt", "instructor.txt"],
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--venv", default=".venv")
+    parser.add_argument("--profile", default="PT-CPU", choices=sorted(PROFILE_FILES))
+    args = parser.parse_args()
+    if sys.version_info < (3, 10):
+        print(f"需要 Python >= 3.10，当前是 {sys.version.split()[0]}（Python 3.10+ is required）", file=sys.stderr)
+        return 2
+    env_dir = (ROOT / args.venv).resolve()
+    python = env_dir / "bin" / "python"
+    if not python.exists():
+        print(f"[setup] creating {env_dir}")
+        venv.EnvBuilder(with_pip=True).create(env_dir)
+    requirements = []
+    for name in PROFILE_FILES[args.profile]:
+        requirements += ["-r", str(ROOT / "environments" / name)]
+    print(f"[setup] installing profile {args.profile} (+ grading tools) into {env_dir} ...")
+    command = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *requirements]
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # pip prints a warning for every file:// index entry that lacks a package; keep only real problems.
+    noise = "is neither a file nor a directory"
+    for line in done.stdout.splitlines():
+        if noise not in line:
+            print(line)
+    if done.returncode != 0:
+        print("[setup] pip install failed: see the lines above (安装失败，见上方输出)", file=sys.stderr)
+        return done.returncode
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "-e", str(ROOT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        print(done.stdout)
+        return done.returncode
+    if not shutil.which("chromium") and not shutil.which("chromium-browser"):
+        print("[setup] note: Chromium not found - the browser test of `make test` will be skipped. "
+              "Install it with `apt-get install chromium` (浏览器测试需要 Chromium)。")
+    print("[setup] done")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
