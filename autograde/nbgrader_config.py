@@ -41,12 +41,13 @@ from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades, IgnorePattern, LimitOutput,
     OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
 
-from grader.preprocessors import HideHiddenTests, RestoreBootstrap, SafeExecute  # noqa: E402
+from grader.preprocessors import HideHiddenTests, RestoreBootstrap, RestoreTrusted, SafeExecute  # noqa: E402
 
-# nbgrader's own steps, plus: the bootstrap cell always runs first (RestoreBootstrap), and execution
-# survives floods of output and dead kernels (SafeExecute, a subclass of nbgrader's Execute).
+# nbgrader's own steps, plus: the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
+# rebound are put back before each test cell (RestoreTrusted), and execution survives floods of output and
+# dead kernels (SafeExecute, a subclass of nbgrader's Execute). See autograde/grader/preprocessors.py.
 c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-                                      RestoreBootstrap, CheckCellMetadata]
+                                      RestoreBootstrap, RestoreTrusted, CheckCellMetadata]
 c.Autograde.autograde_preprocessors = [SafeExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 # Locked cells edited by a learner are restored from the gradebook by checksum (nbgrader's default);

@@ -5,6 +5,11 @@ Autograde (sanitise step, after nbgrader's own ``OverwriteCells``):
   comparison helpers) must run before any learner code. A submission that deleted it, moved it down or put
   a cell above it gets the source version back as its first code cell.
 
+- ``RestoreTrusted``: before every test cell, a small unlocked cell (tagged ``grader-restore``, not graded)
+  puts back any of the helpers ``tools.grading`` captured at bootstrap (``torch.allclose``,
+  ``torch.testing.assert_close``, ``builtins.abs``, ...) that learner code rebound, so a test - visible or
+  hidden - never runs with a replaced comparison function left behind by an earlier cell.
+
 Autograde (execute step, replaces nbgrader's ``Execute``):
 - ``SafeExecute``: caps the output a cell may send while it runs (a cell printing millions of lines cannot
   exhaust the grader's memory) without changing what nbgrader grades from the outputs, and turns a dead
@@ -13,8 +18,8 @@ Autograde (execute step, replaces nbgrader's ``Execute``):
   their points and the rest of the batch goes on.
 
 Feedback:
-- ``HideHiddenTests``: removes the hidden-test region from test cells and shortens the tracebacks of those
-  cells to their last line (a traceback quotes the failing source line), so feedback sent to learners shows the
+- ``HideHiddenTests``: drops the ``grader-restore`` cells, removes the hidden-test region from test cells
+  and shortens the tracebacks of those cells to their last line (a traceback quotes the failing source line), so feedback sent to learners shows the
   messages of failed tests but not the hidden tests themselves.
 """
 from __future__ import annotations
@@ -28,6 +33,15 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Integer, Unicode
 
 BOOTSTRAP_ID = "bootstrap"
+RESTORE_TAG = "grader-restore"
+RESTORE_SOURCE = """# [评分器] 运行测试前恢复被改写的可信函数（grader: restore helpers captured by tools.grading）
+import importlib as _grader_importlib
+import tools.grading as _grader_trust
+for _grader_name in _grader_trust.tampered():
+    _grader_module, _, _grader_attr = _grader_name.rpartition(".")
+    setattr(_grader_importlib.import_module(_grader_module or "builtins"), _grader_attr,
+            _grader_trust.trusted(_grader_name))
+del _grader_importlib, _grader_trust"""
 
 
 def _error_output(ename: str, evalue: str) -> NotebookNode:
@@ -55,7 +69,7 @@ class RestoreBootstrap(NbGraderPreprocessor):
             self.log.warning("bootstrap cell missing or moved in %s: restoring it as the first code cell",
                              notebook_id)
             cell = NotebookNode(
-                cell_type="code", execution_count=None, outputs=[], source=source.source,
+                id="bootstrap-restored", cell_type="code", execution_count=None, outputs=[], source=source.source,
                 metadata=NotebookNode(nbgrader=NotebookNode(
                     grade=False, grade_id=self.grade_id, locked=True, schema_version=3, solution=False,
                     checksum=source.checksum), editable=False, deletable=False),
@@ -65,6 +79,23 @@ class RestoreBootstrap(NbGraderPreprocessor):
             cells.insert(first_code, cell)
             nb.cells = cells
             resources.setdefault("grading", {})["bootstrap_restored"] = True
+        return nb, resources
+
+
+class RestoreTrusted(NbGraderPreprocessor):
+    """Insert a restore cell before every autograded test cell."""
+
+    def preprocess(self, nb, resources):
+        cells = [c for c in nb.cells if RESTORE_TAG not in c.get("metadata", {}).get("tags", [])]
+        out = []
+        for cell in cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+                restore = NotebookNode(cell_type="code", execution_count=None, outputs=[], source=RESTORE_SOURCE,
+                                       metadata=NotebookNode(tags=[RESTORE_TAG]), id=f"grader-restore-{len(out)}")
+                out.append(restore)
+            out.append(cell)
+        nb.cells = out
         return nb, resources
 
 
@@ -82,21 +113,21 @@ class SafeExecute(Execute):
         self._output_kinds: dict[int, set] = {}
         self._truncated: set[int] = set()
 
-    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+    def preprocess_cell(self, cell, resources, index):
         if getattr(self, "_kernel_dead", False):
             if cell.cell_type == "code" and cell.source.strip():
                 cell.outputs = [_error_output("KernelDied", "内核已在前面的单元中退出，此单元未执行（kernel died earlier; not run）")]
                 cell.execution_count = None
-            return cell
+            return cell, resources
         try:
-            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            return super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             self._kernel_dead = True
-            self.log.error("kernel died while running cell %s", cell_index)
+            self.log.error("kernel died while running cell %s", index)
             cell.setdefault("outputs", []).append(_error_output(
                 "KernelDied", "内核在执行此单元时退出（例如 os._exit、段错误或超出内存限制）；之后的单元都不会执行"
                 " (the kernel died while running this cell)"))
-            return cell
+            return cell, resources
 
     @staticmethod
     def _size(out: NotebookNode) -> int:
@@ -138,6 +169,10 @@ class HideHiddenTests(NbGraderPreprocessor):
 
     begin = Unicode("### BEGIN HIDDEN TESTS").tag(config=True)
     end = Unicode("### END HIDDEN TESTS").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        nb.cells = [c for c in nb.cells if RESTORE_TAG not in c.get("metadata", {}).get("tags", [])]
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
         meta = cell.get("metadata", {}).get("nbgrader", {})

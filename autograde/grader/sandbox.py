@@ -89,9 +89,11 @@ def _inside(path: str, folder: str) -> bool:
 
 
 # ----------------------------------------------------------------------------- the kernel's world
-def _build_view(spec: dict, keep_fds: list[int]) -> None:
+def _build_view(spec: dict) -> None:
     """Cover the hidden folders, bind back what the kernel needs, give it private scratch and /proc."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # opened in this mount namespace, before anything is covered (a bind source must belong to it)
+    keep_fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path, _ in spec["keep"]]
     covered: list[str] = []
     for path in sorted(spec["hide"], key=len):
         if not os.path.isdir(path) or any(_inside(path, done) for done in covered):
@@ -143,8 +145,8 @@ def _environment(spec: dict) -> dict[str, str]:
 
 def _exec_kernel(spec: dict, connection: str, extra: list[str]) -> None:
     os.chdir(spec["workdir"])
-    command = [spec["python"], "-m", "ipykernel_launcher", "-f", connection, *extra]
-    os.execve(spec["python"], command, _environment(spec))
+    command = spec.get("command") or [spec["python"], "-m", "ipykernel_launcher", "-f", connection, *extra]
+    os.execve(command[0], command, _environment(spec))
 
 
 def _copy_connection(spec: dict, source: str, uid: int | None, gid: int | None) -> str:
@@ -200,24 +202,24 @@ def launch(argv: list[str]) -> None:
         _exec_kernel(spec, connection, extra)
         return
 
-    keep_fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path, _ in spec["keep"]]
     if mode == "userns":
         real_uid, real_gid = os.getuid(), os.getgid()
-        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID)
+        if real_uid == 0:  # uid 0 inside would keep its capabilities after exec and could undo the mounts
+            raise SystemExit("[grading sandbox] userns mode is for non-root graders; as root use isolated")
+        unshare(CLONE_NEWUSER | CLONE_NEWPID)
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{real_uid} {real_uid} 1")
         _write("/proc/self/gid_map", f"{real_gid} {real_gid} 1")
     else:
-        unshare(CLONE_NEWNS | CLONE_NEWPID)
+        unshare(CLONE_NEWPID)
     child = os.fork()
-    if child:
-        for fd in keep_fds:
-            os.close(fd)
+    if child:  # the supervisor keeps the grader's view of the file system (it writes the pid file)
         os._exit(_supervise(child, spec["pidfile"]))
-    # pid 1 of the new PID namespace
+    # pid 1 of the new PID namespace, in a mount namespace of its own
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        _build_view(spec, keep_fds)
+        unshare(CLONE_NEWNS)
+        _build_view(spec)
         _limits(spec)
         if mode == "isolated":
             os.setgroups([])
