@@ -36,7 +36,7 @@ from grader import sample as sample_class  # noqa: E402
 from grader.course import Settings, load_settings, venv_env  # noqa: E402
 from grader.gradebook import export_rows, load_course_info, make_template, merge, read_report  # noqa: E402
 from grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner  # noqa: E402
-from grader.slots import Slot, choose_sandbox  # noqa: E402
+from grader.slots import Slot, choose_sandbox, mount_socket_tmpfs, unmount  # noqa: E402
 
 GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
                 "timestamp"]
@@ -118,10 +118,15 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     started = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="grpo-grade-"))
     slots: list[Slot] = []
+    mounted: list[Path] = []
     sandbox = None
     statuses: dict[str, int] = {}
     try:
-        sandbox = choose_sandbox(settings, base, slots=workers)
+        try:
+            sandbox = choose_sandbox(settings, base, slots=workers)
+        except RuntimeError as error:
+            print(f"[autograde] {error}", file=sys.stderr)
+            return 2
         print(f"[autograde] sandbox {sandbox.describe()}")
         for problem in sandbox.problems:
             print(f"[autograde]   (not available: {problem})")
@@ -130,8 +135,11 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
             print("[autograde] WARNING 内核可以读取这些文件（含答案或隐藏测试）：" + ", ".join(readable)
                   + "。以 root 运行或启用 user namespaces 才能隔离；见 autograde/README.md。")
         template = make_template(settings, base / "template.db")
-        slots = [Slot(base, f"slot{k}", settings, sandbox,
-                      uid=sandbox.uids[k] if sandbox.uids else None, threads=threads)
+        sockets = base / "sockets"
+        if sandbox.mode == "isolated" and mount_socket_tmpfs(sockets):
+            mounted.append(sockets)
+        slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[k] if sandbox.uids else None,
+                      threads=threads, ipc=(sockets / f"slot{k}") if mounted else None)
                  for k in range(workers)]
         free: queue.Queue[Slot] = queue.Queue()
         for slot in slots:
@@ -177,6 +185,8 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
             slot.kill_kernels()
         for handle in (sandbox.leases if sandbox else []):
             handle.close()
+        for folder in mounted:
+            unmount(folder)
         if keep:
             print(f"[autograde] kept the grading folder (slots, nbgrader logs): {base}")
         else:
@@ -299,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
         try:
             sandbox = choose_sandbox(settings, base)
+        except RuntimeError as error:
+            print(error, file=sys.stderr)
+            return 2
         finally:
             shutil.rmtree(base, ignore_errors=True)
         print(f"sandbox: {sandbox.describe()}")
@@ -308,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {'READABLE' if readable else 'hidden  '}  {path}")
         print(f"  kernel uid {sandbox.probe.get('uid')}, processes visible {sandbox.probe.get('visible_pids')}, "
               f"network {'available' if sandbox.probe.get('network') else 'none'}, "
+              f"rest of the file system {'read-only' if sandbox.probe.get('readonly_root') else 'as usual'}, "
               f"address-space limit {sandbox.probe.get('rlimit_as', 0) / 2**30:.1f} GiB")
         return 0 if not any(sandbox.probe.get("readable", {}).values()) else 1
     return 2

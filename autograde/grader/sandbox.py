@@ -57,6 +57,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.syscall.restype = ctypes.c_long
 
 
 def _enc(value):
@@ -91,15 +92,36 @@ def _inside(path: str, folder: str) -> bool:
 
 
 # ----------------------------------------------------------------------------- the kernel's world
-def _build_view(spec: dict) -> None:
-    """Cover the hidden folders, bind back what the kernel needs, give it private scratch and /proc."""
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 0x1
+
+
+def set_readonly(path: str, readonly: bool, recursive: bool = True) -> bool:
+    """mount_setattr(2) (Linux >= 5.12): make the mount tree at ``path`` read-only or writable."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY if readonly else 0, 0 if readonly else MOUNT_ATTR_RDONLY, 0, 0)
+    result = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, _enc(path), AT_RECURSIVE if recursive else 0,
+                           ctypes.byref(attr), ctypes.sizeof(attr))
+    return result == 0
+
+
+def _build_view(spec: dict) -> bool:
+    """The kernel's file system: everything read-only, hidden folders covered by empty tmpfs, the
+    interpreter and the course copy bound back read-only, the socket folder bound back writable, fresh
+    private scratch (/tmp, /var/tmp, /dev/shm), a private size-limited working folder, and its own /proc.
+    Returns whether the rest of the file system could be made read-only (mount_setattr needs Linux 5.12)."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     # opened in this mount namespace, before anything is covered (a bind source must belong to it)
     keep_fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path, _ in spec["keep"]]
+    readonly_root = set_readonly("/", True)
     covered: list[str] = []
+    scratch = [path for path, _ in spec["scratch"]]
     for path in sorted(spec["hide"], key=len):
-        if not os.path.isdir(path) or any(_inside(path, done) for done in covered):
-            continue
+        if not os.path.isdir(path) or any(_inside(path, done) for done in covered + scratch):
+            continue  # already under a cover, or under a scratch folder that is replaced as a whole
         mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
         covered.append(path)
     for path, size in spec["scratch"]:
@@ -108,7 +130,7 @@ def _build_view(spec: dict) -> None:
     for (path, mode), fd in zip(spec["keep"], keep_fds):
         os.makedirs(path, exist_ok=True)
         mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        if mode == "ro":
+        if not set_readonly(path, mode == "ro") and mode == "ro":  # older kernels: the classic remount
             kept = 0
             flags = os.statvfs(path).f_flag
             for bit, ms in _ST_TO_MS.items():
@@ -116,7 +138,13 @@ def _build_view(spec: dict) -> None:
                     kept |= ms
             mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
         os.close(fd)
+    owner = f",uid={spec['uid']},gid={spec['gid']}" if spec["mode"] == "isolated" else ""
+    mount("tmpfs", spec["workdir"], "tmpfs", MS_NOSUID | MS_NODEV,
+          f"mode=0700,size={spec.get('workdir_size', '256m')}{owner}")
+    for path in covered:  # the covers only held mount points: nothing may be written into them
+        mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    return readonly_root
 
 
 def _limits(spec: dict) -> None:
@@ -151,9 +179,7 @@ def _exec_kernel(spec: dict, connection: str, extra: list[str]) -> None:
     os.execve(command[0], command, _environment(spec))
 
 
-def _copy_connection(spec: dict, source: str, uid: int | None, gid: int | None) -> str:
-    with open(source) as handle:
-        text = handle.read()
+def _write_connection(spec: dict, text: str, uid: int | None, gid: int | None) -> str:
     target = os.path.join(spec["workdir"], ".kernel-connection.json")
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -200,10 +226,12 @@ def launch(argv: list[str]) -> None:
     mode = spec["mode"]
     uid = spec.get("uid") if mode == "isolated" else None
     gid = spec.get("gid") if mode == "isolated" else None
-    connection = _copy_connection(spec, connection, uid, gid)
+    with open(connection) as handle:  # read now: the runtime folder is hidden from the kernel's view
+        connection_text = handle.read()
 
     if mode == "none":
         _write(spec["pidfile"], json.dumps({"supervisor": os.getpid(), "init": os.getpid()}))
+        connection = _write_connection(spec, connection_text, None, None)
         _limits(spec)
         _exec_kernel(spec, connection, extra)
         return
@@ -227,7 +255,9 @@ def launch(argv: list[str]) -> None:
         # a network namespace of its own (no interface up): the kernel talks to nbgrader over unix
         # sockets in its working folder (ipc transport) and cannot reach other kernels or the network
         unshare(CLONE_NEWNS | (CLONE_NEWNET if spec.get("isolate_network") else 0))
-        _build_view(spec)
+        readonly_root = _build_view(spec)
+        spec.setdefault("env", {})["GRPO_GRADING_READONLY_ROOT"] = "1" if readonly_root else "0"
+        connection = _write_connection(spec, connection_text, uid, gid)
         _limits(spec)
         if mode == "isolated":
             os.setgroups([])

@@ -32,7 +32,8 @@ from pathlib import Path
 from .course import AUTOGRADE, ROOT, Settings, venv_env
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
-SCRATCH = [["/tmp", "512m"], ["/var/tmp", "64m"], ["/dev/shm", "256m"]]
+SCRATCH = [["/tmp", "256m"], ["/var/tmp", "16m"], ["/dev/shm", "64m"]]
+WORKDIR_SIZE = "256m"   # the kernel's private working folder (and HOME), a tmpfs of its own
 NEVER_HIDE = {"/", "/usr", "/usr/local", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev",
               "/var", "/opt", "/tmp", "/run", "/boot", "/srv", "/mnt", "/media", "/home"}
 
@@ -40,6 +41,7 @@ PROBE_CODE = r"""
 import json, os, resource, sys
 paths = json.loads(sys.argv[1])
 out = {"uid": os.getuid(), "cwd": os.getcwd(), "home": os.environ.get("HOME"),
+       "readonly_root": os.environ.get("GRPO_GRADING_READONLY_ROOT") == "1",
        "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0],
        "visible_pids": len([p for p in os.listdir("/proc") if p.isdigit()]), "readable": {}}
 for path in paths:
@@ -220,7 +222,7 @@ class Sandbox:
 
 class Slot:
     def __init__(self, base: Path, name: str, settings: Settings, sandbox: Sandbox, uid: int | None = None,
-                 threads: int = 1):
+                 threads: int = 1, ipc: Path | None = None):
         self.settings = settings
         self.sandbox = sandbox
         self.dir = base / name
@@ -229,6 +231,7 @@ class Slot:
         self.work = self.kernel / "work"
         self.runtime = self.dir / "runtime"
         self.jupyter = self.dir / "jupyter"
+        self.ipc = ipc or (self.dir / "ipc")   # the kernel's unix sockets (the kernel has no network)
         self.spec_path = self.runtime / "sandbox.json"
         self.pidfile = self.runtime / "kernel.pid"
         self.uid = uid
@@ -269,7 +272,7 @@ class Slot:
         base_prefix = str(Path(sys.base_prefix).resolve())
         if base_prefix not in ("/usr", "/usr/local") and base_prefix != keep[0][0]:
             keep.append([base_prefix, "ro"])
-        keep += [[str(self.kernel), "ro"], [str(self.work), "rw"]]
+        keep += [[str(self.kernel), "ro"], [str(self.ipc), "rw"]]
         limits = {"AS": self.settings.memory_limit_bytes(), "FSIZE": 1 << 30, "CORE": 0}
         if self.sandbox.mode == "isolated":
             limits["NPROC"] = 512
@@ -278,6 +281,7 @@ class Slot:
             "hide": self.sandbox.hide, "scratch": SCRATCH, "keep": keep,
             "course": str(self.kernel), "workdir": str(self.work), "pidfile": str(self.pidfile),
             "rlimits": limits, "threads": self.threads, "isolate_network": self.sandbox.mode != "none",
+            "workdir_size": WORKDIR_SIZE,
         }
         self.spec_path.write_text(json.dumps(spec, indent=1))
         kernel_json = {
@@ -297,7 +301,7 @@ class Slot:
         )
         if self.sandbox.mode != "none":  # the kernel has no network: unix sockets in its working folder
             config += ('c.KernelManager.transport = "ipc"\n'
-                       f"c.KernelManager.ip = {str(self.work / 'zmq')!r}\n")
+                       f"c.KernelManager.ip = {str(self.ipc / 'kernel')!r}\n")
         (self.nbgrader / "nbgrader_config.py").write_text(config)
 
     def reset_course(self, template_db: Path, assignments: list[str]) -> None:
@@ -308,13 +312,16 @@ class Slot:
         shutil.copy2(template_db, self.nbgrader / "gradebook.db")
 
     def reset_work(self) -> None:
+        """A fresh working folder (in the namespace modes only a mount point for the kernel's own tmpfs)
+        and an empty socket folder."""
         if self.sandbox.mode == "none":
             self._copy_kernel_files()  # the kernel could have written into its course copy
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
-        if self.uid is not None:
-            os.chown(self.work, self.uid, self.uid)
-        os.chmod(self.work, 0o700)
+        for folder in (self.work, self.ipc):
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            if self.uid is not None:
+                os.chown(folder, self.uid, self.uid)
+            os.chmod(folder, 0o700)
 
     # -- processes
     def env(self) -> dict[str, str]:
@@ -399,6 +406,25 @@ class Slot:
         raise RuntimeError(f"sandbox probe failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
 
 
+def mount_socket_tmpfs(folder: Path) -> bool:
+    """isolated mode: the kernels' socket folders live on one small tmpfs for the run, so that the only
+    place on disk a kernel may write to cannot fill the disk. Returns whether it was mounted."""
+    from .sandbox import MS_NODEV, MS_NOSUID, mount
+
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        mount("tmpfs", str(folder), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=8m")
+    except OSError:
+        return False
+    return True
+
+
+def unmount(folder: Path) -> None:
+    from .sandbox import _enc, _libc
+
+    _libc.umount2(_enc(str(folder)), 2)  # MNT_DETACH
+
+
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -410,8 +436,8 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1) -> Sandbox:
     """Try the strongest sandbox this machine allows (or the configured one) and probe it."""
     hide = hidden_paths(settings, base)
     wanted = settings.sandbox
-    if wanted == "auto":
-        modes = ["isolated", "userns", "none"] if os.geteuid() == 0 else ["userns", "none"]
+    if wanted == "auto":  # never falls back to "none" by itself: that must be asked for
+        modes = ["isolated"] if os.geteuid() == 0 else ["userns"]
     elif wanted in ("isolated", "userns", "none"):
         modes = [wanted]
     else:
@@ -440,4 +466,7 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1) -> Sandbox:
         sandbox.probe = report
         sandbox.problems = problems
         return sandbox
-    raise RuntimeError("no usable kernel sandbox: " + "; ".join(problems))
+    raise RuntimeError(
+        "no usable kernel sandbox (" + "; ".join(problems) + "). Grade as root (isolated) or where unprivileged "
+        "user namespaces are allowed (userns); to grade without isolation anyway, pass --sandbox none or set "
+        "c.GradingPipeline.sandbox = 'none' (kernels can then read the answers): see autograde/README.md")
