@@ -69,8 +69,6 @@ def merge(settings: Settings, results: list[AssignmentResult]) -> None:
         warnings.filterwarnings("ignore", message=".*not in session.*")
         gb.update_or_create_student(learner)
         for result in results:
-            if result.skipped:
-                continue
             kwargs = {"timestamp": result.timestamp} if result.timestamp else {}
             gb.update_or_create_submission(result.assignment, learner, **kwargs)
             for nres in result.notebooks:
@@ -86,7 +84,7 @@ def merge(settings: Settings, results: list[AssignmentResult]) -> None:
                 submitted.late_submission_penalty = nres.late_penalty
             gb.db.commit()
     for result in results:
-        if result.skipped or not result.staged:
+        if not result.staged:
             continue
         destination = settings.dir("autograded") / learner / result.assignment
         if destination.exists():

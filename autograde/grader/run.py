@@ -57,7 +57,6 @@ class AssignmentResult:
     files: list[str] = field(default_factory=list)
     notebooks: list[NotebookResult] = field(default_factory=list)
     staged: str | None = None         # folder holding the autograded notebooks + grading_report.json
-    skipped: bool = False
 
     @property
     def status(self) -> str:
