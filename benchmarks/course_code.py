@@ -6,11 +6,14 @@ graded against (never a copy of it).
 (from every code cell that is not an answer cell or a test cell) and then the requested answer cells
 (found by ``cell.metadata["nbgrader"]["grade_id"]``; a locked helper cell with a ``grade_id`` may be
 requested too, a test cell may not) in a fresh namespace, in the order given, and returns that namespace.
-The ``### BEGIN/END SOLUTION`` markers are plain comments, so the answer cell runs as written.
+The ``### BEGIN/END SOLUTION`` markers are plain comments, so the answer cell runs as written. What the
+cells print while loading (a helper cell's demo line) is discarded.
 """
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,9 +33,11 @@ def _shown(path: Path) -> str:
 
 def _import_statements(source: str) -> list[str]:
     """The top-level ``import`` / ``from ... import`` statements of a cell, as source text."""
+    # IPython magics (`%matplotlib inline`, `!pip ...`) are not Python: blank them, keep line numbers.
+    source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
     try:
         tree = ast.parse(source)
-    except SyntaxError:  # IPython magics and the like: such a cell contributes no imports
+    except SyntaxError:  # anything else that is not plain Python contributes no imports
         return []
     return [ast.get_source_segment(source, node) for node in tree.body
             if isinstance(node, (ast.Import, ast.ImportFrom))]
@@ -64,6 +69,7 @@ def load_answers(assignment: str, grade_ids: list[str], solutions: Path = SOLUTI
         raise CourseCodeUnavailable(f"{path.name}: no answer cell with grade_id {missing}")
     namespace: dict = {"__name__": f"course_{assignment}"}
     exec(compile("\n".join(dict.fromkeys(imports)), f"{path.name}:imports", "exec"), namespace)
-    for grade_id in grade_ids:
-        exec(compile(answers[grade_id], f"{path.name}:{grade_id}", "exec"), namespace)
+    with contextlib.redirect_stdout(io.StringIO()):  # a helper cell may print a demo line
+        for grade_id in grade_ids:
+            exec(compile(answers[grade_id], f"{path.name}:{grade_id}", "exec"), namespace)
     return namespace
