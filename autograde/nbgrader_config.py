@@ -1,5 +1,10 @@
-"""nbgrader configuration of the course (the course root is this folder)."""
+"""nbgrader configuration of the course (the course root is this folder).
+
+`make autograde|feedback|grades` run `autograde/pipeline.py`, which reads this file too: the
+``GradingPipeline`` section below holds its settings (nbgrader itself ignores that section).
+"""
 import os
+import sys
 
 c = get_config()  # noqa: F821  (provided by nbgrader)
 
@@ -10,7 +15,66 @@ c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
+# the pipeline's per-submission report lives beside the autograded notebook; it is not copied to feedback
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "grading_report.json"]
 
 # What a learner sees in place of an answer (nbgrader's ClearSolutions).
 c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError(\"请先完成这个 TODO\")"}
 c.ClearSolutions.text_stub = "在这里写下你的回答。"
+
+# ----------------------------------------------------------------------------- autograding
+
+def _grader_package_folder():
+    """The folder holding the `grader` package: beside this file, or (for a copy of this file in a
+    temporary course, e.g. `tools.build.notebooks check`) in the checkout that `tools` is imported from."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.isdir(os.path.join(here, "grader")):
+        return here
+    import tools  # noqa: PLC0415
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tools.__file__))), "autograde")
+
+
+if _grader_package_folder() not in sys.path:
+    sys.path.insert(0, _grader_package_folder())
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades, IgnorePattern, LimitOutput,
+    OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+
+from grader.preprocessors import HideHiddenTests, RestoreBootstrap, RestoreTrusted, SafeExecute  # noqa: E402
+
+# nbgrader's own steps, plus: the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
+# rebound are put back before each test cell (RestoreTrusted), and execution survives floods of output and
+# dead kernels (SafeExecute, a subclass of nbgrader's Execute). See autograde/grader/preprocessors.py.
+c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+                                      RestoreBootstrap, RestoreTrusted, CheckCellMetadata]
+c.Autograde.autograde_preprocessors = [SafeExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+                                       SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+# Locked cells edited by a learner are restored from the gradebook by checksum (nbgrader's default);
+# deleted test cells are put back too, so that deleting a test never skips it.
+c.OverwriteCells.add_missing_cells = True
+
+# nbgrader's default of 30 s per cell is too short for torch code (the first `import torch`, a model load);
+# a notebook that runs past GradingPipeline.notebook_timeout is killed as a whole.
+c.Execute.timeout = 180            # seconds per cell; on timeout the kernel is interrupted, the cell fails
+c.Execute.startup_timeout = 120    # seconds for the kernel to start
+c.Execute.interrupt_on_timeout = True
+c.Execute.iopub_timeout = 10
+c.Execute.raise_on_iopub_timeout = False  # late output never fails a notebook: the execute reply decides
+c.SafeExecute.max_output_bytes = 2_000_000
+c.LimitOutput.max_lines = 1000
+c.LimitOutput.max_traceback = 100
+
+# Feedback shows the messages of failed hidden tests but not their code.
+c.GenerateFeedback.preprocessors = [HideHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
+
+# ----------------------------------------------------------------------------- the grading pipeline
+c.GradingPipeline.notebook_timeout = 900   # hard wall-clock limit per notebook (s): the kernel is killed
+c.GradingPipeline.workers = 0              # parallel grading slots; 0 = one per CPU core
+c.GradingPipeline.memory_limit_mb = 0      # address-space limit per kernel; 0 = 80% of RAM / workers, 2-8 GiB
+c.GradingPipeline.max_submission_mb = 25   # larger submitted notebooks get 0 with a reason
+c.GradingPipeline.sandbox = "auto"         # auto | isolated (root) | userns | none; see autograde/README.md
+c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: slot k runs its kernels as uid/gid base + k
+# files of the course checkout the kernel may read (copied into each slot's read-only course copy)
+c.GradingPipeline.kernel_files = ["course.toml", "tools"]
+c.GradingPipeline.hidden_paths = []        # more folders to hide from kernels (other clones, data with answers)

@@ -1,0 +1,83 @@
+"""Where things are and how the pipeline is configured (``GradingPipeline`` in ``nbgrader_config.py``)."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+AUTOGRADE = Path(__file__).resolve().parents[1]   # <checkout>/autograde
+ROOT = AUTOGRADE.parent                             # the course checkout (holds course.toml, tools/)
+GRADER_VERSION = "1"                                # bump when a change must regrade every submission
+
+
+@dataclass
+class Settings:
+    course: Path                      # the nbgrader course root (autograde/ by default)
+    cell_timeout: int = 180
+    notebook_timeout: int = 900
+    workers: int = 0
+    memory_limit_mb: int = 0
+    max_submission_mb: int = 25
+    sandbox: str = "auto"
+    sandbox_uid_base: int = 61000
+    kernel_files: list[str] = field(default_factory=lambda: ["course.toml", "tools"])
+    hidden_paths: list[str] = field(default_factory=list)
+    course_id: str = "grpo-in-practice"
+
+    @property
+    def config_file(self) -> Path:
+        return self.course / "nbgrader_config.py"
+
+    @property
+    def db_path(self) -> Path:
+        return self.course / "gradebook.db"
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.db_path}"
+
+    def dir(self, name: str) -> Path:
+        return self.course / name
+
+    def worker_count(self) -> int:
+        return self.workers if self.workers > 0 else max(1, os.cpu_count() or 1)
+
+    def memory_limit_bytes(self) -> int:
+        if self.memory_limit_mb > 0:
+            return self.memory_limit_mb * 2**20
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        share = int(0.8 * total / self.worker_count())
+        return max(2 * 2**30, min(8 * 2**30, share))
+
+
+def load_settings(course: Path | None = None, **overrides) -> Settings:
+    """Read ``c.GradingPipeline.*``, ``c.Execute.timeout`` and the course id from the course's config."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    course = (course or AUTOGRADE).resolve()
+    settings = Settings(course=course)
+    config_file = course / "nbgrader_config.py"
+    if config_file.exists():
+        config = PyFileConfigLoader(config_file.name, path=str(course)).load_config()
+        pipeline = config.get("GradingPipeline", {})
+        for key in ("notebook_timeout", "workers", "memory_limit_mb", "max_submission_mb", "sandbox",
+                    "sandbox_uid_base", "kernel_files", "hidden_paths"):
+            if key in pipeline:
+                setattr(settings, key, pipeline[key])
+        if "timeout" in config.get("Execute", {}):
+            settings.cell_timeout = int(config.Execute.timeout)
+        if "course_id" in config.get("CourseDirectory", {}):
+            settings.course_id = config.CourseDirectory.course_id
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(settings, key, value)
+    return settings
+
+
+def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment with the interpreter's bin folder first on PATH (nbgrader runs `alembic`)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.update(extra or {})
+    return env

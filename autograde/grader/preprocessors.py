@@ -1,0 +1,198 @@
+"""nbgrader preprocessors of the course, configured in ``autograde/nbgrader_config.py``.
+
+Autograde (sanitise step, after nbgrader's own ``OverwriteCells``):
+- ``RestoreBootstrap``: the locked bootstrap cell (it imports ``tools.grading`` and so captures the trusted
+  comparison helpers) must run before any learner code. A submission that deleted it, moved it down or put
+  a cell above it gets the source version back as its first code cell.
+
+- ``RestoreTrusted``: before every test cell, a small unlocked cell (tagged ``grader-restore``, not graded)
+  puts back any of the helpers ``tools.grading`` captured at bootstrap (``torch.allclose``,
+  ``torch.testing.assert_close``, ``builtins.abs``, ...) that learner code rebound, so a test - visible or
+  hidden - never runs with a replaced comparison function left behind by an earlier cell.
+
+Autograde (execute step, replaces nbgrader's ``Execute``):
+- ``SafeExecute``: caps the output a cell may send while it runs (a cell printing millions of lines cannot
+  exhaust the grader's memory) without changing what nbgrader grades from the outputs, and turns a dead
+  kernel (``os._exit``, a segfault, the memory limit) into error outputs: the cell that killed the kernel
+  and every later code cell get an error, so they earn nothing, while the tests that passed before keep
+  their points and the rest of the batch goes on.
+
+Feedback:
+- ``HideHiddenTests``: drops the ``grader-restore`` cells, removes the hidden-test region from test cells
+  and shortens the tracebacks of those cells to their last line (a traceback quotes the failing source line), so feedback sent to learners shows the
+  messages of failed tests but not the hidden tests themselves.
+"""
+from __future__ import annotations
+
+import json
+
+from nbclient.exceptions import DeadKernelError
+from nbformat.notebooknode import NotebookNode
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Integer, Unicode
+
+BOOTSTRAP_ID = "bootstrap"
+RESTORE_TAG = "grader-restore"
+RESTORE_SOURCE = """# [评分器] 运行测试前恢复被改写的可信函数（grader: restore helpers captured by tools.grading）
+import importlib as _grader_importlib
+import tools.grading as _grader_trust
+for _grader_name in _grader_trust.tampered():
+    _grader_module, _, _grader_attr = _grader_name.rpartition(".")
+    setattr(_grader_importlib.import_module(_grader_module or "builtins"), _grader_attr,
+            _grader_trust.trusted(_grader_name))
+del _grader_importlib, _grader_trust"""
+
+
+def _error_output(ename: str, evalue: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class RestoreBootstrap(NbGraderPreprocessor):
+    """Put the locked bootstrap cell (from the gradebook) first among the code cells."""
+
+    grade_id = Unicode(BOOTSTRAP_ID, help="grade_id of the locked first code cell").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        notebook_id = resources["nbgrader"]["notebook"]
+        assignment_id = resources["nbgrader"]["assignment"]
+        with Gradebook(resources["nbgrader"]["db_url"]) as gb:
+            try:
+                source = gb.find_source_cell(self.grade_id, notebook_id, assignment_id)
+            except MissingEntry:
+                return nb, resources  # this notebook has no bootstrap cell
+            found = [i for i, c in enumerate(nb.cells)
+                     if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == self.grade_id]
+            first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
+            if found and found[0] == first_code and len(found) == 1:
+                return nb, resources
+            self.log.warning("bootstrap cell missing or moved in %s: restoring it as the first code cell",
+                             notebook_id)
+            cell = NotebookNode(
+                id="bootstrap-restored", cell_type="code", execution_count=None, outputs=[], source=source.source,
+                metadata=NotebookNode(nbgrader=NotebookNode(
+                    grade=False, grade_id=self.grade_id, locked=True, schema_version=3, solution=False,
+                    checksum=source.checksum), editable=False, deletable=False),
+            )
+            cells = [c for i, c in enumerate(nb.cells) if i not in found]
+            first_code = next((i for i, c in enumerate(cells) if c.cell_type == "code"), len(cells))
+            cells.insert(first_code, cell)
+            nb.cells = cells
+            resources.setdefault("grading", {})["bootstrap_restored"] = True
+        return nb, resources
+
+
+class RestoreTrusted(NbGraderPreprocessor):
+    """Insert a restore cell before every autograded test cell."""
+
+    def preprocess(self, nb, resources):
+        cells = [c for c in nb.cells if RESTORE_TAG not in c.get("metadata", {}).get("tags", [])]
+        out = []
+        for cell in cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+                restore = NotebookNode(cell_type="code", execution_count=None, outputs=[], source=RESTORE_SOURCE,
+                                       metadata=NotebookNode(tags=[RESTORE_TAG]), id=f"grader-restore-{len(out)}")
+                out.append(restore)
+            out.append(cell)
+        nb.cells = out
+        return nb, resources
+
+
+class SafeExecute(Execute):
+    """nbgrader's Execute with an output cap while running and survival of a dead kernel."""
+
+    max_output_bytes = Integer(
+        2_000_000, help="bytes of output a cell may keep while it runs; the rest is dropped (errors are kept)"
+    ).tag(config=True)
+
+    def reset_execution_trackers(self):
+        super().reset_execution_trackers()
+        self._kernel_dead = False
+        self._output_bytes: dict[int, int] = {}
+        self._output_kinds: dict[int, set] = {}
+        self._truncated: set[int] = set()
+
+    def preprocess_cell(self, cell, resources, index):
+        if getattr(self, "_kernel_dead", False):
+            if cell.cell_type == "code" and cell.source.strip():
+                cell.outputs = [_error_output("KernelDied", "内核已在前面的单元中退出，此单元未执行（kernel died earlier; not run）")]
+                cell.execution_count = None
+            return cell, resources
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            self._kernel_dead = True
+            self.log.error("kernel died while running cell %s", index)
+            cell.setdefault("outputs", []).append(_error_output(
+                "KernelDied", "内核在执行此单元时退出（例如 os._exit、段错误或超出内存限制）；之后的单元都不会执行"
+                " (the kernel died while running this cell)"))
+            return cell, resources
+
+    @staticmethod
+    def _size(out: NotebookNode) -> int:
+        if out.get("output_type") == "stream":
+            return len(out.get("text", ""))
+        return len(json.dumps(out.get("data", {}), default=str))
+
+    def output(self, outs, msg, display_id, cell_index):
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is None or out.get("output_type") == "error":
+            return out  # errors decide the grade: never dropped
+        used = self._output_bytes.get(cell_index, 0)
+        size = self._size(out)
+        kinds = self._output_kinds.setdefault(cell_index, set())
+        kind = (out.get("output_type"), out.get("name"))
+        if used + size <= self.max_output_bytes:
+            self._output_bytes[cell_index] = used + size
+            kinds.add(kind)
+            return out
+        # Over the cap. Keep the first output of each kind, shortened, so that what nbgrader grades from
+        # the outputs (an error, any stderr, the first execute_result) is exactly as without the cap.
+        if outs and outs[-1] is out:
+            outs.pop()
+        if kind not in kinds:
+            kinds.add(kind)
+            if out.get("output_type") == "stream":
+                out["text"] = out["text"][:1000]
+            outs.append(out)
+        if cell_index not in self._truncated:
+            self._truncated.add(cell_index)
+            outs.append(NotebookNode(output_type="stream", name="stdout", text=(
+                f"\n[评分器] 此单元的输出超过 {self.max_output_bytes} 字节，其余输出已丢弃"
+                f"（output over {self.max_output_bytes} bytes dropped by the grader）\n")))
+        return None
+
+
+class HideHiddenTests(NbGraderPreprocessor):
+    """Feedback: drop hidden-test regions and shorten those cells' tracebacks to their last line."""
+
+    begin = Unicode("### BEGIN HIDDEN TESTS").tag(config=True)
+    end = Unicode("### END HIDDEN TESTS").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        nb.cells = [c for c in nb.cells if RESTORE_TAG not in c.get("metadata", {}).get("tags", [])]
+        return super().preprocess(nb, resources)
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("grade") or meta.get("solution"):
+            return cell, resources
+        lines, hiding, hid = [], False, False
+        for line in cell.source.splitlines(keepends=True):
+            if self.begin in line:
+                hiding = hid = True
+                continue
+            if self.end in line:
+                hiding = False
+                continue
+            if not hiding:
+                lines.append(line)
+        if not hid:
+            return cell, resources
+        cell.source = "".join(lines).rstrip() + "\n# （隐藏测试不在反馈中显示 / hidden tests are not shown）"
+        if cell.cell_type == "code":
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    out["traceback"] = [f"{out.get('ename', '')}: {out.get('evalue', '')}"]
+        return cell, resources

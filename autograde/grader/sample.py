@@ -1,0 +1,159 @@
+"""The bundled sample class: one learner per case of issue 5, built from the released learner notebooks.
+
+    autograde/sample_class/cases/<learner>.py        what the learner did, per assignment (``CASE``)
+    autograde/sample_class/submitted/<learner>/...   the generated submissions (tracked; `sample --rebuild`)
+    autograde/sample_class/expected.json             the expected score per learner and assignment,
+                                                     written by hand from the points of the test cells
+
+A case is a dict ``{assignment: spec}``; a spec may hold:
+
+- ``base``: ``"solution"`` (every answer cell gets the worked answer from ``solutions/<a>.py``) or
+  ``"release"`` (the learner version as released, every TODO still raising ``NotImplementedError``);
+- ``cells``: ``{grade_id: source}``: the new source of those cells (answers, or a test cell a learner edited);
+- ``edit``: ``{grade_id: [(old, new), ...]}``: text replacements in a cell after ``base`` and ``cells`` (each
+  ``old`` must occur in the cell: a changed notebook makes the rebuild fail instead of silently drifting);
+- ``delete``: grade_ids of cells the learner deleted;
+- ``insert_after``: ``[(grade_id, source)]``: new code cells the learner added;
+- ``filename``: the file name the learner used (default ``<assignment>.ipynb``);
+- ``corrupt``: ``"truncate"``: the file is cut in half (not valid JSON).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import runpy
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from .course import AUTOGRADE, ROOT
+
+SAMPLE = AUTOGRADE / "sample_class"
+CASES = SAMPLE / "cases"
+SUBMITTED = SAMPLE / "submitted"
+EXPECTED = SAMPLE / "expected.json"
+# The sample class runs with short limits so that its infinite loops cost little time in CI.
+# The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
+TIMEOUTS = {"cell_timeout": 20, "notebook_timeout": 90, "memory_limit_mb": 4096}
+MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def load_cases() -> dict[str, dict]:
+    cases = {}
+    for path in sorted(CASES.glob("*.py")):
+        cases[path.stem] = runpy.run_path(str(path))["CASE"]
+    return cases
+
+
+def descriptions() -> dict[str, str]:
+    out = {}
+    for path in sorted(CASES.glob("*.py")):
+        doc = runpy.run_path(str(path)).get("__doc__") or ""
+        out[path.stem] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return out
+
+
+def worked_answers(assignment: str) -> dict[str, str]:
+    """{grade_id: source} of every answer cell of the source, solution markers removed."""
+    from tools.build.notebooks import build_notebook
+
+    answers = {}
+    for cell in build_notebook(assignment).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            lines = [l for l in cell.source.splitlines() if l.strip() not in MARKERS]
+            answers[meta["grade_id"]] = "\n".join(lines)
+    return answers
+
+
+def _released(assignment: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def _grade_id(cell) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[str, bytes]:
+    nb = copy.deepcopy(_released(assignment))
+    sources = {}
+    if spec.get("base", "solution") == "solution":
+        if assignment not in answers_cache:
+            answers_cache[assignment] = worked_answers(assignment)
+        sources.update(answers_cache[assignment])
+    elif spec.get("base") != "release":
+        raise ValueError(f"unknown base {spec.get('base')!r}")
+    sources.update(spec.get("cells", {}))
+    for gid, edits in spec.get("edit", {}).items():
+        if gid not in sources:
+            sources[gid] = next((c.source for c in nb.cells if _grade_id(c) == gid), "")
+        for old, new in edits:
+            if old not in sources[gid]:
+                raise ValueError(f"{assignment}/{gid}: text to edit not found: {old!r}")
+            sources[gid] = sources[gid].replace(old, new)
+    known = {_grade_id(c) for c in nb.cells}
+    unknown = sorted((set(sources) | set(spec.get("delete", []))) - known)
+    unknown += [gid for gid, _ in spec.get("insert_after", []) if gid not in known]
+    if unknown:
+        raise KeyError(f"{assignment}: no cell with grade_id {unknown}")
+    for cell in nb.cells:
+        if _grade_id(cell) in sources:
+            cell.source = sources[_grade_id(cell)]
+    nb.cells = [c for c in nb.cells if _grade_id(c) not in set(spec.get("delete", []))]
+    for index, (after, source) in enumerate(spec.get("insert_after", [])):
+        position = next(i for i, c in enumerate(nb.cells) if _grade_id(c) == after) + 1
+        new = nbformat.v4.new_code_cell(source)
+        new["id"] = f"learner-added-{index}"
+        nb.cells.insert(position, new)
+    text = nbformat.writes(nb) + "\n"
+    if spec.get("corrupt") == "truncate":
+        text = text[: len(text) // 2]
+    return spec.get("filename", f"{assignment}.ipynb"), text.encode("utf-8")
+
+
+def build_all() -> dict[str, bytes]:
+    """{path relative to sample_class/submitted: bytes} for every case."""
+    files, cache = {}, {}
+    for learner, case in load_cases().items():
+        for assignment, spec in case.items():
+            name, data = build_submission(assignment, spec, cache)
+            files[f"{learner}/{assignment}/{name}"] = data
+    return files
+
+
+def rebuild() -> list[Path]:
+    files = build_all()
+    if SUBMITTED.exists():
+        shutil.rmtree(SUBMITTED)
+    written = []
+    for relative, data in sorted(files.items()):
+        path = SUBMITTED / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        written.append(path)
+    return written
+
+
+def check() -> list[str]:
+    """Paths of the tracked sample that differ from a fresh build (or are missing / extra)."""
+    files = build_all()
+    tracked = {str(p.relative_to(SUBMITTED)): p.read_bytes() for p in SUBMITTED.rglob("*") if p.is_file()} \
+        if SUBMITTED.exists() else {}
+    stale = [k for k in sorted(set(files) | set(tracked)) if files.get(k) != tracked.get(k)]
+    return stale
+
+
+def install(submitted: Path) -> list[str]:
+    """Copy the sample submissions into a course's ``submitted/`` (replacing those learners' folders)."""
+    learners = sorted(p.name for p in SUBMITTED.iterdir() if p.is_dir())
+    submitted.mkdir(parents=True, exist_ok=True)
+    for learner in learners:
+        shutil.rmtree(submitted / learner, ignore_errors=True)
+        shutil.copytree(SUBMITTED / learner, submitted / learner)
+    return learners
+
+
+def expected() -> dict[str, dict[str, float]]:
+    data = json.loads(EXPECTED.read_text(encoding="utf-8"))
+    return {k: v for k, v in data.items() if not k.startswith("_")}

@@ -1,0 +1,251 @@
+"""The kernel sandbox used while autograding (Linux).
+
+nbgrader starts one Jupyter kernel per submitted notebook. The grading pipeline points the kernel spec
+``python3`` at this file, so every learner kernel is started as::
+
+    python sandbox.py <spec.json> -f <connection file> [kernel arguments]
+
+and this launcher builds the kernel's world before it execs ``ipykernel_launcher``:
+
+``isolated`` (run as root): new mount and PID namespaces; every known course checkout (with its
+    ``solutions/``, ``autograde/`` gradebook and sources, ``.git``), the home folders and the grading
+    folders are covered by empty tmpfs mounts; the interpreter, the virtual environment and the
+    kernel's course copy (``course.toml`` + ``tools/``, read-only) are bound back; ``/tmp``,
+    ``/var/tmp`` and ``/dev/shm`` are fresh and private; ``/proc`` shows only the kernel's own
+    processes; then the kernel drops to a dedicated unprivileged uid (one per grading slot, no
+    supplementary groups, ``no_new_privs``).
+``userns`` (not root, unprivileged user namespaces available): the same view, built inside a user
+    namespace; the kernel keeps the instructor's uid but loses every capability at exec, so it cannot
+    undo the mounts.
+``none`` (neither available): only the course copy, a private working folder and the resource limits.
+
+In every mode: resource limits (address space, file size, core dumps, processes), a scrubbed
+environment (no tokens or credentials of the instructor's shell), a fresh working folder that is also
+``HOME``, a thread count that fits the number of grading slots, and a pid file that lets the pipeline
+kill the whole kernel (and, in the namespace modes, everything it started) at the hard time limit.
+
+Only the standard library may be imported at module level: this file runs as the kernel launcher.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+# statvfs f_flag bits -> mount flags that a read-only remount of a bind mount must keep
+_ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME, 2048: MS_NODIRATIME,
+             4096: MS_RELATIME}
+KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "JPY_PARENT_PID", "PYTHONUNBUFFERED", "MPLBACKEND",
+            "NBGRADER_EXECUTION", "PYDEVD_DISABLE_FILE_VALIDATION", "SOURCE_DATE_EPOCH")
+RLIMITS = {"AS": resource.RLIMIT_AS, "FSIZE": resource.RLIMIT_FSIZE, "CORE": resource.RLIMIT_CORE,
+           "NPROC": resource.RLIMIT_NPROC, "NOFILE": resource.RLIMIT_NOFILE}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _enc(value):
+    return None if value is None else os.fsencode(value)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def mount(source, target, fstype, flags: int, data=None) -> None:
+    _check(_libc.mount(_enc(source), _enc(target), _enc(fstype), flags, _enc(data)), f"mount {target}")
+
+
+def prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, value, 0, 0, 0), f"prctl {option}")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+# ----------------------------------------------------------------------------- the kernel's world
+def _build_view(spec: dict) -> None:
+    """Cover the hidden folders, bind back what the kernel needs, give it private scratch and /proc."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # opened in this mount namespace, before anything is covered (a bind source must belong to it)
+    keep_fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path, _ in spec["keep"]]
+    covered: list[str] = []
+    for path in sorted(spec["hide"], key=len):
+        if not os.path.isdir(path) or any(_inside(path, done) for done in covered):
+            continue
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        covered.append(path)
+    for path, size in spec["scratch"]:
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={size}")
+    for (path, mode), fd in zip(spec["keep"], keep_fds):
+        os.makedirs(path, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        if mode == "ro":
+            kept = 0
+            flags = os.statvfs(path).f_flag
+            for bit, ms in _ST_TO_MS.items():
+                if flags & bit:
+                    kept |= ms
+            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+        os.close(fd)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _limits(spec: dict) -> None:
+    for name, value in spec.get("rlimits", {}).items():
+        if value is None:
+            continue
+        soft, hard = resource.getrlimit(RLIMITS[name])
+        value = int(value)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(RLIMITS[name], (value, value))
+
+
+def _environment(spec: dict) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith("LC_")}
+    work = spec["workdir"]
+    threads = str(spec.get("threads", 1))
+    env.update({
+        "HOME": work, "TMPDIR": "/tmp", "USER": "learner", "LOGNAME": "learner",
+        "PYTHONPATH": spec["course"], "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+        "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+        "MALLOC_ARENA_MAX": "2", "MPLCONFIGDIR": os.path.join(work, ".matplotlib"),
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GRPO_GRADING_SANDBOX": spec["mode"],
+    })
+    env.update(spec.get("env", {}))
+    return env
+
+
+def _exec_kernel(spec: dict, connection: str, extra: list[str]) -> None:
+    os.chdir(spec["workdir"])
+    command = spec.get("command") or [spec["python"], "-m", "ipykernel_launcher", "-f", connection, *extra]
+    os.execve(command[0], command, _environment(spec))
+
+
+def _copy_connection(spec: dict, source: str, uid: int | None, gid: int | None) -> str:
+    with open(source) as handle:
+        text = handle.read()
+    target = os.path.join(spec["workdir"], ".kernel-connection.json")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    if uid is not None:
+        os.chown(target, uid, gid)
+    return target
+
+
+def _supervise(child: int, pidfile: str) -> int:
+    """Parent outside the namespaces: the pid Jupyter knows. Relay termination, follow the child."""
+    _write(pidfile, json.dumps({"supervisor": os.getpid(), "init": child}))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # jupyter_client interrupts the whole process group
+
+    def _terminate(*_):
+        try:
+            os.kill(child, signal.SIGKILL)
+        finally:
+            os._exit(143)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    parent = os.getppid()
+    while True:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done == child:
+            return os.waitstatus_to_exitcode(status) & 0xFF
+        if os.getppid() != parent:  # nbgrader is gone: take the kernel down with us
+            _terminate()
+        time.sleep(0.2)
+
+
+def launch(argv: list[str]) -> None:
+    spec_path = argv[0]
+    with open(spec_path) as handle:
+        spec = json.load(handle)
+    rest = argv[1:]
+    index = rest.index("-f")
+    connection, extra = rest[index + 1], rest[:index] + rest[index + 2:]
+    mode = spec["mode"]
+    uid = spec.get("uid") if mode == "isolated" else None
+    gid = spec.get("gid") if mode == "isolated" else None
+    connection = _copy_connection(spec, connection, uid, gid)
+
+    if mode == "none":
+        _write(spec["pidfile"], json.dumps({"supervisor": os.getpid(), "init": os.getpid()}))
+        _limits(spec)
+        _exec_kernel(spec, connection, extra)
+        return
+
+    if mode == "userns":
+        real_uid, real_gid = os.getuid(), os.getgid()
+        if real_uid == 0:  # uid 0 inside would keep its capabilities after exec and could undo the mounts
+            raise SystemExit("[grading sandbox] userns mode is for non-root graders; as root use isolated")
+        unshare(CLONE_NEWUSER | CLONE_NEWPID)
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{real_uid} {real_uid} 1")
+        _write("/proc/self/gid_map", f"{real_gid} {real_gid} 1")
+    else:
+        unshare(CLONE_NEWPID)
+    child = os.fork()
+    if child:  # the supervisor keeps the grader's view of the file system (it writes the pid file)
+        os._exit(_supervise(child, spec["pidfile"]))
+    # pid 1 of the new PID namespace, in a mount namespace of its own
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        unshare(CLONE_NEWNS)
+        _build_view(spec)
+        _limits(spec)
+        if mode == "isolated":
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by the uid change: set it again
+        _exec_kernel(spec, connection, extra)
+    except BaseException as error:  # report why the kernel could not start, then die
+        print(f"[grading sandbox] kernel launch failed: {error!r}", file=sys.stderr, flush=True)
+        os._exit(70)
+
+
+def kill_uid(uid: int, gid: int) -> None:
+    """Kill every process of ``uid`` (run in a fresh process: it gives up root to do so)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--kill-uid"]:
+        kill_uid(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        launch(sys.argv[1:])

@@ -1,0 +1,381 @@
+"""Grading slots: one private nbgrader course and one kernel sandbox per parallel worker.
+
+A slot is a folder under the run's temporary base folder::
+
+    slotK/nbgrader/    nbgrader course root: nbgrader_config.py (loads the course's), gradebook.db (a copy
+                       of the course gradebook without learners), submitted/<learner>/, autograded/<learner>/
+    slotK/kernel/      what the kernel may read: course.toml + tools/ (copied from the checkout); read-only
+                       for the kernel
+    slotK/kernel/work/ the kernel's working folder and HOME, fresh for every notebook
+    slotK/jupyter/     kernels/python3/kernel.json -> sandbox.py (JUPYTER_PATH points here)
+    slotK/runtime/     connection files, the sandbox spec and the kernel's pid file
+
+Each slot grades one learner at a time with ``nbgrader autograde`` in its own course, so slots never
+share a SQLite file; the pipeline merges the results into the course gradebook, one learner at a time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import grp
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .course import AUTOGRADE, ROOT, Settings, venv_env
+
+SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
+SCRATCH = [["/tmp", "512m"], ["/var/tmp", "64m"], ["/dev/shm", "256m"]]
+NEVER_HIDE = {"/", "/usr", "/usr/local", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev",
+              "/var", "/opt", "/tmp", "/run", "/boot", "/srv", "/mnt", "/media", "/home"}
+
+PROBE_CODE = r"""
+import json, os, resource, sys
+paths = json.loads(sys.argv[1])
+out = {"uid": os.getuid(), "cwd": os.getcwd(), "home": os.environ.get("HOME"),
+       "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0],
+       "visible_pids": len([p for p in os.listdir("/proc") if p.isdigit()]), "readable": {}}
+for path in paths:
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            with open(path, "rb") as handle:
+                handle.read(1)
+        out["readable"][path] = True
+    except OSError:
+        out["readable"][path] = False
+try:
+    import tools.grading
+    out["tools"] = tools.grading.__file__
+except Exception as error:
+    out["tools"] = repr(error)
+print("PROBE " + json.dumps(out))
+"""
+
+
+# ----------------------------------------------------------------------------- what to hide
+def _git(args: list[str]) -> list[str]:
+    try:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return done.stdout.splitlines() if done.returncode == 0 else []
+
+
+def _checkout_of(path: Path) -> Path | None:
+    for folder in [path, *path.parents]:
+        if (folder / "course.toml").is_file():
+            return folder
+    return None
+
+
+def hidden_paths(settings: Settings, base: Path) -> list[str]:
+    """Folders covered by an empty tmpfs in the kernel's view.
+
+    Every course checkout the grader can find (this one, its git worktrees, the one holding the
+    virtual environment), the git object store, the nbgrader course (gradebook, sources, other learners'
+    work), the run's grading folder, the home folders, and ``hidden_paths`` from the config.
+    """
+    found = {ROOT, settings.course, base, Path.home(), Path("/root")}
+    for line in _git(["worktree", "list", "--porcelain"]):
+        if line.startswith("worktree "):
+            found.add(Path(line.split(" ", 1)[1]))
+    for line in _git(["rev-parse", "--path-format=absolute", "--git-common-dir"]):
+        found.add(Path(line.strip()))
+    venv_checkout = _checkout_of(Path(sys.prefix).resolve())
+    if venv_checkout:
+        found.add(venv_checkout)
+    found.update(Path(p) for p in settings.hidden_paths)
+    out = set()
+    for path in found:
+        try:
+            real = str(path.resolve())
+        except OSError:
+            continue
+        if real not in NEVER_HIDE and os.path.isdir(real):
+            out.add(real)
+    return sorted(out)
+
+
+def secret_probe_paths(settings: Settings, slot_db: Path) -> list[str]:
+    """Paths a sandboxed kernel must not be able to read (checked by the probe)."""
+    paths = [ROOT / "solutions", settings.course / "gradebook.db", settings.course / "source",
+             settings.course / "autograded", settings.course / "submitted", AUTOGRADE / "sample_class", slot_db]
+    paths += sorted((ROOT / "solutions").glob("*.py"))[:1]
+    for line in _git(["rev-parse", "--path-format=absolute", "--git-common-dir"]):
+        paths.append(Path(line.strip()))
+    venv_checkout = _checkout_of(Path(sys.prefix).resolve())
+    if venv_checkout:
+        paths.append(venv_checkout / "solutions")
+    return [str(p) for p in paths if p.exists()]
+
+
+# ----------------------------------------------------------------------------- processes
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
+
+
+def _free_uid_base(start: int, count: int) -> int:
+    base = start
+    while True:
+        taken = False
+        for uid in range(base, base + count):
+            try:
+                pwd.getpwuid(uid)
+                taken = True
+            except KeyError:
+                pass
+            try:
+                grp.getgrgid(uid)
+                taken = True
+            except KeyError:
+                pass
+        if not taken:
+            return base
+        base += 1000
+
+
+# ----------------------------------------------------------------------------- a slot
+@dataclass
+class Sandbox:
+    mode: str                     # isolated | userns | none
+    hide: list[str]
+    uid_base: int | None = None
+    probe: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if self.mode == "isolated":
+            return (f"isolated: kernels run as uid {self.uid_base}+slot in private mount/PID namespaces; "
+                    f"{len(self.hide)} folders hidden (checkouts, gradebook, sources, homes)")
+        if self.mode == "userns":
+            return (f"userns: kernels run in private user/mount/PID namespaces without capabilities; "
+                    f"{len(self.hide)} folders hidden (checkouts, gradebook, sources, homes)")
+        return "none: kernels run as the grader's own user and can read whatever it can read"
+
+
+class Slot:
+    def __init__(self, base: Path, name: str, settings: Settings, sandbox: Sandbox, uid: int | None = None,
+                 threads: int = 1):
+        self.settings = settings
+        self.sandbox = sandbox
+        self.dir = base / name
+        self.nbgrader = self.dir / "nbgrader"
+        self.kernel = self.dir / "kernel"
+        self.work = self.kernel / "work"
+        self.runtime = self.dir / "runtime"
+        self.jupyter = self.dir / "jupyter"
+        self.spec_path = self.runtime / "sandbox.json"
+        self.pidfile = self.runtime / "kernel.pid"
+        self.uid = uid
+        self.threads = threads
+        self._setup()
+
+    # -- layout
+    def _copy_kernel_files(self) -> None:
+        if self.kernel.exists():
+            shutil.rmtree(self.kernel)
+        self.kernel.mkdir(parents=True)
+        for name in self.settings.kernel_files:
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, self.kernel / name, symlinks=False,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"))
+            elif source.is_file():
+                shutil.copy2(source, self.kernel / name)
+            else:
+                raise FileNotFoundError(f"GradingPipeline.kernel_files: {source} does not exist")
+        os.chmod(self.kernel, 0o755)
+
+    def _setup(self) -> None:
+        for folder in (self.nbgrader, self.runtime, self.jupyter / "kernels" / "python3", self.dir / "config",
+                       self.dir / "logs"):
+            folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)
+        self._copy_kernel_files()
+        self.reset_work()
+        python = str(Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name)
+        if not os.path.exists(python):
+            python = os.path.realpath(sys.executable)
+        keep = [[str(Path(sys.prefix).resolve()), "ro"]]
+        base_prefix = str(Path(sys.base_prefix).resolve())
+        if base_prefix not in ("/usr", "/usr/local") and base_prefix != keep[0][0]:
+            keep.append([base_prefix, "ro"])
+        keep += [[str(self.kernel), "ro"], [str(self.work), "rw"]]
+        limits = {"AS": self.settings.memory_limit_bytes(), "FSIZE": 1 << 30, "CORE": 0}
+        if self.sandbox.mode == "isolated":
+            limits["NPROC"] = 512
+        spec = {
+            "mode": self.sandbox.mode, "python": python, "uid": self.uid, "gid": self.uid,
+            "hide": self.sandbox.hide, "scratch": SCRATCH, "keep": keep,
+            "course": str(self.kernel), "workdir": str(self.work), "pidfile": str(self.pidfile),
+            "rlimits": limits, "threads": self.threads,
+        }
+        self.spec_path.write_text(json.dumps(spec, indent=1))
+        kernel_json = {
+            "argv": [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(self.spec_path),
+                     "-f", "{connection_file}"],
+            "display_name": "Python 3 (grading sandbox)", "language": "python", "interrupt_mode": "signal",
+            "metadata": {"debugger": False},
+        }
+        (self.jupyter / "kernels" / "python3" / "kernel.json").write_text(json.dumps(kernel_json, indent=1))
+        config = (
+            "# generated by autograde/grader/slots.py: the course's config, pointed at this slot\n"
+            "c = get_config()  # noqa: F821\n"
+            f"load_subconfig({str(self.settings.config_file)!r})  # noqa: F821\n"
+            f"c.CourseDirectory.root = {str(self.nbgrader)!r}\n"
+            f"c.CourseDirectory.db_url = {'sqlite:///' + str(self.nbgrader / 'gradebook.db')!r}\n"
+            f"c.Execute.timeout = {int(self.settings.cell_timeout)}\n"
+        )
+        (self.nbgrader / "nbgrader_config.py").write_text(config)
+
+    def reset_course(self, template_db: Path, assignments: list[str]) -> None:
+        for name in ("submitted", "autograded", "source"):
+            shutil.rmtree(self.nbgrader / name, ignore_errors=True)
+        for assignment in assignments:
+            (self.nbgrader / "source" / assignment).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(template_db, self.nbgrader / "gradebook.db")
+
+    def reset_work(self) -> None:
+        if self.sandbox.mode == "none":
+            self._copy_kernel_files()  # the kernel could have written into its course copy
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
+        if self.uid is not None:
+            os.chown(self.work, self.uid, self.uid)
+        os.chmod(self.work, 0o700)
+
+    # -- processes
+    def env(self) -> dict[str, str]:
+        return venv_env({
+            "JUPYTER_PATH": str(self.jupyter),
+            "JUPYTER_RUNTIME_DIR": str(self.runtime),
+            "JUPYTER_CONFIG_DIR": str(self.dir / "config"),
+            "JUPYTER_DATA_DIR": str(self.jupyter),
+            "JUPYTER_PLATFORM_DIRS": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        })
+
+    def kill_kernels(self) -> None:
+        """Kill what the last kernel left behind: the launcher, the kernel (and so its PID namespace)."""
+        pids: set[int] = set()
+        try:
+            record = json.loads(self.pidfile.read_text())
+            pids = {int(record["supervisor"]), int(record["init"])}
+        except (OSError, ValueError, KeyError):
+            pass
+        for pid in sorted(pids):
+            if str(self.dir) in _cmdline(pid):
+                if self.sandbox.mode == "none":
+                    for member in _session_members(pid):
+                        _kill(member)
+                _kill(pid)
+        self.pidfile.unlink(missing_ok=True)
+        if self.uid is not None:
+            subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), "--kill-uid",
+                            str(self.uid), str(self.uid)], timeout=30, check=False)
+
+    def run_nbgrader(self, assignment: str, learner: str, notebook: str, log: Path) -> tuple[int, bool, float]:
+        """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit."""
+        command = [sys.executable, "-m", "nbgrader", "autograde", assignment, f"--student={learner}",
+                   f"--notebook={notebook}", "--force", "--log-level=INFO"]
+        started = time.monotonic()
+        timed_out = False
+        with open(log, "wb") as handle:
+            process = subprocess.Popen(command, cwd=self.nbgrader, env=self.env(), stdout=handle,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                process.wait(timeout=self.settings.notebook_timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait()
+            finally:
+                self.kill_kernels()
+        return process.returncode, timed_out, time.monotonic() - started
+
+    def probe(self, paths: list[str]) -> dict:
+        """Start the sandbox with a probe instead of a kernel; report what it can read."""
+        spec = json.loads(self.spec_path.read_text())
+        spec["command"] = [spec["python"], "-c", PROBE_CODE, json.dumps(paths)]
+        probe_spec = self.runtime / "probe.json"
+        probe_spec.write_text(json.dumps(spec))
+        connection = self.runtime / "probe-connection.json"
+        connection.write_text("{}")
+        done = subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(probe_spec),
+                               "-f", str(connection)], capture_output=True, text=True, timeout=60,
+                              cwd=self.runtime, env=self.env())
+        self.kill_kernels()
+        self.reset_work()
+        for line in done.stdout.splitlines():
+            if line.startswith("PROBE "):
+                return json.loads(line[6:])
+        raise RuntimeError(f"sandbox probe failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def choose_sandbox(settings: Settings, base: Path) -> Sandbox:
+    """Try the strongest sandbox this machine allows (or the configured one) and probe it."""
+    hide = hidden_paths(settings, base)
+    wanted = settings.sandbox
+    if wanted == "auto":
+        modes = ["isolated", "userns", "none"] if os.geteuid() == 0 else ["userns", "none"]
+    elif wanted in ("isolated", "userns", "none"):
+        modes = [wanted]
+    else:
+        raise ValueError(f"GradingPipeline.sandbox must be auto, isolated, userns or none, not {wanted!r}")
+    problems = []
+    for mode in modes:
+        uid_base = _free_uid_base(settings.sandbox_uid_base, settings.worker_count()) if mode == "isolated" else None
+        sandbox = Sandbox(mode=mode, hide=hide, uid_base=uid_base)
+        probe_dir = base / "probe"
+        try:
+            slot = Slot(base, "probe", settings, sandbox, uid=uid_base)
+            decoy = slot.nbgrader / "gradebook.db"
+            decoy.write_text("decoy")
+            report = slot.probe(secret_probe_paths(settings, decoy))
+        except Exception as error:  # this mode is not available here: try the next one
+            problems.append(f"{mode}: {error}")
+            continue
+        finally:
+            shutil.rmtree(probe_dir, ignore_errors=True)
+        if not str(report.get("tools", "")).startswith(str(base)) and mode != "none":
+            problems.append(f"{mode}: the kernel's course copy is not importable ({report.get('tools')})")
+            continue
+        sandbox.probe = report
+        sandbox.problems = problems
+        return sandbox
+    raise RuntimeError("no usable kernel sandbox: " + "; ".join(problems))

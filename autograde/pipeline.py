@@ -1,0 +1,303 @@
+"""The instructor pipeline around nbgrader: parallel sandboxed autograding, feedback, grade export.
+
+    python autograde/pipeline.py autograde [--sample] [--workers N] [--force] [--learner ID ...]
+    python autograde/pipeline.py feedback
+    python autograde/pipeline.py grades
+    python autograde/pipeline.py sample --rebuild | --check
+    python autograde/pipeline.py probe
+
+`make autograde|feedback|grades` call the first three. Every command takes ``--course DIR`` (the nbgrader
+course root; default: this folder). Settings: ``GradingPipeline`` in ``nbgrader_config.py``. Details and
+the walk-through for instructors: ``autograde/README.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unicodedata
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+if str(HERE.parent) not in sys.path:  # `tools` of this checkout (for the sample builder)
+    sys.path.insert(1, str(HERE.parent))
+
+from grader import sample as sample_class  # noqa: E402
+from grader.course import Settings, load_settings, venv_env  # noqa: E402
+from grader.gradebook import export_rows, load_course_info, make_template, merge, read_report  # noqa: E402
+from grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner  # noqa: E402
+from grader.slots import Slot, choose_sandbox  # noqa: E402
+
+GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
+                "timestamp"]
+TEST_FIELDS = ["learner", "assignment", "notebook", "test", "score", "max_score", "outcome", "message"]
+
+
+def _say(message: str) -> None:
+    from tqdm import tqdm
+
+    tqdm.write(message, file=sys.stdout)
+
+
+# ----------------------------------------------------------------------------- autograde
+def collect_work(settings: Settings, course_info: dict, force: bool, only: list[str] | None):
+    """[(learner, [(assignment, folder, fingerprint)])] to grade, and the folders that were not graded."""
+    submitted = settings.dir("submitted")
+    todo, ignored, unchanged = [], [], 0
+    if not submitted.is_dir():
+        return todo, ignored, unchanged
+    for learner_dir in sorted(p for p in submitted.iterdir() if p.is_dir()):
+        learner = learner_dir.name
+        if only and learner not in only:
+            continue
+        if not SAFE_ID.match(learner):
+            ignored.append(f"{learner_dir}: 学员目录名只能含字母、数字和 _.@+-（learner id not allowed）")
+            continue
+        work = []
+        for folder in sorted(p for p in learner_dir.iterdir() if p.is_dir()):
+            if folder.name not in course_info:
+                ignored.append(f"{folder}: 没有这个作业（unknown assignment; run `make release`?）")
+                continue
+            fp = fingerprint(folder, settings, course_info, folder.name)
+            report = read_report(settings, learner, folder.name)
+            if not force and report and report.get("fingerprint") == fp and report.get("status") != "error":
+                unchanged += 1
+                continue
+            work.append((folder.name, folder, fp))
+        if work:
+            todo.append((learner, work))
+    return todo, ignored, unchanged
+
+
+def _crash_results(learner: str, work, error: BaseException, course_info: dict) -> list[AssignmentResult]:
+    results = []
+    for assignment, _, fp in work:
+        result = AssignmentResult(learner=learner, assignment=assignment, fingerprint=fp)
+        for name, nb in course_info[assignment]["notebooks"].items():
+            result.notebooks.append(NotebookResult(
+                notebook=name, status="error", reason=f"得 0 分：评分流程出错（grader crashed）：{error!r}"[:500],
+                max_score=sum(c["max_score"] for c in nb["cells"].values()),
+                grades={gid: {"auto_score": 0.0, "needs_manual_grade": False} for gid in nb["cells"]}))
+        results.append(result)
+    return results
+
+
+def autograde(settings: Settings, force: bool = False, only: list[str] | None = None, keep: bool = False) -> int:
+    from tqdm import tqdm
+
+    if not settings.db_path.exists():
+        print(f"没有 {settings.db_path}：请先运行 `make release`（no gradebook: run `make release` first）",
+              file=sys.stderr)
+        return 2
+    course_info = load_course_info(settings)
+    if not course_info:
+        print("gradebook 中没有作业：请先运行 `make release`（no assignment in the gradebook）", file=sys.stderr)
+        return 2
+    todo, ignored, unchanged = collect_work(settings, course_info, force, only)
+    for line in ignored:
+        print(f"[autograde] 跳过 {line}")
+    if not todo:
+        print(f"[autograde] 没有需要评分的新提交（{unchanged} 份未变化，用 --force 重新评分）"
+              f"(nothing new to grade; {unchanged} unchanged)")
+        return 0
+    workers = min(settings.worker_count(), len(todo))
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    started = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix="grpo-grade-"))
+    slots: list[Slot] = []
+    statuses: dict[str, int] = {}
+    try:
+        sandbox = choose_sandbox(settings, base)
+        print(f"[autograde] sandbox {sandbox.describe()}")
+        for problem in sandbox.problems:
+            print(f"[autograde]   (not available: {problem})")
+        if sandbox.mode == "none":
+            readable = [p for p, ok in sandbox.probe.get("readable", {}).items() if ok]
+            print("[autograde] WARNING 内核可以读取这些文件（含答案或隐藏测试）：" + ", ".join(readable)
+                  + "。以 root 运行或启用 user namespaces 才能隔离；见 autograde/README.md。")
+        template = make_template(settings, base / "template.db")
+        slots = [Slot(base, f"slot{k}", settings, sandbox,
+                      uid=(sandbox.uid_base + k) if sandbox.mode == "isolated" else None, threads=threads)
+                 for k in range(workers)]
+        free: queue.Queue[Slot] = queue.Queue()
+        for slot in slots:
+            free.put(slot)
+        staging = base / "staging"
+        total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
+        print(f"[autograde] {len(todo)} learner(s), {total_notebooks} notebook(s), {workers} worker(s), "
+              f"cell timeout {settings.cell_timeout} s, notebook limit {settings.notebook_timeout} s, "
+              f"memory limit {settings.memory_limit_bytes() / 2**30:.1f} GiB per kernel")
+
+        def job(learner: str, work):
+            slot = free.get()
+            try:
+                return grade_learner(slot, settings, course_info, learner, work, staging, template)
+            finally:
+                free.put(slot)
+
+        with ThreadPoolExecutor(max_workers=workers) as pool, \
+                tqdm(total=len(todo), unit="learner", desc="autograde", file=sys.stdout,
+                     disable=None, dynamic_ncols=True) as bar:
+            futures = {pool.submit(job, learner, work): (learner, work) for learner, work in todo}
+            for future in as_completed(futures):
+                learner, work = futures[future]
+                try:
+                    results = future.result()
+                except Exception as error:  # a bug in the pipeline must not stop the class
+                    results = _crash_results(learner, work, error, course_info)
+                merge(settings, results)
+                for result in results:
+                    statuses[result.status] = statuses.get(result.status, 0) + 1
+                    mark = "" if result.status == "graded" else f" [{result.status}]"
+                    _say(f"  {learner:<30} {result.assignment:<24} {result.score:g}/{result.max_score:g}{mark}")
+                bar.update(1)
+    finally:
+        for slot in slots:
+            slot.kill_kernels()
+        if keep:
+            print(f"[autograde] kept the grading folder (slots, nbgrader logs): {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    seconds = time.monotonic() - started
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
+    print(f"[autograde] done in {seconds:.1f} s: {summary}; {unchanged} unchanged submission(s) kept")
+    return 1 if statuses.get("error") else 0
+
+
+# ----------------------------------------------------------------------------- feedback
+def feedback(settings: Settings) -> int:
+    """nbgrader generate_feedback for every assignment (HTML per learner under feedback/)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(settings.db_url, settings.course_id) as gb:
+        assignments = sorted(a.name for a in gb.assignments)
+    status = 0
+    for assignment in assignments:
+        if not any((settings.dir("autograded")).glob(f"*/{assignment}/*.ipynb")):
+            continue
+        done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force",
+                               "--log-level=WARN"], cwd=settings.course, env=venv_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0:
+            print(done.stdout[-3000:])
+            status = 1
+    count = len(list(settings.dir("feedback").glob("*/*/*.html")))
+    print(f"[feedback] {count} HTML file(s) under {settings.dir('feedback')}")
+    return status
+
+
+# ----------------------------------------------------------------------------- grades
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _fit(text: str, width: int) -> str:
+    out, used = "", 0
+    for ch in text:
+        w = _width(ch)
+        if used + w > width:
+            return out[:-1] + "…" if out else ""
+        out, used = out + ch, used + w
+    return out + " " * (width - used)
+
+
+def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    tmp = path.with_suffix(".csv.tmp")
+    tmp.write_text(buffer.getvalue(), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def grades(settings: Settings) -> int:
+    rows, test_rows = export_rows(settings)
+    _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
+    _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
+    columns = shutil.get_terminal_size((160, 40)).columns
+    reason_width = max(30, columns - 30 - 24 - 12 - 10 - 14 - 6)
+    header = (_fit("learner", 30) + " " + _fit("assignment", 24) + " " + _fit("score", 12) + " "
+              + _fit("status", 10) + " " + _fit("reason", reason_width) + " flags")
+    print(header)
+    print("-" * min(columns, _width(header) + 10))
+    for row in rows:
+        score = f"{row['score']:g}/{row['max_score']:g}"
+        print(_fit(row["learner"], 30), _fit(row["assignment"], 24), _fit(score, 12), _fit(row["status"], 10),
+              _fit(row["reason"] or "-", reason_width), row["flags"])
+    print(f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
+          f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- CLI
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["autograde", "feedback", "grades", "sample", "probe"])
+    parser.add_argument("--course", type=Path, default=None, help="nbgrader course root (default: autograde/)")
+    parser.add_argument("--sample", action="store_true", help="autograde: add the bundled sample class first")
+    parser.add_argument("--force", action="store_true", help="autograde: regrade unchanged submissions too")
+    parser.add_argument("--learner", action="append", default=None, help="autograde: only these learners")
+    parser.add_argument("--workers", type=int, default=None, help="parallel slots (default: one per core)")
+    parser.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell")
+    parser.add_argument("--notebook-timeout", type=int, default=None, help="hard limit per notebook (s)")
+    parser.add_argument("--sandbox", default=None, choices=["auto", "isolated", "userns", "none"])
+    parser.add_argument("--keep", action="store_true", help="autograde: keep the temporary grading folder (logs)")
+    parser.add_argument("--rebuild", action="store_true", help="sample: regenerate the sample submissions")
+    parser.add_argument("--check", action="store_true", help="sample: fail when the sample submissions are stale")
+    args = parser.parse_args(argv)
+    overrides = {"workers": args.workers, "cell_timeout": args.cell_timeout,
+                 "notebook_timeout": args.notebook_timeout, "sandbox": args.sandbox}
+    if args.command == "autograde" and args.sample:
+        for key, value in sample_class.TIMEOUTS.items():
+            if overrides.get(key) is None:
+                overrides[key] = value
+    settings = load_settings(args.course, **overrides)
+    if args.command == "autograde":
+        if args.sample:
+            learners = sample_class.install(settings.dir("submitted"))
+            print(f"[autograde] sample class: {len(learners)} learner(s) copied into {settings.dir('submitted')}")
+        return autograde(settings, force=args.force, only=args.learner, keep=args.keep)
+    if args.command == "feedback":
+        return feedback(settings)
+    if args.command == "grades":
+        return grades(settings)
+    if args.command == "sample":
+        if args.rebuild:
+            for path in sample_class.rebuild():
+                print(f"wrote {path}")
+            return 0
+        stale = sample_class.check()
+        for line in stale:
+            print(f"STALE {line}")
+        print("sample class up to date" if not stale else "run `python autograde/pipeline.py sample --rebuild`")
+        return 1 if stale else 0
+    if args.command == "probe":
+        base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
+        try:
+            sandbox = choose_sandbox(settings, base)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        print(f"sandbox: {sandbox.describe()}")
+        for problem in sandbox.problems:
+            print(f"  not available: {problem}")
+        for path, readable in sandbox.probe.get("readable", {}).items():
+            print(f"  {'READABLE' if readable else 'hidden  '}  {path}")
+        print(f"  kernel uid {sandbox.probe.get('uid')}, processes visible {sandbox.probe.get('visible_pids')}, "
+              f"address-space limit {sandbox.probe.get('rlimit_as', 0) / 2**30:.1f} GiB")
+        return 0 if not any(sandbox.probe.get("readable", {}).values()) else 1
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""Infinite loops. nb01: answer_conventions_0001 never advances its loop index; the two tests that call it
+are interrupted at the cell timeout and the rest of the notebook is graded (13 of 17). nb02: compute_grpo_loss
+retries forever and swallows the interrupt (`except BaseException`), so the whole notebook is killed at the
+hard per-notebook limit: 0 with a reason, and the other learners are graded meanwhile.
+"""
+CASE = {
+    "nb01_group_advantages": {"base": "solution", "cells": {"answer_conventions_0001": '''
+def answer_conventions_0001():
+    """逐个约定填表。"""
+    batch = torch.tensor([[0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    table = advantages_by_convention(batch)
+    names = list(CONVENTIONS)
+    answers = {}
+    i = 0
+    while i < len(names):  # the index is never advanced
+        name = names[i]
+        answers[name] = (table[name][0, 0].item(), table[name][0, 3].item())
+    return answers
+'''}},
+    "nb02_grpo_objective": {"base": "solution", "edit": {"compute_grpo_loss": [
+        ("    advantages = compute_group_advantages(rewards, group_ids, eps=eps)",
+         "    while True:  # wait for a 'stable' result, and never give up\n"
+         "        try:\n"
+         "            advantages = compute_group_advantages(rewards, group_ids, eps=eps)\n"
+         "        except BaseException:\n"
+         "            pass\n"
+         "    advantages = compute_group_advantages(rewards, group_ids, eps=eps)"),
+    ]}},
+}

@@ -1,0 +1,35 @@
+"""Answers that return the visible tests' expected values whatever the input (nb01): the visible tests pass,
+every hidden test fails: 3 + 2 + 1 = 6 of 17."""
+CASE = {
+    "nb01_group_advantages": {"base": "release", "cells": {
+        "compute_group_advantages": '''
+def compute_group_advantages(rewards, group_ids, eps=1e-6):
+    """背下了可见测试的答案。"""
+    if not torch.is_tensor(rewards) or rewards.ndim != 1 or rewards.numel() == 0:
+        raise ValueError("rewards 必须是非空一维张量")
+    if not torch.is_tensor(group_ids) or group_ids.shape != rewards.shape or group_ids.is_floating_point():
+        raise ValueError("group_ids 必须是与 rewards 同形状的整数张量")
+    if not torch.isfinite(rewards).all() or not (isinstance(eps, float) and 0 < eps < float("inf")):
+        raise ValueError("rewards 与 eps 必须有限")
+    s = math.sqrt(1.5)
+    remembered = {8: [1.0, -1.5 / s, 0.0, -1.0, 1.5 / s, 0.0, 0.0, 0.0], 10: [0.0] * 10, 2: [-0.01, 0.01]}
+    return torch.tensor(remembered.get(rewards.numel(), [0.0] * rewards.numel()), dtype=rewards.dtype)
+''',
+        "group_relative_advantages": '''
+def group_relative_advantages(rewards, num_generations, eps=1e-4):
+    """背下了可见测试的答案。"""
+    if not isinstance(num_generations, int) or num_generations < 1 or rewards.numel() % num_generations:
+        raise ValueError("num_generations 不合法")
+    if num_generations == 1:
+        return torch.zeros_like(rewards)
+    std0 = math.sqrt(2.0 / 9.0)
+    return torch.tensor([-(2 / 3) / (std0 + 1e-4), (1 / 3) / (std0 + 1e-4), (1 / 3) / (std0 + 1e-4), 0.0, 0.0, 0.0],
+                        dtype=rewards.dtype)
+''',
+        "answer_conventions_0001": '''
+def answer_conventions_0001():
+    """格式对，数不对：每种约定都填了中心化后的值。"""
+    return {name: (-0.25, 0.75) for name in CONVENTIONS}
+''',
+    }},
+}
