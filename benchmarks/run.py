@@ -379,10 +379,72 @@ def bench_grpo_loss(tiny: bool) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- notebooks
+def _grade_sample_class(course: Path, workers: int | None, learners: list[str] | None) -> dict:
+    """Run `autograde/pipeline.py autograde --sample --force` on ``course``; wall-clock seconds + its summary."""
+    command = [sys.executable, str(ROOT / "autograde" / "pipeline.py"), "autograde", "--course", str(course),
+               "--sample", "--force"]
+    if workers is not None:
+        command += ["--workers", str(workers)]
+    for learner in learners or []:
+        command += ["--learner", learner]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               TQDM_DISABLE="1")
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seconds = time.perf_counter() - started
+    plan = re.search(r"\[autograde\] (\d+) learner\(s\), (\d+) notebook\(s\), (\d+) worker\(s\)", done.stdout)
+    summary = re.search(r"\[autograde\] done in ([\d.]+) s: (.*?);", done.stdout)
+    if plan is None or summary is None:
+        raise RuntimeError(f"autograde pipeline (workers={workers}) did not grade (rc {done.returncode}):\n"
+                           f"{done.stdout[-3000:]}")
+    grades = {f"{m.group(1)}/{m.group(2)}": f"{m.group(3)} {m.group(4) or 'graded'}"
+              for m in re.finditer(r"^\s+(\S+)\s+(nb\w+)\s+(\S+/\S+?)(?: \[(\w+)\])?\s*$", done.stdout, re.MULTILINE)}
+    return {"wall_s": seconds, "pipeline_reported_s": float(summary.group(1)), "statuses": summary.group(2),
+            "grades": grades,
+            "learners": int(plan.group(1)), "notebooks": int(plan.group(2)), "workers": int(plan.group(3)),
+            "returncode": done.returncode}
+
+
 def bench_autograde(tiny: bool) -> list[dict]:
     name = "autograde_parallel_speedup"
-    baseline = {"what": "the sample class graded with 1 worker", "unit": "s"}
-    return [unavailable(name, "x", baseline, "not written yet", ">= 1.6 on 2 cores")]
+    baseline = {"what": "the sample class graded with 1 worker (wall-clock seconds)", "unit": "s"}
+    goal = ">= 1.6 on 2 cores"
+    if not (ROOT / "autograde" / "pipeline.py").exists():
+        return [unavailable(name, "x", baseline, "autograde/pipeline.py is not in this checkout", goal)]
+    try:
+        chain = _chain()
+    except Unavailable as error:
+        return [unavailable(name, "x", baseline, str(error), goal)]
+    # tiny: two learners with one notebook each (both run in full), so two workers have one each
+    learners = ["s10_tests_edited_and_deleted", "s11_visible_fixture_values"] if tiny else None
+    with tempfile.TemporaryDirectory(prefix="grpo-bench-grade-") as tmp:
+        first = Path(tmp) / "course1"
+        first.mkdir()
+        shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", first / "nbgrader_config.py")
+        chain.release_into(first, Path(tmp) / "notebooks")  # source, release and gradebook of this checkout
+        second = Path(tmp) / "course2"
+        shutil.copytree(first, second)  # the same starting state for the second run
+        serial = _grade_sample_class(first, 1, learners)
+        parallel = _grade_sample_class(second, None, learners)
+    floor = median(kernel_floor(chain, "import torch", 1 if tiny else 3))
+    differing = sorted(key for key in set(serial["grades"]) | set(parallel["grades"])
+                       if serial["grades"].get(key) != parallel["grades"].get(key))
+    speedup = serial["wall_s"] / parallel["wall_s"]
+    per_notebook = serial["wall_s"] / serial["notebooks"]
+    return [metric(name, speedup, "x", dict(baseline, value=serial["wall_s"]), {
+        "goal": goal, "goal_met": _goal(speedup, ">=", 1.6), "cores": os.cpu_count(),
+        "serial": serial, "parallel": parallel,
+        "same_grades_serial_and_parallel": not differing,
+        "grades_differing": {key: {"serial": serial["grades"].get(key), "parallel": parallel["grades"].get(key)}
+                             for key in differing},
+        "seconds_per_learner_notebook": per_notebook,
+        "floor_s": floor, "floor": "kernel start + `import torch` (one-cell notebook, nbclient, median)",
+        "per_notebook_vs_floor": per_notebook / floor,
+        "formula": ("value = wall time of `pipeline.py autograde --sample --force --workers 1` / wall time with "
+                    "the default workers (one per core), each on a fresh copy of the same released course; "
+                    "seconds per learner-notebook = 1-worker wall time / notebooks graded"),
+        "repeats": 1,
+    })]
 
 
 def _chain():
@@ -515,6 +577,19 @@ def table(results: dict) -> str:
     return "\n".join(lines + notes)
 
 
+def markdown_table(results: dict) -> str:
+    """The README's table of a results file (``--markdown PATH``)."""
+    lines = ["| metric | value | unit | baseline | goal | met |", "| --- | ---: | --- | ---: | --- | --- |"]
+    for m in results["metrics"]:
+        detail = m["detail"]
+        met = detail.get("goal_met")
+        value = _fmt(m["value"]) if m["value"] is not None else f"n/a ({detail.get('status', '')})"
+        lines.append(f"| `{m['name']}` | {value} | {m['unit']} | {_fmt(m['baseline'].get('value'))} "
+                     f"{m['baseline'].get('unit', '')} | {detail.get('goal', '-')} | "
+                     f"{'-' if met is None else ('yes' if met else '**no**')} |")
+    return "\n".join(lines)
+
+
 def run(tiny: bool, only: list[str] | None = None) -> dict:
     results = {"machine": machine(), "mode": "tiny" if tiny else "full", "metrics": []}
     for key, bench in BENCHMARKS.items():
@@ -552,12 +627,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), help="run only this group")
     parser.add_argument("--out", type=Path, default=None,
                         help="result file (default: benchmarks/results/latest.json for a full run, none for --tiny)")
+    parser.add_argument("--markdown", type=Path, default=None, metavar="RESULTS",
+                        help="print the markdown table of a results file and exit (for the README)")
     parser.add_argument("--logprobs-worker", nargs=5, metavar=("VARIANT", "B", "T", "V", "REPEATS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.logprobs_worker:
         variant, *numbers = args.logprobs_worker
         print(json.dumps(logprobs_worker(variant, *map(int, numbers))))
+        return 0
+    if args.markdown:
+        print(markdown_table(json.loads(args.markdown.read_text(encoding="utf-8"))))
         return 0
     results = run(args.tiny, args.only)
     print(table(results))
