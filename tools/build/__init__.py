@@ -1,0 +1,1 @@
+"""The single-source build chain: solutions/*.py -> autograde/source -> notebooks/."""
