@@ -74,6 +74,9 @@
 # | `completion_mask` | `[B*G, T]` | 有效回答 token（含第一个 EOS）为 1，其余为 0 |
 # | `per_token_loss` | `[B*G, T]` | 归约之前的逐 token 损失 |
 #
+# 公式里用 `ℓ^θ_{i,t}`、`ℓ^old_{i,t}`、`ℓ^ref_{i,t}` 分别表示 `policy_logps`、`old_logps`、`ref_logps` 的第 `(i, t)` 个元素，
+# `A_i` 是 `advantages[i]`，`m_{i,t}` 是 `completion_mask[i, t]`。
+#
 # 下面的单元给出三个**只读**的共享部件（不评分，直接使用）：
 #
 # - `token_kl_penalty`：第 2 课写过的非负 KL 估计 `exp(Δ) − Δ − 1`，其中 `Δ = ref − policy`；
