@@ -1,1 +1,1 @@
-"""The single-source build chain: solutions/*.py -> autograde/source -> notebooks/."""
+"""Maintainer tooling: the single-source -> nbgrader source -> learner release chain."""

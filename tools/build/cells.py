@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from tools import bootstrap
+from tools.preflight import PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
@@ -128,8 +129,8 @@ def _py(value) -> str:
 
 def bootstrap_source(profile: str, settings: dict) -> str:
     """Python source of the locked first code cell for a notebook of ``profile``."""
-    if profile not in bootstrap.PROFILE_REQUIREMENTS:
-        raise ValueError(f"unknown profile {profile}; known: {', '.join(bootstrap.PROFILE_REQUIREMENTS)}")
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
     repository, branch = _course(settings)
     return _CELL.format(
         profile=_py(profile),
