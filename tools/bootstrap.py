@@ -107,18 +107,21 @@ def _spec(requirement) -> str:
     return f"{requirement.name}{requirement.op or ''}{requirement.version or ''}"
 
 
-def missing_requirements(profile: str, root: Path, torch_version: str | None) -> list[str]:
-    """Requirement specifiers pip must install for ``profile``: what the preflight marks missing or too
-    old, never torch when one is installed, and never the separately installed CUDA torch of PT-RL-CUDA."""
+def failing_requirements(profile: str, root: Path) -> list:
+    """The requirements of ``profile`` whose preflight row is fatal (missing or too old)."""
     requirements = profile_requirements(profile, root)
     rows = collect_rows(profile, requirements=requirements, root=root)
     failing = {row["item"] for row in rows if row["fatal"] and row["item"] not in _NOT_PACKAGES}
+    return [requirement for requirement in requirements if requirement.name in failing]
+
+
+def install_specs(requirements: list, torch_version: str | None) -> list[str]:
+    """pip specifiers for ``requirements``, leaving out torch when one is installed (the platform's
+    build stays) and PT-RL-CUDA's torch, which comes from no requirement file (a CUDA wheel matching
+    the driver is installed by hand)."""
     specs = []
     for requirement in requirements:
-        if requirement.name not in failing:
-            continue
-        if requirement.name.lower() in PLATFORM_PACKAGES:
-            # keep the platform's torch; PT-RL-CUDA's torch (no requirement file line) is installed by hand
+        if _normalise(requirement.name) in PLATFORM_PACKAGES:
             if torch_version is not None or ".txt:" not in requirement.source:
                 continue
         specs.append(_spec(requirement))
@@ -136,7 +139,7 @@ def pip_command(missing: list[str], constraints: Path | None, python: str | None
 def ensure_requirements(profile: str, root: Path) -> list[str]:
     """Install what ``profile`` lacks (keeping the platform's torch); return the installed lines."""
     torch_version = platform_torch_version()
-    missing = missing_requirements(profile, root, torch_version)
+    missing = install_specs(failing_requirements(profile, root), torch_version)
     if not missing:
         return []
     print(f"正在安装 {profile} 所需的依赖（保留已有的 torch {torch_version or '（未安装）'}）：{' '.join(missing)}")
