@@ -16,8 +16,6 @@ __all__ = ["build_response_batch", "move_response_batch", "response_sequence_log
 # Tokens that close a turn in common chat templates (ChatML / Qwen, Llama 3, Gemma, Phi-3).
 _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 
-# Upper bound on the temporary a row-chunked logsumexp may allocate (float32 / float64 path).
-_LOGSUMEXP_CHUNK_BYTES = 64 * 1024 * 1024
 
 
 def _encode(tokenizer, text: str, add_special_tokens: bool) -> list[int]:
@@ -137,12 +135,7 @@ def move_response_batch(batch: dict, device) -> dict:
     return {key: value.to(device) if torch.is_tensor(value) else value for key, value in batch.items()}
 
 
-def _rows_per_chunk(logits: torch.Tensor) -> int:
-    row_bytes = max(1, logits[0].numel() * logits.element_size())
-    return max(1, _LOGSUMEXP_CHUNK_BYTES // row_bytes)
-
-
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_chunk: int | None = None) -> torch.Tensor:
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_chunk: int = 1) -> torch.Tensor:
     """Log-probability of ``index`` under ``softmax(logits)``, without a second ``logits``-sized tensor.
 
     ``logits`` is ``[B, T, V]`` (or ``[B, V]``), ``index`` is ``[B, T]`` (or ``[B]``); the result has
@@ -150,26 +143,27 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_ch
 
         torch.log_softmax(logits, -1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
 
-    which would allocate a full ``[B, T, V]`` log-softmax. Here:
+    which allocates a full ``[B, T, V]`` log-softmax next to the logits. Here:
 
     * float32 / float64: gather the target logits (``[B, T]``) and subtract ``logsumexp`` over the
-      vocabulary, computed ``rows_per_chunk`` batch rows at a time (default: as many rows as fit in
-      64 MiB of temporary), so the largest temporary is ``[rows_per_chunk, T, V]``;
+      vocabulary computed ``rows_per_chunk`` batch rows at a time (default 1, as TRL does), so the
+      largest temporary is ``[rows_per_chunk, T, V]``;
     * bfloat16 / float16: row by row, ``log_softmax`` of one row upcast to float32 (``[T, V]``), then
-      gather - as TRL's ``selective_log_softmax`` does, with the upcast for accuracy. The result is
-      float32 for half-precision inputs.
+      gather - as TRL's ``selective_log_softmax`` does, plus the upcast for accuracy. The result is
+      float32 for half-precision inputs (a bf16 log-prob near -6 is only good to ~0.03).
+
+    Gradients flow to ``logits`` in both paths.
     """
     if logits.shape[:-1] != index.shape:
         raise ValueError(f"logits {tuple(logits.shape)} 与 index {tuple(index.shape)} 的前几维必须一致")
+    if isinstance(rows_per_chunk, bool) or not isinstance(rows_per_chunk, int) or rows_per_chunk < 1:
+        raise ValueError(f"rows_per_chunk 必须是正整数，收到 {rows_per_chunk!r}")
     index = index.long()
     if logits.dtype in (torch.float32, torch.float64):
-        chunk = rows_per_chunk if rows_per_chunk is not None else _rows_per_chunk(logits)
-        if chunk < 1:
-            raise ValueError(f"rows_per_chunk 必须是正整数，收到 {chunk}")
         target_logits = logits.gather(-1, index.unsqueeze(-1)).squeeze(-1)  # [B, T]
         logsumexp_values = torch.cat(
-            [torch.logsumexp(part, dim=-1) for part in logits.split(chunk, dim=0)], dim=0
-        )  # [B, T], each part's temporary is [chunk, T, V]
+            [torch.logsumexp(part, dim=-1) for part in logits.split(rows_per_chunk, dim=0)], dim=0
+        )  # [B, T]; each part is a view [rows_per_chunk, T, V]
         return target_logits - logsumexp_values  # [B, T]
     rows = []
     for row_logits, row_index in zip(logits, index):  # row_logits [T, V], row_index [T]
