@@ -322,7 +322,8 @@ try:
                 lora_rank=CONFIG.lora_rank, lora_alpha=CONFIG.lora_alpha, lora_dropout=CONFIG.lora_dropout,
                 target_modules=CONFIG.lora_target_modules, seed=CONFIG.seed)
             optimizer = torch.optim.AdamW(trainable, lr=CONFIG.effective_learning_rate)
-            scaler = torch.amp.GradScaler("cuda") if precision.grad_scaler else None
+            # fp16 only: scale the loss so small gradients survive; a moderate start scale avoids overflowing step 1
+            scaler = torch.amp.GradScaler("cuda", init_scale=1024.0) if precision.grad_scaler else None
             old_logps = gx.sequence_logps(policy, batch, precision)  # [N] the baseline: policy before any update
             steps = [gx.grpo_update_step(policy, batch, old_logps, advantages, optimizer, trainable,
                                          CONFIG.clip_range, precision, scaler)
@@ -337,8 +338,8 @@ try:
     gx.finalize_measured(record)
 except Exception as error:  # every failure becomes evidence, with the stage it happened in
     gx.mark_failure(record, stage, error)
-finally:
-    policy = optimizer = scaler = None
+finally:  # drop the model, its adapters and optimizer state before the next cell
+    policy = optimizer = scaler = trainable = None
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -414,7 +415,7 @@ SEED_REFERENCE = {  # 种子教材记录的 RTX 5070 Ti 参考值（v3 / default
     "verifier": "正确率 0.50 / 0.50；格式通过率 1.00 / 0.625；不可判定 0 / 1",
     "mechanism": "奖励标准差 0.500 / 0.489；非零优势 4 / 8；零方差保护通过",
     "direction": "分离度 1.476 / 1.731；裁剪比例 0.438 / 0.594；扩展组最后一步梯度范数 0",
-    "resources": "中位更新 47.58 / 76.88 ms；峰值显存 2.16 / 3.29 GB（种子代码，含完整 log-softmax）",
+    "resources": "中位更新 47.58 / 76.88 ms；峰值显存 2.16 / 3.29 GB（种子的运行时，对数概率会复制完整 log-softmax）",
     "decision": "accept_mechanism；分离度最高：expanded_group（仅诊断）",
 }
 
@@ -444,7 +445,8 @@ def interpretation_rows(rec):
         direction_read = ("两档的正优势候选都相对上升，更新方向与验证器一致" if separations_ok
                           else "有一档分离度 ≤ 0：方向不对，先查奖励符号和优势，再谈学习率")
         if saturated:
-            direction_read += f"；{', '.join(saturated)} 末步已有一半以上候选被裁剪（或梯度归零），说明继续更新的信号在消失"
+            direction_read += (f"；{', '.join(saturated)} 在最后一步至少一半候选的比率已离开裁剪区间（或梯度归零），"
+                               "继续更新的有效信号正在变少")
         metric = cands[0]["peak_memory_metric"]
         if metric == "cuda_max_memory_allocated":
             memory_now = "峰值显存 " + pair([c["peak_allocated_bytes"] / 1e9 for c in cands], "{:.2f}") + " GB"
