@@ -43,13 +43,15 @@ def _missing() -> str | None:
     return None
 
 
-def _first_solution_cell(path: Path) -> int:
-    """Index of the first TODO (nbgrader answer code cell) in the learner notebook file."""
+def _first_todo(path: Path) -> tuple[int, str]:
+    """(index, name of the function it defines) of the first TODO (nbgrader answer code cell)."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
     for index, cell in enumerate(notebook["cells"]):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell["cell_type"] == "code" and meta.get("solution"):
-            return index
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            defined = re.search(r"^def (\w+)", source, re.MULTILINE)
+            return index, defined.group(1) if defined else ""
     raise AssertionError("the learner notebook has no answer cell (nbgrader solution: true)")
 
 
@@ -65,13 +67,16 @@ def test_notebook1_in_chromium(tmp_path):
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "docmanager-extension"
     settings.mkdir(parents=True)
     (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}), encoding="utf-8")
+    news = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"  # no "Jupyter news?" toast
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}), encoding="utf-8")
     env = dict(os.environ)
     env.update(
         JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "lab-workspaces"),
         JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-        PYTHONPATH=str(ROOT),
     )
+    env.pop("PYTHONPATH", None)  # the notebook's bootstrap cell finds the course by itself
     relative = NOTEBOOK.relative_to(ROOT).as_posix()
     with open(tmp_path / "jupyterlab.log", "w") as log:
         server = LabServer(ROOT, env=env, log=log)
@@ -101,14 +106,17 @@ def test_notebook1_in_chromium(tmp_path):
     code_cells = [cell for cell in cells if cell["kind"] == "code"]
     assert code_cells[0]["prompt"].startswith("[1]"), code_cells[0]
     assert not code_cells[0]["errors"], code_cells[0]["errors"]
+    assert "preflight BASE-CPU: ok" in "".join(code_cells[0]["outputs"]), code_cells[0]["outputs"]
 
     # Run All stops at the first error: NotImplementedError, in a cell at or after the first TODO,
     # with every code cell before it executed cleanly and none after it executed.
     failing = [cell for cell in cells if cell["errors"]]
     assert failing, "no error shown: the first TODO should raise NotImplementedError"
     first = failing[0]
-    assert "NotImplementedError" in "\n".join(first["errors"]), first["errors"]
-    assert first["index"] >= _first_solution_cell(NOTEBOOK), (first["index"], _first_solution_cell(NOTEBOOK))
+    shown = "\n".join(first["errors"])
+    todo_index, todo_function = _first_todo(NOTEBOOK)
+    assert "NotImplementedError" in shown, shown
+    assert first["index"] > todo_index and f"in {todo_function}(" in shown, (first["index"], todo_index, shown)
     for cell in code_cells:
         if cell["index"] < first["index"]:
             assert re.fullmatch(r"\[\d+\]:", cell["prompt"]), f"cell {cell['index']} before the error did not run: {cell}"

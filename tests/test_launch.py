@@ -413,7 +413,7 @@ def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
 @pytest.mark.slow
 def test_make_lab_serves_the_course_with_nbgrader(tmp_path):
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), PYTHONPATH=str(ROOT))
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
     process = subprocess.Popen([sys.executable, "-m", "tools.lab", "--no-browser", "--port", "0"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:

@@ -83,7 +83,6 @@ class LabServer:
     def start(self, timeout: float = 120.0) -> "LabServer":
         command = lab_command(self.root, self.port, self.token, ip=self.ip, open_browser=self.open_browser)
         env = dict(os.environ if self.env is None else self.env)
-        env.setdefault("PYTHONPATH", str(self.root))
         # cwd = the nbgrader course folder: the formgrader reads ./nbgrader_config.py from the server's cwd.
         cwd = self.root / "autograde" if (self.root / "autograde").is_dir() else self.root
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=self.log,

@@ -80,18 +80,20 @@ try {
     });
   });
 
-  // Screenshots: the top (badges, bootstrap, 导读) and the first error in view.
-  await page.locator('.jp-Notebook .jp-Cell').first().scrollIntoViewIfNeeded();
-  await page.screenshot({ path: shot('top') });
-  const firstError = page.locator('.jp-Notebook .jp-Cell', {
-    has: page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'),
-  }).first();
+  // Screenshots: the rendered 导读 heading (with the bootstrap's output above it) and the first error.
+  const intro = page.locator('.jp-RenderedMarkdown :is(h1, h2)', { hasText: opts.heading ?? '导读' }).first();
+  if (await intro.count()) {
+    await intro.evaluate((node) => node.scrollIntoView({ block: 'center' }));
+    await page.waitForTimeout(500);
+  }
+  await page.screenshot({ path: shot('intro') });
+  const firstError = page.locator('.jp-Notebook .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').first();
   if (await firstError.count()) {
-    await firstError.scrollIntoViewIfNeeded();
-    await page.waitForTimeout(300);
+    await firstError.evaluate((node) => node.scrollIntoView({ block: 'center' }));
+    await page.waitForTimeout(500);
   }
   await page.screenshot({ path: shot('first_todo') });
-  console.log(JSON.stringify({ cells: report, pageErrors: consoleErrors, screenshots: [shot('top'), shot('first_todo')] }));
+  console.log(JSON.stringify({ cells: report, pageErrors: consoleErrors, screenshots: [shot('intro'), shot('first_todo')] }));
 } catch (error) {
   console.error(String(error?.stack ?? error));
   // What the page showed when it failed: prompts, kernel indicator, a screenshot.
