@@ -105,7 +105,7 @@ class LabServer:
             return False
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Stop the server and its kernels (SIGINT twice is Jupyter's clean shutdown; then SIGKILL)."""
+        """Stop the server (SIGTERM: Jupyter shuts its kernels down cleanly; SIGKILL if it hangs)."""
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
