@@ -10,6 +10,7 @@ RUN_MODE  ?= dry_run
 RUN_LABEL ?= default
 export PYTHONUNBUFFERED := 1
 export MPLBACKEND := Agg
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
         bench tiny-model qwen-shaped-checkpoint preflight clean

@@ -1,0 +1,30 @@
+"""Every notebook of the series: learner versions up to date and leak-free, solutions run green,
+learner versions fail only with NotImplementedError."""
+from __future__ import annotations
+
+import pytest
+
+import tools.build.notebooks as chain
+
+ASSIGNMENTS = chain.assignments()
+
+
+def test_every_source_has_a_learner_version_and_nothing_leaks():
+    assert ASSIGNMENTS, "solutions/ holds no notebook source"
+    assert chain.check() == 0, "run `make release` (see the FAIL lines above)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_runs_green(assignment):
+    nb, seconds = chain.execute_solution(assignment)
+    errors = chain.cell_errors(nb)
+    assert not errors, f"{assignment}: cells raised {errors}"
+    print(f"{assignment}: solution executed in {seconds:.1f} s (kernel start included)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_learner_version_fails_only_with_not_implemented(assignment):
+    nb, _ = chain.execute_learner(assignment)
+    assert chain.learner_problems(nb) == []

@@ -1,0 +1,55 @@
+"""`make demo`: the whole course in one run, printing what it did and where the results went.
+
+Steps: tiny model -> execute every solution notebook -> learner release (+ check) -> autograde the
+bundled sample class -> feedback and grade table -> final experiment in dry_run and tiny_cpu.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def _step(title: str, command: list[str]) -> tuple[str, bool, float]:
+    print(f"\n=== {title}\n$ {' '.join(command)}", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT)
+    seconds = time.perf_counter() - started
+    ok = done.returncode == 0
+    print(f"--- {'ok' if ok else f'FAILED (exit {done.returncode})'} in {seconds:.1f} s", flush=True)
+    return title, ok, seconds
+
+
+def main() -> int:
+    executed = ROOT / "build" / "executed"
+    steps = [
+        ("tiny Qwen2 checkpoint (tools.tiny_model)", [PY, "-m", "tools.tiny_model"]),
+        ("execute every solution notebook", [PY, "-m", "tools.build.notebooks", "execute", "--which", "solution",
+                                             "--save", str(executed)]),
+        ("learner release (nbgrader generate_assignment)", [PY, "-m", "tools.build.notebooks", "release"]),
+        ("release check (stale / leaks)", [PY, "-m", "tools.build.notebooks", "check"]),
+        ("autograde the sample class", [PY, "autograde/pipeline.py", "autograde", "--sample"]),
+        ("feedback per learner", [PY, "autograde/pipeline.py", "feedback"]),
+        ("grade export", [PY, "autograde/pipeline.py", "grades"]),
+        ("final experiment, dry_run", [PY, "-m", "tools.experiment", "--mode", "dry_run", "--label", "demo_dry_run"]),
+        ("final experiment, tiny_cpu", [PY, "-m", "tools.experiment", "--mode", "tiny_cpu", "--label", "demo_tiny_cpu"]),
+    ]
+    results = [_step(title, command) for title, command in steps]
+    print("\n=== summary")
+    for title, ok, seconds in results:
+        print(f"  {'ok    ' if ok else 'FAILED'} {seconds:7.1f} s  {title}")
+    print("\nwhere things went:")
+    print(f"  executed solution notebooks : {executed.relative_to(ROOT)}/solution/")
+    print("  learner notebooks           : notebooks/<assignment>/<assignment>.ipynb")
+    print("  gradebook / grades          : autograde/gradebook.db, autograde/grades.csv, autograde/grades_by_test.csv")
+    print("  feedback (HTML)             : autograde/feedback/<learner>/<assignment>/")
+    print("  experiment evidence (JSON)  : benchmarks/results/pt_grpo/pt-grpo-real-model-update_demo_*.json")
+    return 0 if all(ok for _, ok, _ in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
