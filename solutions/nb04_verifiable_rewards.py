@@ -1,7 +1,11 @@
 # ---
 # jupyter:
-#   kernelspec: {display_name: Python 3, language: python, name: python3}
-# course: {profile: BASE-CPU}
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   course:
+#     profile: BASE-CPU
 # ---
 
 # %% [markdown]
@@ -158,6 +162,7 @@ import random as _random
 from tools.grading import trusted as _trusted
 
 _isinstance = _trusted("isinstance")
+_expected_keys = {"verifier_id", "status", "parsed_answer", "correctness", "format_pass", "total_reward"}
 
 
 def _scan_integers(text):

@@ -1,7 +1,11 @@
 # ---
 # jupyter:
-#   kernelspec: {display_name: Python 3, language: python, name: python3}
-# course: {profile: PT-CPU}
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   course:
+#     profile: PT-CPU
 # ---
 
 # %% [markdown]
@@ -447,15 +451,15 @@ print(f"参照：均匀分布下每个词元的对数概率 = −log V = {-torch
 # 课程运行时的 `selective_log_softmax` 按批次行分块计算 `logsumexp`，最大的临时张量只有 `[rows_per_chunk, T, V]`。
 #
 # **怎样测**：CPU 上没有 `torch.cuda.max_memory_allocated()` 这样的计数器，`tracemalloc` 也看不到 torch 的分配。
-# 我们改用操作系统记录的**进程峰值常驻内存**：每种写法在一个**新的子进程**里运行，先造好同样的 logits，
-# 把峰值计数清零，执行一次该写法，峰值减去执行前的常驻内存，就是这种写法额外占用的内存。
+# 我们改用操作系统记录的**进程峰值常驻内存**：在一个**新的子进程**里造好 logits，把峰值计数清零，执行一种写法，
+# 峰值减去执行前的常驻内存，就是这种写法额外占用的内存；清零后再测下一种写法。
 #
 # - Linux：向 `/proc/self/clear_refs` 写入 `5` 把峰值（`/proc/self/status` 里的 `VmHWM`）重置为当前常驻内存（`VmRSS`），测完再读 `VmHWM`；
-# - 其他系统（macOS）：没有重置的办法，退而使用 `resource.getrusage(...).ru_maxrss` 的增量；如果之前出现过更高的峰值，增量会偏小；
-# - glibc 的 `malloc` 会把释放掉的中等大小内存块留在进程里复用，这部分不会在常驻内存里“消失”。子进程设置
+# - 其他系统（macOS）没有重置的办法：退而使用 `resource.getrusage(...).ru_maxrss` 的增量，并且每种写法各用一个新的子进程；
+# - glibc 的 `malloc` 会把释放掉的中等大小内存块留在进程里复用，这部分不会从常驻内存里“消失”。子进程设置
 #   `MALLOC_MMAP_THRESHOLD_=65536`，让 64 KiB 以上的块都直接向操作系统申请、释放时立即归还，峰值才如实反映同一时刻存在的张量。
 #
-# 四个子进程同时启动，互不干扰。形状取 `B=8, T=32, V=151,936`（Qwen2.5 的词表），logits 本身约 148 MiB。
+# 形状取 `B=8, T=32, V=151,936`（Qwen2.5 的词表），logits 本身约 148 MiB。
 
 # %%
 MEMORY_PROBE = r"""
@@ -463,11 +467,13 @@ import json, resource, sys
 import torch
 from tools.post_training_runtime import selective_log_softmax
 torch.set_num_threads(1)
-mode, B, T, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+B, T, V = (int(value) for value in sys.argv[1:4])
+modes = sys.argv[4:]
 generator = torch.Generator().manual_seed(0)
-logits = torch.randn(B, T, V, generator=generator)          # [B, T, V]
+logits = torch.randn(B, T, V, generator=generator)            # [B, T, V]
 input_ids = torch.randint(0, V, (B, T), generator=generator)  # [B, T]
 targets = input_ids[:, 1:]                                     # [B, T-1]
+RU_UNIT = 1 if sys.platform == "darwin" else 1024              # ru_maxrss: bytes on macOS, KiB on Linux
 
 def proc_status(key):
     with open("/proc/self/status") as handle:
@@ -479,47 +485,59 @@ def start_measurement():
             handle.write("5")                                  # reset VmHWM to the current VmRSS
         return "VmHWM", proc_status("VmRSS")
     except OSError:
-        unit = 1 if sys.platform == "darwin" else 1024         # ru_maxrss: bytes on macOS, KiB on Linux
-        return "ru_maxrss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+        return "ru_maxrss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RU_UNIT
 
 def peak_now(method):
     if method == "VmHWM":
         return proc_status("VmHWM")
-    unit = 1 if sys.platform == "darwin" else 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * RU_UNIT
+
+def run(mode):
+    if mode == "naive_sliced":      # MiniMind / most tutorials: log_softmax of the shifted view
+        return torch.log_softmax(logits[:, :-1, :], dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if mode == "naive_full":        # log_softmax of the whole (contiguous) logits, then shift
+        return torch.log_softmax(logits, dim=-1)[:, :-1, :].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    rows = {"selective_4rows": 4, "selective_1row": 1}[mode]
+    return selective_log_softmax(logits[:, :-1, :], targets, rows_per_chunk=rows)
 
 with torch.no_grad():
     selective_log_softmax(logits[:1, :2], input_ids[:1, 1:3])  # load the kernels before measuring
     torch.log_softmax(logits[:1, :2], dim=-1)
-    method, before = start_measurement()
-    if mode == "naive_sliced":      # MiniMind / most tutorials: log_softmax of the shifted view
-        out = torch.log_softmax(logits[:, :-1, :], dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    elif mode == "naive_full":      # log_softmax of the whole (contiguous) logits, then shift
-        out = torch.log_softmax(logits, dim=-1)[:, :-1, :].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    elif mode == "selective_4rows":
-        out = selective_log_softmax(logits[:, :-1, :], targets, rows_per_chunk=4)
-    else:
-        out = selective_log_softmax(logits[:, :-1, :], targets, rows_per_chunk=1)
-    extra = peak_now(method) - before
-print(json.dumps({"mode": mode, "method": method, "extra_peak_bytes": extra, "checksum": float(out.double().sum())}))
+    for mode in modes:
+        method, before = start_measurement()
+        out = run(mode)
+        extra = peak_now(method) - before
+        print(json.dumps({"mode": mode, "method": method, "extra_peak_bytes": extra, "checksum": float(out.double().sum())}))
+        del out
+        if method != "VmHWM":
+            break                   # a non-resettable peak: every further mode needs a fresh process
 """
 MEMORY_SHAPE = (8, 32, 151936)
 MEMORY_MODES = ["naive_sliced", "naive_full", "selective_4rows", "selective_1row"]
 course_root = Path(tools.__file__).resolve().parent.parent
 probe_env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536",
                  PYTHONPATH=os.pathsep.join(filter(None, [str(course_root), os.environ.get("PYTHONPATH")])))
+
+
+def run_memory_probe(modes):
+    """Run MEMORY_PROBE in a fresh interpreter; return its records for the modes it measured."""
+    done = subprocess.run([sys.executable, "-c", MEMORY_PROBE, *map(str, MEMORY_SHAPE), *modes], cwd=course_root,
+                          env=probe_env, capture_output=True, text=True, timeout=180)
+    if done.returncode != 0:
+        raise RuntimeError(f"内存测量子进程失败：\n{done.stderr[-2000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
 memory = {}
 if sys.platform.startswith("win"):
     print("Windows 没有 resource 模块和 /proc，这里跳过实测；请在 Linux 或 macOS 上运行本单元格。")
 else:
-    processes = [subprocess.Popen([sys.executable, "-c", MEMORY_PROBE, mode, *map(str, MEMORY_SHAPE)], cwd=course_root,
-                                  env=probe_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for mode in MEMORY_MODES]
-    for mode, process in zip(MEMORY_MODES, processes):
-        stdout, stderr = process.communicate(timeout=120)
-        if process.returncode != 0:
-            raise RuntimeError(f"内存测量子进程 {mode} 失败：\n{stderr[-2000:]}")
-        memory[mode] = json.loads(stdout.strip().splitlines()[-1])
+    pending = list(MEMORY_MODES)
+    while pending:
+        records = run_memory_probe(pending)
+        for record in records:
+            memory[record["mode"]] = record
+        pending = [mode for mode in pending if mode not in memory]
 
 B_, T_, V_ = MEMORY_SHAPE
 one_copy = B_ * (T_ - 1) * V_ * 4  # bytes of one float32 [B, T-1, V] tensor
