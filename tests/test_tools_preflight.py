@@ -64,7 +64,7 @@ def test_missing_and_too_old_packages_fail_with_the_fix():
     rows = {row["item"]: row for row in report["rows"]}
     assert report["ok"] is False
     assert rows["grpo-course-no-such-package"]["status"] == "missing" and rows["grpo-course-no-such-package"]["fatal"]
-    assert rows["pytest"]["status"] == "too old" and rows["pytest"]["installed"] == __import__("pytest").__version__
+    assert rows["pytest"]["status"] == "too old" and rows["pytest"]["installed"] == pytest.__version__
     text = out.getvalue()
     assert "grpo-course-no-such-package" in text and "FAILED" in text  # the full table, despite quiet_ok
     assert "make setup PROFILE=PT-CPU" in text and "pip install -r environments/pt-cpu.txt" in text

@@ -1,6 +1,7 @@
 """tools.training_mechanism_runtime: hardware snapshot, gradient norm, percentiles, peak RSS."""
 
 import json
+import os
 import random
 
 import numpy as np
@@ -76,12 +77,10 @@ def test_hardware_snapshot_never_raises_and_is_json():
 
 def _current_rss_bytes():
     with open("/proc/self/statm") as handle:
-        import os
-
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="needs Linux /proc")
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
 def test_peak_rss_bytes_covers_a_fresh_allocation():
     before = _current_rss_bytes()
     block = bytearray(96 * 1024 * 1024)  # zero-filled: its pages are resident

@@ -179,7 +179,13 @@ def response_sequence_logps(model, batch: dict, normalize: bool = True) -> tuple
     ``response_mask[b, t+1]`` is True, and 0 elsewhere (prompt, template text, padding).
     ``sequence_logps`` is their mean over the response tokens when ``normalize`` (the default), their
     sum otherwise. The model runs once; its ``[B, T, V]`` logits are the only tensor of that size
-    (see ``selective_log_softmax``).
+    (see ``selective_log_softmax``). The naive equivalent, which allocates a second ``[B, T-1, V]``::
+
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits      # [B, T, V]
+        token_logps = torch.log_softmax(logits[:, :-1], -1).gather(
+            -1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)                            # [B, T-1]
+        token_logps = token_logps * response_mask[:, 1:]                               # [B, T-1]
+        sequence_logps = token_logps.sum(-1) / response_mask[:, 1:].sum(-1)            # [B] (normalize)
     """
     input_ids = batch["input_ids"]  # [B, T]
     attention_mask = batch["attention_mask"]  # [B, T]

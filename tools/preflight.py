@@ -93,21 +93,19 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _version_key(text: str):
-    try:
-        from packaging.version import Version
-
-        return Version(text)
-    except Exception:
-        release = re.match(r"\d+(?:\.\d+)*", text)
-        return tuple(int(part) for part in release.group(0).split(".")) if release else (0,)
+def _release_tuple(text: str) -> tuple:
+    release = re.match(r"\d+(?:\.\d+)*", str(text).strip())
+    return tuple(int(part) for part in release.group(0).split(".")) if release else (0,)
 
 
 def _at_least(installed: str, minimum: str) -> bool:
+    """installed >= minimum, by PEP 440 when ``packaging`` is importable, else by release numbers."""
     try:
-        return _version_key(installed) >= _version_key(minimum)
-    except TypeError:  # Version against tuple: compare release numbers only
-        return _version_key(str(installed).split("+")[0]) >= _version_key(minimum)
+        from packaging.version import Version
+
+        return Version(installed) >= Version(minimum)
+    except Exception:  # no packaging, or a version string PEP 440 rejects
+        return _release_tuple(installed) >= _release_tuple(minimum)
 
 
 def _installed_version(name: str) -> str | None:

@@ -290,6 +290,8 @@ def _cached_build(final: Path, architecture: str, seed: int, builder) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(staging, 0o777 & ~umask)  # mkdtemp made it 0700
+        if _marker_matches(final, architecture, seed):  # another process finished meanwhile: keep its
+            return final
         if final.exists():  # stale (other recipe or library versions): move it aside, then drop it
             trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.stale-", dir=final.parent))
             try:
