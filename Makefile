@@ -9,7 +9,6 @@ PROFILE ?= PT-CPU
 RUN_MODE  ?= dry_run
 RUN_LABEL ?= default
 export PYTHONUNBUFFERED := 1
-export MPLBACKEND := Agg
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
