@@ -443,7 +443,7 @@ print("✅ compute_group_advantages 隐藏测试通过")
 #
 # 下面把你的实现和"逐组循环"的朴素写法放在 RL 常见的批次规模上比较（每个提示 8 个候选）。
 # 朴素写法每处理一个组都要在整个批次上做一次比较 `group_ids == g`，所以每组的开销随批次变大而变大。
-# 计时只是为了直观感受：数字取决于机器，这里不对时间做任何断言；严肃的速度结论放在 `benchmarks/` 里。
+# 两种写法都限定在一个线程上计时。计时只是为了直观感受：数字取决于机器，这里不对时间做任何断言；严肃的速度结论放在 `benchmarks/` 里。
 
 # %%
 def loop_group_advantages(rewards, group_ids, eps=1e-6):
@@ -467,19 +467,24 @@ def best_time(fn, *args, repeats=5):
 
 
 timing_gen = torch.Generator().manual_seed(1)
-print(f"{'组数':>6} {'候选数':>7} {'向量化 ms':>10} {'逐组循环 ms':>12} {'循环每组 µs':>12} {'倍数':>6}")
-for num_prompts in (256, 1024, 8192):
-    n = num_prompts * 8
-    ids = torch.randperm(n, generator=timing_gen) % num_prompts  # [N] shuffled group ids
-    r = torch.rand(n, generator=timing_gen)                       # [N]
-    t_vec = best_time(compute_group_advantages, r, ids)
-    if num_prompts <= 1024:  # the loop at 8192 groups would take seconds; measure it only on the smaller sizes
-        assert_close(loop_group_advantages(r, ids), compute_group_advantages(r, ids), atol=1e-5, what="两种写法的结果")
-        t_loop = best_time(loop_group_advantages, r, ids, repeats=2)
-        print(f"{num_prompts:>6} {n:>7} {t_vec * 1e3:>10.2f} {t_loop * 1e3:>12.1f} "
-              f"{t_loop / num_prompts * 1e6:>12.1f} {t_loop / t_vec:>6.0f}")
-    else:
-        print(f"{num_prompts:>6} {n:>7} {t_vec * 1e3:>10.2f} {'（未测）':>12} {'':>12} {'':>6}")
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # one thread for both versions: fairer, and less noisy on a shared machine
+try:
+    print(f"{'组数':>6} {'候选数':>7} {'向量化 ms':>10} {'逐组循环 ms':>12} {'循环每组 µs':>12} {'倍数':>6}")
+    for num_prompts in (256, 1024, 8192):
+        n = num_prompts * 8
+        ids = torch.randperm(n, generator=timing_gen) % num_prompts  # [N] shuffled group ids
+        r = torch.rand(n, generator=timing_gen)                       # [N]
+        t_vec = best_time(compute_group_advantages, r, ids, repeats=7)
+        if num_prompts <= 1024:  # the loop at 8192 groups would take seconds; measure it only on the smaller sizes
+            assert_close(loop_group_advantages(r, ids), compute_group_advantages(r, ids), atol=1e-5, what="两种写法的结果")
+            t_loop = best_time(loop_group_advantages, r, ids, repeats=2)
+            print(f"{num_prompts:>6} {n:>7} {t_vec * 1e3:>10.2f} {t_loop * 1e3:>12.1f} "
+                  f"{t_loop / num_prompts * 1e6:>12.1f} {t_loop / t_vec:>6.0f}")
+        else:
+            print(f"{num_prompts:>6} {n:>7} {t_vec * 1e3:>10.2f} {'（未测）':>12} {'':>12} {'':>6}")
+finally:
+    torch.set_num_threads(threads)
 
 # %% [markdown]
 # 读这张表：向量化版本的耗时大致随候选数线性增长，而且常数很小；逐组循环的"每组耗时"随批次变大而上升，
