@@ -1,0 +1,833 @@
+# ---
+# jupyter:
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+#   course: {profile: BASE-CPU}
+# ---
+
+# %% [markdown]
+# # 第 2 课　GRPO 目标函数：概率比、裁剪、参考 KL、掩码与候选等权
+#
+# ## 导读
+#
+# 上一课把"同一提示的候选奖励"变成了组内优势 $A_i$：正数表示这个回答比同组平均好，负数表示更差。
+# 这一课回答下一个问题：**有了 $A_i$，怎样把它变成一个可以反向传播的损失？** 要处理的事情有五件：
+#
+# 1. **概率比**：回答是旧策略 $\pi_{\text{old}}$ 采样的，更新的却是当前策略 $\pi_\theta$，用 $\rho = \pi_\theta/\pi_{\text{old}}$ 连接两者；
+# 2. **裁剪**：一次更新不能把概率比推得太远，超出 $[1-\epsilon, 1+\epsilon]$ 的部分不再给梯度；
+# 3. **参考 KL**：用一个非负的逐 token 估计量，把策略拴在冻结的参考模型附近，防止长期漂移；
+# 4. **回答掩码**：提示词与填充位置不属于回答，不能进入损失；
+# 5. **候选等权**：每个回答先在自己的有效 token 上求平均，再在回答之间平均——长回答不会因为 token 多而占更大权重。
+#
+# 你将实现两个计分函数：`token_kl_penalty`（k3 估计量）和 `compute_grpo_loss`（完整的 GRPO 目标），
+# 并用两张在笔记本里计算出来的图看清裁剪和等权到底做了什么。
+
+# %% [markdown]
+# ## 运行环境
+#
+# - 环境配置：**BASE-CPU**（PyTorch + matplotlib，不下载模型，不需要 GPU）。
+# - 笔记本最上方锁定的第一个单元把课程根目录加入 `sys.path`，先于你的代码导入 `tools.grading`，并打印 BASE-CPU 的环境检查表。
+# - 整本笔记在 2 核 CPU 上运行不超过 20 秒（不含内核启动）。
+# - 本课**不依赖**你是否完成了第 1 课：组内优势由下面一个只读单元直接提供（原因见那里）。
+#
+# ## 前置阅读
+#
+# - 第 1 课：候选组与组内优势。
+# - PPO 的裁剪目标：Schulman et al., 2017, *Proximal Policy Optimization Algorithms*（arXiv:1707.06347）第 3 节。
+# - GRPO 的目标函数：Shao et al., 2024, *DeepSeekMath*（arXiv:2402.03300）式 (3) 与 (4)。
+# - KL 的三种单样本估计量 k1/k2/k3：John Schulman, *Approximating KL Divergence*（2020 年的博客文章）。
+# - 长度偏差：Liu et al., 2025, *Understanding R1-Zero-Like Training*（Dr. GRPO，arXiv:2503.20783）第 3 节；
+#   TRL `GRPOConfig` 中 `loss_type` 的文档（`grpo` / `bnpo` / `dr_grpo` / `dapo`）。
+
+# %%
+# %matplotlib inline
+import math
+import numbers
+
+import matplotlib.pyplot as plt
+import torch
+
+from tools.grading import assert_close, expect_value_error
+
+torch.manual_seed(0)
+print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 第 0 步　提供的组内优势（只读）
+#
+# `compute_grpo_loss` 要先从奖励算出组内优势。这里直接提供一份 `compute_group_advantages`，而不是让你从第 1 课复制：
+#
+# - 每一课单独评分。如果第 2 课依赖你第 1 课的答案，第 1 课的一个小错误就会让第 2 课的测试也全部失败，
+#   分数就不再反映你在这一课学会了什么。
+# - 下面是**逐组循环**的写法：它最容易读，与第 1 课计分的向量化实现给出相同的数（同样的输入契约、总体标准差、
+#   `max(std, eps)` 下限、全等奖励组严格为 0）。性能不是这一课的重点。
+# - 这个单元是锁定的；评分时也会使用这里的版本。你的 `compute_grpo_loss` 直接调用它即可。
+
+# %% nbgrader={"locked": true, "grade_id": "provided_group_advantages"}
+def compute_group_advantages(rewards, group_ids, eps=1e-6):
+    """组内相对优势 (r - 组均值) / max(组内总体标准差, eps)（提供的参考版本，逐组循环）。"""
+    if not torch.is_tensor(rewards) or not torch.is_tensor(group_ids):
+        raise ValueError("输入契约：rewards 与 group_ids 必须是 torch.Tensor")
+    if rewards.ndim != 1 or group_ids.shape != rewards.shape or rewards.numel() == 0:
+        raise ValueError("输入契约：rewards 与 group_ids 必须是同形状、非空的一维张量")
+    if not rewards.is_floating_point() or group_ids.is_floating_point() or group_ids.dtype == torch.bool:
+        raise ValueError("输入契约：rewards 必须是浮点张量，group_ids 必须是整数张量")
+    if not torch.isfinite(rewards).all():
+        raise ValueError("输入契约：rewards 含 NaN 或 inf")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"输入契约：eps 必须是正的有限数，实际为 {eps!r}")
+    advantages = torch.zeros_like(rewards)  # [N]
+    for group_id in torch.unique(group_ids):
+        members = group_ids == group_id  # [N] bool
+        values = rewards[members]  # [n_g]
+        if values.max() == values.min():  # equal rewards (or a single candidate): exactly no signal
+            continue
+        centered = values - values.mean()
+        advantages[members] = centered / centered.pow(2).mean().sqrt().clamp_min(eps)
+    return advantages
+
+
+_adv = compute_group_advantages(torch.tensor([1.0, 2.0, 0.5, 1.5, 3.0]), torch.tensor([0, 0, 1, 1, 2]))
+print("演示：奖励 [1, 2 | 0.5, 1.5 | 3] 的组内优势 =", _adv.tolist())
+assert _adv.tolist() == [-1.0, 1.0, -1.0, 1.0, 0.0]
+
+# %% [markdown]
+# ## 第 1 步　概率比：把旧策略采的样本用于当前策略
+#
+# 第 $i$ 个回答的第 $t$ 个 token 由旧策略 $\pi_{\text{old}}$ 采样。更新时我们优化的是当前策略 $\pi_\theta$，
+# 两者之间用**逐 token 概率比**连接：
+#
+# $$\rho_{i,t} = \frac{\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\pi_{\text{old}}(y_{i,t}\mid x, y_{i,<t})}
+# = \exp\big(\log\pi_\theta(y_{i,t}) - \log\pi_{\text{old}}(y_{i,t})\big).$$
+#
+# 用对数概率之差再取指数，而不是直接相除：长回答里单个 token 的概率可能小到 $10^{-30}$，直接存概率会下溢，对数概率不会。
+#
+# **旧策略是数据，不是参数。** $\log\pi_{\text{old}}$ 是采样时记下的数，在这次更新里是常数，必须 `detach()`（或在 `torch.no_grad()` 下计算）。
+# 一个有启发性的事实：在第一次更新、$\theta = \theta_{\text{old}}$ 时 $\rho = 1$，但它的梯度不是 0：
+#
+# $$\nabla_\theta\, \rho_{i,t} A_i\ \Big|_{\theta=\theta_{\text{old}}} = A_i\, \nabla_\theta \log \pi_\theta(y_{i,t}).$$
+#
+# 这正是策略梯度。如果旧对数概率恰好来自同一个计算图（TRL 在每批数据只更新一次时就是这样：它直接拿当前的对数概率 `detach()` 之后当作旧值）却忘了 `detach`，
+# $\rho = \exp(\log\pi_\theta - \log\pi_\theta) \equiv 1$，梯度恰好为 0，模型什么也学不到。下面用一个 5 个词的玩具策略验证这两点。
+
+# %%
+logits = torch.tensor([0.3, -1.2, 0.8, 0.0, 0.5], requires_grad=True)  # [V] a toy policy over V = 5 tokens
+sampled = torch.tensor([2, 0, 2, 4])                                      # [T] tokens sampled from it
+advantage = 1.5
+
+logp = torch.log_softmax(logits, dim=-1)[sampled]                         # [T] log pi_theta(y_t)
+ratio = torch.exp(logp - logp.detach())                                    # [T] all ones, but differentiable
+(grad_ratio,) = torch.autograd.grad((ratio * advantage).sum(), logits)
+(grad_pg,) = torch.autograd.grad((advantage * torch.log_softmax(logits, dim=-1)[sampled]).sum(), logits)
+print("ratio =", ratio.tolist())
+print("d(rho*A)/d logits   =", [round(g, 4) for g in grad_ratio.tolist()])
+print("A * d log pi/d logits =", [round(g, 4) for g in grad_pg.tolist()])
+assert_close(grad_ratio, grad_pg, atol=1e-7, what="theta = theta_old 时 rho*A 的梯度应等于策略梯度 A * grad log pi")
+
+logp_same_graph = torch.log_softmax(logits, dim=-1)[sampled]               # "old" log-probs NOT detached
+ratio_broken = torch.exp(logp_same_graph - logp_same_graph)                # [T] identically 1
+(grad_broken,) = torch.autograd.grad((ratio_broken * advantage).sum(), logits)
+print("忘记 detach 时的梯度 =", grad_broken.tolist())
+assert grad_broken.abs().max().item() == 0.0
+
+# %% [markdown]
+# ## 第 2 步　裁剪：只在"还没走太远"的方向上给梯度
+#
+# GRPO 沿用 PPO 的裁剪目标。对每个有效 token：
+#
+# $$s_{i,t} = \min\big(\rho_{i,t} A_i,\ \operatorname{clip}(\rho_{i,t},\, 1-\epsilon,\, 1+\epsilon)\, A_i\big).$$
+#
+# 取 $\min$ 意味着总是选**更悲观**的那个估计。分四种情况看（$\epsilon$ 在 TRL 中叫 `epsilon`，常用 0.2）：
+#
+# | 情况 | 谁更小 | 对 $\rho$ 的梯度 | 含义 |
+# | --- | --- | --- | --- |
+# | $A>0$，$\rho > 1+\epsilon$ | 裁剪项 $(1+\epsilon)A$ | 0 | 这个好回答的概率已经提高得够多了，不再继续推 |
+# | $A>0$，$\rho < 1-\epsilon$ | 未裁剪项 $\rho A$ | $A$ | 好回答的概率反而下降了，照常把它拉回来 |
+# | $A<0$，$\rho < 1-\epsilon$ | 裁剪项 $(1-\epsilon)A$ | 0 | 这个差回答的概率已经压得够低了，不再继续压 |
+# | $A<0$，$\rho > 1+\epsilon$ | 未裁剪项 $\rho A$ | $A$ | 差回答的概率反而上升了，照常把它压下去 |
+#
+# 在 $[1-\epsilon, 1+\epsilon]$ 之内两项相等，梯度就是普通的策略梯度。
+# 裁剪只去掉"朝有利方向走得太远"的那一侧；朝不利方向偏离时，惩罚不受限制。
+# 下图在一个比率网格上用自动求导算出 $\partial s/\partial\rho$，把它恰好为 0 的区域涂成灰色。
+
+# %%
+clip_eps = 0.2
+ratio_grid = torch.linspace(0.3, 1.8, 601, dtype=torch.float64, requires_grad=True)  # [R]
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+zero_gradient_intervals = {}
+for ax, adv in zip(axes, (1.0, -1.0)):
+    unclipped = ratio_grid * adv                                                  # [R]
+    clipped = ratio_grid.clamp(1 - clip_eps, 1 + clip_eps) * adv                  # [R]
+    surrogate = torch.minimum(unclipped, clipped)                                 # [R]
+    (slope,) = torch.autograd.grad(surrogate.sum(), ratio_grid)                   # [R] d s / d rho
+    flat = slope == 0
+    x = ratio_grid.detach()
+    zero_gradient_intervals[adv] = (x[flat].min().item(), x[flat].max().item())
+    ax.plot(x, unclipped.detach(), ":", color="tab:blue", label="rho * A (unclipped)")
+    ax.plot(x, clipped.detach(), "--", color="tab:orange", label="clip(rho) * A")
+    ax.plot(x, surrogate.detach(), "-", color="black", linewidth=2, label="min(...) = objective")
+    ax.fill_between(x, 0, 1, where=flat.tolist(), transform=ax.get_xaxis_transform(), color="grey", alpha=0.25,
+                    label="zero gradient")
+    for edge in (1 - clip_eps, 1 + clip_eps):
+        ax.axvline(edge, color="grey", linewidth=0.8)
+    ax.set(xlabel="ratio rho = pi_theta / pi_old", ylabel="per-token objective s",
+           title=f"A = {adv:+.0f}, epsilon = {clip_eps}")
+    ax.grid(alpha=0.3)
+axes[0].legend(fontsize=8, loc="upper left")
+fig.tight_layout()
+plt.show()
+
+for adv, (lo, hi) in zero_gradient_intervals.items():
+    print(f"A = {adv:+.0f}: 梯度为 0 的比率区间 ≈ [{lo:.3f}, {hi:.3f}]")
+# The flat regions are exactly beyond 1 + eps for A > 0 and below 1 - eps for A < 0.
+assert abs(zero_gradient_intervals[1.0][0] - (1 + clip_eps)) < 5e-3 and zero_gradient_intervals[1.0][1] == 1.8
+assert abs(zero_gradient_intervals[-1.0][1] - (1 - clip_eps)) < 5e-3 and zero_gradient_intervals[-1.0][0] == 0.3
+
+# %% [markdown]
+# 注意梯度为 0 并不意味着损失里"没有"这些 token：它们仍然贡献一个常数值，只是不再推动参数。
+# 训练日志里的**裁剪比例**（clip fraction；TRL 把两侧分别记为 `clip_ratio/high_mean`、`clip_ratio/low_mean`，合计为 `clip_ratio/region_mean`）统计的就是落在灰色区域里的 token 所占的比例；
+# 它持续偏高，说明每批数据被重复用得太多，或者学习率太大。
+
+# %% [markdown]
+# ## 第 3 步　参考 KL：k3 估计量
+#
+# 裁剪只约束**这一次**更新相对于采样策略走了多远；多次更新累积起来，策略仍可能离初始模型越来越远，
+# 学会投机取巧地拿奖励（reward hacking）或丢掉原有能力。GRPO 因此可以再加一项：当前策略与冻结的**参考策略** $\pi_{\text{ref}}$
+# （通常是 RL 开始前的 SFT 模型）之间的 KL 散度，权重为 $\beta$（TRL 中的 `beta`）。
+#
+# 精确的 KL 要对整个词表求和；我们手里只有采样到的 token，于是用单样本估计量。记
+# $d_{i,t} = \log\pi_{\text{ref}}(y_{i,t}) - \log\pi_\theta(y_{i,t})$，三种常见估计是
+#
+# | 名称 | 表达式 | 期望（$y\sim\pi_\theta$） | 单个样本的值 |
+# | --- | --- | --- | --- |
+# | k1 | $-d$ | 精确等于 $\mathrm{KL}(\pi_\theta\,\|\,\pi_{\text{ref}})$ | 可正可负，方差大 |
+# | k2 | $d^2/2$ | 有偏（二阶近似） | 非负，方差小 |
+# | **k3** | $e^{d} - d - 1$ | 精确等于 $\mathrm{KL}(\pi_\theta\,\|\,\pi_{\text{ref}})$ | **非负**，方差小 |
+#
+# k3 无偏，是因为 $\mathbb{E}_{\pi_\theta}[e^{d}] = \sum_y \pi_{\text{ref}}(y) = 1$，所以 $\mathbb{E}[e^d - d - 1] = \mathbb{E}[-d]$；
+# 它非负，是因为对任何实数 $e^{x} \ge 1 + x$，且只在 $d=0$（两个策略对这个 token 给出相同概率）时为 0。
+# MiniMind 与 TRL 的标准 GRPO 路径都用 k3。参考策略同样是冻结的：它不接收梯度。
+#
+# ### TODO 1　实现 `token_kl_penalty`
+#
+# - 输入：同形状的 `policy_logps`（当前策略，可能带梯度）与 `ref_logps`（参考策略）。
+# - 输出：同形状的逐 token 惩罚 $e^{d}-d-1$，$d$ = `ref_logps - policy_logps`。
+# - 参考策略不接收梯度：即使传入的 `ref_logps.requires_grad` 为真，反向传播后它的 `.grad` 也应为 `None`。
+# - 两个输入形状不同时抛出中文说明的 `ValueError`（不要依赖广播）。
+
+# %% nbgrader={"solution": true, "grade_id": "token_kl_penalty"}
+def token_kl_penalty(policy_logps, ref_logps):
+    """逐 token 的参考 KL 惩罚（k3 估计量）：exp(d) - d - 1，d = ref_logps - policy_logps；参考策略不接收梯度。"""
+    ### BEGIN SOLUTION
+    if not torch.is_tensor(policy_logps) or not torch.is_tensor(ref_logps):
+        raise ValueError("输入契约：policy_logps 与 ref_logps 必须是 torch.Tensor")
+    if policy_logps.shape != ref_logps.shape:
+        raise ValueError(
+            f"输入契约：policy_logps 与 ref_logps 必须同形状，实际 {tuple(policy_logps.shape)} 对 {tuple(ref_logps.shape)}"
+        )
+    delta = ref_logps.detach() - policy_logps  # [..., T] frozen reference
+    return torch.exp(delta) - delta - 1.0       # [..., T] >= 0
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_token_kl_penalty_visible", "points": 2}
+"""检查 token_kl_penalty：k3 的数值、非负、两策略相同时为 0、参考策略不接收梯度、当前策略的梯度、形状契约（可见测试）。"""
+policy = torch.tensor([[-1.0, -0.5, -2.0], [-0.3, -0.3, -1.0]], dtype=torch.float64, requires_grad=True)
+ref = torch.tensor([[-1.0, -0.5 + math.log(2.0), -3.0], [-0.3, -1.3, -1.0]], dtype=torch.float64, requires_grad=True)
+kl = token_kl_penalty(policy, ref)
+d = [[0.0, math.log(2.0), -1.0], [0.0, -1.0, 0.0]]
+expected = torch.tensor([[math.exp(x) - x - 1.0 for x in row] for row in d], dtype=torch.float64)
+assert_close(kl, expected, atol=1e-12, what="k3 惩罚 exp(d) - d - 1（d = ref - policy）")
+assert (kl >= 0).all().item(), f"k3 惩罚对每个 token 都应非负，实际最小值 {kl.min().item():.3g}"
+kl.sum().backward()
+assert ref.grad is None, "参考策略是冻结的，不应接收梯度（对 ref_logps 使用 detach）"
+assert policy.grad is not None, "当前策略应接收梯度"
+assert_close(policy.grad, 1.0 - torch.exp(torch.tensor(d, dtype=torch.float64)), atol=1e-12,
+             what="当前策略的梯度 d/d(policy) [exp(d) - d - 1] = 1 - exp(d)")
+expect_value_error(lambda: token_kl_penalty(torch.zeros(2, 3), torch.zeros(2, 4)), "policy_logps 与 ref_logps 同形状")
+print("✅ token_kl_penalty 可见测试通过")
+
+# %% nbgrader={"grade": true, "grade_id": "test_token_kl_penalty_hidden", "points": 2}
+"""隐藏测试：随机形状与 dtype 对照 float64 参考值；梯度对照解析式；参考策略不接收梯度；输出随输入变化。评分时才会出现测试内容。"""
+### BEGIN HIDDEN TESTS
+import tools.grading as _h_grading
+
+assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
+assert _h_grading.assert_close.__code__.co_filename.endswith("grading.py"), "tools.grading.assert_close 被替换"
+_h_gen = torch.Generator().manual_seed(4242)
+for _h_shape in ((7,), (3, 5), (2, 4, 6)):
+    for _h_dtype in (torch.float32, torch.float64):
+        _h_p = (-torch.rand(_h_shape, generator=_h_gen, dtype=torch.float64) * 4).to(_h_dtype).requires_grad_(True)
+        _h_r = (-torch.rand(_h_shape, generator=_h_gen, dtype=torch.float64) * 4).to(_h_dtype).requires_grad_(True)
+        _h_out = token_kl_penalty(_h_p, _h_r)
+        assert _h_out.dtype == _h_dtype and tuple(_h_out.shape) == _h_shape, (
+            f"输出应与输入同形状、同 dtype：期望 {_h_shape} {_h_dtype}，实际 {tuple(_h_out.shape)} {_h_out.dtype}"
+        )
+        _h_d = _h_r.detach().double() - _h_p.detach().double()
+        _h_tol = 1e-12 if _h_dtype == torch.float64 else 1e-5
+        _h_grading.assert_close(_h_out, torch.exp(_h_d) - _h_d - 1, atol=_h_tol, rtol=_h_tol,
+                                what=f"k3 惩罚（形状 {_h_shape}, {_h_dtype}）")
+        _h_weights = torch.rand(_h_shape, generator=_h_gen, dtype=torch.float64).to(_h_dtype)
+        (_h_out * _h_weights).sum().backward()
+        assert _h_r.grad is None, "参考策略不应接收梯度"
+        _h_grading.assert_close(_h_p.grad, _h_weights.double() * (1 - torch.exp(_h_d)), atol=_h_tol * 10, rtol=_h_tol * 10,
+                                what=f"当前策略的梯度（形状 {_h_shape}, {_h_dtype}）")
+_h_a = token_kl_penalty(torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -0.5]))
+_h_b = token_kl_penalty(torch.tensor([-0.2, -2.0]), torch.tensor([-1.5, -2.5]))
+assert _h_grading.max_abs_diff(_h_a, _h_b) > 0.05, "不同的输入应得到不同的惩罚：输出似乎与输入无关"
+_h_grading.assert_close(token_kl_penalty(torch.tensor([-0.7, -3.0]), torch.tensor([-0.7, -3.0])), torch.zeros(2),
+                        atol=0.0, what="两策略相同时惩罚应严格为 0")
+_h_grading.expect_value_error(lambda: token_kl_penalty(torch.zeros(3), torch.zeros(3, 1)), "同形状（不允许广播）")
+print("✅ token_kl_penalty 隐藏测试通过")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 用你的实现做一次蒙特卡洛实验：从一个 4 个词的 $\pi_\theta$ 里采样 50,000 个 token，比较 k1 与 k3 的均值、标准差，
+# 以及单个样本为负的比例，再与精确的 KL 对照。
+
+# %%
+p_theta = torch.tensor([0.55, 0.25, 0.15, 0.05], dtype=torch.float64)  # [V] current policy
+p_ref = torch.tensor([0.40, 0.30, 0.20, 0.10], dtype=torch.float64)    # [V] reference policy
+exact_kl = (p_theta * (p_theta.log() - p_ref.log())).sum().item()
+
+tokens = torch.multinomial(p_theta, 50_000, replacement=True, generator=torch.Generator().manual_seed(3))  # [S]
+policy_lp, ref_lp = p_theta.log()[tokens], p_ref.log()[tokens]          # [S], [S]
+k1 = policy_lp - ref_lp                                                  # [S] -d
+k3 = token_kl_penalty(policy_lp, ref_lp)                                 # [S]
+print(f"精确 KL(pi_theta || pi_ref) = {exact_kl:.5f}")
+for name, est in (("k1", k1), ("k3", k3)):
+    print(f"{name}: 均值 {est.mean().item():.5f}  标准差 {est.std().item():.4f}  单样本为负的比例 {(est < 0).double().mean().item():.3f}")
+standard_error = k3.std().item() / math.sqrt(len(tokens))
+assert abs(k3.mean().item() - exact_kl) < 4 * standard_error, "k3 should be an unbiased estimate of the KL"
+assert (k3 >= 0).all().item() and (k1 < 0).any().item()
+assert k3.std() < k1.std()
+
+# %% [markdown]
+# k1 与 k3 的均值都落在精确值附近，但 k1 有相当一部分样本是负的——把它逐 token 加进损失，会在一些 token 上"奖励"偏离参考策略；
+# k3 每个样本都非负，标准差也小得多。
+
+# %% [markdown]
+# ## 第 4 步　回答掩码与候选等权
+#
+# 一批回答被填充（padding）到同一长度 $T$，`response_mask`（TRL 中叫 `completion_mask`）标出每个回答的有效 token：
+# 提示词、填充位置以及 EOS 之后的内容都是 `False`。第 5 课会在真实模型上从 EOS 构造这个掩码，这里它是输入。
+#
+# 有效 token 上的逐 token 损失是 $\ell_{i,t} = -s_{i,t} + \beta\, \widehat{\mathrm{KL}}_{i,t}$（$\beta=0$ 或没有参考策略时 KL 项不存在）。
+# 怎样把它们汇总成一个数？GRPO（也是 TRL 的 `loss_type="grpo"`、MiniMind 的做法）是**先在每个回答内部平均，再在回答之间平均**：
+#
+# $$\mathcal{L}_{\text{GRPO}} = \frac{1}{N}\sum_{i=1}^{N} \frac{1}{\sum_t m_{i,t}} \sum_{t} m_{i,t}\, \ell_{i,t}.$$
+#
+# 另一种看起来同样自然的做法是把批次里所有有效 token 放在一起平均（token 平均，TRL 的 `bnpo`、`dapo` 属于这一类）：
+# $\sum_{i,t} m_{i,t}\ell_{i,t} / \sum_{i,t} m_{i,t}$。两者给每个 token 的权重不同：
+#
+# - 候选等权：回答 $i$ 的每个 token 权重 $\frac{1}{N\,|y_i|}$，每个回答的总权重都是 $\frac1N$；
+# - token 平均：每个 token 权重相同 $\frac{1}{\sum_j |y_j|}$，回答的总权重与它的长度成正比。
+#
+# 下图用一组两个回答算出这两种权重：一个 3 个 token 的短回答，一个 12 个 token 的长回答。
+
+# %%
+lengths = torch.tensor([3, 12])                                                   # [N] valid tokens per answer
+T_max = int(lengths.max())
+mask_demo = torch.arange(T_max).unsqueeze(0) < lengths.unsqueeze(1)               # [N, T] prefix masks
+num_answers = mask_demo.shape[0]
+m = mask_demo.double()
+w_candidate = m / (num_answers * m.sum(dim=1, keepdim=True))                        # [N, T] per-candidate mean
+w_token = m / m.sum()                                                               # [N, T] token mean
+for w in (w_candidate, w_token):
+    assert_close(w.sum(), 1.0, atol=1e-12, what="权重总和")
+
+fig, (ax_tok, ax_ans) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [2, 1]})
+positions = torch.arange(T_max)
+for row, (name, color) in enumerate((("short answer (3 tokens)", "tab:green"), ("long answer (12 tokens)", "tab:red"))):
+    valid = mask_demo[row]
+    ax_tok.bar((positions[valid] + 0.2 * (row * 2 - 1)).tolist(), w_candidate[row][valid].tolist(), width=0.4,
+               color=color, label=f"{name}, per-candidate mean")
+ax_tok.axhline(w_token[mask_demo].max().item(), color="black", linestyle="--",
+               label=f"token mean: every token 1/{int(m.sum())}")
+ax_tok.set(xlabel="token position t", ylabel="weight of one token in the loss", title="Per-token weight")
+ax_tok.legend(fontsize=7)
+x_ans = torch.arange(num_answers).float()
+ax_ans.bar((x_ans - 0.2).tolist(), w_candidate.sum(dim=1).tolist(), width=0.4, label="per-candidate mean (GRPO)")
+ax_ans.bar((x_ans + 0.2).tolist(), w_token.sum(dim=1).tolist(), width=0.4, label="token mean")
+ax_ans.set_xticks(x_ans.tolist(), ["short (3)", "long (12)"])
+ax_ans.set(ylabel="total weight of the answer", title="Per-answer weight")
+ax_ans.legend(fontsize=7)
+fig.tight_layout()
+plt.show()
+
+print("候选等权：每个 token 的权重 =", [round(w, 4) for w in w_candidate.amax(dim=1).tolist()],
+      " 每个回答的总权重 =", w_candidate.sum(dim=1).tolist())
+print("token 平均：每个 token 的权重 =", [round(w, 4) for w in w_token.amax(dim=1).tolist()],
+      " 每个回答的总权重 =", w_token.sum(dim=1).tolist())
+
+# %% [markdown]
+# 候选等权下，短回答的每个 token 权重是长回答的 4 倍，但两个回答的总权重相同；token 平均下则反过来，长回答占了 80%。
+# 两种做法各有偏差：
+#
+# - 候选等权让"一个回答"成为学习单位，与优势 $A_i$ 是候选级的这一点一致；但同样的 $A_i$ 分摊到更多 token 上，
+#   **长的错误回答每个 token 受到的惩罚更轻**，短的正确回答每个 token 受到的鼓励更强——Dr. GRPO 指出这会助长错误回答越写越长。
+# - token 平均没有这种按长度摊薄的效应，但长回答在批次里的话语权更大。
+#
+# 本课程（与 DeepSeekMath 的原始 GRPO、TRL 的 `loss_type="grpo"`、MiniMind 相同）使用候选等权。第 3 课会把 `bnpo`、`dr_grpo`、`dapo` 等变体放在一起比较。
+#
+# 回顾这一课出现的约束，它们各管一件事：
+#
+# | 约束 | 比较的对象 | 作用 | 缺了它会怎样 |
+# | --- | --- | --- | --- |
+# | 组内优势 | 同一提示的候选奖励 | 去掉题目之间共同的基线与尺度 | 题目难度和奖励尺度主导更新方向 |
+# | 裁剪 | 当前策略与采样策略 | 限制一次更新的概率比 | 一步走得太远，旧样本上的估计失效 |
+# | 参考 KL | 当前策略与参考策略 | 限制多次更新后的长期漂移 | 奖励投机、原有能力退化 |
+# | 回答掩码 | 有效回答 token | 排除提示词与填充 | 无关位置污染目标与梯度 |
+# | 候选等权 | 回答之间 | 每个回答对损失的总贡献相同 | 长回答因为 token 多而主导更新 |
+
+# %% [markdown]
+# ## 第 5 步　组装完整的 GRPO 损失
+#
+# 把前面的部分放在一起，对有效 token：
+#
+# $$\rho_{i,t}=\exp(\log\pi_\theta-\log\pi_{\text{old}}),\quad
+# s_{i,t}=\min\big(\rho_{i,t}A_i,\ \operatorname{clip}(\rho_{i,t},1-\epsilon,1+\epsilon)A_i\big),\quad
+# \ell_{i,t}=-s_{i,t}+\beta\,\big(e^{d_{i,t}}-d_{i,t}-1\big),$$
+#
+# $$\mathcal{L}=\frac{1}{N}\sum_{i}\frac{\sum_t m_{i,t}\,\ell_{i,t}}{\sum_t m_{i,t}}.$$
+#
+# 奖励全等的组与单元素组 $A_i = 0$，它们的策略项为 0，不会凭空制造更新方向（KL 项仍然作用于它们）。
+#
+# ### TODO 2　实现 `compute_grpo_loss`
+#
+# 签名与返回值：`compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
+# eps=1e-6, log_probs_ref=None, beta=0.0) -> (loss, advantages)`。`loss` 是 0 维张量，`advantages` 是上面
+# `compute_group_advantages(rewards, group_ids, eps)` 的结果。
+#
+# 1. **输入契约**：以下每种情况都抛出中文说明的 `ValueError`——
+#    `log_probs_new` 不是非空二维张量；`log_probs_old` 与它形状不同；`rewards` 不是一维或长度不等于候选数；
+#    `group_ids` 与 `rewards` 形状不同；`clip_range` 或 `beta` 为负数或不是有限数；`eps` 不是正的有限数；
+#    `rewards` 含 NaN/inf；任何一份对数概率（新、旧、参考）含 NaN/inf；`log_probs_ref` 与当前策略形状不同；
+#    `response_mask` 不是布尔张量或形状不同；某个候选一个有效 token 都没有。`response_mask=None` 表示全部有效。
+# 2. **概率比**：旧策略不接收梯度（`detach`）。
+# 3. **逐 token 损失**：把 `advantages` 广播到 token 维（`unsqueeze(-1)`），取裁剪目标的相反数；
+#    只有在给了 `log_probs_ref` **且** `beta > 0` 时才加上 `beta * token_kl_penalty(...)`。
+# 4. **汇总**：只统计有效 token，先在每个候选内部求均值，再对候选求均值。
+#
+# 提示：用 `torch.where(mask, per_token_loss, 0)`（而不是乘以掩码）把无效位置清零，这样即使无效位置上的数很大也不会产生 `inf * 0 = nan`。
+
+# %% nbgrader={"solution": true, "grade_id": "compute_grpo_loss"}
+def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
+                      eps=1e-6, log_probs_ref=None, beta=0.0):
+    """GRPO 损失：组内优势 + 逐 token 裁剪目标 + 可选参考 KL，先在每个候选的有效 token 上求均值，再对候选求均值。
+
+    Args:
+        log_probs_new: 当前策略的逐 token 对数概率 [N, T]（带梯度）。
+        log_probs_old: 采样时旧策略在同一位置的对数概率 [N, T]（不接收梯度）。
+        rewards: 每个候选的奖励 [N]。
+        group_ids: 每个候选所属提示的整数组号 [N]。
+        response_mask: 有效回答 token 的布尔掩码 [N, T]；None 表示全部有效。
+        clip_range: 概率比的裁剪半径 epsilon（非负有限数）。
+        eps: 组内标准差的下限（正的有限数）。
+        log_probs_ref: 参考策略的对数概率 [N, T]（可选，不接收梯度）。
+        beta: 参考 KL 的权重（非负有限数）；为 0 时不加 KL。
+
+    Returns:
+        (loss, advantages)：0 维损失张量与 [N] 的组内优势。
+    """
+    ### BEGIN SOLUTION
+    def non_negative_finite(value, name):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"输入契约：{name} 必须是非负的有限数，实际为 {value!r}")
+        return float(value)
+
+    if not torch.is_tensor(log_probs_new) or log_probs_new.ndim != 2 or log_probs_new.numel() == 0:
+        raise ValueError("输入契约：log_probs_new 必须是非空的二维张量 [N, T]")
+    if not torch.is_tensor(log_probs_old) or log_probs_old.shape != log_probs_new.shape:
+        raise ValueError("输入契约：log_probs_old 必须与 log_probs_new 同形状 [N, T]")
+    num_candidates = log_probs_new.shape[0]
+    if not torch.is_tensor(rewards) or rewards.ndim != 1 or rewards.shape[0] != num_candidates:
+        raise ValueError(f"输入契约：rewards 必须是长度为候选数 {num_candidates} 的一维张量")
+    if not torch.is_tensor(group_ids) or group_ids.shape != rewards.shape:
+        raise ValueError("输入契约：group_ids 必须与 rewards 同形状 [N]")
+    clip_range = non_negative_finite(clip_range, "clip_range")
+    beta = non_negative_finite(beta, "beta")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"输入契约：eps 必须是正的有限数，实际为 {eps!r}")
+    if not torch.isfinite(log_probs_new).all() or not torch.isfinite(log_probs_old).all():
+        raise ValueError("输入契约：log_probs_new 与 log_probs_old 必须全部是有限数（无效位置请填 0，而不是 -inf）")
+    if log_probs_ref is not None:
+        if not torch.is_tensor(log_probs_ref) or log_probs_ref.shape != log_probs_new.shape:
+            raise ValueError("输入契约：log_probs_ref 必须与 log_probs_new 同形状 [N, T]")
+        if not torch.isfinite(log_probs_ref).all():
+            raise ValueError("输入契约：log_probs_ref 必须全部是有限数")
+    if response_mask is None:
+        response_mask = torch.ones_like(log_probs_new, dtype=torch.bool)  # [N, T]
+    if not torch.is_tensor(response_mask) or response_mask.dtype != torch.bool:
+        raise ValueError("输入契约：response_mask 必须是布尔张量（True 表示有效回答 token）")
+    if response_mask.shape != log_probs_new.shape:
+        raise ValueError("输入契约：response_mask 必须与 log_probs_new 同形状 [N, T]")
+    if not response_mask.any(dim=-1).all():
+        raise ValueError("输入契约：每个候选至少要有一个有效 token（response_mask 某一行全为 False）")
+
+    advantages = compute_group_advantages(rewards, group_ids, eps=eps)            # [N] (also checks rewards)
+
+    ratio = torch.exp(log_probs_new - log_probs_old.detach())                     # [N, T]
+    clipped_ratio = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)               # [N, T]
+    token_advantages = advantages.detach().to(ratio.dtype).unsqueeze(-1)          # [N, 1]
+    per_token_loss = -torch.minimum(ratio * token_advantages, clipped_ratio * token_advantages)  # [N, T]
+    if log_probs_ref is not None and beta > 0:
+        per_token_loss = per_token_loss + beta * token_kl_penalty(log_probs_new, log_probs_ref)  # [N, T]
+
+    per_token_loss = torch.where(response_mask, per_token_loss, torch.zeros_like(per_token_loss))  # [N, T]
+    per_candidate = per_token_loss.sum(dim=-1) / response_mask.sum(dim=-1)       # [N] mean over valid tokens
+    return per_candidate.mean(), advantages
+    ### END SOLUTION
+
+
+# %% [markdown]
+# 下面三个可见测试分别检查：组内优势与一个可以手算的损失值；裁剪、KL 与梯度隔离；候选等权与输入契约。
+# 固定的测试数据：5 个候选分成 3 组（最后一个是单元素组），长度 2 的回答中有两个只有 1 个有效 token。
+
+# %%
+def grpo_fixture():
+    """5 candidates in 3 groups (the last one a singleton), T = 2, two answers with a single valid token."""
+    new = torch.tensor([[-1.0, -0.5], [-0.5, -0.7], [-1.5, -0.4], [-0.2, -0.9], [-0.8, -1.0]], requires_grad=True)
+    old = torch.tensor([[-1.1, -0.4], [-0.4, -0.8], [-1.6, -0.5], [-0.3, -0.8], [-0.8, -1.1]], requires_grad=True)
+    ref = torch.tensor([[-1.2, -0.7], [-0.8, -0.9], [-1.7, -0.8], [-0.6, -1.1], [-0.9, -1.2]], requires_grad=True)
+    rewards = torch.tensor([1.0, 2.0, 0.5, 1.5, 3.0])
+    group_ids = torch.tensor([0, 0, 1, 1, 2])
+    mask = torch.tensor([[True, True], [True, False], [True, True], [True, True], [True, False]])
+    return new, old, ref, rewards, group_ids, mask
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_grpo_advantages_and_value_visible", "points": 2}
+"""检查 compute_grpo_loss：返回的组内优势（多组、单元素组）与一个可以手算的裁剪损失值及其梯度（可见测试）。"""
+new, old, ref, rewards, group_ids, mask = grpo_fixture()
+loss, advantages = compute_grpo_loss(new, old, rewards, group_ids, mask)
+assert_close(advantages, torch.tensor([-1.0, 1.0, -1.0, 1.0, 0.0]), atol=1e-6, what="fixture 的组内优势")
+assert advantages[-1].item() == 0.0, "单元素组没有可比较的对象，优势应严格为 0"
+assert loss.ndim == 0 and torch.isfinite(loss).item(), f"损失应是有限的 0 维张量，实际形状 {tuple(loss.shape)}"
+
+# Two candidates, one token each, rewards [0, 1] -> A = [-1, +1]; both ratios are 1.5 with clip_range 0.2.
+# Candidate 0 (A < 0): min(-1.5, -1.2) = -1.5, unclipped, gradient flows.
+# Candidate 1 (A > 0): min(1.5, 1.2) = 1.2, clipped, zero gradient.
+# loss = -(-1.5 + 1.2) / 2 = 0.15; d loss / d new[0] = -(1/2) * A * rho = 0.75; d loss / d new[1] = 0.
+new2 = torch.full((2, 1), math.log(1.5), dtype=torch.float64, requires_grad=True)
+old2 = torch.zeros(2, 1, dtype=torch.float64)
+loss2, adv2 = compute_grpo_loss(new2, old2, torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([4, 4]))
+assert_close(adv2, torch.tensor([-1.0, 1.0]), atol=1e-9, what="两候选组的优势")
+assert_close(loss2, 0.15, atol=1e-9, what="手算的裁剪损失 -(min(-1.5, -1.2) + min(1.5, 1.2)) / 2")
+loss2.backward()
+assert_close(new2.grad, torch.tensor([[0.75], [0.0]], dtype=torch.float64), atol=1e-9,
+             what="梯度：A<0 且比率过大时照常惩罚（0.75），A>0 且比率超过 1+epsilon 时被裁剪（0）")
+print("✅ 组内优势与手算损失值测试通过")
+
+# %% nbgrader={"grade": true, "grade_id": "test_grpo_clip_kl_gradient_visible", "points": 2}
+"""检查 compute_grpo_loss：参考 KL 只在给出参考策略且 beta > 0 时加入、非负且按候选等权汇总；旧策略与参考策略不接收梯度（可见测试）。"""
+new, old, ref, rewards, group_ids, mask = grpo_fixture()
+loss_plain, _ = compute_grpo_loss(new, old, rewards, group_ids, mask)
+loss_beta0, _ = compute_grpo_loss(new, old, rewards, group_ids, mask, log_probs_ref=ref, beta=0.0)
+loss_noref, _ = compute_grpo_loss(new, old, rewards, group_ids, mask, beta=0.1)
+loss_kl, _ = compute_grpo_loss(new, old, rewards, group_ids, mask, log_probs_ref=ref, beta=0.1)
+assert_close(loss_beta0, loss_plain, atol=1e-7, what="beta=0 时不应加入 KL 项")
+assert_close(loss_noref, loss_plain, atol=1e-7, what="没有参考策略时不应加入 KL 项")
+kl_tokens = token_kl_penalty(new.detach(), ref.detach())  # [N, T]
+kl_per_candidate = (kl_tokens * mask).sum(dim=1) / mask.sum(dim=1)
+assert_close(loss_kl - loss_plain, 0.1 * kl_per_candidate.mean(), atol=1e-6,
+             what="加入的 KL 项应为 beta × (每个候选有效 token 上 KL 的均值，再对候选求均值)")
+assert loss_kl.item() >= loss_plain.item(), "非负的 KL 项不应降低损失"
+loss_kl.backward()
+assert new.grad is not None and torch.isfinite(new.grad).all().item(), "当前策略应接收有限的梯度"
+assert old.grad is None, "采样时的旧策略是数据，不应接收梯度（对 log_probs_old 使用 detach）"
+assert ref.grad is None, "参考策略是冻结的，不应接收梯度"
+assert new.grad[1, 1].item() == 0.0 and new.grad[4, 1].item() == 0.0, "无效位置（mask 为 False）不应有梯度"
+print("✅ 裁剪、参考 KL 与梯度隔离测试通过")
+
+# %% nbgrader={"grade": true, "grade_id": "test_grpo_weighting_contract_visible", "points": 2}
+"""检查 compute_grpo_loss：长短不同的候选先各自求均值再等权；response_mask=None 表示全部有效；输入契约（可见测试）。"""
+# At ratio 1 every candidate's objective is A_i, and a group's advantages sum to zero: with per-candidate
+# averaging the loss is exactly 0 whatever the lengths; a token mean would weight the long answer more.
+zeros = torch.zeros(2, 2)
+loss_eq, _ = compute_grpo_loss(zeros, zeros, torch.tensor([0.0, 2.0]), torch.tensor([0, 0]),
+                               torch.tensor([[True, True], [True, False]]))
+assert_close(loss_eq, 0.0, atol=1e-7, what="长短候选应先各自在有效 token 上求均值再等权（token 平均会得到 1/3）")
+new, old, ref, rewards, group_ids, _ = grpo_fixture()
+full = torch.ones(5, 2, dtype=torch.bool)
+assert_close(compute_grpo_loss(new, old, rewards, group_ids)[0], compute_grpo_loss(new, old, rewards, group_ids, full)[0],
+             atol=1e-7, what="response_mask=None 应等同于全部有效")
+
+new, old, ref, rewards, group_ids, mask = grpo_fixture()
+bad_rewards = torch.tensor([float("nan"), 2.0, 0.5, 1.5, 3.0])
+no_valid = mask.clone()
+no_valid[2] = False
+with_inf = old.detach().clone()
+with_inf[0, 1] = float("-inf")
+invalid_calls = {
+    "log_probs_new 是非空二维张量": lambda: compute_grpo_loss(new[0], old[0], rewards[:1], group_ids[:1]),
+    "新旧对数概率同形状": lambda: compute_grpo_loss(new, old[:-1], rewards, group_ids, mask),
+    "rewards 长度等于候选数": lambda: compute_grpo_loss(new, old, rewards[:-1], group_ids[:-1], mask),
+    "group_ids 与 rewards 同形状": lambda: compute_grpo_loss(new, old, rewards, group_ids[:-1], mask),
+    "eps 为正": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, eps=0.0),
+    "参考策略同形状": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, log_probs_ref=ref[:-1]),
+    "beta 非负": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, beta=-0.1),
+    "clip_range 非负": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, clip_range=-0.2),
+    "clip_range 有限": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, clip_range=float("inf")),
+    "response_mask 是布尔张量": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask.float()),
+    "response_mask 同形状": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask[:, :1]),
+    "每个候选至少一个有效 token": lambda: compute_grpo_loss(new, old, rewards, group_ids, no_valid),
+    "rewards 为有限数": lambda: compute_grpo_loss(new, old, bad_rewards, group_ids, mask),
+    "对数概率为有限数": lambda: compute_grpo_loss(new, with_inf, rewards, group_ids, mask),
+}
+for contract, call in invalid_calls.items():
+    expect_value_error(call, contract)
+print(f"✅ 候选等权与 {len(invalid_calls)} 条输入契约测试通过")
+
+# %% nbgrader={"grade": true, "grade_id": "test_compute_grpo_loss_hidden", "points": 6}
+"""隐藏测试：随机的批次（多种规模、无序与负组号、变长与非前缀掩码、float32 与 float64、不同 clip_range 与 beta）对照 float64 逐 token 参考实现；梯度对照解析式与有限差分；旧策略与参考策略不接收梯度；无效位置不影响结果；输入契约。评分时才会出现测试内容。"""
+### BEGIN HIDDEN TESTS
+import tools.grading as _h_grading
+
+assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
+for _h_name in ("assert_close", "expect_value_error", "max_abs_diff"):
+    assert getattr(_h_grading, _h_name).__code__.co_filename.endswith("grading.py"), f"tools.grading.{_h_name} 被替换"
+_h_close = _h_grading.assert_close
+
+
+def _h_reference(new, old, rewards, group_ids, mask, clip_range, eps, ref, beta):
+    """float64 reference written token by token: returns (loss, advantages, d loss / d new)."""
+    new_l = new.detach().double().tolist()
+    old_l = old.detach().double().tolist()
+    ref_l = ref.detach().double().tolist() if ref is not None else None
+    r = rewards.detach().double().tolist()
+    ids = group_ids.tolist()
+    m = mask.tolist()
+    n = len(r)
+    adv = [0.0] * n
+    for gid in set(ids):
+        members = [i for i in range(n) if ids[i] == gid]
+        vals = [r[i] for i in members]
+        if max(vals) == min(vals):
+            continue
+        mu = math.fsum(vals) / len(vals)
+        sd = math.sqrt(math.fsum((v - mu) ** 2 for v in vals) / len(vals))
+        for i in members:
+            adv[i] = (r[i] - mu) / max(sd, eps)
+    total, grad = 0.0, [[0.0] * len(new_l[0]) for _ in range(n)]
+    use_kl = ref_l is not None and beta > 0
+    for i in range(n):
+        valid = [t for t in range(len(m[i])) if m[i][t]]
+        acc = 0.0
+        for t in valid:
+            rho = math.exp(new_l[i][t] - old_l[i][t])
+            c = min(max(rho, 1 - clip_range), 1 + clip_range)
+            inside = 1 - clip_range < rho < 1 + clip_range
+            s = min(rho * adv[i], c * adv[i])
+            ds = rho * adv[i] if (inside or rho * adv[i] < c * adv[i]) else 0.0
+            term, dterm = -s, -ds
+            if use_kl:
+                d = ref_l[i][t] - new_l[i][t]
+                term += beta * (math.exp(d) - d - 1)
+                dterm += beta * (1 - math.exp(d))
+            acc += term
+            grad[i][t] = dterm / (len(valid) * n)
+        total += acc / len(valid)
+    return total / n, torch.tensor(adv, dtype=torch.float64), torch.tensor(grad, dtype=torch.float64)
+
+
+_h_gen = torch.Generator().manual_seed(9001)
+
+
+def _h_case(n, t, k, dtype, prefix=True):
+    labels = torch.randperm(60, generator=_h_gen)[:k] - 30                         # [K] distinct, negatives included
+    ids = labels[torch.randint(0, k, (n,), generator=_h_gen)]                      # [N] unsorted
+    old = -torch.rand(n, t, generator=_h_gen, dtype=torch.float64) * 3 - 0.05      # [N, T]
+    new = old + torch.randn(n, t, generator=_h_gen, dtype=torch.float64) * 0.3    # ratios well outside the clip band
+    ref = old + torch.randn(n, t, generator=_h_gen, dtype=torch.float64) * 0.5
+    rewards = torch.randn(n, generator=_h_gen, dtype=torch.float64) * 2
+    if prefix:
+        lengths = torch.randint(1, t + 1, (n,), generator=_h_gen)
+        mask = torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)               # [N, T]
+    else:
+        mask = torch.rand(n, t, generator=_h_gen) < 0.5
+        mask[torch.arange(n), torch.randint(0, t, (n,), generator=_h_gen)] = True
+    return [x.to(dtype) for x in (new, old, ref, rewards)] + [ids, mask]
+
+
+_h_settings = [(6, 5, 2, torch.float64, True, 0.2, 0.0), (9, 7, 4, torch.float32, True, 0.2, 0.04),
+               (13, 4, 5, torch.float64, False, 0.1, 0.3), (24, 9, 6, torch.float32, False, 0.28, 0.0),
+               (7, 3, 7, torch.float64, True, 0.0, 0.1)]
+for _h_n, _h_t, _h_k, _h_dtype, _h_prefix, _h_clip, _h_beta in _h_settings:
+    _h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_case(_h_n, _h_t, _h_k, _h_dtype, _h_prefix)
+    _h_new.requires_grad_(True)
+    _h_old.requires_grad_(True)
+    _h_ref.requires_grad_(True)
+    _h_loss, _h_adv = compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, clip_range=_h_clip,
+                                        log_probs_ref=_h_ref, beta=_h_beta)
+    _h_ref_loss, _h_ref_adv, _h_ref_grad = _h_reference(_h_new, _h_old, _h_r, _h_ids, _h_mask, _h_clip, 1e-6,
+                                                        _h_ref, _h_beta)
+    _h_tol = 1e-9 if _h_dtype == torch.float64 else 2e-5
+    _h_label = f"N={_h_n}, T={_h_t}, K={_h_k}, {_h_dtype}, clip_range={_h_clip}, beta={_h_beta}"
+    assert torch.is_tensor(_h_loss) and _h_loss.ndim == 0, f"损失应是 0 维张量（{_h_label}）"
+    _h_close(_h_loss, _h_ref_loss, atol=_h_tol, rtol=_h_tol, what=f"随机批次的损失（{_h_label}）")
+    _h_close(_h_adv, _h_ref_adv, atol=_h_tol * 10, rtol=_h_tol * 10, what=f"随机批次的组内优势（{_h_label}）")
+    _h_loss.backward()
+    assert _h_old.grad is None, f"旧策略不应接收梯度（{_h_label}）"
+    assert _h_ref.grad is None, f"参考策略不应接收梯度（{_h_label}）"
+    assert _h_new.grad is not None, f"当前策略应接收梯度（{_h_label}）"
+    _h_close(_h_new.grad, _h_ref_grad, atol=_h_tol * 10, rtol=_h_tol * 10,
+             what=f"对 log_probs_new 的梯度（{_h_label}）")
+    # Values at masked positions must not matter.
+    _h_noise = torch.randn(_h_n, _h_t, generator=_h_gen, dtype=torch.float64).to(_h_dtype)
+    _h_moved = [x.detach() + torch.where(_h_mask, 0.0, _h_noise) for x in (_h_new, _h_old, _h_ref)]
+    _h_loss2, _ = compute_grpo_loss(_h_moved[0], _h_moved[1], _h_r, _h_ids, _h_mask, clip_range=_h_clip,
+                                    log_probs_ref=_h_moved[2], beta=_h_beta)
+    _h_close(_h_loss2, _h_loss.detach(), atol=_h_tol, rtol=_h_tol, what=f"改变无效位置的值不应改变损失（{_h_label}）")
+
+# Finite differences on one float64 case (away from the clip boundaries).
+_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_case(5, 4, 2, torch.float64, True)
+_h_new.requires_grad_(True)
+_h_loss, _ = compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=0.2)
+(_h_grad,) = torch.autograd.grad(_h_loss, _h_new)
+for _h_i, _h_j in ((0, 0), (2, 0), (4, 0)):
+    _h_step = torch.zeros_like(_h_old)
+    _h_step[_h_i, _h_j] = 1e-6
+    _h_plus = compute_grpo_loss(_h_new.detach() + _h_step, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=0.2)[0]
+    _h_minus = compute_grpo_loss(_h_new.detach() - _h_step, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=0.2)[0]
+    _h_close(_h_grad[_h_i, _h_j], (_h_plus - _h_minus).item() / 2e-6, atol=1e-6, rtol=1e-4,
+             what=f"梯度与有限差分（位置 {(_h_i, _h_j)}）")
+
+# The old policy may share the current graph (TRL reuses per_token_logps when it updates once): still detached.
+_h_param = torch.tensor([[-0.7, -1.1, -0.4], [-0.2, -0.9, -1.6]], dtype=torch.float64, requires_grad=True)
+_h_loss, _ = compute_grpo_loss(_h_param * 1.0, _h_param * 1.0, torch.tensor([0.0, 1.0], dtype=torch.float64),
+                               torch.tensor([-3, -3]))
+(_h_grad,) = torch.autograd.grad(_h_loss, _h_param)
+_h_close(_h_grad, torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]], dtype=torch.float64) / 6, atol=1e-12,
+         what="旧对数概率与当前策略来自同一计算图时，比率的梯度仍应是策略梯度（旧策略必须 detach）")
+
+# Outputs depend on the inputs.
+_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_case(8, 5, 3, torch.float64, True)
+_h_l1, _h_a1 = compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask)
+_h_l2, _h_a2 = compute_grpo_loss(_h_new, _h_old, -_h_r, _h_ids, _h_mask)
+_h_l3, _ = compute_grpo_loss(_h_new + 0.1, _h_old, _h_r, _h_ids, _h_mask)
+assert _h_grading.max_abs_diff(_h_a1, _h_a2) > 0.1, "不同的奖励应得到不同的优势：输出似乎与输入无关"
+assert _h_grading.max_abs_diff(_h_l1, _h_l3) > 1e-4, "不同的当前策略应得到不同的损失：输出似乎与输入无关"
+
+# Input contract, each once, with inputs different from the visible test.
+_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_case(4, 3, 2, torch.float32, True)
+_h_value_error = _h_grading.expect_value_error
+_h_bad_mask = _h_mask.clone()
+_h_bad_mask[-1] = False
+_h_nan_new = _h_new.clone()
+_h_nan_new[1, 0] = float("nan")
+_h_inf_ref = _h_ref.clone()
+_h_inf_ref[0, 0] = float("inf")
+_h_calls = {
+    "log_probs_new 是二维（三维输入）": lambda: compute_grpo_loss(_h_new[None], _h_old[None], _h_r, _h_ids, _h_mask),
+    "log_probs_new 非空": lambda: compute_grpo_loss(torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0), torch.zeros(0, dtype=torch.long)),
+    "新旧对数概率同形状（T 不同）": lambda: compute_grpo_loss(_h_new, _h_old[:, :2], _h_r, _h_ids, _h_mask),
+    "rewards 是一维": lambda: compute_grpo_loss(_h_new, _h_old, _h_r[:, None], _h_ids[:, None], _h_mask),
+    "rewards 长度等于候选数": lambda: compute_grpo_loss(_h_new, _h_old, torch.ones(5), torch.zeros(5, dtype=torch.long), _h_mask),
+    "group_ids 与 rewards 同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids[:2], _h_mask),
+    "clip_range 非负": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, clip_range=-1e-3),
+    "clip_range 有限（NaN）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, clip_range=float("nan")),
+    "beta 有限": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=float("inf")),
+    "beta 非负": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=-1.0),
+    "eps 为正（负数）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, eps=-1e-6),
+    "rewards 为有限数（inf）": lambda: compute_grpo_loss(_h_new, _h_old, torch.tensor([0.0, float("inf"), 1.0, 2.0]), _h_ids, _h_mask),
+    "当前策略对数概率为有限数": lambda: compute_grpo_loss(_h_nan_new, _h_old, _h_r, _h_ids, _h_mask),
+    "参考策略对数概率为有限数": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_inf_ref, beta=0.1),
+    "参考策略同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref.T, beta=0.1),
+    "response_mask 是布尔张量（整数掩码）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask.long()),
+    "response_mask 同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask[:-1]),
+    "每个候选至少一个有效 token（最后一行）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_bad_mask),
+}
+for _h_contract, _h_call in _h_calls.items():
+    _h_value_error(_h_call, _h_contract)
+print("✅ compute_grpo_loss 隐藏测试通过")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 第 6 步　用自动求导核对：一次完整的前向
+#
+# 最后把数字串起来看一遍，像读训练日志那样：分组奖励、组内优势、概率比的范围、裁剪比例、KL 的均值和损失。
+# 然后用自动求导核对第 4 步的权重：在 $\rho = 1$ 处，损失对第 $i$ 个回答每个有效 token 的梯度应该恰好是
+# $-A_i \cdot \frac{1}{N\,|y_i|}$——这就是"候选等权"在梯度上的样子。
+
+# %%
+trace_gen = torch.Generator().manual_seed(11)
+B, G, T = 2, 4, 6
+trace_rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.5, 0.0, 1.0])               # [B*G]
+trace_ids = torch.arange(B).repeat_interleave(G)                                       # [B*G]
+trace_lengths = torch.tensor([2, 6, 3, 5, 4, 6, 1, 3])                                 # [B*G]
+trace_mask = torch.arange(T).unsqueeze(0) < trace_lengths.unsqueeze(1)                 # [B*G, T]
+trace_old = -torch.rand(B * G, T, generator=trace_gen) * 2                             # [B*G, T]
+trace_new = (trace_old + torch.randn(B * G, T, generator=trace_gen) * 0.25).requires_grad_(True)
+trace_ref = trace_old + torch.randn(B * G, T, generator=trace_gen) * 0.3
+
+trace_loss, trace_adv = compute_grpo_loss(trace_new, trace_old, trace_rewards, trace_ids, trace_mask,
+                                          clip_range=0.2, log_probs_ref=trace_ref, beta=0.04)
+valid_ratio = torch.exp(trace_new - trace_old)[trace_mask].detach()
+clipped_fraction = ((valid_ratio > 1.2) & (trace_adv.repeat_interleave(trace_lengths) > 0)
+                    | (valid_ratio < 0.8) & (trace_adv.repeat_interleave(trace_lengths) < 0)).float().mean()
+print("grouped_rewards =", trace_rewards.view(B, G).tolist())
+print("advantages      =", [round(a, 3) for a in trace_adv.tolist()])
+print(f"ratio min/max   = {valid_ratio.min().item():.3f} / {valid_ratio.max().item():.3f}")
+print(f"clip fraction   = {clipped_fraction.item():.3f}")
+print(f"kl mean         = {token_kl_penalty(trace_new.detach(), trace_ref)[trace_mask].mean().item():.4f}")
+print(f"grpo loss       = {trace_loss.item():.4f}")
+for group in trace_adv.view(B, G):
+    assert abs(group.sum().item()) < 1e-5  # advantages are centred in every group
+
+# Gradient at ratio = 1 (new == old), no KL: -A_i / (N * |y_i|) on every valid token.
+at_old = trace_old.clone().requires_grad_(True)
+loss_at_old, adv_at_old = compute_grpo_loss(at_old, trace_old, trace_rewards, trace_ids, trace_mask)
+loss_at_old.backward()
+expected_grad = -adv_at_old.unsqueeze(1) * trace_mask / (B * G * trace_lengths.unsqueeze(1))  # [B*G, T]
+assert_close(at_old.grad, expected_grad, atol=1e-7, what="rho = 1 处的梯度 -A_i / (N |y_i|)")
+print("每个回答第一个 token 的梯度 =", [round(g, 4) for g in at_old.grad[:, 0].tolist()])
+print("长度 =", trace_lengths.tolist(), "：同样的优势，越短的回答每个 token 的梯度越大")
+
+# %% [markdown]
+# ---
+#
+# # 🛑 STOP HERE 🛑
+#
+# 先独立完成上面的两个 TODO 并让所有测试通过，再往下看。下面是参考实现的解析（发布给学习者的版本中没有这一部分）。
+
+# %% [markdown] tags=["solution-only"]
+# ## 解析
+#
+# ### TODO 1　`token_kl_penalty`
+#
+# 核心只有两行：`delta = ref_logps.detach() - policy_logps`，返回 `torch.exp(delta) - delta - 1`。
+# `detach()` 保证即使调用者传入了带梯度的参考对数概率，参考策略也不会被更新。
+# 对当前策略的梯度是 $1 - e^{d}$：当前策略给这个 token 的概率高于参考策略（$d<0$）时梯度为正，梯度下降把它往回拉。
+# 形状检查防止一个 `[N, T]` 与 `[N, 1]` 的输入被悄悄广播成一个看起来合理、实际错误的结果。
+#
+# ### TODO 2　`compute_grpo_loss`
+#
+# 1. **契约**：每条检查一条错误信息，顺序是先形状、再数值参数、再有限性、最后掩码。`clip_range` / `beta` / `eps`
+#    用 `numbers.Real` 判断并排除 `bool`；有限性用 `torch.isfinite(...).all()`。
+# 2. **优势**：调用提供的 `compute_group_advantages`（它也检查奖励的有限性与 `eps`），并 `detach()`——优势是常数权重。
+# 3. **概率比**：`torch.exp(log_probs_new - log_probs_old.detach())`。隐藏测试里有一个用例让新旧对数概率来自同一个计算图，
+#    不 `detach` 时梯度恰好为 0（第 1 步的演示），另一个用例检查 `log_probs_old.grad is None`。
+# 4. **裁剪目标**：`torch.minimum(ratio * A, ratio.clamp(1 - ε, 1 + ε) * A)`，`A` 用 `unsqueeze(-1)` 广播到 `[N, 1]`。
+#    取相反数得到逐 token 损失，再按条件加上 `beta * token_kl_penalty(log_probs_new, log_probs_ref)`。
+# 5. **汇总**：`torch.where(mask, per_token_loss, 0)` 清零无效位置，`sum(dim=-1) / mask.sum(dim=-1)` 得到每个候选的均值，
+#    最后 `.mean()`。契约已经保证每行至少一个有效 token，所以不需要 `clamp(min=1)`。
+#
+# 常见错误（隐藏测试会抓到）：
+#
+# - **token 平均**：`(per_token_loss * mask).sum() / mask.sum()`。变长掩码的随机用例与参考值不符；
+#   可见测试里"长短候选等权"的用例会得到 $1/3$ 而不是 0。
+# - **旧策略没有 `detach`**：`log_probs_old.grad` 不再是 `None`；新旧共享计算图时梯度消失。
+# - **KL 的条件写错**：只看 `beta > 0` 而参考策略为 `None` 时会出错；只看参考策略而忽略 `beta == 0` 时多加了一项。
+# - **用乘以掩码代替 `where`**：在有限输入上数值相同，但无效位置若出现 `inf`（例如比率溢出），`inf * 0 = nan` 会污染损失。
+#
+# ### 这一课与 TRL、MiniMind 的对应
+#
+# | 本课 | TRL `GRPOTrainer` | MiniMind `train_grpo.py` |
+# | --- | --- | --- |
+# | `clip_range` | `epsilon`（上界可用 `epsilon_high` 单独设置） | `args.epsilon` |
+# | `beta` | `beta` | `args.beta` |
+# | `response_mask` | `completion_mask` | `completion_mask` |
+# | 候选等权 | `loss_type="grpo"`（注意：TRL 当前的默认值是 `"dapo"`，一种 token 平均） | 默认做法 |
+# | k3 KL | `per_token_kl`（`beta != 0` 时） | `per_token_kl` |
+#
+# 第 3 课会在这个函数的基础上实现 CISPO 与其他 `loss_type`，并在最后一节把你的损失与 TRL 内部的计算逐项对照。
