@@ -97,6 +97,10 @@ def build_notebook(assignment: str, settings: dict | None = None) -> nbformat.No
             "grade": False, "grade_id": "bootstrap", "locked": True, "schema_version": 3, "solution": False}}),
     ]
     cells[0].metadata["tags"] = ["course-badges"]
+    # The bootstrap is long and the same everywhere: collapse its source (JupyterLab and Colab honour
+    # this), keep its output (the preflight line) visible.
+    cells[1].metadata["jupyter"] = {"source_hidden": True}
+    cells[1].metadata["cellView"] = "form"
     for index, cell in enumerate(nb.cells):
         where = f"{source_path.name} cell {index}"
         meta = {k: v for k, v in cell.metadata.items() if k in {"nbgrader", "tags"}}
