@@ -34,7 +34,9 @@ def _grader_package_folder():
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tools.__file__))), "autograde")
 
 
-if _grader_package_folder() not in sys.path:
+try:
+    import grader.preprocessors  # noqa: F401  (already importable: the pipeline puts autograde/ on PYTHONPATH)
+except ImportError:
     sys.path.insert(0, _grader_package_folder())
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402

@@ -60,11 +60,14 @@ def collect_work(settings: Settings, course_info: dict, force: bool, only: list[
         learner = learner_dir.name
         if only and learner not in only:
             continue
+        if learner_dir.is_symlink():
+            ignored.append(f"{learner_dir}: 是符号链接，不评分（symbolic link）")
+            continue
         if not SAFE_ID.match(learner):
             ignored.append(f"{learner_dir}: 学员目录名只能含字母、数字和 _.@+-（learner id not allowed）")
             continue
         work = []
-        for folder in sorted(p for p in learner_dir.iterdir() if p.is_dir()):
+        for folder in sorted(p for p in learner_dir.iterdir() if p.is_dir() and not p.is_symlink()):
             if folder.name not in course_info:
                 ignored.append(f"{folder}: 没有这个作业（unknown assignment; run `make release`?）")
                 continue

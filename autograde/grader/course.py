@@ -79,5 +79,7 @@ def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment with the interpreter's bin folder first on PATH (nbgrader runs `alembic`)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # nbgrader imports the course config, which imports this checkout's `grader` (and `tools`)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(AUTOGRADE), str(ROOT), env.get("PYTHONPATH", "")] if p)
     env.update(extra or {})
     return env

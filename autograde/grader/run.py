@@ -94,7 +94,7 @@ def fingerprint(folder: Path, settings: Settings, course_info: dict, assignment:
     if settings.config_file.exists():
         digest.update(settings.config_file.read_bytes())
     digest.update(json.dumps(course_info[assignment]["checksums"], sort_keys=True).encode())
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
         digest.update(str(path.relative_to(folder)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -106,7 +106,9 @@ def pick_files(folder: Path, notebooks: list[str]) -> tuple[dict[str, Path], dic
     Returns (chosen files, problems per notebook that has no usable file, notes). A single notebook under
     another name is accepted (and noted) when the assignment has exactly one notebook.
     """
-    found = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".ipynb") if folder.is_dir() else []
+    # symbolic links are never followed: the grader runs with more rights than the learner
+    found = sorted(p for p in folder.iterdir() if p.suffix == ".ipynb" and p.is_file() and not p.is_symlink()) \
+        if folder.is_dir() else []
     chosen: dict[str, Path] = {}
     notes: list[str] = []
     for name in notebooks:
@@ -254,7 +256,7 @@ def note_markdown(result: NotebookResult) -> str:
         lines.append(f"- 原因：{result.reason}")
     lines += [f"- 说明：{note}" for note in result.notes]
     failed = [t for t in result.tests if t["outcome"] in ("failed", "partial", "not run")]
-    if failed:
+    if failed and result.status == "graded":
         lines.append("- 未通过的测试：")
         lines += [f"  - `{t['grade_id']}`（{t['score']:g} / {t['max_score']:g} 分）：{t['message'] or t['outcome']}"
                   for t in failed]

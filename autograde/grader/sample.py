@@ -35,7 +35,7 @@ SUBMITTED = SAMPLE / "submitted"
 EXPECTED = SAMPLE / "expected.json"
 # The sample class runs with short limits so that its infinite loops cost little time in CI.
 # The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
-TIMEOUTS = {"cell_timeout": 20, "notebook_timeout": 90, "memory_limit_mb": 4096}
+TIMEOUTS = {"cell_timeout": 20, "notebook_timeout": 60, "memory_limit_mb": 4096}
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
