@@ -214,6 +214,9 @@ def logprobs_worker(variant: str, batch: int, length: int, vocab: int, repeats: 
 
     from tools.post_training_runtime import selective_log_softmax
 
+    if os.environ.get("GRPO_BENCH_THREADS"):
+        torch.set_num_threads(int(os.environ["GRPO_BENCH_THREADS"]))
+
     def naive(logits, ids):
         return torch.log_softmax(logits[:, :-1, :], dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
@@ -242,7 +245,10 @@ def logprobs_worker(variant: str, batch: int, length: int, vocab: int, repeats: 
 def _run_logprobs_worker(variant: str, shape: tuple[int, int, int], repeats: int) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--logprobs-worker", variant,
                *map(str, shape), str(repeats)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    import torch
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               GRPO_BENCH_THREADS=str(torch.get_num_threads()))  # the same thread count as this process
     done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"log-prob worker ({variant}) failed:\n{done.stderr[-3000:]}")
@@ -259,7 +265,7 @@ def bench_logprobs(tiny: bool) -> list[dict]:
         import tools.post_training_runtime  # noqa: F401
     except ImportError as error:
         return [unavailable(name, "x logits bytes", baseline, f"tools.post_training_runtime: {error}", "<= 1.1")]
-    shape = (2, 8, 1000) if tiny else (8, 96, 151936)
+    shape = (2, 16, 32768) if tiny else (8, 96, 151936)  # tiny: 4 MiB, still a fresh mmap
     repeats = 1 if tiny else 5
     runs = {variant: _run_logprobs_worker(variant, shape, repeats)
             for variant in ("runtime", "naive", "naive_unshifted")}
@@ -537,10 +543,18 @@ def machine() -> dict:
         "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
         "cpu": cpu, "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "memory_gib": mem,
+        "torch_threads": torch.get_num_threads(), "torch_default_threads": _default_threads(),
+        "memory_gib": mem,
         "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "git_commit": commit,
     }
+
+
+def _default_threads() -> int:
+    """torch's intra-op thread count in a fresh interpreter (what a notebook kernel gets)."""
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                          capture_output=True, text=True)
+    return int(done.stdout.strip()) if done.returncode == 0 else None
 
 
 def _proc_meminfo_total() -> float:
@@ -590,7 +604,11 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def run(tiny: bool, only: list[str] | None = None) -> dict:
+def run(tiny: bool, only: list[str] | None = None, threads: int = 1) -> dict:
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
     results = {"machine": machine(), "mode": "tiny" if tiny else "full", "metrics": []}
     for key, bench in BENCHMARKS.items():
         if only and key not in only:
@@ -627,6 +645,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), help="run only this group")
     parser.add_argument("--out", type=Path, default=None,
                         help="result file (default: benchmarks/results/latest.json for a full run, none for --tiny)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads for the tensor benchmarks (default 1: stable ratios on a shared "
+                             "machine; 0 = torch's default). Notebooks and grading kernels keep their own setting.")
     parser.add_argument("--markdown", type=Path, default=None, metavar="RESULTS",
                         help="print the markdown table of a results file and exit (for the README)")
     parser.add_argument("--logprobs-worker", nargs=5, metavar=("VARIANT", "B", "T", "V", "REPEATS"),
@@ -639,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown_table(json.loads(args.markdown.read_text(encoding="utf-8"))))
         return 0
-    results = run(args.tiny, args.only)
+    results = run(args.tiny, args.only, threads=args.threads)
     print(table(results))
     out = args.out if args.out is not None else (None if args.tiny else RESULTS / "latest.json")
     if out is not None:
