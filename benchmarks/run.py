@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -173,6 +174,22 @@ def bench_group_advantages(tiny: bool) -> list[dict]:
               "course_ms": 1e3 * t_course, "loop_ms": 1e3 * t_loop, "speedup_vs_loop": t_loop / t_course,
               "max_abs_diff_vs_loop": float((got - expected).abs().max())}
 
+    # the same headline comparison at torch's default thread count (what a notebook kernel uses); on a
+    # shared machine OpenMP threads contend with other processes, so this is reported, not the headline
+    n = headline
+    rewards = torch.rand(n, generator=torch.Generator().manual_seed(n))  # [N]
+    group_ids = torch.arange(n // group_size).repeat_interleave(group_size)  # [N]
+    threads = torch.get_num_threads()
+    default_threads = _default_threads() or threads
+    torch.set_num_threads(default_threads)
+    try:
+        t_course = median(timed(lambda: course(rewards, group_ids, eps=EPS), 1 if tiny else 31))
+        t_reshape = median(timed(lambda: reshape_advantages(rewards, group_size), 1 if tiny else 31))
+    finally:
+        torch.set_num_threads(threads)
+    at_default = {"threads": default_threads, "course_ms": 1e3 * t_course, "reshape_ms": 1e3 * t_reshape,
+                  "time_vs_reshape": t_course / t_reshape}
+
     head = per_size[headline]
     sizes_detail = {str(n): per_size[n] for n in sizes}
     speed = head["speedup_vs_loop"]
@@ -185,7 +202,8 @@ def bench_group_advantages(tiny: bool) -> list[dict]:
         metric(layout_name, layout, "x", dict(reshape_baseline, value=head["reshape_ms"]), {
             "goal": "<= 1.5", "goal_met": _goal(layout, "<=", 1.5), "course_ms": head["course_ms"],
             "formula": "median course time / median reshape time (the course function also validates its inputs)",
-            "by_size": {str(n): per_size[n]["time_vs_reshape"] for n in sizes}}),
+            "by_size": {str(n): per_size[n]["time_vs_reshape"] for n in sizes},
+            "threads": threads, f"at_default_threads_{headline}": at_default}),
     ]
 
 
@@ -550,7 +568,8 @@ def machine() -> dict:
     }
 
 
-def _default_threads() -> int:
+@functools.lru_cache(maxsize=None)
+def _default_threads() -> int | None:
     """torch's intra-op thread count in a fresh interpreter (what a notebook kernel gets)."""
     done = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
                           capture_output=True, text=True)
