@@ -76,7 +76,8 @@ c.GradingPipeline.workers = 0              # parallel grading slots; 0 = one per
 c.GradingPipeline.memory_limit_mb = 0      # address-space limit per kernel; 0 = 80% of RAM / workers, 2-8 GiB
 c.GradingPipeline.max_submission_mb = 25   # larger submitted notebooks get 0 with a reason
 c.GradingPipeline.sandbox = "auto"         # auto | isolated (root) | userns | none; see autograde/README.md
-c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: slot k runs its kernels as uid/gid base + k
+c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: kernels run as free uids from here on, one per slot
+                                            # (locked per run, so concurrent runs never share one)
 # files of the course checkout the kernel may read (copied into each slot's read-only course copy)
 c.GradingPipeline.kernel_files = ["course.toml", "tools"]
 c.GradingPipeline.hidden_paths = []        # more folders to hide from kernels (other clones, data with answers)

@@ -118,9 +118,10 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     started = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="grpo-grade-"))
     slots: list[Slot] = []
+    sandbox = None
     statuses: dict[str, int] = {}
     try:
-        sandbox = choose_sandbox(settings, base)
+        sandbox = choose_sandbox(settings, base, slots=workers)
         print(f"[autograde] sandbox {sandbox.describe()}")
         for problem in sandbox.problems:
             print(f"[autograde]   (not available: {problem})")
@@ -130,7 +131,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
                   + "。以 root 运行或启用 user namespaces 才能隔离；见 autograde/README.md。")
         template = make_template(settings, base / "template.db")
         slots = [Slot(base, f"slot{k}", settings, sandbox,
-                      uid=(sandbox.uid_base + k) if sandbox.mode == "isolated" else None, threads=threads)
+                      uid=sandbox.uids[k] if sandbox.uids else None, threads=threads)
                  for k in range(workers)]
         free: queue.Queue[Slot] = queue.Queue()
         for slot in slots:
@@ -152,21 +153,30 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
                 tqdm(total=len(todo), unit="learner", desc="autograde", file=sys.stdout,
                      disable=None, dynamic_ncols=True) as bar:
             futures = {pool.submit(job, learner, work): (learner, work) for learner, work in todo}
-            for future in as_completed(futures):
-                learner, work = futures[future]
-                try:
-                    results = future.result()
-                except Exception as error:  # a bug in the pipeline must not stop the class
-                    results = _crash_results(learner, work, error, course_info)
-                merge(settings, results)
-                for result in results:
-                    statuses[result.status] = statuses.get(result.status, 0) + 1
-                    mark = "" if result.status == "graded" else f" [{result.status}]"
-                    _say(f"  {learner:<30} {result.assignment:<24} {result.score:g}/{result.max_score:g}{mark}")
-                bar.update(1)
+            try:
+                for future in as_completed(futures):
+                    learner, work = futures[future]
+                    try:
+                        results = future.result()
+                    except Exception as error:  # a bug in the pipeline must not stop the class
+                        results = _crash_results(learner, work, error, course_info)
+                    merge(settings, results)
+                    for result in results:
+                        statuses[result.status] = statuses.get(result.status, 0) + 1
+                        mark = "" if result.status == "graded" else f" [{result.status}]"
+                        _say(f"  {learner:<30} {result.assignment:<24} {result.score:g}/{result.max_score:g}{mark}")
+                    bar.update(1)
+            except KeyboardInterrupt:
+                _say("[autograde] stopped: killing the running notebooks; learners merged so far are kept")
+                for slot in slots:
+                    slot.abort()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
     finally:
         for slot in slots:
             slot.kill_kernels()
+        for handle in (sandbox.leases if sandbox else []):
+            handle.close()
         if keep:
             print(f"[autograde] kept the grading folder (slots, nbgrader logs): {base}")
         else:
@@ -297,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         for path, readable in sandbox.probe.get("readable", {}).items():
             print(f"  {'READABLE' if readable else 'hidden  '}  {path}")
         print(f"  kernel uid {sandbox.probe.get('uid')}, processes visible {sandbox.probe.get('visible_pids')}, "
+              f"network {'available' if sandbox.probe.get('network') else 'none'}, "
               f"address-space limit {sandbox.probe.get('rlimit_as', 0) / 2**30:.1f} GiB")
         return 0 if not any(sandbox.probe.get("readable", {}).values()) else 1
     return 2

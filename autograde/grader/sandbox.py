@@ -7,12 +7,13 @@ nbgrader starts one Jupyter kernel per submitted notebook. The grading pipeline 
 
 and this launcher builds the kernel's world before it execs ``ipykernel_launcher``:
 
-``isolated`` (run as root): new mount and PID namespaces; every known course checkout (with its
+``isolated`` (run as root): new mount, PID and network namespaces; every known course checkout (with its
     ``solutions/``, ``autograde/`` gradebook and sources, ``.git``), the home folders and the grading
     folders are covered by empty tmpfs mounts; the interpreter, the virtual environment and the
     kernel's course copy (``course.toml`` + ``tools/``, read-only) are bound back; ``/tmp``,
     ``/var/tmp`` and ``/dev/shm`` are fresh and private; ``/proc`` shows only the kernel's own
-    processes; then the kernel drops to a dedicated unprivileged uid (one per grading slot, no
+    processes; there is no network (the kernel speaks to nbgrader over unix sockets); then the kernel
+    drops to a dedicated unprivileged uid (one per grading slot, no
     supplementary groups, ``no_new_privs``).
 ``userns`` (not root, unprivileged user namespaces available): the same view, built inside a user
     namespace; the kernel keeps the instructor's uid but loses every capability at exec, so it cannot
@@ -37,6 +38,7 @@ import sys
 import time
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -178,7 +180,11 @@ def _supervise(child: int, pidfile: str) -> int:
     while True:
         done, status = os.waitpid(child, os.WNOHANG)
         if done == child:
-            return os.waitstatus_to_exitcode(status) & 0xFF
+            code = os.waitstatus_to_exitcode(status)
+            if code < 0:  # killed by a signal: say which, for the nbgrader log
+                print(f"[grading sandbox] kernel killed by signal {-code} ({signal.Signals(-code).name})",
+                      file=sys.stderr, flush=True)
+            return code & 0xFF
         if os.getppid() != parent:  # nbgrader is gone: take the kernel down with us
             _terminate()
         time.sleep(0.2)
@@ -218,7 +224,9 @@ def launch(argv: list[str]) -> None:
     # pid 1 of the new PID namespace, in a mount namespace of its own
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        unshare(CLONE_NEWNS)
+        # a network namespace of its own (no interface up): the kernel talks to nbgrader over unix
+        # sockets in its working folder (ipc transport) and cannot reach other kernels or the network
+        unshare(CLONE_NEWNS | (CLONE_NEWNET if spec.get("isolate_network") else 0))
         _build_view(spec)
         _limits(spec)
         if mode == "isolated":

@@ -15,14 +15,16 @@ share a SQLite file; the pipeline merges the results into the course gradebook, 
 """
 from __future__ import annotations
 
+import fcntl
+import grp
 import json
 import os
 import pwd
-import grp
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,12 @@ for path in paths:
         out["readable"][path] = True
     except OSError:
         out["readable"][path] = False
+import errno, socket
+try:
+    socket.create_connection(("127.0.0.1", 9), timeout=2).close()
+    out["network"] = True
+except OSError as error:  # refused: there is a network; unreachable: there is none
+    out["network"] = error.errno not in (errno.ENETUNREACH, errno.EADDRNOTAVAIL)
 try:
     import tools.grading
     out["tools"] = tools.grading.__file__
@@ -139,24 +147,55 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
-def _free_uid_base(start: int, count: int) -> int:
-    base = start
-    while True:
-        taken = False
-        for uid in range(base, base + count):
+UID_LOCKS = Path(tempfile.gettempdir()) / "grpo-grading-uids"
+
+
+def _uid_taken(uid: int) -> bool:
+    for lookup in (pwd.getpwuid, grp.getgrgid):
+        try:
+            lookup(uid)
+            return True
+        except KeyError:
+            pass
+    return False
+
+
+def _uids_running() -> set[int]:
+    running = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
             try:
-                pwd.getpwuid(uid)
-                taken = True
-            except KeyError:
+                running.add(os.stat(f"/proc/{entry}").st_uid)
+            except OSError:
                 pass
+    return running
+
+
+def lease_uids(start: int, count: int) -> tuple[list[int], list]:
+    """``count`` kernel uids that no account owns, no process runs as, and no other grading run holds.
+
+    Each uid is held through an exclusive ``flock`` on ``<tmp>/grpo-grading-uids/<uid>.lock`` for as long as
+    the returned handles stay open (until the run ends, even if it crashes): two runs never share a uid,
+    so one run's "kill every process of my uid" never touches the other's kernels.
+    """
+    UID_LOCKS.mkdir(mode=0o755, exist_ok=True)
+    running = _uids_running()
+    uids, handles = [], []
+    uid = start
+    while len(uids) < count:
+        if uid > start + 100_000:
+            raise RuntimeError(f"no free sandbox uid in {start}..{uid}")
+        if not _uid_taken(uid) and uid not in running:
+            handle = open(UID_LOCKS / f"{uid}.lock", "a")
             try:
-                grp.getgrgid(uid)
-                taken = True
-            except KeyError:
-                pass
-        if not taken:
-            return base
-        base += 1000
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+            else:
+                uids.append(uid)
+                handles.append(handle)
+        uid += 1
+    return uids, handles
 
 
 # ----------------------------------------------------------------------------- a slot
@@ -164,13 +203,14 @@ def _free_uid_base(start: int, count: int) -> int:
 class Sandbox:
     mode: str                     # isolated | userns | none
     hide: list[str]
-    uid_base: int | None = None
+    uids: list[int] = field(default_factory=list)   # isolated: one leased uid per slot
     probe: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    leases: list = field(default_factory=list)      # open lock files holding the uids
 
     def describe(self) -> str:
         if self.mode == "isolated":
-            return (f"isolated: kernels run as uid {self.uid_base}+slot in private mount/PID namespaces; "
+            return (f"isolated: kernels run as uid {', '.join(map(str, self.uids))} in private mount/PID namespaces; "
                     f"{len(self.hide)} folders hidden (checkouts, gradebook, sources, homes)")
         if self.mode == "userns":
             return (f"userns: kernels run in private user/mount/PID namespaces without capabilities; "
@@ -193,6 +233,8 @@ class Slot:
         self.pidfile = self.runtime / "kernel.pid"
         self.uid = uid
         self.threads = threads
+        self.process: subprocess.Popen | None = None
+        self.stopped = False
         self._setup()
 
     # -- layout
@@ -216,6 +258,8 @@ class Slot:
                        self.dir / "logs"):
             folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
+        if self.uid is not None:
+            self.kill_kernels()  # nothing of an earlier, crashed run may still run under this uid
         self._copy_kernel_files()
         self.reset_work()
         python = str(Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name)
@@ -233,7 +277,7 @@ class Slot:
             "mode": self.sandbox.mode, "python": python, "uid": self.uid, "gid": self.uid,
             "hide": self.sandbox.hide, "scratch": SCRATCH, "keep": keep,
             "course": str(self.kernel), "workdir": str(self.work), "pidfile": str(self.pidfile),
-            "rlimits": limits, "threads": self.threads,
+            "rlimits": limits, "threads": self.threads, "isolate_network": self.sandbox.mode != "none",
         }
         self.spec_path.write_text(json.dumps(spec, indent=1))
         kernel_json = {
@@ -251,6 +295,9 @@ class Slot:
             f"c.CourseDirectory.db_url = {'sqlite:///' + str(self.nbgrader / 'gradebook.db')!r}\n"
             f"c.Execute.timeout = {int(self.settings.cell_timeout)}\n"
         )
+        if self.sandbox.mode != "none":  # the kernel has no network: unix sockets in its working folder
+            config += ('c.KernelManager.transport = "ipc"\n'
+                       f"c.KernelManager.ip = {str(self.work / 'zmq')!r}\n")
         (self.nbgrader / "nbgrader_config.py").write_text(config)
 
     def reset_course(self, template_db: Path, assignments: list[str]) -> None:
@@ -301,13 +348,15 @@ class Slot:
 
     def run_nbgrader(self, assignment: str, learner: str, notebook: str, log: Path) -> tuple[int, bool, float]:
         """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit."""
+        if self.stopped:
+            raise RuntimeError("grading was stopped")
         command = [sys.executable, "-m", "nbgrader", "autograde", assignment, f"--student={learner}",
                    f"--notebook={notebook}", "--force", "--log-level=INFO"]
         started = time.monotonic()
         timed_out = False
         with open(log, "wb") as handle:
-            process = subprocess.Popen(command, cwd=self.nbgrader, env=self.env(), stdout=handle,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+            process = self.process = subprocess.Popen(command, cwd=self.nbgrader, env=self.env(), stdout=handle,
+                                                      stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 process.wait(timeout=self.settings.notebook_timeout)
             except subprocess.TimeoutExpired:
@@ -320,6 +369,16 @@ class Slot:
             finally:
                 self.kill_kernels()
         return process.returncode, timed_out, time.monotonic() - started
+
+    def abort(self) -> None:
+        """Stop this slot now (Ctrl-C): no new notebook, the running one killed with its kernel."""
+        self.stopped = True
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.kill_kernels()
 
     def probe(self, paths: list[str]) -> dict:
         """Start the sandbox with a probe instead of a kernel; report what it can read."""
@@ -347,7 +406,7 @@ def _kill(pid: int) -> None:
         pass
 
 
-def choose_sandbox(settings: Settings, base: Path) -> Sandbox:
+def choose_sandbox(settings: Settings, base: Path, slots: int = 1) -> Sandbox:
     """Try the strongest sandbox this machine allows (or the configured one) and probe it."""
     hide = hidden_paths(settings, base)
     wanted = settings.sandbox
@@ -359,16 +418,19 @@ def choose_sandbox(settings: Settings, base: Path) -> Sandbox:
         raise ValueError(f"GradingPipeline.sandbox must be auto, isolated, userns or none, not {wanted!r}")
     problems = []
     for mode in modes:
-        uid_base = _free_uid_base(settings.sandbox_uid_base, settings.worker_count()) if mode == "isolated" else None
-        sandbox = Sandbox(mode=mode, hide=hide, uid_base=uid_base)
+        sandbox = Sandbox(mode=mode, hide=hide)
         probe_dir = base / "probe"
         try:
-            slot = Slot(base, "probe", settings, sandbox, uid=uid_base)
+            if mode == "isolated":
+                sandbox.uids, sandbox.leases = lease_uids(settings.sandbox_uid_base, slots)
+            slot = Slot(base, "probe", settings, sandbox, uid=sandbox.uids[0] if sandbox.uids else None)
             decoy = slot.nbgrader / "gradebook.db"
             decoy.write_text("decoy")
             report = slot.probe(secret_probe_paths(settings, decoy))
         except Exception as error:  # this mode is not available here: try the next one
             problems.append(f"{mode}: {error}")
+            for handle in sandbox.leases:
+                handle.close()
             continue
         finally:
             shutil.rmtree(probe_dir, ignore_errors=True)
