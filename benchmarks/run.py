@@ -266,7 +266,12 @@ def _run_logprobs_worker(variant: str, shape: tuple[int, int, int], repeats: int
     import torch
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               GRPO_BENCH_THREADS=str(torch.get_num_threads()))  # the same thread count as this process
+               GRPO_BENCH_THREADS=str(torch.get_num_threads()),  # the same thread count as this process
+               # glibc otherwise raises its mmap threshold after the first large free and keeps freed
+               # chunks in the heap, so the peak would depend on allocator history (1.02x-1.22x for the
+               # same code in repeated runs); a fixed threshold returns freed tensors to the OS at once
+               # and the peak measures the tensors that are really alive together.
+               MALLOC_MMAP_THRESHOLD_="65536")
     done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"log-prob worker ({variant}) failed:\n{done.stderr[-3000:]}")
@@ -306,7 +311,7 @@ def bench_logprobs(tiny: bool) -> list[dict]:
         "runtime": summary["runtime"], "naive": summary["naive"], "naive_unshifted": summary["naive_unshifted"],
         "time_ratio_runtime_vs_naive": summary["runtime"]["median_ms"] / summary["naive"]["median_ms"],
         "max_abs_diff_runtime_vs_naive": diff,
-        "method": ("each variant in a fresh interpreter: warm up, reset the peak RSS (VmHWM, /proc/self/clear_refs), "
+        "method": ("each variant in a fresh interpreter with MALLOC_MMAP_THRESHOLD_=65536 (freed tensors go back to the OS at once, so allocator caching does not blur the peak): warm up, reset the peak RSS (VmHWM, /proc/self/clear_refs), "
                    "read VmRSS, allocate the logits [B, T, V], compute log-probs of input_ids[:, 1:] from "
                    "logits[:, :-1], read VmHWM; value = (VmHWM - VmRSS before the logits) / logits bytes, so "
                    "the logits themselves count 1.0; time = median of repeats in the same interpreter. "

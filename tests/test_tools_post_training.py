@@ -261,3 +261,20 @@ def test_rows_without_scored_response_token_are_rejected(model, tokenizer):
     batch["response_mask"][:] = False
     with pytest.raises(ValueError):
         response_sequence_logps(model, batch)
+
+
+@pytest.mark.parametrize("tokens_per_chunk", [1, 7, 16, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_selective_log_softmax_token_chunks_match_naive(tokens_per_chunk, dtype):
+    """Chunking along the sequence (T=40 is not a multiple of most chunk sizes) changes nothing."""
+    generator = torch.Generator().manual_seed(7)
+    logits = torch.randn(3, 40, 50, generator=generator, dtype=dtype, requires_grad=True)  # [B, T, V]
+    index = torch.randint(0, 50, (3, 40), generator=generator)  # [B, T]
+    ours = selective_log_softmax(logits, index, rows_per_chunk=2, tokens_per_chunk=tokens_per_chunk)
+    naive = torch.log_softmax(logits, -1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(ours, naive, atol=1e-6 if dtype == torch.float32 else 1e-12, rtol=0)
+    (grad_ours,) = torch.autograd.grad(ours.sum(), logits)
+    (grad_naive,) = torch.autograd.grad(naive.sum(), logits)
+    torch.testing.assert_close(grad_ours, grad_naive, atol=1e-6 if dtype == torch.float32 else 1e-12, rtol=0)
+    with pytest.raises(ValueError, match="tokens_per_chunk"):
+        selective_log_softmax(logits, index, tokens_per_chunk=0)

@@ -135,7 +135,8 @@ def move_response_batch(batch: dict, device) -> dict:
     return {key: value.to(device) if torch.is_tensor(value) else value for key, value in batch.items()}
 
 
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_chunk: int = 1) -> torch.Tensor:
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_chunk: int = 1,
+                          tokens_per_chunk: int = 16) -> torch.Tensor:
     """Log-probability of ``index`` under ``softmax(logits)``, without a second ``logits``-sized tensor.
 
     ``logits`` is ``[B, T, V]`` (or ``[B, V]``), ``index`` is ``[B, T]`` (or ``[B]``); the result has
@@ -146,8 +147,10 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_ch
     which allocates a full ``[B, T, V]`` log-softmax next to the logits. Here:
 
     * float32 / float64: gather the target logits (``[B, T]``) and subtract ``logsumexp`` over the
-      vocabulary computed ``rows_per_chunk`` batch rows at a time (default 1, as TRL does), so the
-      largest temporary is ``[rows_per_chunk, T, V]``;
+      vocabulary computed ``rows_per_chunk`` batch rows and ``tokens_per_chunk`` positions at a time
+      (defaults 1 and 16), so the largest temporary is ``[rows_per_chunk, tokens_per_chunk, V]`` -
+      a few MiB even for Qwen2.5's 151,936-token vocabulary (TRL chunks by batch row only, whose
+      ``[T, V]`` temporary is 1/B of the logits);
     * bfloat16 / float16: row by row, ``log_softmax`` of one row upcast to float32 (``[T, V]``), then
       gather - as TRL's ``selective_log_softmax`` does, plus the upcast for accuracy. The result is
       float32 for half-precision inputs (a bf16 log-prob near -6 is only good to ~0.03).
@@ -156,14 +159,20 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_ch
     """
     if logits.shape[:-1] != index.shape:
         raise ValueError(f"logits {tuple(logits.shape)} 与 index {tuple(index.shape)} 的前几维必须一致")
-    if isinstance(rows_per_chunk, bool) or not isinstance(rows_per_chunk, int) or rows_per_chunk < 1:
-        raise ValueError(f"rows_per_chunk 必须是正整数，收到 {rows_per_chunk!r}")
+    for name, value in (("rows_per_chunk", rows_per_chunk), ("tokens_per_chunk", tokens_per_chunk)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} 必须是正整数，收到 {value!r}")
     index = index.long()
     if logits.dtype in (torch.float32, torch.float64):
         target_logits = logits.gather(-1, index.unsqueeze(-1)).squeeze(-1)  # [B, T]
-        logsumexp_values = torch.cat(
-            [torch.logsumexp(part, dim=-1) for part in logits.split(rows_per_chunk, dim=0)], dim=0
-        )  # [B, T]; each part is a view [rows_per_chunk, T, V]
+        pieces = []
+        for part in logits.split(rows_per_chunk, dim=0):  # view [rows_per_chunk, T, V] (or [rows, V])
+            if part.dim() == 3:
+                pieces.append(torch.cat([torch.logsumexp(block, dim=-1)  # [rows, tokens_per_chunk]
+                                         for block in part.split(tokens_per_chunk, dim=1)], dim=1))
+            else:
+                pieces.append(torch.logsumexp(part, dim=-1))  # [rows]
+        logsumexp_values = torch.cat(pieces, dim=0)  # [B, T]
         return target_logits - logsumexp_values  # [B, T]
     rows = []
     for row_logits, row_index in zip(logits, index):  # row_logits [T, V], row_index [T]
