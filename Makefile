@@ -9,7 +9,6 @@ PROFILE ?= PT-CPU
 RUN_MODE  ?= dry_run
 RUN_LABEL ?= default
 export PYTHONUNBUFFERED := 1
-export MPLBACKEND := Agg
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
@@ -32,11 +31,13 @@ preflight: $(VENV)/.setup-stamp ## print the environment table for PROFILE
 build: $(VENV)/.setup-stamp ## build nbgrader source notebooks from solutions/*.py
 	@$(PY) -m tools.build.notebooks build
 
-release: $(VENV)/.setup-stamp ## regenerate the learner versions under notebooks/ (nbgrader generate_assignment)
+release: $(VENV)/.setup-stamp ## regenerate the learner versions under notebooks/ and the README notebook table
 	@$(PY) -m tools.build.notebooks release
+	@$(PY) -m tools.build.readme_table
 
-check-release: $(VENV)/.setup-stamp ## fail if notebooks/ is stale or leaks an answer / hidden test
+check-release: $(VENV)/.setup-stamp ## fail if notebooks/ or the README table is stale, or a learner version leaks
 	@$(PY) -m tools.build.notebooks check
+	@$(PY) -m tools.build.readme_table --check
 
 tiny-model: $(VENV)/.setup-stamp ## build (once) the tiny Qwen2-architecture checkpoint used by tests and tiny_cpu runs
 	@$(PY) -m tools.tiny_model

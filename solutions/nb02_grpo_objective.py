@@ -106,7 +106,7 @@ assert _adv.tolist() == [-1.0, 1.0, -1.0, 1.0, 0.0]
 #
 # $$\nabla_\theta\, \rho_{i,t} A_i\ \Big|_{\theta=\theta_{\text{old}}} = A_i\, \nabla_\theta \log \pi_\theta(y_{i,t}).$$
 #
-# 这正是策略梯度。如果忘了 `detach`，而旧对数概率又恰好来自同一个计算图（例如 TRL 在只更新一次时直接复用当前的对数概率），
+# 这正是策略梯度。如果旧对数概率恰好来自同一个计算图（TRL 在每批数据只更新一次时就是这样：它直接拿当前的对数概率 `detach()` 之后当作旧值）却忘了 `detach`，
 # $\rho = \exp(\log\pi_\theta - \log\pi_\theta) \equiv 1$，梯度恰好为 0，模型什么也学不到。下面用一个 5 个词的玩具策略验证这两点。
 
 # %%
@@ -185,7 +185,7 @@ assert abs(zero_gradient_intervals[-1.0][1] - (1 - clip_eps)) < 5e-3 and zero_gr
 
 # %% [markdown]
 # 注意梯度为 0 并不意味着损失里"没有"这些 token：它们仍然贡献一个常数值，只是不再推动参数。
-# 训练日志里的**裁剪比例**（clip fraction，TRL 记为 `clip_ratio`）统计的就是落在灰色区域里的 token 所占的比例；
+# 训练日志里的**裁剪比例**（clip fraction；TRL 把两侧分别记为 `clip_ratio/high_mean`、`clip_ratio/low_mean`，合计为 `clip_ratio/region_mean`）统计的就是落在灰色区域里的 token 所占的比例；
 # 它持续偏高，说明每批数据被重复用得太多，或者学习率太大。
 
 # %% [markdown]

@@ -22,8 +22,9 @@ def course(tmp_path, monkeypatch):
     monkeypatch.setattr(chain, "SOLUTIONS", tmp_path / "solutions")
     monkeypatch.setattr(chain, "COURSE", tmp_path / "autograde")
     monkeypatch.setattr(chain, "NOTEBOOKS", tmp_path / "notebooks")
+    shutil.copy(chain.ROOT / "course.toml", tmp_path / "course.toml")
+    shutil.copytree(chain.ROOT / "environments", tmp_path / "environments")
     monkeypatch.setattr(chain, "ROOT", tmp_path)
-    shutil.copy(chain.ROOT.__class__(__file__).parents[1] / "course.toml", tmp_path / "course.toml")
     return tmp_path
 
 

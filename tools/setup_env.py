@@ -54,7 +54,8 @@ def main() -> int:
         return done.returncode
     if not shutil.which("chromium") and not shutil.which("chromium-browser"):
         print("[setup] note: Chromium not found - the browser test of `make test` will be skipped. "
-              "Install it with `apt-get install chromium` (浏览器测试需要 Chromium)。")
+              "Install it with `apt-get install -y chromium fonts-wqy-microhei` and "
+              "`npm ci --prefix tests/browser` (浏览器测试需要 Chromium 与 playwright-core)。")
     print("[setup] done")
     return 0
 

@@ -1,0 +1,1 @@
+"""Benchmarks of the course code (`make bench`); see benchmarks/README.md."""

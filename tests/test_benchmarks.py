@@ -1,0 +1,142 @@
+"""The benchmarks run (at tiny sizes, so they cannot rot) and the loader finds the course's own code.
+
+Nothing here asserts a timing or a memory figure: speed claims live in benchmarks/results/, measured
+against baselines in the same run. These tests check structure, finiteness and that the benchmarked code
+computes the same numbers as its baseline.
+"""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.course_code import CourseCodeUnavailable, load_answers
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# metric -> files whose absence alone may excuse `value: null` ("not available: ...")
+METRICS = {
+    "group_advantages_speedup_vs_loop_65536": ["solutions/nb01_group_advantages.py"],
+    "group_advantages_time_vs_reshape_65536": ["solutions/nb01_group_advantages.py"],
+    "logprobs_peak_memory_vs_logits": ["tools/post_training_runtime.py"],
+    "grpo_loss_fwd_bwd_ms": ["solutions/nb02_grpo_objective.py"],
+    "autograde_parallel_speedup": ["autograde/pipeline.py", "tools/build/notebooks.py"],
+    "series_execution_s": ["tools/build/notebooks.py"],
+}
+
+SOURCE = '''# ---
+# jupyter:
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+#   course: {profile: BASE-CPU}
+# ---
+
+# %%
+# %matplotlib inline
+import math
+x_not_an_import = 1
+
+# %% nbgrader={"locked": true, "grade_id": "helper"}
+def helper(v):
+    return math.sqrt(v)
+
+print("demo line", helper(4.0))
+
+# %% nbgrader={"solution": true, "grade_id": "answer"}
+def answer(v):
+    ### BEGIN SOLUTION
+    return helper(v) + 1
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_answer", "points": 1}
+import json
+assert answer(4) == 3
+'''
+
+
+def test_loader_executes_imports_and_requested_cells_only(tmp_path, capsys):
+    (tmp_path / "demo.py").write_text(SOURCE, encoding="utf-8")
+    ns = load_answers("demo", ["helper", "answer"], solutions=tmp_path)
+    assert "demo line" not in capsys.readouterr().out  # what a cell prints while loading is discarded
+    assert ns["answer"](9) == 4.0
+    assert "x_not_an_import" not in ns  # only import statements of other cells run
+    assert "json" not in ns  # test cells contribute nothing
+    with pytest.raises(CourseCodeUnavailable, match="no answer cell"):
+        load_answers("demo", ["missing"], solutions=tmp_path)
+    with pytest.raises(CourseCodeUnavailable, match="test cell"):
+        load_answers("demo", ["test_answer"], solutions=tmp_path)
+    with pytest.raises(CourseCodeUnavailable, match="does not exist"):
+        load_answers("absent", ["answer"], solutions=tmp_path)
+
+
+@pytest.mark.skipif(not (ROOT / "solutions/nb01_group_advantages.py").exists(), reason="notebook 1 not merged")
+def test_loader_gives_the_course_answer_matching_the_seed_loop():
+    import torch
+
+    from benchmarks.run import _ragged_case, seed_loop_advantages
+
+    course = load_answers("nb01_group_advantages", ["compute_group_advantages"])["compute_group_advantages"]
+    rewards, group_ids, _ = _ragged_case(300, seed=3)
+    torch.testing.assert_close(course(rewards, group_ids), seed_loop_advantages(rewards, group_ids),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "tiny.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--tiny", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(out.read_text(encoding="utf-8")), done.stdout
+
+
+@pytest.mark.slow
+def test_tiny_run_has_every_metric_with_the_result_schema(tiny_results):
+    results, stdout = tiny_results
+    assert results["mode"] == "tiny"
+    for key in ("platform", "python", "torch", "cpu", "logical_cpus", "torch_threads", "git_commit"):
+        assert key in results["machine"]
+    names = [m["name"] for m in results["metrics"]]
+    assert names == list(METRICS)
+    for m in results["metrics"]:
+        assert set(m) == {"name", "value", "unit", "baseline", "detail"}
+        assert isinstance(m["unit"], str) and isinstance(m["baseline"], dict) and isinstance(m["detail"], dict)
+        assert m["name"] in stdout  # the printed table lists it
+
+
+@pytest.mark.slow
+def test_tiny_run_values_are_finite_unless_a_dependency_is_truly_missing(tiny_results):
+    results, _ = tiny_results
+    for m in results["metrics"]:
+        missing = [p for p in METRICS[m["name"]] if not (ROOT / p).exists()]
+        if m["value"] is None:
+            assert missing, f"{m['name']} reports no value although its dependencies exist: {m['detail']}"
+            assert m["detail"]["status"].startswith("not available: ")
+            continue
+        assert math.isfinite(m["value"]) and m["value"] >= 0, m
+        base = m["baseline"].get("value")
+        assert base is None or (math.isfinite(base) and base >= 0), m
+        assert m["detail"].get("goal_met") is None  # tiny sizes make no claim
+
+
+@pytest.mark.slow
+def test_tiny_run_benchmarked_code_agrees_with_its_baseline(tiny_results):
+    results, _ = tiny_results
+    by_name = {m["name"]: m for m in results["metrics"]}
+    adv = by_name["group_advantages_speedup_vs_loop_65536"]
+    if adv["value"] is not None:
+        for size in adv["detail"]["sizes"].values():
+            assert size["max_abs_diff_vs_loop"] < 1e-4 and size["max_abs_diff_reshape_vs_loop"] < 1e-4
+        assert adv["detail"]["ragged_unsorted"]["max_abs_diff_vs_loop"] < 1e-4
+    logp = by_name["logprobs_peak_memory_vs_logits"]
+    if logp["value"] is not None:
+        assert logp["detail"]["max_abs_diff_runtime_vs_naive"] < 1e-4
+    loss = by_name["grpo_loss_fwd_bwd_ms"]
+    if loss["value"] is not None:
+        assert loss["detail"]["abs_diff_loss"] < 1e-5 and loss["detail"]["max_abs_diff_grad"] < 1e-6
+    series = by_name["series_execution_s"]
+    if series["value"] is not None:
+        assert all(not nb["errors"] for nb in series["detail"]["notebooks"].values())

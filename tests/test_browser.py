@@ -1,0 +1,133 @@
+"""The learner's view in a real browser: JupyterLab (served here) + headless Chromium runs notebook 1.
+
+Needs Debian's Chromium (`apt-get install chromium`), node, and playwright-core
+(`npm ci --prefix tests/browser`; it downloads no browser). Skipped, with the reason, when one is missing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENT = "nb01_group_advantages"
+NOTEBOOK = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+DRIVER = ROOT / "tests" / "browser" / "run_notebook.mjs"
+ARTIFACTS = ROOT / "artifacts" / "browser"
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _missing() -> str | None:
+    if _chromium() is None:
+        return "Chromium is not installed (install it with `apt-get install -y chromium`)"
+    if shutil.which("node") is None:
+        return "node is not installed (the browser test drives Chromium with playwright-core)"
+    if not (ROOT / "tests" / "browser" / "node_modules" / "playwright-core").is_dir():
+        return "playwright-core is not installed (run `npm ci --prefix tests/browser`)"
+    if not NOTEBOOK.is_file():
+        return f"{NOTEBOOK.relative_to(ROOT)} does not exist yet (run `make release`)"
+    return None
+
+
+def _first_todo(path: Path) -> tuple[int, str]:
+    """(index, name of the function it defines) of the first TODO (nbgrader answer code cell)."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for index, cell in enumerate(notebook["cells"]):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell["cell_type"] == "code" and meta.get("solution"):
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            defined = re.search(r"^def (\w+)", source, re.MULTILINE)
+            return index, defined.group(1) if defined else ""
+    raise AssertionError("the learner notebook has no answer cell (nbgrader solution: true)")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+def test_notebook1_in_chromium(tmp_path):
+    from tools.lab import LabServer
+
+    before = hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    # A private JupyterLab state: autosave off (the committed notebook must not be rewritten),
+    # no workspace or runtime files left in the user's folders.
+    settings = tmp_path / "lab-settings" / "@jupyterlab" / "docmanager-extension"
+    settings.mkdir(parents=True)
+    (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}), encoding="utf-8")
+    news = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"  # no "Jupyter news?" toast
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}), encoding="utf-8")
+    env = dict(os.environ)
+    env.update(
+        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "lab-workspaces"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
+    env.pop("PYTHONPATH", None)  # the notebook's bootstrap cell finds the course by itself
+    relative = NOTEBOOK.relative_to(ROOT).as_posix()
+    with open(tmp_path / "jupyterlab.log", "w") as log:
+        server = LabServer(ROOT, env=env, log=log)
+        with server:
+            options = {
+                "chromium": _chromium(),
+                "url": server.url(f"lab/tree/{relative}"),
+                "screenshots": str(ARTIFACTS),
+                "name": ASSIGNMENT,
+                "timeout_s": int(os.environ.get("GRPO_BROWSER_TIMEOUT_S", "180")),
+            }
+            done = subprocess.run(["node", str(DRIVER), json.dumps(options)], cwd=DRIVER.parent,
+                                  capture_output=True, text=True, timeout=400)
+        assert server.process is None  # stopped
+    assert done.returncode == 0, f"browser driver failed:\n{done.stderr[-4000:]}\n--- server log ---\n" + (
+        (tmp_path / "jupyterlab.log").read_text()[-3000:])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    cells = report["cells"]
+    source_cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    assert len(cells) == len(source_cells), (len(cells), len(source_cells))
+
+    # The rendered 导读 heading.
+    headings = [h for cell in cells for h in cell["headings"]]
+    assert "导读" in headings, headings
+
+    # The bootstrap (first code cell, its source collapsed so no input prompt is drawn) ran without an
+    # error: its output, the preflight line, is on the page.
+    code_cells = [cell for cell in cells if cell["kind"] == "code"]
+    assert code_cells[0]["prompt"] in ("", "[1]:"), code_cells[0]
+    assert not code_cells[0]["errors"], code_cells[0]["errors"]
+    assert "preflight BASE-CPU: ok" in "".join(code_cells[0]["outputs"]), code_cells[0]["outputs"]
+
+    # Run All stops at the first error: NotImplementedError, in a cell at or after the first TODO,
+    # with every code cell before it executed cleanly and none after it executed.
+    failing = [cell for cell in cells if cell["errors"]]
+    assert failing, "no error shown: the first TODO should raise NotImplementedError"
+    first = failing[0]
+    shown = "\n".join(first["errors"])
+    todo_index, todo_function = _first_todo(NOTEBOOK)
+    assert "NotImplementedError" in shown, shown
+    assert first["index"] > todo_index and f"in {todo_function}(" in shown, (first["index"], todo_index, shown)
+    for cell in code_cells[1:]:
+        if cell["index"] < first["index"]:
+            assert re.fullmatch(r"\[\d+\]:", cell["prompt"]), f"cell {cell['index']} before the error did not run: {cell}"
+            assert not cell["errors"], cell
+        elif cell["index"] > first["index"]:
+            assert cell["prompt"] in ("[ ]:", ""), f"cell {cell['index']} ran after the error: {cell['prompt']}"
+    assert not report["pageErrors"], report["pageErrors"]
+
+    for path in report["screenshots"]:
+        assert Path(path).stat().st_size > 10_000, path
+    # Nothing was written back into the committed notebook.
+    assert hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest() == before
+    print(f"screenshots: {', '.join(report['screenshots'])}", file=sys.stderr)

@@ -1,0 +1,606 @@
+"""The final experiment (notebook nb06_real_model_grpo, tools.grpo_experiment, tools.experiment).
+
+Unit tests of the update loop's pieces, the schema and the decision rule; then the notebook executed
+headless in dry_run, tiny_cpu and real_gpu-without-CUDA (slow). Evidence from the notebook runs goes to
+unique RUN_LABELs that are removed afterwards; nothing is left in benchmarks/results/pt_grpo/.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import uuid
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+
+from tools import grpo_experiment as gx
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD_ID = "pt-grpo-real-model-update"
+SETS = (("minimal_pair", 2), ("expanded_group", 4))
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def prepared(name, group_size):
+    cs = gx.build_candidate_set(name, group_size)
+    rewards = torch.tensor(cs.rewards, dtype=torch.float32)
+    group_ids = torch.tensor(cs.group_ids, dtype=torch.long)
+    advantages = gx.group_advantages(rewards, group_ids)
+    return cs, rewards, group_ids, advantages
+
+
+def dry_record(run_mode="dry_run", weights=None):
+    record = gx.new_record(
+        run_mode=run_mode, run_label="unit", environment_profile="PT-RL-CUDA",
+        framework={"python": "3", "torch": torch.__version__, "transformers": None, "peft": None, "jsonschema": None},
+        hardware={"cuda_available": False},
+        model={"id": "Qwen/Qwen2.5-0.5B-Instruct", "requested_revision": "main", "resolved_commit": None,
+               "resolution_source": None, "weights": weights, "local_files_only": False},
+        dataset={"source": "embedded_fixed_candidate_groups_with_verifier", "groups": 2, "sample_hash": "0" * 64},
+        workload={"id": WORKLOAD_ID, "version": "v3",
+                  "candidate_sets": [{"name": n, "group_size": g} for n, g in SETS],
+                  "comparison_scope": "candidate_coverage_not_group_size_causality", "max_length": 96,
+                  "clip_range": 0.2, "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0,
+                  "lora_target_modules": ["q_proj", "v_proj"], "update_steps": 4, "learning_rate": 2e-4,
+                  "learning_rate_source": "seed", "seed": 42, "advantage_eps": 1e-6},
+        verifier={"id": "integer-answer-v1", "correctness_weight": 1.0, "format_weight": 0.1,
+                  "failure_policy": "unjudgeable_receives_zero"},
+    )
+    for name, size in SETS:
+        cs, rewards, group_ids, advantages = prepared(name, size)
+        record["candidates"].append(gx.candidate_entry(cs, rewards, group_ids, advantages,
+                                                       gx.zero_variance_guard(group_ids)))
+    record["timing"]["total_seconds"] = 0.1
+    return record
+
+
+def fake_measurements(record, separations=(0.3, 0.2)):
+    """Fill the update half by hand (for schema / decision tests that need no model)."""
+    for entry, sep in zip(record["candidates"], separations):
+        n = len(entry["rewards"])
+        entry.update({"trainable_parameters": 100, "losses": [0.0, -0.1], "gradient_norms": [0.5, 0.4],
+                      "clip_fractions": [0.0, 0.5], "mean_clip_fraction": 0.25, "logprob_shifts": [0.0] * n,
+                      "policy_separation": sep, "update_ms": [1.0, 2.0], "median_update_ms": 1.5,
+                      "p95_update_ms": 1.95, "peak_memory_metric": "process_peak_rss",
+                      "peak_allocated_bytes": None, "peak_rss_bytes": 123})
+    record["model"].update({"resolved_commit": "abc", "resolution_source": "local"})
+    return record
+
+
+# ------------------------------------------------------------------------------------------ run settings
+def test_run_mode_and_label_contracts():
+    for mode in ("dry_run", "tiny_cpu", "real_gpu"):
+        assert gx.check_run_mode(mode) == mode
+    for bad in ("gpu", "DRY_RUN", "", None):
+        with pytest.raises(ValueError, match="RUN_MODE"):
+            gx.check_run_mode(bad)
+    for bad in ("", "a/b", "../x", "has space", "-lead", "x" * 65):
+        with pytest.raises(ValueError, match="RUN_LABEL"):
+            gx.check_run_label(bad)
+    assert gx.output_relative_path(WORKLOAD_ID, "r1").as_posix() == \
+        "benchmarks/results/pt_grpo/pt-grpo-real-model-update_r1.json"
+
+
+def test_headless_overrides_come_only_from_the_two_variables():
+    assert gx.headless_overrides("dry_run", "default", environ={}) == ("dry_run", "default")
+    env = {"GRPO_RUN_MODE": "tiny_cpu", "GRPO_RUN_LABEL": "x1"}
+    assert gx.headless_overrides("dry_run", "default", environ=env) == ("tiny_cpu", "x1")
+    assert gx.headless_overrides("real_gpu", "keep", environ={"GRPO_RUN_MODE": ""}) == ("real_gpu", "keep")
+    with pytest.raises(ValueError):
+        gx.headless_overrides("dry_run", "default", environ={"GRPO_RUN_MODE": "cuda"})
+    assert gx.model_id_override("Qwen/Qwen2.5-0.5B-Instruct", environ={}) == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert gx.model_id_override("Qwen/Qwen2.5-0.5B-Instruct", environ={"GRPO_MODEL_ID": "/m"}) == "/m"
+
+
+# ------------------------------------------------------------------------------------------ verifier
+@pytest.mark.parametrize("response, expected, status, parsed, correct, fmt", [
+    ("4", 4, "ok", 4, 1.0, 1.0),
+    ("  4\n", 4, "ok", 4, 1.0, 1.0),
+    ("5", 4, "ok", 5, 0.0, 1.0),
+    ("The answer is 4.", 4, "ok", 4, 1.0, 0.0),
+    ("I do not know.", 4, "unjudgeable", None, 0.0, 0.0),
+    ("-3", -3, "ok", -3, 1.0, 1.0),
+    ("4 or maybe 5", 4, "ok", 5, 0.0, 0.0),  # the LAST integer counts
+    ("4.5", 5, "ok", 5, 1.0, 0.0),
+    ("", 0, "unjudgeable", None, 0.0, 0.0),
+])
+def test_verifier_integer_answer_v1(response, expected, status, parsed, correct, fmt):
+    record = gx.verify_integer_response(response, expected)
+    assert record == {"verifier_id": "integer-answer-v1", "status": status, "parsed_answer": parsed,
+                      "correctness": correct, "format_pass": fmt, "total_reward": 1.0 * correct + 0.1 * fmt}
+    weighted = gx.verify_integer_response(response, expected, correctness_weight=2.0, format_weight=0.5)
+    assert weighted["total_reward"] == pytest.approx(2.0 * correct + 0.5 * fmt)
+
+
+def test_verifier_input_contract():
+    with pytest.raises(ValueError):
+        gx.verify_integer_response(4, 4)
+    with pytest.raises(ValueError):
+        gx.verify_integer_response("4", True)
+    with pytest.raises(ValueError):
+        gx.verify_integer_response("4", 4.0)
+
+
+def test_candidate_sets_take_the_first_g_responses_of_every_group():
+    minimal = gx.build_candidate_set("minimal_pair", 2)
+    assert minimal.responses == ["4", "5", "9", "6"]
+    assert minimal.group_ids == [0, 0, 1, 1]
+    assert minimal.prompts[0] == minimal.prompts[1] != minimal.prompts[2]
+    assert minimal.rewards == pytest.approx([1.1, 0.1, 1.1, 0.1])
+    expanded = gx.build_candidate_set("expanded_group", 4)
+    assert expanded.responses == ["4", "5", "The answer is 4.", "I do not know.", "9", "6", "The answer is 9.", "10"]
+    assert expanded.rewards == pytest.approx([1.1, 0.1, 1.0, 0.0, 1.1, 0.1, 1.0, 0.1])
+    assert [r["group_index"] for r in expanded.verifier_records] == expanded.group_ids
+    assert gx.verifier_summary(minimal.verifier_records) == {
+        "correctness_pass_rate": 0.5, "format_pass_rate": 1.0, "unjudgeable_count": 0}
+    assert gx.verifier_summary(expanded.verifier_records) == {
+        "correctness_pass_rate": 0.5, "format_pass_rate": 0.625, "unjudgeable_count": 1}
+    for bad in (1, 5, 2.0, True):
+        with pytest.raises(ValueError):
+            gx.build_candidate_set("x", bad)
+
+
+def test_dataset_hash_items_change_with_the_fixtures():
+    from tools.notebook_runtime import hash_ids
+
+    base = hash_ids(gx.fixtures_hash_items())
+    assert base == hash_ids(gx.fixtures_hash_items(copy.deepcopy(gx.GROUP_FIXTURES)))
+    changed = [dict(f) for f in gx.GROUP_FIXTURES]
+    changed[1] = {**changed[1], "responses": ("9", "6", "The answer is 9.", "11")}
+    assert hash_ids(gx.fixtures_hash_items(changed)) != base
+
+
+# ------------------------------------------------------------------------------------------ advantages
+def _reference_advantages(rewards, group_ids, eps):
+    r = rewards.double()
+    out = torch.zeros_like(r)
+    for g in set(group_ids.tolist()):
+        m = group_ids == g
+        mean = r[m].mean()
+        std = torch.sqrt(((r[m] - mean) ** 2).mean())
+        out[m] = (r[m] - mean) / max(float(std), eps)
+    return out
+
+
+@pytest.mark.parametrize("seed, n, dtype", [(0, 6, torch.float32), (1, 13, torch.float64), (2, 40, torch.float32)])
+def test_group_advantages_against_float64_reference(seed, n, dtype):
+    gen = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(n, generator=gen).to(dtype)
+    group_ids = torch.randint(-3, 3, (n,), generator=gen)  # unsorted, negative ids
+    got = gx.group_advantages(rewards, group_ids, eps=1e-6)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), _reference_advantages(rewards, group_ids, 1e-6),
+                               rtol=1e-5, atol=1e-5)
+    for g in group_ids.unique():
+        assert abs(float(got[group_ids == g].sum())) < 1e-4
+
+
+def test_seed_fixture_advantages_and_reward_std():
+    _, rewards, group_ids, adv = prepared("minimal_pair", 2)
+    assert adv.tolist() == pytest.approx([1.0, -1.0, 1.0, -1.0])
+    assert gx.reward_std_mean(rewards, group_ids) == pytest.approx(0.5)
+    _, rewards, group_ids, adv = prepared("expanded_group", 4)
+    assert int(adv.ne(0).sum()) == 8
+    assert gx.reward_std_mean(rewards, group_ids) == pytest.approx((0.2525 ** 0.5 + 0.226875 ** 0.5) / 2, abs=1e-6)
+    with pytest.raises(ValueError):
+        gx.group_advantages(torch.ones(3), torch.zeros(4, dtype=torch.long))
+
+
+def test_zero_variance_guard_passes_only_for_exact_zero_advantages():
+    ids = torch.tensor([0, 0, 1, 1, 1])
+    assert gx.zero_variance_guard(ids) is True
+    constant = gx.group_advantages(torch.full((5,), 3.7), ids)
+    assert constant.eq(0).all()
+
+    def no_floor(rewards, group_ids, eps=0.0):
+        out = torch.zeros_like(rewards)
+        for g in group_ids.unique():
+            m = group_ids == g
+            out[m] = (rewards[m] - rewards[m].mean()) / rewards[m].std(unbiased=False)
+        return out
+
+    def leaky(rewards, group_ids, eps=1e-6):
+        return gx.group_advantages(rewards, group_ids, eps) + 1e-3
+
+    assert gx.zero_variance_guard(ids, advantage_fn=no_floor) is False
+    assert gx.zero_variance_guard(ids, advantage_fn=leaky) is False
+
+
+# ------------------------------------------------------------------------------------------ objective pieces
+def test_clipped_surrogate_values_clip_fraction_and_gradient():
+    old = torch.zeros(4, dtype=torch.float64)
+    new = torch.log(torch.tensor([1.5, 0.5, 1.1, 0.9], dtype=torch.float64)).requires_grad_(True)
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=torch.float64)
+    loss, clip_fraction = gx.clipped_surrogate(new, old, adv, 0.2)
+    # min(r*A, clip(r)*A) = [1.2, 0.5, -1.1, -0.9] -> loss = -mean = 0.075; ratios 1.5 and 0.5 are clipped
+    assert float(loss.detach()) == pytest.approx(0.075)
+    assert float(clip_fraction) == pytest.approx(0.5)
+    loss.backward()
+    # d loss / d new_i = -A_i * r_i / 4 where the unclipped branch is chosen, 0 where the clipped one is
+    assert new.grad.tolist() == pytest.approx([0.0, -0.125, 0.275, 0.225])
+    with pytest.raises(ValueError):
+        gx.clipped_surrogate(new.detach(), old[:3], adv, 0.2)
+    with pytest.raises(ValueError):
+        gx.clipped_surrogate(new.detach(), old, adv, 1.5)
+
+
+def test_policy_separation_is_positive_minus_negative_shift():
+    old = torch.tensor([-2.0, -2.0, -3.0, -1.0])
+    new = torch.tensor([-1.0, -2.5, -2.0, -1.5])  # shifts [1.0, -0.5, 1.0, -0.5]
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    assert gx.policy_separation(old, new, adv) == pytest.approx(1.5)
+    assert gx.policy_separation(old, new, -adv) == pytest.approx(-1.5)
+    with pytest.raises(ValueError):
+        gx.policy_separation(old, new, torch.tensor([1.0, 0.0, 2.0, 0.0]))
+
+
+def test_select_precision():
+    cpu = gx.select_precision("tiny_cpu")
+    assert (cpu.device.type, cpu.dtype, cpu.autocast, cpu.grad_scaler) == ("cpu", torch.float32, False, False)
+    bf16 = gx.select_precision("real_gpu", cuda_available=True, bf16_supported=True)
+    assert (bf16.device.type, bf16.dtype_name, bf16.autocast, bf16.grad_scaler) == ("cuda", "bfloat16", True, False)
+    fp16 = gx.select_precision("real_gpu", cuda_available=True, bf16_supported=False)
+    assert (fp16.dtype_name, fp16.grad_scaler) == ("float16", True)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        gx.select_precision("real_gpu", cuda_available=False)
+    with pytest.raises(ValueError):
+        gx.select_precision("dry_run")
+
+
+def test_checkpoint_weights_kind_and_model_paths(tmp_path):
+    assert gx.checkpoint_weights_kind("Qwen/Qwen2.5-0.5B-Instruct") == "pretrained_hub"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert gx.checkpoint_weights_kind(str(plain)) == "local_checkpoint"
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    (marked / "course_checkpoint.json").write_text(json.dumps({"weights": "random_init"}), encoding="utf-8")
+    assert gx.checkpoint_weights_kind(str(marked)) == "random_init"
+    assert gx.resolve_model_path("marked", tmp_path) == str(marked.resolve())
+    assert gx.resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct", tmp_path) == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert gx.display_model_id(str(marked), tmp_path) == "marked"
+    assert gx.display_model_id("Qwen/Qwen2.5-0.5B-Instruct", tmp_path) == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+# ------------------------------------------------------------------------------------------ LoRA + update step (tiny model)
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import AutoTokenizer
+
+    from tools.tiny_model import tiny_checkpoint_path
+
+    path = str(tiny_checkpoint_path())
+    return path, AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def _policy(path, precision, seed=42):
+    return gx.load_lora_policy(path, precision, revision=None, local_files_only=True, lora_rank=8, lora_alpha=16,
+                               lora_dropout=0.0, target_modules=("q_proj", "v_proj"), seed=seed)
+
+
+def _batch(tokenizer, cs):
+    from tools.post_training_runtime import build_response_batch
+
+    return build_response_batch(tokenizer, cs.prompts, cs.responses, max_length=96)
+
+
+def test_lora_starts_at_the_base_policy_and_trains_only_adapters(tiny):
+    from transformers import AutoModelForCausalLM
+
+    path, tokenizer = tiny
+    precision = gx.select_precision("tiny_cpu")
+    cs, *_ = prepared("expanded_group", 4)
+    batch = _batch(tokenizer, cs)
+    base = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    base_logps = gx.sequence_logps(base, batch, precision)
+    policy, trainable = _policy(path, precision)
+    names = [n for n, p in policy.named_parameters() if p.requires_grad]
+    assert names and all("lora_A" in n or "lora_B" in n for n in names)
+    assert all(any(t in n for t in ("q_proj", "v_proj")) for n in names)
+    assert sum(p.numel() for p in trainable) == sum(p.numel() for n, p in policy.named_parameters() if p.requires_grad)
+    torch.testing.assert_close(gx.sequence_logps(policy, batch, precision), base_logps)
+    with pytest.raises((ValueError, RuntimeError)):  # a target that does not exist never trains silently
+        gx.attach_lora(AutoModelForCausalLM.from_pretrained(path, local_files_only=True), 8, 16, 0.0, ["nope_proj"])
+
+
+def test_update_steps_move_the_policy_along_the_advantages(tiny):
+    path, tokenizer = tiny
+    precision = gx.select_precision("tiny_cpu")
+    cs, _, _, adv = prepared("minimal_pair", 2)
+    batch = _batch(tokenizer, cs)
+    policy, trainable = _policy(path, precision)
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    old = gx.sequence_logps(policy, batch, precision)
+    before = [p.detach().clone() for p in trainable]
+    steps = [gx.grpo_update_step(policy, batch, old, adv, optimizer, trainable, 0.2, precision) for _ in range(4)]
+    # step 1: ratio == 1 and each group's advantages sum to zero -> loss 0, but a real gradient
+    assert steps[0].loss == pytest.approx(0.0, abs=1e-6)
+    assert steps[0].clip_fraction == 0.0
+    assert all(math.isfinite(s.loss) and math.isfinite(s.gradient_norm) and s.gradient_norm > 0 for s in steps)
+    assert all(s.update_ms > 0 for s in steps)
+    assert steps[-1].loss < 0  # the surrogate improves
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, trainable))
+    final = gx.sequence_logps(policy, batch, precision)
+    assert gx.policy_separation(old, final, adv) > 0
+    # flipping the advantages flips the direction
+    policy2, trainable2 = _policy(path, precision)
+    opt2 = torch.optim.AdamW(trainable2, lr=1e-2)
+    old2 = gx.sequence_logps(policy2, batch, precision)
+    for _ in range(4):
+        gx.grpo_update_step(policy2, batch, old2, -adv, opt2, trainable2, 0.2, precision)
+    assert gx.policy_separation(old2, gx.sequence_logps(policy2, batch, precision), adv) < 0
+
+
+def test_grad_scaler_path_reports_unscaled_gradient_norm(tiny):
+    path, tokenizer = tiny
+    precision = gx.select_precision("tiny_cpu")
+    cs, _, _, adv = prepared("minimal_pair", 2)
+    batch = _batch(tokenizer, cs)
+    norms = []
+    for scaler in (None, torch.amp.GradScaler("cpu", init_scale=1024.0)):
+        policy, trainable = _policy(path, precision)
+        optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+        old = gx.sequence_logps(policy, batch, precision)
+        norms.append(gx.grpo_update_step(policy, batch, old, adv, optimizer, trainable, 0.2, precision, scaler).gradient_norm)
+    assert norms[0] > 0
+    assert norms[1] == pytest.approx(norms[0], rel=1e-4)
+
+
+def test_bf16_autocast_path_runs_on_cpu(tiny):
+    path, tokenizer = tiny
+    precision = gx.Precision(torch.device("cpu"), torch.bfloat16, autocast=True, grad_scaler=False)
+    cs, _, _, adv = prepared("expanded_group", 4)
+    batch = _batch(tokenizer, cs)
+    policy, trainable = _policy(path, gx.select_precision("tiny_cpu"))  # fp32 weights, bf16 autocast compute
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    old = gx.sequence_logps(policy, batch, precision)
+    assert old.dtype == torch.float32
+    step = gx.grpo_update_step(policy, batch, old, adv, optimizer, trainable, 0.2, precision)
+    assert math.isfinite(step.loss) and step.gradient_norm > 0
+
+
+def test_update_measurements_fill_every_field(tiny):
+    path, tokenizer = tiny
+    precision = gx.select_precision("tiny_cpu")
+    cs, rewards, group_ids, adv = prepared("expanded_group", 4)
+    entry = gx.candidate_entry(cs, rewards, group_ids, adv, True)
+    assert all(entry[name] is None for name in gx.MEASURED_FIELDS)
+    steps = [gx.StepResult(0.0, 0.5, 0.0, 3.0), gx.StepResult(-0.1, 0.4, 0.5, 1.0)]
+    old = torch.zeros(8)
+    new = adv * 0.1
+    gx.add_update_measurements(entry, steps, old, new, adv, 1234, gx.peak_memory(precision))
+    assert entry["losses"] == [0.0, -0.1] and entry["gradient_norms"] == [0.5, 0.4]
+    assert entry["mean_clip_fraction"] == 0.25
+    assert entry["median_update_ms"] == 2.0
+    assert entry["policy_separation"] > 0
+    assert entry["peak_memory_metric"] == "process_peak_rss" and entry["peak_allocated_bytes"] is None
+    assert entry["peak_rss_bytes"] > 0
+    with pytest.raises(ValueError):
+        gx.add_update_measurements(entry, [], old, new, adv, 1, {})
+
+
+# ------------------------------------------------------------------------------------------ records, decision, schema
+def test_dry_run_record_is_schema_valid_and_claims_nothing():
+    record = dry_record()
+    gx.finalize_measured(record)
+    gx.validate_record(record)
+    assert (record["evidence_level"], record["decision"]) == ("dry_run", "not_measured")
+    assert [c["nonzero_advantages"] for c in record["candidates"]] == [4, 8]
+    for broken in (
+        {"decision": "accept_mechanism"},
+        {"evidence_level": "tiny_cpu_mechanism_check"},
+        {"run_label": "bad label"},
+        {"schema_version": "post-training-mechanism-gpu/v2"},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            gx.validate_record({**copy.deepcopy(record), **broken})
+    claim = copy.deepcopy(record)
+    claim["candidates"][0]["policy_separation"] = 1.0
+    with pytest.raises(jsonschema.ValidationError):
+        gx.validate_record(claim)
+    missing = copy.deepcopy(record)
+    del missing["candidates"][1]["unjudgeable_count"]
+    with pytest.raises(jsonschema.ValidationError):
+        gx.validate_record(missing)
+    nan = copy.deepcopy(record)
+    nan["candidates"][0]["reward_std_mean"] = float("nan")
+    with pytest.raises(ValueError):
+        gx.validate_record(nan)
+    lie = copy.deepcopy(record)
+    lie["candidates"][1]["verifier_records"][3]["total_reward"] = 0.1  # unjudgeable must earn zero
+    with pytest.raises(jsonschema.ValidationError):
+        gx.validate_record(lie)
+
+
+def test_decision_rule_and_evidence_levels():
+    record = fake_measurements(dry_record("tiny_cpu", weights="random_init"))
+    record["runtime"].update({"device": "cpu", "dtype": "float32"})
+    gx.finalize_measured(record)
+    gx.validate_record(record)
+    assert (record["evidence_level"], record["decision"]) == ("tiny_cpu_mechanism_check", "accept_mechanism")
+    assert record["highest_separation_candidate"] == {
+        "candidate_set": "minimal_pair", "group_size": 2, "interpretation": "diagnostic_only_not_configuration_selection"}
+
+    for change in ({"policy_separation": 0.0}, {"zero_variance_guard_passed": False}, {"reward_std_mean": 0.0}):
+        candidates = copy.deepcopy(record["candidates"])
+        candidates[1].update(change)
+        assert gx.decide(candidates) == "tune"
+    with pytest.raises(ValueError):
+        gx.decide([])
+
+    gpu = fake_measurements(dry_record("real_gpu", weights="random_init"))
+    gpu["hardware"] = {"cuda_available": True}
+    gpu["runtime"].update({"device": "cuda", "dtype": "bfloat16", "autocast": True})
+    for c in gpu["candidates"]:
+        c.update({"peak_memory_metric": "cuda_max_memory_allocated", "peak_allocated_bytes": 10})
+    gx.finalize_measured(gpu)
+    gx.validate_record(gpu)
+    assert gpu["evidence_level"] == "random_init_gpu_resource_benchmark"
+    gpu["model"]["weights"] = "pretrained_hub"
+    gx.finalize_measured(gpu)
+    gx.validate_record(gpu)
+    assert gpu["evidence_level"] == "real_model_grpo_rlvr_mechanism_benchmark"
+    gpu["model"]["weights"] = "random_init"  # a random-init model must never carry the real-model level
+    with pytest.raises(jsonschema.ValidationError):
+        gx.validate_record(gpu)
+
+
+def test_failure_record_names_the_stage_and_resets_partial_numbers():
+    record = fake_measurements(dry_record("tiny_cpu"))
+    record["candidates"][1]["policy_separation"] = None  # half-measured
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError as error:
+        gx.mark_failure(record, "candidate_set_expanded_group", error)
+    gx.validate_record(record)
+    assert record["failure"]["stage"] == "candidate_set_expanded_group"
+    assert record["failure"]["error_type"] == "RuntimeError"
+    assert (record["evidence_level"], record["decision"]) == ("failed_tiny_cpu_attempt", "reject_until_fixed")
+    assert record["candidates"][0]["losses"] is not None  # the completed set keeps its numbers
+    assert all(record["candidates"][1][name] is None for name in gx.MEASURED_FIELDS)
+    with pytest.raises(jsonschema.ValidationError):
+        gx.validate_record({**record, "decision": "tune"})
+
+
+def test_write_record_validates_and_replaces_an_invalid_record(tmp_path):
+    good = dry_record()
+    out = tmp_path / "ok.json"
+    gx.write_record(out, good)
+    gx.validate_record(json.loads(out.read_text(encoding="utf-8")))
+    bad = dry_record()
+    bad["decision"] = "accept_mechanism"
+    out_bad = tmp_path / "bad.json"
+    written = gx.write_record(out_bad, bad)
+    saved = json.loads(out_bad.read_text(encoding="utf-8"))
+    assert saved == written
+    assert saved["failure"]["stage"] == "evidence_validation"
+    assert saved["decision"] == "reject_until_fixed"
+    gx.validate_record(saved)
+
+
+def test_schema_file_is_a_valid_draft_2020_12_schema():
+    schema = gx.load_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["schema_version"]["const"] == gx.SCHEMA_VERSION
+
+
+def test_committed_records_are_schema_valid():
+    results = ROOT / "benchmarks" / "results" / "pt_grpo"
+    for path in sorted(results.glob("*.json")) if results.exists() else []:
+        gx.validate_record(json.loads(path.read_text(encoding="utf-8")))
+
+
+# ------------------------------------------------------------------------------------------ the notebook, headless
+@pytest.fixture()
+def run_label():
+    """A unique label; its evidence file is removed afterwards."""
+    label = f"pytest-{uuid.uuid4().hex[:10]}"
+    yield label
+    (ROOT / gx.output_relative_path(WORKLOAD_ID, label)).unlink(missing_ok=True)
+
+
+def _run(mode, label, tmp_path):
+    from tools import experiment
+
+    status, evidence, record = experiment.run(mode, label, timeout=600, executed_dir=tmp_path)
+    executed = tmp_path / f"nb06_real_model_grpo_{label}.ipynb"
+    return status, evidence, record, executed
+
+
+def _outputs(executed_path):
+    import nbformat
+
+    nb = nbformat.read(executed_path, as_version=4)
+    text, images = [], 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text.append(out["text"])
+            data = out.get("data", {})
+            text.append(data.get("text/markdown", ""))
+            images += "image/png" in data
+    return "\n".join(text), images
+
+
+@pytest.mark.slow
+def test_notebook_dry_run(run_label, tmp_path):
+    status, evidence, record, executed = _run("dry_run", run_label, tmp_path)
+    assert status == 0, record and record.get("failure")
+    saved = json.loads(evidence.read_text(encoding="utf-8"))
+    gx.validate_record(saved)
+    assert saved["run_label"] == run_label and saved["run_mode"] == "dry_run"
+    assert (saved["evidence_level"], saved["decision"], saved["failure"]) == ("dry_run", "not_measured", None)
+    assert [c["nonzero_advantages"] for c in saved["candidates"]] == [4, 8]
+    assert [c["unjudgeable_count"] for c in saved["candidates"]] == [0, 1]
+    assert all(c["zero_variance_guard_passed"] for c in saved["candidates"])
+    assert all(c[name] is None for c in saved["candidates"] for name in gx.MEASURED_FIELDS)
+    assert saved["model"]["resolved_commit"] is None
+    text, images = _outputs(executed)
+    assert "Schema 校验通过" in text and run_label in text
+    assert "种子参考" in text and "未测量" in text
+    assert images == 0
+
+
+@pytest.mark.slow
+def test_notebook_tiny_cpu(run_label, tmp_path):
+    status, evidence, record, executed = _run("tiny_cpu", run_label, tmp_path)
+    assert status == 0, record and record.get("failure")
+    saved = json.loads(evidence.read_text(encoding="utf-8"))
+    gx.validate_record(saved)
+    assert saved["failure"] is None
+    assert saved["evidence_level"] == "tiny_cpu_mechanism_check"
+    assert saved["decision"] == "accept_mechanism"
+    assert saved["model"]["weights"] == "random_init" and saved["model"]["resolution_source"] == "local"
+    assert len(saved["model"]["resolved_commit"]) == 64
+    assert saved["runtime"]["device"] == "cpu" and saved["runtime"]["dtype"] == "float32"
+    assert saved["workload"]["learning_rate_source"] == "tiny_cpu_override"
+    steps = saved["workload"]["update_steps"]
+    minimal, expanded = saved["candidates"]
+    assert (minimal["candidate_set"], expanded["candidate_set"]) == ("minimal_pair", "expanded_group")
+    assert (minimal["nonzero_advantages"], expanded["nonzero_advantages"]) == (4, 8)
+    assert (minimal["unjudgeable_count"], expanded["unjudgeable_count"]) == (0, 1)
+    for c in saved["candidates"]:
+        assert c["zero_variance_guard_passed"] is True
+        assert c["policy_separation"] > 0
+        assert len(c["losses"]) == len(c["gradient_norms"]) == len(c["clip_fractions"]) == steps
+        assert all(math.isfinite(v) for v in c["losses"] + c["gradient_norms"])
+        assert all(v > 0 for v in c["gradient_norms"])
+        assert c["losses"][0] == pytest.approx(0.0, abs=1e-6)
+        assert c["peak_memory_metric"] == "process_peak_rss" and c["peak_rss_bytes"] > 0
+        assert c["median_update_ms"] > 0
+    assert saved["highest_separation_candidate"]["interpretation"] == "diagnostic_only_not_configuration_selection"
+    assert saved["timing"]["total_seconds"] < 60
+    text, images = _outputs(executed)
+    assert images == 1  # the per-step loss / clip fraction figure
+    assert f"{minimal['policy_separation']:.3f} / {expanded['policy_separation']:.3f}" in text  # computed, not pasted
+    assert "1.476 / 1.731" in text  # the seed's reference, labelled beside it
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA failure path")
+def test_notebook_real_gpu_without_cuda_writes_a_failure_record(run_label, tmp_path):
+    status, evidence, record, executed = _run("real_gpu", run_label, tmp_path)
+    assert status == 2
+    saved = json.loads(evidence.read_text(encoding="utf-8"))
+    gx.validate_record(saved)
+    assert saved["failure"]["stage"] == "environment_preflight"
+    assert "CUDA" in saved["failure"]["message"]
+    assert (saved["evidence_level"], saved["decision"]) == ("failed_real_gpu_attempt", "reject_until_fixed")
+    assert [c["nonzero_advantages"] for c in saved["candidates"]] == [4, 8]  # the verifier half is still there
+
+
+@pytest.mark.slow
+def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path):
+    import nbformat
+
+    import tools.build.notebooks as chain
+
+    nb = chain.build_notebook("nb06_real_model_grpo")
+    done = chain.execute(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})
+    errors = chain.cell_errors(done)
+    assert errors and errors[0][2] == "ValueError" and "RUN_MODE" in errors[0][3]
+    assert not (ROOT / gx.output_relative_path(WORKLOAD_ID, run_label)).exists()
+    assert isinstance(done, nbformat.NotebookNode)

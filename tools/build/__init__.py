@@ -1,0 +1,1 @@
+"""Maintainer tooling: the single-source -> nbgrader source -> learner release chain."""

@@ -1,0 +1,410 @@
+"""The single-source chain: ``solutions/<a>.py`` -> nbgrader source -> learner release.
+
+Commands (``python -m tools.build.notebooks <command>``):
+
+- ``build``   : jupytext percent sources -> ``autograde/source/<a>/<a>.ipynb`` (nbgrader metadata completed,
+                badge and bootstrap cells inserted, deterministic cell ids).
+- ``release`` : ``build`` + ``nbgrader generate_assignment`` -> ``notebooks/<a>/<a>.ipynb`` (cells tagged
+                ``solution-only`` dropped, outputs cleared).
+- ``check``   : rebuild the release in a temporary course and fail when ``notebooks/`` differs (stale) or when a
+                learner version contains a solution marker, an answer line or a hidden test line.
+- ``execute`` : run notebooks top to bottom with nbclient: ``--which solution`` must run green, ``--which
+                learner`` must fail only with ``NotImplementedError``.
+
+The module also holds the small harness the tests use to grade alternative answers without nbgrader:
+``substitute_answers``, ``execute``, ``cell_results``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTIONS = ROOT / "solutions"
+COURSE = ROOT / "autograde"
+NOTEBOOKS = ROOT / "notebooks"
+SOLUTION_ONLY_TAG = "solution-only"
+MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
+           "BEGIN MARK SCHEME", "END MARK SCHEME")
+_REGION = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n(.*?)^[ \t]*### END \1[ \t]*$",
+                     re.MULTILINE | re.DOTALL)
+
+
+# ----------------------------------------------------------------------------- discovery & settings
+def course_settings() -> dict:
+    with open(ROOT / "course.toml", "rb") as handle:
+        return tomllib.load(handle)["course"]
+
+
+def assignments(names: list[str] | None = None) -> list[str]:
+    available = sorted(path.stem for path in SOLUTIONS.glob("*.py") if not path.name.startswith("_"))
+    if not names:
+        return available
+    unknown = sorted(set(names) - set(available))
+    if unknown:
+        raise SystemExit(f"unknown assignment(s) {unknown}; available: {available}")
+    return list(names)
+
+
+# ----------------------------------------------------------------------------- build
+def _complete_nbgrader(meta: dict, cell_type: str, where: str) -> dict:
+    """Fill nbgrader schema-v3 defaults so that a source header only states what matters."""
+    meta = dict(meta)
+    if "grade_id" not in meta:
+        raise ValueError(f"{where}: nbgrader cell without grade_id")
+    solution = bool(meta.get("solution", False))
+    grade = bool(meta.get("grade", False))
+    if grade and "points" not in meta:
+        raise ValueError(f"{where}: graded cell {meta['grade_id']!r} without points")
+    if cell_type == "markdown" and solution and not grade:
+        raise ValueError(f"{where}: a markdown answer cell must be graded (manual grading)")
+    meta.setdefault("locked", not solution)
+    full = {"grade": grade, "grade_id": meta["grade_id"], "locked": bool(meta["locked"]),
+            "schema_version": 3, "solution": solution}
+    if grade:
+        full["points"] = meta["points"]
+    return full
+
+
+def build_notebook(assignment: str, settings: dict | None = None) -> nbformat.NotebookNode:
+    """Read ``solutions/<assignment>.py`` and return the nbgrader source notebook."""
+    import jupytext
+
+    from tools.build.cells import badge_markdown, bootstrap_source
+
+    settings = settings or course_settings()
+    source_path = SOLUTIONS / f"{assignment}.py"
+    nb = jupytext.read(source_path, fmt="py:percent")
+    profile = nb.metadata.get("course", {}).get("profile")
+    if profile not in {"BASE-CPU", "PT-CPU", "PT-RL-CUDA"}:
+        raise ValueError(f"{source_path}: header must name `course: {{profile: BASE-CPU|PT-CPU|PT-RL-CUDA}}`")
+    seen: set[str] = set()
+    cells = [
+        nbformat.v4.new_markdown_cell(badge_markdown(assignment, settings)),
+        nbformat.v4.new_code_cell(bootstrap_source(profile, settings), metadata={"nbgrader": {
+            "grade": False, "grade_id": "bootstrap", "locked": True, "schema_version": 3, "solution": False}}),
+    ]
+    cells[0].metadata["tags"] = ["course-badges"]
+    # The bootstrap is long and the same everywhere: collapse its source (JupyterLab and Colab honour
+    # this), keep its output (the preflight line) visible.
+    cells[1].metadata["jupyter"] = {"source_hidden": True}
+    cells[1].metadata["cellView"] = "form"
+    for index, cell in enumerate(nb.cells):
+        where = f"{source_path.name} cell {index}"
+        meta = {k: v for k, v in cell.metadata.items() if k in {"nbgrader", "tags"}}
+        if "nbgrader" in meta:
+            meta["nbgrader"] = _complete_nbgrader(meta["nbgrader"], cell.cell_type, where)
+            grade_id = meta["nbgrader"]["grade_id"]
+            if grade_id in seen or grade_id == "bootstrap":
+                raise ValueError(f"{where}: duplicate grade_id {grade_id!r}")
+            seen.add(grade_id)
+        text = cell.source
+        has_region = "### BEGIN SOLUTION" in text or "### BEGIN HIDDEN TESTS" in text
+        if has_region and "nbgrader" not in meta:
+            raise ValueError(f"{where}: solution/hidden-test markers in a cell without nbgrader metadata")
+        if cell.cell_type == "code":
+            new = nbformat.v4.new_code_cell(text, metadata=meta)
+        elif cell.cell_type == "markdown":
+            new = nbformat.v4.new_markdown_cell(text, metadata=meta)
+        else:
+            new = nbformat.v4.new_raw_cell(text, metadata=meta)
+        cells.append(new)
+    for index, cell in enumerate(cells):  # deterministic ids: readable and stable across builds
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        cell["id"] = grade_id.replace("_", "-") if grade_id else f"cell-{index:03d}"
+    out = nbformat.v4.new_notebook(cells=cells)
+    out.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+        "course": {"assignment": assignment, "profile": profile},
+    }
+    nbformat.validate(out)
+    return out
+
+
+def write_notebook(nb: nbformat.NotebookNode, path: Path) -> bool:
+    """Write ``nb`` to ``path`` (deterministic JSON); return True when the bytes changed."""
+    text = nbformat.writes(nb) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return False
+    tmp = path.with_suffix(".ipynb.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return True
+
+
+def build(names: list[str] | None = None, course: Path = COURSE) -> list[Path]:
+    settings = course_settings()
+    written = []
+    for assignment in assignments(names):
+        path = course / "source" / assignment / f"{assignment}.ipynb"
+        write_notebook(build_notebook(assignment, settings), path)
+        written.append(path)
+    return written
+
+
+# ----------------------------------------------------------------------------- release
+def venv_env() -> dict[str, str]:
+    """The environment with this interpreter's bin folder first on PATH (nbgrader shells out to `alembic`)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def _generate_assignment(course: Path, assignment: str) -> None:
+    command = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
+               "--log-level=WARN"]
+    done = subprocess.run(command, cwd=course, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=venv_env())
+    if done.returncode != 0:
+        raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout}")
+
+
+def learner_version(released: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Post-process nbgrader's release: drop solution-only cells, keep everything else as nbgrader wrote it."""
+    nb = copy.deepcopy(released)
+    nb.cells = [c for c in nb.cells if SOLUTION_ONLY_TAG not in c.metadata.get("tags", [])]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def release_into(course: Path, out_dir: Path, names: list[str] | None = None) -> list[Path]:
+    build(names, course=course)
+    written = []
+    for assignment in assignments(names):
+        _generate_assignment(course, assignment)
+        released = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+        path = out_dir / assignment / f"{assignment}.ipynb"
+        write_notebook(learner_version(released), path)
+        written.append(path)
+    return written
+
+
+def release(names: list[str] | None = None) -> list[Path]:
+    paths = release_into(COURSE, NOTEBOOKS, names)
+    if not names:  # learner folders whose source is gone are stale
+        keep = {p.parent.name for p in paths}
+        for folder in NOTEBOOKS.iterdir() if NOTEBOOKS.exists() else []:
+            if folder.is_dir() and folder.name not in keep:
+                shutil.rmtree(folder)
+    return paths
+
+
+# ----------------------------------------------------------------------------- checks
+def _regions(text: str, kind: str) -> list[str]:
+    return [m.group(2) for m in _REGION.finditer(text) if m.group(1) == kind]
+
+
+def secret_lines(source_nb: nbformat.NotebookNode) -> dict[str, set[str]]:
+    """Lines that must never reach a learner: answers, hidden tests, solution-only cells.
+
+    A line counts when it has at least 8 non-space characters and does not also occur outside the
+    secret parts of the source (a stub signature or a shared import is not a secret).
+    """
+    secret = {"answer": set(), "hidden test": set(), "solution-only cell": set()}
+    public: set[str] = set()
+    for cell in source_nb.cells:
+        text = cell.source
+        if SOLUTION_ONLY_TAG in cell.metadata.get("tags", []):
+            secret["solution-only cell"].update(l.strip() for l in text.splitlines())
+            continue
+        for kind, label in (("SOLUTION", "answer"), ("HIDDEN TESTS", "hidden test")):
+            for region in _regions(text, kind):
+                secret[label].update(l.strip() for l in region.splitlines())
+        public.update(l.strip() for l in _REGION.sub("", text).splitlines())
+    return {k: {l for l in v if len(l.replace(" ", "")) >= 8 and l not in public} for k, v in secret.items()}
+
+
+def leaks(source_nb: nbformat.NotebookNode, learner_nb: nbformat.NotebookNode) -> list[str]:
+    problems = []
+    learner_lines = set()
+    for index, cell in enumerate(learner_nb.cells):
+        for marker in MARKERS:
+            if f"### {marker}" in cell.source:
+                problems.append(f"cell {index}: marker '### {marker}'")
+        learner_lines.update(l.strip() for l in cell.source.splitlines())
+    for label, lines in secret_lines(source_nb).items():
+        for line in sorted(lines & learner_lines):
+            problems.append(f"{label} line: {line!r}")
+    return problems
+
+
+def check(names: list[str] | None = None) -> int:
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="grpo-release-check-") as tmp:
+        course = Path(tmp) / "autograde"
+        course.mkdir()
+        shutil.copy2(COURSE / "nbgrader_config.py", course / "nbgrader_config.py")
+        out = Path(tmp) / "notebooks"
+        expected = release_into(course, out, names)
+        for path in expected:
+            assignment = path.parent.name
+            committed = NOTEBOOKS / assignment / path.name
+            if not committed.exists():
+                failures.append(f"{committed.relative_to(ROOT)} is missing: run `make release`")
+            elif committed.read_bytes() != path.read_bytes():
+                failures.append(f"{committed.relative_to(ROOT)} is stale against solutions/{assignment}.py: run `make release`")
+            source_nb = nbformat.read(course / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+            if committed.exists():
+                try:
+                    learner_nb = nbformat.read(committed, as_version=4)
+                except Exception as error:  # not valid notebook JSON: already reported as stale
+                    failures.append(f"{committed.relative_to(ROOT)} is not a valid notebook: {error.__class__.__name__}")
+                    continue
+                for problem in leaks(source_nb, learner_nb):
+                    failures.append(f"{committed.relative_to(ROOT)} leaks {problem}")
+        if not names and NOTEBOOKS.exists():
+            known = {p.parent.name for p in expected}
+            for folder in sorted(NOTEBOOKS.iterdir()):
+                if folder.is_dir() and folder.name not in known:
+                    failures.append(f"notebooks/{folder.name} has no source in solutions/")
+    for line in failures:
+        print(f"FAIL {line}")
+    if not failures:
+        print(f"release check ok: {len(expected)} learner notebook(s) up to date, no answer or hidden test leaked")
+    return 1 if failures else 0
+
+
+# ----------------------------------------------------------------------------- execution harness
+def substitute_answers(nb: nbformat.NotebookNode, answers: dict[str, str]) -> nbformat.NotebookNode:
+    """Return a copy of ``nb`` whose cells with the given ``grade_id``s have the given sources."""
+    out = copy.deepcopy(nb)
+    missing = set(answers)
+    for cell in out.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+            missing.discard(grade_id)
+    if missing:
+        raise KeyError(f"no cell with grade_id {sorted(missing)}")
+    return out
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120,
+            env: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """Execute a copy of ``nb`` with nbclient in ``cwd``; errors are recorded in outputs, not raised."""
+    from nbclient import NotebookClient
+
+    out = copy.deepcopy(nb)
+    old_env = dict(os.environ)
+    try:
+        os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend embeds figures in the outputs
+        os.environ.update(env or {})
+        client = NotebookClient(out, timeout=timeout, kernel_name="python3", allow_errors=True,
+                                resources={"metadata": {"path": str(cwd)}})
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old_env)
+    return out
+
+
+def cell_errors(nb: nbformat.NotebookNode) -> list[tuple[int, str | None, str, str]]:
+    """(cell index, grade_id, ename, evalue) for every code cell that raised."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                found.append((index, cell.metadata.get("nbgrader", {}).get("grade_id"),
+                              output.get("ename", ""), output.get("evalue", "")))
+    return found
+
+
+def cell_results(nb: nbformat.NotebookNode) -> dict[str, str | None]:
+    """For each code cell with a grade_id: None when it ran clean, else ``"EName: message"``."""
+    results: dict[str, str | None] = {}
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.cell_type != "code" or not grade_id:
+            continue
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        results[grade_id] = f"{errors[0]['ename']}: {errors[0]['evalue']}" if errors else None
+    return results
+
+
+def execute_solution(assignment: str, timeout: int = 300) -> tuple[nbformat.NotebookNode, float]:
+    path = COURSE / "source" / assignment / f"{assignment}.ipynb"
+    write_notebook(build_notebook(assignment), path)
+    started = time.perf_counter()
+    done = execute(nbformat.read(path, as_version=4), path.parent, timeout=timeout)
+    return done, time.perf_counter() - started
+
+
+def execute_learner(assignment: str, timeout: int = 300) -> tuple[nbformat.NotebookNode, float]:
+    path = NOTEBOOKS / assignment / f"{assignment}.ipynb"
+    started = time.perf_counter()
+    done = execute(nbformat.read(path, as_version=4), path.parent, timeout=timeout)
+    return done, time.perf_counter() - started
+
+
+def learner_problems(nb: nbformat.NotebookNode) -> list[str]:
+    """A learner version must fail only with NotImplementedError, and must fail at each graded TODO."""
+    problems = [f"cell {i} ({gid}): {ename}: {evalue[:200]}" for i, gid, ename, evalue in cell_errors(nb)
+                if ename != "NotImplementedError"]
+    has_todo = any(c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code" for c in nb.cells)
+    if has_todo and not cell_errors(nb):
+        problems.append("no cell raised NotImplementedError although the notebook has TODO cells")
+    return problems
+
+
+def _execute_command(which: str, names: list[str] | None, save: Path | None) -> int:
+    status = 0
+    for assignment in assignments(names):
+        runner = execute_solution if which == "solution" else execute_learner
+        nb, seconds = runner(assignment)
+        if which == "solution":
+            problems = [f"cell {i} ({gid}): {ename}: {evalue[:300]}" for i, gid, ename, evalue in cell_errors(nb)]
+        else:
+            problems = learner_problems(nb)
+        print(f"{'FAIL' if problems else 'ok  '} {which:8s} {assignment:28s} {seconds:6.1f} s (kernel start included)")
+        for problem in problems:
+            print(f"     {problem}")
+        status |= bool(problems)
+        if save is not None:
+            write_notebook(nb, save / which / f"{assignment}.ipynb")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["build", "release", "check", "execute", "list"])
+    parser.add_argument("names", nargs="*", help="assignments (default: all)")
+    parser.add_argument("--which", choices=["solution", "learner"], default="solution")
+    parser.add_argument("--save", type=Path, default=None, help="execute: folder for the executed copies")
+    args = parser.parse_intermixed_args(argv)
+    names = args.names or None
+    if args.command == "list":
+        print("\n".join(assignments()))
+        return 0
+    if args.command == "build":
+        for path in build(names):
+            print(f"built {path.relative_to(ROOT)}")
+        return 0
+    if args.command == "release":
+        for path in release(names):
+            print(f"released {path.relative_to(ROOT)}")
+        return 0
+    if args.command == "check":
+        return check(names)
+    return _execute_command(args.which, names, args.save)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

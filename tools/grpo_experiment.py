@@ -1,0 +1,671 @@
+"""Pieces of the course's final experiment (notebook ``nb06_real_model_grpo``).
+
+The notebook walks a learner through one chain: the verifier ``integer-answer-v1`` scores fixed candidate
+responses -> group-relative advantages -> a few LoRA GRPO updates of a causal LM -> did the policy move
+in the direction of the advantages? -> a JSON evidence record (schema ``post-training-mechanism-gpu/v1``).
+The notebook shows and explains each step; the code of each step lives here so that it can be unit
+tested (``tests/test_experiment.py``) and so that ``dry_run``, ``tiny_cpu`` and ``real_gpu`` share it.
+
+Everything that depends on the run mode is an argument: the same update code runs in fp32 on the CPU
+with the tiny local checkpoint and in bf16/fp16 autocast on a CUDA card with Qwen2.5-0.5B-Instruct.
+Sequence log-probabilities only ever come from ``tools.post_training_runtime.response_sequence_logps``.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+
+SCHEMA_VERSION = "post-training-mechanism-gpu/v1"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "post-training-mechanism-gpu-v1.json"
+SEMANTIC_ID = "PT-GRPO-LOSS"
+VERIFIER_ID = "integer-answer-v1"
+LOGPROB_FUNCTION = "tools.post_training_runtime.response_sequence_logps"
+RESULTS_RELATIVE_DIR = Path("benchmarks") / "results" / "pt_grpo"
+
+RUN_MODES = ("dry_run", "tiny_cpu", "real_gpu")
+# The one headless override channel (used by `python -m tools.experiment` / `make experiment`).
+ENV_RUN_MODE = "GRPO_RUN_MODE"
+ENV_RUN_LABEL = "GRPO_RUN_LABEL"
+# Optional: a local checkpoint folder for real_gpu on machines without hub access
+# (e.g. the Qwen-shaped random-init checkpoint of `make qwen-shaped-checkpoint`).
+ENV_MODEL_ID = "GRPO_MODEL_ID"
+
+_RUN_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+# The seed's two fixed groups: one prompt each, four fixed responses each. A candidate set of group
+# size G takes the first G responses of every group, so `minimal_pair` (G=2) is one correct, well
+# formatted answer against one wrong one, and `expanded_group` (G=4) adds a correct answer in prose
+# (format fails) and, in the first group, an answer with no integer at all (unjudgeable).
+GROUP_FIXTURES: tuple[dict[str, Any], ...] = (
+    {
+        "prompt": "Return only the integer result of 2 + 2.",
+        "expected_answer": 4,
+        "responses": ("4", "5", "The answer is 4.", "I do not know."),
+    },
+    {
+        "prompt": "Return only the integer result of 3 * 3.",
+        "expected_answer": 9,
+        "responses": ("9", "6", "The answer is 9.", "10"),
+    },
+)
+
+EVIDENCE_LEVELS = {
+    "dry_run": "dry_run",
+    "tiny_cpu": "tiny_cpu_mechanism_check",
+    "real_gpu": "real_model_grpo_rlvr_mechanism_benchmark",
+    "real_gpu_random_init": "random_init_gpu_resource_benchmark",
+}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Run settings (mode, label, headless overrides)
+# ----------------------------------------------------------------------------------------------------
+def check_run_mode(run_mode: str) -> str:
+    """Return ``run_mode`` if it is one of :data:`RUN_MODES`, else raise ``ValueError`` (Chinese)."""
+    if run_mode not in RUN_MODES:
+        raise ValueError(f"RUN_MODE 只能是 {' / '.join(RUN_MODES)} 之一，收到 {run_mode!r}")
+    return run_mode
+
+
+def check_run_label(run_label: str) -> str:
+    """A run label becomes part of a file name: letters, digits, ``.``, ``_``, ``-`` (at most 64)."""
+    if not isinstance(run_label, str) or not _RUN_LABEL_PATTERN.fullmatch(run_label):
+        raise ValueError(
+            "RUN_LABEL 会成为结果文件名的一部分：只能用字母、数字、'.'、'_'、'-'（以字母或数字开头，"
+            f"最多 64 个字符），收到 {run_label!r}"
+        )
+    return run_label
+
+
+def headless_overrides(run_mode: str, run_label: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Apply ``GRPO_RUN_MODE`` / ``GRPO_RUN_LABEL`` when set (non-empty); otherwise keep the notebook's values."""
+    environ = os.environ if environ is None else environ
+    mode = environ.get(ENV_RUN_MODE) or run_mode
+    label = environ.get(ENV_RUN_LABEL) or run_label
+    return check_run_mode(mode), check_run_label(label)
+
+
+def model_id_override(model_id: str, environ: Mapping[str, str] | None = None) -> str:
+    """``GRPO_MODEL_ID`` when set (a hub id or a local folder), else ``model_id``."""
+    environ = os.environ if environ is None else environ
+    return environ.get(ENV_MODEL_ID) or model_id
+
+
+def output_relative_path(workload_id: str, run_label: str) -> Path:
+    """``benchmarks/results/pt_grpo/{workload_id}_{run_label}.json`` (relative to the course root)."""
+    return RESULTS_RELATIVE_DIR / f"{workload_id}_{check_run_label(run_label)}.json"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Verifier integer-answer-v1 and candidate sets
+# ----------------------------------------------------------------------------------------------------
+_INTEGER = re.compile(r"-?\d+")
+
+
+def verify_integer_response(response: str, expected_answer: int, correctness_weight: float = 1.0,
+                            format_weight: float = 0.1) -> dict[str, Any]:
+    """Verifier ``integer-answer-v1``: score one response against the expected integer.
+
+    - ``parsed_answer``: the last ``-?\\d+`` in the stripped text, as ``int``; ``None`` when there is none;
+    - ``status``: ``"ok"``, or ``"unjudgeable"`` when nothing could be parsed (it then earns zero);
+    - ``correctness``: 1.0 iff the parsed answer equals ``expected_answer``;
+    - ``format_pass``: 1.0 iff the whole stripped text is exactly one integer;
+    - ``total_reward = correctness_weight * correctness + format_weight * format_pass``.
+    """
+    if not isinstance(response, str):
+        raise ValueError(f"response 必须是字符串，收到 {type(response).__name__}")
+    if isinstance(expected_answer, bool) or not isinstance(expected_answer, int):
+        raise ValueError(f"expected_answer 必须是整数，收到 {expected_answer!r}")
+    stripped = response.strip()
+    matches = _INTEGER.findall(stripped)
+    parsed_answer = int(matches[-1]) if matches else None
+    correctness = 1.0 if parsed_answer is not None and parsed_answer == expected_answer else 0.0
+    format_pass = 1.0 if _INTEGER.fullmatch(stripped) else 0.0
+    return {
+        "verifier_id": VERIFIER_ID,
+        "status": "ok" if parsed_answer is not None else "unjudgeable",
+        "parsed_answer": parsed_answer,
+        "correctness": correctness,
+        "format_pass": format_pass,
+        "total_reward": float(correctness_weight) * correctness + float(format_weight) * format_pass,
+    }
+
+
+@dataclass(frozen=True)
+class CandidateSet:
+    """One candidate set, flattened group by group (the TRL layout ``[num_groups * G]``)."""
+
+    name: str
+    group_size: int
+    prompts: list[str]
+    responses: list[str]
+    group_ids: list[int]
+    verifier_records: list[dict[str, Any]]  # one per response, with group_index and response added
+
+    @property
+    def rewards(self) -> list[float]:
+        return [record["total_reward"] for record in self.verifier_records]
+
+
+def build_candidate_set(name: str, group_size: int, fixtures: Sequence[Mapping[str, Any]] = GROUP_FIXTURES,
+                        correctness_weight: float = 1.0, format_weight: float = 0.1) -> CandidateSet:
+    """Take the first ``group_size`` responses of every fixture group and score them with the verifier."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size 必须是 >= 2 的整数（组内至少两个候选才能比较），收到 {group_size!r}")
+    prompts, responses, group_ids, records = [], [], [], []
+    for group_index, fixture in enumerate(fixtures):
+        available = list(fixture["responses"])
+        if group_size > len(available):
+            raise ValueError(f"第 {group_index} 组只有 {len(available)} 个固定候选，不够 group_size={group_size}")
+        for response in available[:group_size]:
+            prompts.append(fixture["prompt"])
+            responses.append(response)
+            group_ids.append(group_index)
+            record = verify_integer_response(response, fixture["expected_answer"], correctness_weight, format_weight)
+            records.append({"group_index": group_index, "response": response, **record})
+    return CandidateSet(name, group_size, prompts, responses, group_ids, records)
+
+
+def verifier_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Correctness and format pass rates over the candidates, and how many were unjudgeable."""
+    if not records:
+        raise ValueError("verifier_records 为空，无法统计通过率")
+    count = len(records)
+    return {
+        "correctness_pass_rate": sum(r["correctness"] for r in records) / count,
+        "format_pass_rate": sum(r["format_pass"] for r in records) / count,
+        "unjudgeable_count": sum(r["status"] == "unjudgeable" for r in records),
+    }
+
+
+def fixtures_hash_items(fixtures: Sequence[Mapping[str, Any]] = GROUP_FIXTURES) -> list[str]:
+    """The ordered strings whose hash identifies the embedded data set (prompt, answer, responses)."""
+    return [json.dumps({"prompt": f["prompt"], "expected_answer": f["expected_answer"],
+                        "responses": list(f["responses"])}, ensure_ascii=False, sort_keys=True)
+            for f in fixtures]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rewards -> group-relative advantages, and the zero-variance guard
+# ----------------------------------------------------------------------------------------------------
+def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``(r - mean_g) / max(std_g, eps)`` inside each group (population std, like the seed).
+
+    rewards: [N] float, group_ids: [N] int (any order). A group whose rewards are all equal gets exactly
+    zero advantages (its std is clamped to ``eps`` and its deviations are zero).
+    """
+    if rewards.ndim != 1 or group_ids.shape != rewards.shape:
+        raise ValueError(f"rewards 与 group_ids 必须是同形状的一维张量，收到 {tuple(rewards.shape)} 和 {tuple(group_ids.shape)}")
+    if not eps > 0:
+        raise ValueError(f"eps 必须为正数，收到 {eps}")
+    advantages = torch.zeros_like(rewards)  # [N]
+    for group_id in group_ids.unique(sorted=True):
+        mask = group_ids == group_id  # [N] bool
+        values = rewards[mask]  # [G]
+        advantages[mask] = (values - values.mean()) / values.std(unbiased=False).clamp_min(eps)
+    return advantages
+
+
+def zero_variance_guard(group_ids: torch.Tensor, eps: float = 1e-6,
+                        advantage_fn: Callable[..., torch.Tensor] = group_advantages) -> bool:
+    """True iff identical rewards in every group give exactly zero advantages (no fake update signal).
+
+    ``advantage_fn`` is the function under test (the experiment passes :func:`group_advantages`); a
+    version without the ``eps`` floor divides 0 by 0 and fails this guard with NaN.
+    """
+    collapsed = torch.ones(group_ids.shape, dtype=torch.float32, device=group_ids.device)  # [N]
+    advantages = advantage_fn(collapsed, group_ids, eps=eps)  # [N]
+    return bool(torch.isfinite(advantages).all() and advantages.eq(0).all())
+
+
+def reward_std_mean(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
+    """Mean over groups of the within-group population std of the rewards (0 = collapsed rewards)."""
+    stds = [rewards[group_ids == gid].std(unbiased=False) for gid in group_ids.unique(sorted=True)]
+    return float(torch.stack(stds).mean())
+
+
+# ----------------------------------------------------------------------------------------------------
+# The model side: precision, LoRA, log-probs, one GRPO update step
+# ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Precision:
+    """Where and in which precision the update runs (fp32 on CPU; bf16, else fp16, autocast on CUDA)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    autocast: bool
+    grad_scaler: bool  # fp16 only: scale the loss so small gradients do not underflow
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).replace("torch.", "")
+
+    def autocast_context(self):
+        if not self.autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def select_precision(run_mode: str, cuda_available: bool | None = None,
+                     bf16_supported: bool | None = None) -> Precision:
+    """``tiny_cpu`` -> CPU fp32; ``real_gpu`` -> CUDA bf16 where supported, else fp16 (+ grad scaler).
+
+    ``real_gpu`` without CUDA raises ``RuntimeError`` (the notebook turns it into a failure record).
+    """
+    check_run_mode(run_mode)
+    if run_mode == "dry_run":
+        raise ValueError("dry_run 不加载模型，没有计算精度可选")
+    if run_mode == "tiny_cpu":
+        return Precision(torch.device("cpu"), torch.float32, autocast=False, grad_scaler=False)
+    cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
+    if not cuda_available:
+        raise RuntimeError("RUN_MODE=real_gpu 需要 CUDA，但 torch.cuda.is_available() 为 False；"
+                           "没有 GPU 时请用 tiny_cpu 或 dry_run")
+    if bf16_supported is None:
+        bf16_supported = torch.cuda.is_bf16_supported()
+    dtype = torch.bfloat16 if bf16_supported else torch.float16
+    return Precision(torch.device("cuda"), dtype, autocast=True, grad_scaler=dtype == torch.float16)
+
+
+def checkpoint_weights_kind(model_id: str) -> str:
+    """``random_init`` when a local folder's ``course_checkpoint.json`` says so; ``local_checkpoint`` for
+    another local folder; ``pretrained_hub`` for a hub id."""
+    path = Path(model_id)
+    if path.is_dir():
+        marker = path / "course_checkpoint.json"
+        if marker.is_file():
+            try:
+                weights = json.loads(marker.read_text(encoding="utf-8")).get("weights")
+            except (OSError, ValueError):
+                weights = None
+            if weights == "random_init":
+                return "random_init"
+        return "local_checkpoint"
+    return "pretrained_hub"
+
+
+def resolve_model_path(model_id: str, root: Path) -> str:
+    """A local checkpoint folder as an absolute path (a relative one is looked up under the course root
+    first, then the working folder); anything else is returned unchanged as a hub id."""
+    path = Path(model_id).expanduser()
+    if path.is_absolute():
+        return str(path)
+    for base in (Path(root), Path.cwd()):
+        if (base / path).is_dir():
+            return str((base / path).resolve())
+    return model_id
+
+
+def display_model_id(model_path: str, root: Path) -> str:
+    """How the record names the model: a hub id as is; a local folder relative to the course root when
+    it lies inside it (no machine-specific absolute paths in committed evidence)."""
+    path = Path(model_path)
+    if path.is_dir():
+        try:
+            return path.resolve().relative_to(Path(root).resolve()).as_posix()
+        except ValueError:
+            return str(path)
+    return str(model_path)
+
+
+def attach_lora(model: torch.nn.Module, rank: int, alpha: float, dropout: float,
+                target_modules: Sequence[str]) -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
+    """Wrap ``model`` with a LoRA adapter (peft); return the peft model and its trainable parameters.
+
+    Only the adapter's A/B matrices train; the base weights are frozen. peft initialises B at zero, so
+    the wrapped model starts exactly at the base policy (the experiment's baseline).
+    """
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
+                        bias="none", task_type=TaskType.CAUSAL_LM)
+    peft_model = get_peft_model(model, config)
+    trainable = [p for p in peft_model.parameters() if p.requires_grad]
+    if not trainable:
+        raise RuntimeError(f"LoRA 没有可训练参数：target_modules={list(target_modules)} 在模型中不存在？")
+    return peft_model, trainable
+
+
+def load_lora_policy(model_id: str, precision: Precision, *, revision: str | None, local_files_only: bool,
+                     lora_rank: int, lora_alpha: float, lora_dropout: float, target_modules: Sequence[str],
+                     seed: int) -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
+    """Load the policy fresh (``from_pretrained``), put it on the device, attach LoRA under ``seed``."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    if precision.device.type == "cuda":
+        torch.cuda.manual_seed_all(seed)
+    kwargs: dict[str, Any] = {"local_files_only": local_files_only, "dtype": precision.dtype}
+    if revision is not None:
+        kwargs["revision"] = revision
+    base = AutoModelForCausalLM.from_pretrained(model_id, **kwargs).to(precision.device)
+    base.config.use_cache = False
+    return attach_lora(base, lora_rank, lora_alpha, lora_dropout, target_modules)
+
+
+def sequence_logps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], precision: Precision) -> torch.Tensor:
+    """Per-candidate mean response-token log-prob [N] in eval mode, without gradients (fp32 result)."""
+    from tools.post_training_runtime import response_sequence_logps
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), precision.autocast_context():
+            logps, _ = response_sequence_logps(model, batch, normalize=True)  # [N]
+    finally:
+        model.train(was_training)
+    return logps.detach().float()
+
+
+def clipped_surrogate(new_logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
+                      clip_range: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seed's sequence-level GRPO objective and the fraction of clipped ratios.
+
+    ratio = exp(new - old); loss = -mean(min(ratio * A, clip(ratio, 1-eps, 1+eps) * A)).
+    The clip fraction counts candidates whose ratio left [1-eps, 1+eps] (the seed's definition: it
+    measures how far the policy has moved, whichever side the advantage is on).
+    """
+    if not (new_logps.shape == old_logps.shape == advantages.shape) or new_logps.ndim != 1:
+        raise ValueError("new_logps、old_logps、advantages 必须是同形状的一维张量 [N]")
+    if not 0 < clip_range < 1:
+        raise ValueError(f"clip_range 必须在 (0, 1) 之间，收到 {clip_range}")
+    ratio = torch.exp(new_logps.float() - old_logps.float())  # [N]
+    clipped_ratio = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)  # [N]
+    advantages = advantages.float()  # [N]
+    loss = -torch.minimum(ratio * advantages, clipped_ratio * advantages).mean()  # []
+    clip_fraction = ratio.detach().ne(clipped_ratio.detach()).float().mean()  # []
+    return loss, clip_fraction
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float
+    gradient_norm: float
+    clip_fraction: float
+    update_ms: float
+
+
+def grpo_update_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], old_logps: torch.Tensor,
+                     advantages: torch.Tensor, optimizer: torch.optim.Optimizer,
+                     trainable: Sequence[torch.nn.Parameter], clip_range: float, precision: Precision,
+                     scaler: "torch.amp.GradScaler | None" = None) -> StepResult:
+    """One optimizer step of the clipped objective; the timing covers forward, backward and step.
+
+    The gradient norm is taken on unscaled gradients (after ``scaler.unscale_`` in fp16). A non-finite
+    loss raises ``FloatingPointError`` instead of writing NaN evidence.
+    """
+    from tools.post_training_runtime import response_sequence_logps
+    from tools.training_mechanism_runtime import gradient_l2_norm
+
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    precision.synchronize()
+    started = time.perf_counter()
+    with precision.autocast_context():
+        new_logps, _ = response_sequence_logps(model, batch, normalize=True)  # [N]
+    loss, clip_fraction = clipped_surrogate(new_logps, old_logps, advantages, clip_range)
+    if not torch.isfinite(loss.detach()):
+        raise FloatingPointError(f"GRPO 损失不是有限值：{float(loss.detach())}")
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+    else:
+        loss.backward()
+    gradient_norm = float(gradient_l2_norm(trainable))
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    precision.synchronize()
+    update_ms = (time.perf_counter() - started) * 1000.0
+    if not math.isfinite(gradient_norm):
+        raise FloatingPointError(f"梯度范数不是有限值：{gradient_norm}")
+    return StepResult(float(loss.detach()), gradient_norm, float(clip_fraction), update_ms)
+
+
+def policy_separation(old_logps: torch.Tensor, new_logps: torch.Tensor, advantages: torch.Tensor) -> float:
+    """Mean log-prob shift of positive-advantage candidates minus that of negative-advantage ones.
+
+    > 0: the update moved probability towards the candidates the verifier preferred.
+    """
+    shifts = (new_logps.float() - old_logps.float())  # [N]
+    positive, negative = advantages > 0, advantages < 0  # [N] bool
+    if not positive.any() or not negative.any():
+        raise ValueError("策略分离需要至少一个正优势和一个负优势候选（奖励全等的组没有方向）")
+    return float(shifts[positive].mean() - shifts[negative].mean())
+
+
+def reset_peak_memory(precision: Precision) -> None:
+    if precision.device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(precision.device)
+
+
+def peak_memory(precision: Precision) -> dict[str, Any]:
+    """CUDA: ``max_memory_allocated`` since the last reset (per candidate set). CPU: the process's peak
+    resident set size since it started - named as such, because it is neither per candidate set nor
+    tensor memory only."""
+    from tools.training_mechanism_runtime import peak_rss_bytes
+
+    rss = peak_rss_bytes()  # None where the platform cannot tell (Windows)
+    rss = None if rss is None else int(rss)
+    if precision.device.type == "cuda":
+        return {"peak_memory_metric": "cuda_max_memory_allocated",
+                "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(precision.device)),
+                "peak_rss_bytes": rss}
+    return {"peak_memory_metric": "process_peak_rss" if rss is not None else "unavailable",
+            "peak_allocated_bytes": None, "peak_rss_bytes": rss}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Record assembly, decision rule, schema validation, writing
+# ----------------------------------------------------------------------------------------------------
+MEASURED_FIELDS = ("trainable_parameters", "losses", "gradient_norms", "clip_fractions", "mean_clip_fraction",
+                   "logprob_shifts", "policy_separation", "update_ms", "median_update_ms", "p95_update_ms",
+                   "peak_memory_metric", "peak_allocated_bytes", "peak_rss_bytes")
+
+
+def candidate_entry(candidate_set: CandidateSet, rewards: torch.Tensor, group_ids: torch.Tensor,
+                    advantages: torch.Tensor, guard_passed: bool) -> dict[str, Any]:
+    """The verifier/advantage half of a candidate set's record; update fields start as ``None``."""
+    entry: dict[str, Any] = {
+        "candidate_set": candidate_set.name,
+        "group_size": candidate_set.group_size,
+        "verifier_records": [dict(r) for r in candidate_set.verifier_records],
+        **verifier_summary(candidate_set.verifier_records),
+        "rewards": [float(v) for v in rewards.detach().cpu()],
+        "advantages": [float(v) for v in advantages.detach().cpu()],
+        "reward_std_mean": reward_std_mean(rewards.detach().cpu(), group_ids.detach().cpu()),
+        "nonzero_advantages": int(advantages.ne(0).sum()),
+        "zero_variance_guard_passed": bool(guard_passed),
+    }
+    entry.update({name: None for name in MEASURED_FIELDS})
+    return entry
+
+
+def add_update_measurements(entry: dict[str, Any], steps: Sequence[StepResult], old_logps: torch.Tensor,
+                            final_logps: torch.Tensor, advantages: torch.Tensor, trainable_parameters: int,
+                            memory: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill the update half of a candidate set's record from the steps and the before/after log-probs."""
+    from tools.training_mechanism_runtime import median_and_p95
+
+    if not steps:
+        raise ValueError("没有任何更新步骤，无法记录更新证据")
+    update_ms = [s.update_ms for s in steps]
+    median_ms, p95_ms = median_and_p95(update_ms)
+    clip_fractions = [s.clip_fraction for s in steps]
+    entry.update({
+        "trainable_parameters": int(trainable_parameters),
+        "losses": [s.loss for s in steps],
+        "gradient_norms": [s.gradient_norm for s in steps],
+        "clip_fractions": clip_fractions,
+        "mean_clip_fraction": sum(clip_fractions) / len(clip_fractions),
+        "logprob_shifts": [float(v) for v in (final_logps.float() - old_logps.float()).cpu()],
+        "policy_separation": policy_separation(old_logps.cpu(), final_logps.cpu(), advantages.cpu()),
+        "update_ms": update_ms,
+        "median_update_ms": float(median_ms),
+        "p95_update_ms": float(p95_ms),
+        **dict(memory),
+    })
+    return entry
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_record(*, run_mode: str, run_label: str, environment_profile: str, framework: Mapping[str, Any],
+               hardware: Mapping[str, Any], model: Mapping[str, Any], dataset: Mapping[str, Any],
+               workload: Mapping[str, Any], verifier: Mapping[str, Any]) -> dict[str, Any]:
+    """A record that claims nothing yet: no candidates, no failure, level ``dry_run``, ``not_measured``."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "semantic_id": SEMANTIC_ID,
+        "environment_profile": environment_profile,
+        "run_mode": check_run_mode(run_mode),
+        "run_label": check_run_label(run_label),
+        "created_utc": utc_now(),
+        "framework": dict(framework),
+        "hardware": dict(hardware),
+        "runtime": {"device": None, "dtype": None, "autocast": False, "grad_scaler": False,
+                    "logprob_function": LOGPROB_FUNCTION, "logprob_normalize": True},
+        "model": dict(model),
+        "dataset": dict(dataset),
+        "workload": dict(workload),
+        "verifier": dict(verifier),
+        "baseline": {"name": "sampling_policy_before_update"},
+        "candidates": [],
+        "failure": None,
+        "evidence_level": "dry_run",
+        "decision": "not_measured",
+        "highest_separation_candidate": None,
+        "timing": {"total_seconds": None},
+    }
+
+
+def decide(candidates: Sequence[Mapping[str, Any]]) -> str:
+    """The seed's rule: ``accept_mechanism`` iff every candidate set has a positive policy separation,
+    a passing zero-variance guard and non-collapsed rewards (mean reward std > 0); else ``tune``."""
+    if not candidates:
+        raise ValueError("没有候选组结果，无法做决策")
+    passed = all(
+        c["policy_separation"] is not None and c["policy_separation"] > 0
+        and c["zero_variance_guard_passed"] and c["reward_std_mean"] > 0
+        for c in candidates
+    )
+    return "accept_mechanism" if passed else "tune"
+
+
+def highest_separation(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Diagnostic only: which candidate set separated most. Never a configuration choice."""
+    best = max(candidates, key=lambda c: c["policy_separation"])
+    return {"candidate_set": best["candidate_set"], "group_size": best["group_size"],
+            "interpretation": "diagnostic_only_not_configuration_selection"}
+
+
+def finalize_measured(record: dict[str, Any]) -> dict[str, Any]:
+    """Set evidence level, decision and the diagnostic for a run whose updates all completed."""
+    mode = record["run_mode"]
+    if mode == "dry_run":
+        record.update({"evidence_level": "dry_run", "decision": "not_measured", "highest_separation_candidate": None})
+        return record
+    if mode == "tiny_cpu":
+        level = EVIDENCE_LEVELS["tiny_cpu"]
+    elif record["model"].get("weights") == "random_init":
+        level = EVIDENCE_LEVELS["real_gpu_random_init"]
+    else:
+        level = EVIDENCE_LEVELS["real_gpu"]
+    record.update({"evidence_level": level, "decision": decide(record["candidates"]),
+                   "highest_separation_candidate": highest_separation(record["candidates"])})
+    return record
+
+
+def mark_failure(record: dict[str, Any], stage: str, error: BaseException) -> dict[str, Any]:
+    """Turn ``record`` into a failure record: the stage, the error, ``reject_until_fixed``.
+
+    Candidate sets that were not fully measured are reset to their unmeasured form so that the record
+    never mixes half-filled numbers with a claim.
+    """
+    from tools.notebook_runtime import failure_record
+
+    for entry in record["candidates"]:
+        if entry.get("losses") is None or entry.get("policy_separation") is None:
+            entry.update({name: None for name in MEASURED_FIELDS})
+    record.update({"failure": failure_record(stage, error),
+                   "evidence_level": f"failed_{record['run_mode']}_attempt",
+                   "decision": "reject_until_fixed", "highest_separation_candidate": None})
+    return record
+
+
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def validate_record(record: Mapping[str, Any]) -> None:
+    """Raise if ``record`` breaks the schema (jsonschema) or holds a NaN/inf (which JSON cannot carry)."""
+    import jsonschema
+
+    json.dumps(record, allow_nan=False)  # ValueError on NaN / inf anywhere
+    validator_cls = jsonschema.validators.validator_for(load_schema())
+    validator = validator_cls(load_schema())
+    errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "<root>"
+        raise jsonschema.ValidationError(f"{len(errors)} schema error(s); first at {where}: {first.message}")
+
+
+def write_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Validate, then write atomically with ``save_json``. An invalid record is replaced by a failure
+    record at stage ``evidence_validation`` (itself validated) so that a file is always written."""
+    from tools.notebook_runtime import save_json
+
+    try:
+        validate_record(record)
+    except Exception as error:  # the record is broken: say so in the file rather than lose the run
+        record = mark_failure(record, "evidence_validation", error)
+        validate_record(record)
+    save_json(Path(path), record)
+    return record
+
+
+def headline(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a reader checks first (used by the notebook's 5.3 cell)."""
+    keys = ("run_mode", "run_label", "model", "evidence_level", "decision", "highest_separation_candidate", "failure")
+    return {key: record.get(key) for key in keys}
+
+
+CANDIDATE_HEADLINE_KEYS = ("candidate_set", "group_size", "correctness_pass_rate", "format_pass_rate",
+                           "unjudgeable_count", "reward_std_mean", "nonzero_advantages",
+                           "zero_variance_guard_passed", "policy_separation", "mean_clip_fraction",
+                           "median_update_ms", "p95_update_ms", "peak_memory_metric", "peak_allocated_bytes",
+                           "peak_rss_bytes")
+
+
+def candidate_headlines(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{key: c.get(key) for key in CANDIDATE_HEADLINE_KEYS} for c in record.get("candidates", [])]
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub-style Markdown table (cells converted with ``str``; ``|`` escaped)."""
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + " --- |" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,45 @@
+"""Find the course root (the folder holding ``course.toml``) from wherever a notebook runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MARKER = "course.toml"
+
+
+def _candidates(start: Path) -> list[Path]:
+    start = start.expanduser().resolve()
+    if start.is_file():
+        start = start.parent
+    return [start, *start.parents]
+
+
+def resolve_project_root(start=None) -> Path:
+    """Return the course root: the nearest folder at or above ``start`` that holds ``course.toml``.
+
+    ``start`` defaults to the current working directory, which covers ``notebooks/<assignment>/``,
+    nbgrader's ``autograde/autograded/<learner>/<assignment>/`` and a shell at the repository root.
+    With the default, the folder of the imported ``tools`` package is tried next, so a notebook whose
+    working directory lies outside the clone (Colab runs in ``/content``) still finds the clone it
+    imported ``tools`` from. Raises ``FileNotFoundError`` naming the marker, the folders searched and
+    the fix when no folder holds the marker.
+    """
+    if start is None:
+        searched = _candidates(Path.cwd())
+        fallback = _candidates(Path(__file__).resolve().parent)
+        searched += [folder for folder in fallback if folder not in searched]
+    else:
+        searched = _candidates(Path(start))
+    for folder in searched:
+        if (folder / MARKER).is_file():
+            return folder
+    listing = "\n".join(f"  - {folder}" for folder in searched)
+    raise FileNotFoundError(
+        f"找不到课程根目录：以下文件夹中都没有标记文件 `{MARKER}`。\n"
+        f"Course root not found: no `{MARKER}` in any of these folders:\n{listing}\n"
+        "修复 / Fix: 在课程仓库的克隆目录（含 course.toml 的文件夹）里启动 Jupyter 或运行命令，"
+        "或调用 resolve_project_root(start=<克隆内的某个路径>)；在 Colab 上先运行笔记本的第一个单元（它会克隆仓库）。 / "
+        "start Jupyter or the command inside the course clone (the folder holding course.toml), or pass "
+        "resolve_project_root(start=<a path inside the clone>); on Colab run the notebook's first cell, "
+        "which clones the repository."
+    )
