@@ -79,5 +79,5 @@ c.GradingPipeline.sandbox = "auto"         # auto | isolated (root) | userns | n
 c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: kernels run as free uids from here on, one per slot
                                             # (locked per run, so concurrent runs never share one)
 # files of the course checkout the kernel may read (copied into each slot's read-only course copy)
-c.GradingPipeline.kernel_files = ["course.toml", "tools"]
+c.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments"]
 c.GradingPipeline.hidden_paths = []        # more folders to hide from kernels (other clones, data with answers)

@@ -21,7 +21,7 @@ class Settings:
     max_submission_mb: int = 25
     sandbox: str = "auto"
     sandbox_uid_base: int = 61000
-    kernel_files: list[str] = field(default_factory=lambda: ["course.toml", "tools"])
+    kernel_files: list[str] = field(default_factory=lambda: ["course.toml", "pyproject.toml", "tools", "environments"])
     hidden_paths: list[str] = field(default_factory=list)
     course_id: str = "grpo-in-practice"
 

@@ -5,7 +5,8 @@ Autograde (sanitise step, after nbgrader's own ``OverwriteCells``):
   comparison helpers) must run before any learner code. A submission that deleted it, moved it down or put
   a cell above it gets the source version back as its first code cell.
 
-- ``RestoreTrusted``: before every test cell, a small unlocked cell (tagged ``grader-restore``, not graded)
+- ``RestoreTrusted``: a first cell that imports ``tools.grading`` before anything else (the capture then
+  happens even if the bootstrap cell fails), and before every test cell a small unlocked cell (tagged ``grader-restore``, not graded)
   puts back any of the helpers ``tools.grading`` captured at bootstrap (``torch.allclose``,
   ``torch.testing.assert_close``, ``builtins.abs``, ...) that learner code rebound, so a test - visible or
   hidden - never runs with a replaced comparison function left behind by an earlier cell.
@@ -34,6 +35,8 @@ from traitlets import Integer, Unicode
 
 BOOTSTRAP_ID = "bootstrap"
 RESTORE_TAG = "grader-restore"
+CAPTURE_SOURCE = """# [评分器] 在任何其他代码之前导入 tools.grading（grader: capture the trusted helpers first)
+import tools.grading"""
 RESTORE_SOURCE = """# [评分器] 运行测试前恢复被改写的可信函数（grader: restore helpers captured by tools.grading）
 import importlib as _grader_importlib
 import tools.grading as _grader_trust
@@ -83,11 +86,13 @@ class RestoreBootstrap(NbGraderPreprocessor):
 
 
 class RestoreTrusted(NbGraderPreprocessor):
-    """Insert a restore cell before every autograded test cell."""
+    """A capture cell first (``import tools.grading`` before anything else runs, even when the bootstrap
+    cell fails, e.g. cannot install a package offline), and a restore cell before every test cell."""
 
     def preprocess(self, nb, resources):
         cells = [c for c in nb.cells if RESTORE_TAG not in c.get("metadata", {}).get("tags", [])]
-        out = []
+        out = [NotebookNode(cell_type="code", execution_count=None, outputs=[], source=CAPTURE_SOURCE,
+                            metadata=NotebookNode(tags=[RESTORE_TAG]), id="grader-capture")]
         for cell in cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):

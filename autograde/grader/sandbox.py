@@ -168,6 +168,9 @@ def _environment(spec: dict) -> dict[str, str]:
         "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
         "MALLOC_ARENA_MAX": "2", "MPLCONFIGDIR": os.path.join(work, ".matplotlib"),
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GRPO_GRADING_SANDBOX": spec["mode"],
+        # the bootstrap cell installs what is missing; while grading nothing is installed (and there is no
+        # network): pip fails at once instead of retrying
+        "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     })
     env.update(spec.get("env", {}))
     return env
