@@ -38,13 +38,9 @@ RESTORE_TAG = "grader-restore"
 CAPTURE_SOURCE = """# [评分器] 在任何其他代码之前导入 tools.grading（grader: capture the trusted helpers first)
 import tools.grading"""
 RESTORE_SOURCE = """# [评分器] 运行测试前恢复被改写的可信函数（grader: restore helpers captured by tools.grading）
-import importlib as _grader_importlib
 import tools.grading as _grader_trust
-for _grader_name in _grader_trust.tampered():
-    _grader_module, _, _grader_attr = _grader_name.rpartition(".")
-    setattr(_grader_importlib.import_module(_grader_module or "builtins"), _grader_attr,
-            _grader_trust.trusted(_grader_name))
-del _grader_importlib, _grader_trust"""
+_grader_trust.restore()
+del _grader_trust"""
 
 
 def _error_output(ename: str, evalue: str) -> NotebookNode:
