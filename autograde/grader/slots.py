@@ -85,6 +85,36 @@ def _checkout_of(path: Path) -> Path | None:
     return None
 
 
+SYSTEM_TOP = {"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys", "/dev",
+              "/var", "/run", "/boot", "/tmp"}
+PRUNE = {".git", ".venv", "venv", "node_modules", "site-packages", "__pycache__", ".cache", "proc"}
+
+
+def other_checkouts(max_depth: int = 4) -> set[Path]:
+    """Other copies of the course on this machine (a folder holding ``course.toml``), found by a shallow
+    walk of the non-system top-level folders and the home folder: a clone the grader does not know of
+    (another checkout, a CI clone, a download) would otherwise expose its solutions to the kernel."""
+    found: set[Path] = set()
+    roots = {str(Path.home())}
+    try:
+        roots.update(entry.path for entry in os.scandir("/") if entry.is_dir(follow_symlinks=False)
+                     and entry.path not in SYSTEM_TOP)
+    except OSError:
+        pass
+    for root in sorted(roots):
+        base_depth = root.rstrip("/").count("/")
+        for folder, dirs, files in os.walk(root, onerror=lambda _error: None):
+            if "course.toml" in files:
+                found.add(Path(folder))
+                dirs[:] = []
+                continue
+            if folder.count("/") - base_depth >= max_depth:
+                dirs[:] = []
+            else:
+                dirs[:] = [d for d in dirs if d not in PRUNE]
+    return found
+
+
 def hidden_paths(settings: Settings, base: Path) -> list[str]:
     """Folders covered by an empty tmpfs in the kernel's view.
 
@@ -101,6 +131,7 @@ def hidden_paths(settings: Settings, base: Path) -> list[str]:
     venv_checkout = _checkout_of(Path(sys.prefix).resolve())
     if venv_checkout:
         found.add(venv_checkout)
+    found.update(other_checkouts())
     found.update(Path(p) for p in settings.hidden_paths)
     out = set()
     for path in found:
