@@ -167,12 +167,13 @@ def build_tokenizer():
     return tokenizer
 
 
-def _write_marker(path: Path, architecture: str, seed: int) -> None:
+def _marker(architecture: str, seed: int) -> dict:
+    """What a checkpoint folder's marker file says (also what a cached checkpoint must match)."""
     import tokenizers
     import torch
     import transformers
 
-    marker = {
+    return {
         "weights": "random_init",
         "architecture": architecture,
         "seed": seed,
@@ -181,6 +182,10 @@ def _write_marker(path: Path, architecture: str, seed: int) -> None:
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
     }
+
+
+def _write_marker(path: Path, architecture: str, seed: int) -> None:
+    marker = _marker(architecture, seed)
     (path / MARKER_FILE).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -260,23 +265,11 @@ def _course_root() -> Path:
 
 
 def _marker_matches(path: Path, architecture: str, seed: int) -> bool:
-    import tokenizers
-    import torch
-    import transformers
-
     try:
         marker = json.loads((path / MARKER_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return marker == {
-        "weights": "random_init",
-        "architecture": architecture,
-        "seed": seed,
-        "builder_version": BUILDER_VERSION,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tokenizers": tokenizers.__version__,
-    }
+    return marker == _marker(architecture, seed)
 
 
 def _cached_build(final: Path, architecture: str, seed: int, builder) -> Path:
