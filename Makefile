@@ -18,8 +18,8 @@ help: ## list the targets
 	@echo "GRPO in practice (组相对策略优化实战) - make targets:"
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "  %-24s %s\n", $$1, $$2}'
 
-$(VENV)/.setup-stamp: environments/*.txt pyproject.toml tools/setup_env.py
-	@python3 tools/setup_env.py --venv $(VENV) --profile $(PROFILE)
+$(VENV)/.setup-stamp: environments/*.txt pyproject.toml tools/cli/setup_env.py
+	@python3 tools/cli/setup_env.py --venv $(VENV) --profile $(PROFILE)
 	@touch $@
 
 setup: $(VENV)/.setup-stamp ## create .venv and install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA)
@@ -29,15 +29,15 @@ preflight: $(VENV)/.setup-stamp ## print the environment table for PROFILE
 	@$(PY) -m tools.preflight --profile $(PROFILE)
 
 build: $(VENV)/.setup-stamp ## build nbgrader source notebooks from solutions/*.py
-	@$(PY) -m tools.build.notebooks build
+	@$(PY) -m tools.chain.notebooks build
 
 release: $(VENV)/.setup-stamp ## regenerate the learner versions under notebooks/ and the README notebook table
-	@$(PY) -m tools.build.notebooks release
-	@$(PY) -m tools.build.readme_table
+	@$(PY) -m tools.chain.notebooks release
+	@$(PY) -m tools.chain.readme_table
 
 check-release: $(VENV)/.setup-stamp ## fail if notebooks/ or the README table is stale, or a learner version leaks
-	@$(PY) -m tools.build.notebooks check
-	@$(PY) -m tools.build.readme_table --check
+	@$(PY) -m tools.chain.notebooks check
+	@$(PY) -m tools.chain.readme_table --check
 
 tiny-model: $(VENV)/.setup-stamp ## build (once) the tiny Qwen2-architecture checkpoint used by tests and tiny_cpu runs
 	@$(PY) -m tools.tiny_model
@@ -49,10 +49,10 @@ test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, r
 	@$(PY) -m pytest -q tests
 
 demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the sample class, run the experiment
-	@$(PY) -m tools.demo
+	@$(PY) -m tools.cli.demo
 
 lab: $(VENV)/.setup-stamp ## start JupyterLab on the course (with the nbgrader extensions)
-	@$(PY) -m tools.lab
+	@$(PY) -m tools.cli.lab
 
 autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel
 	@$(PY) autograde/pipeline.py autograde
@@ -64,7 +64,7 @@ grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and
 	@$(PY) autograde/pipeline.py grades
 
 experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
-	@$(PY) -m tools.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)
+	@$(PY) -m tools.cli.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)
 
 bench: $(VENV)/.setup-stamp ## run the benchmarks, write benchmarks/results/latest.json
 	@$(PY) benchmarks/run.py

@@ -26,7 +26,7 @@ c.ClearSolutions.text_stub = "在这里写下你的回答。"
 
 def _grader_package_folder():
     """The folder holding the `grader` package: beside this file, or (for a copy of this file in a
-    temporary course, e.g. `tools.build.notebooks check`) in the checkout that `tools` is imported from."""
+    temporary course, e.g. `tools.chain.notebooks check`) in the checkout that `tools` is imported from."""
     here = os.path.dirname(os.path.abspath(__file__))
     if os.path.isdir(os.path.join(here, "grader")):
         return here

@@ -478,9 +478,9 @@ def bench_autograde(tiny: bool) -> list[dict]:
 
 def _chain():
     try:
-        import tools.build.notebooks as chain
+        import tools.chain.notebooks as chain
     except ImportError as error:
-        raise Unavailable(f"tools.build.notebooks cannot be imported ({error})") from error
+        raise Unavailable(f"tools.chain.notebooks cannot be imported ({error})") from error
     return chain
 
 
@@ -535,7 +535,7 @@ def bench_series(tiny: bool) -> list[dict]:
         "notebooks": notebooks, "count": len(notebooks),
         "slowest_excluding_kernel_start_s": slowest,
         "total_excluding_kernel_start_s": sum(n["seconds_excluding_kernel_start"] for n in notebooks.values()),
-        "formula": ("value = sum over solution notebooks of tools.build.notebooks.execute_solution seconds "
+        "formula": ("value = sum over solution notebooks of tools.chain.notebooks.execute_solution seconds "
                     "(nbclient, kernel start included, one execution each); per notebook the kernel start "
                     "(median of the `pass` notebook) is subtracted for the goal"),
     })]

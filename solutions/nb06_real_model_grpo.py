@@ -34,7 +34,7 @@
 # - Profile：**PT-RL-CUDA**（单卡 GPU 实测；参考容量 12 GB 级显卡，支持时用 bf16）。
 #   只跑 `dry_run` 或 `tiny_cpu` 时，PT-CPU 环境就够了：上面启动单元格的预检表里如果只缺 CUDA，可以忽略。
 # - 无界面运行（不打开 Jupyter）：在课程根目录执行
-#   `make experiment RUN_MODE=tiny_cpu RUN_LABEL=my_run`（等价于 `python -m tools.experiment --mode tiny_cpu --label my_run`）。
+#   `make experiment RUN_MODE=tiny_cpu RUN_LABEL=my_run`（等价于 `python -m tools.cli.experiment --mode tiny_cpu --label my_run`）。
 #   它通过**环境变量** `GRPO_RUN_MODE` / `GRPO_RUN_LABEL` 覆盖下面单元格里的两个值，这是唯一的覆盖方式；
 #   在 Jupyter 里交互运行时不设这两个变量，直接改单元格即可。
 # - 没有 hub 访问的 GPU 机器：设置环境变量 `GRPO_MODEL_ID=<本地检查点文件夹>`，或者直接改配置里的 `model_id`。
@@ -94,7 +94,7 @@ from tools.post_training_runtime import build_response_batch, move_response_batc
 from tools.project_runtime import resolve_project_root
 from tools.training_mechanism_runtime import cuda_hardware_snapshot
 
-# 无界面运行（make experiment / python -m tools.experiment）时，环境变量 GRPO_RUN_MODE / GRPO_RUN_LABEL
+# 无界面运行（make experiment / python -m tools.cli.experiment）时，环境变量 GRPO_RUN_MODE / GRPO_RUN_LABEL
 # 覆盖上面两个值；两个变量都没设置时保持单元格里的写法。
 RUN_MODE, RUN_LABEL = gx.headless_overrides(RUN_MODE, RUN_LABEL)
 

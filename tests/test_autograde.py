@@ -154,7 +154,7 @@ def test_sandbox_hides_the_course_sources():
 
 # ----------------------------------------------------------------------------- the sample class
 def _release_course(base: Path) -> Path:
-    import tools.build.notebooks as chain
+    import tools.chain.notebooks as chain
 
     course = base / "autograde"
     course.mkdir(parents=True)

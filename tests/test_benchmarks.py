@@ -24,8 +24,8 @@ METRICS = {
     "group_advantages_time_vs_reshape_65536": ["solutions/nb01_group_advantages.py"],
     "logprobs_peak_memory_vs_logits": ["tools/post_training_runtime.py"],
     "grpo_loss_fwd_bwd_ms": ["solutions/nb02_grpo_objective.py"],
-    "autograde_parallel_speedup": ["autograde/pipeline.py", "tools/build/notebooks.py"],
-    "series_execution_s": ["tools/build/notebooks.py"],
+    "autograde_parallel_speedup": ["autograde/pipeline.py", "tools/chain/notebooks.py"],
+    "series_execution_s": ["tools/chain/notebooks.py"],
 }
 
 SOURCE = '''# ---

@@ -58,7 +58,7 @@ def _first_todo(path: Path) -> tuple[int, str]:
 @pytest.mark.slow
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 def test_notebook1_in_chromium(tmp_path):
-    from tools.lab import LabServer
+    from tools.cli.lab import LabServer
 
     before = hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import tools.build.notebooks as chain
+import tools.chain.notebooks as chain
 
 FIXTURE = Path(__file__).parent / "fixtures" / "chain_demo.py"
 

@@ -1,4 +1,4 @@
-"""The final experiment (notebook nb06_real_model_grpo, tools.grpo_experiment, tools.experiment).
+"""The final experiment (notebook nb06_real_model_grpo, tools.grpo_experiment, tools.cli.experiment).
 
 Unit tests of the update loop's pieces, the schema and the decision rule; then the notebook executed
 headless in dry_run, tiny_cpu and real_gpu-without-CUDA (slow). Evidence from the notebook runs goes to
@@ -503,7 +503,7 @@ def run_label():
 
 
 def _run(mode, label, tmp_path):
-    from tools import experiment
+    from tools.cli import experiment
 
     status, evidence, record = experiment.run(mode, label, timeout=600, executed_dir=tmp_path)
     executed = tmp_path / f"nb06_real_model_grpo_{label}.ipynb"
@@ -596,7 +596,7 @@ def test_notebook_real_gpu_without_cuda_writes_a_failure_record(run_label, tmp_p
 def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path):
     import nbformat
 
-    import tools.build.notebooks as chain
+    import tools.chain.notebooks as chain
 
     nb = chain.build_notebook("nb06_real_model_grpo")
     done = chain.execute(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})

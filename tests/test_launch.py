@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 from tools import bootstrap
-from tools.build import cells, readme_table
+from tools.chain import cells, readme_table
 from tools.preflight import PROFILES, Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -390,7 +390,7 @@ def test_install_failure_is_a_clear_message(origin, tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- README table
 def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
-    assert readme_table.main(["--check"]) == 0, "run `python -m tools.build.readme_table`"
+    assert readme_table.main(["--check"]) == 0, "run `python -m tools.chain.readme_table`"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     shutil.copy2(ROOT / "README.md", tmp_path / "README.md")
     shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
@@ -414,7 +414,7 @@ def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
 def test_make_lab_serves_the_course_with_nbgrader(tmp_path):
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
-    process = subprocess.Popen([sys.executable, "-m", "tools.lab", "--no-browser", "--port", "0"], cwd=ROOT, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "tools.cli.lab", "--no-browser", "--port", "0"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         url = None
@@ -425,7 +425,7 @@ def test_make_lab_serves_the_course_with_nbgrader(tmp_path):
                 break
             found = re.search(r"(http://127\.0\.0\.1:\d+/lab\S*\?token=\w+)", line)
             url = found.group(1) if found else None
-        assert url, "tools.lab printed no URL"
+        assert url, "tools.cli.lab printed no URL"
         base, token = url.split("/lab")[0], url.split("token=")[1]
         with urllib.request.urlopen(url, timeout=30) as reply:
             assert reply.status == 200 and b"JupyterLab" in reply.read()

@@ -2,7 +2,7 @@
 and hidden test, and common wrong answers each fail at least one hidden test.
 
 Every answer below is a complete answer-cell source substituted into the built nbgrader source notebook
-(``tools.build.notebooks.substitute_answers``), which is then executed top to bottom with nbclient.
+(``tools.chain.notebooks.substitute_answers``), which is then executed top to bottom with nbclient.
 Runs are grouped so that one execution carries wrong answers to *different* functions (each hidden test
 cell exercises one function only); answers that tamper with builtins get an execution of their own.
 """
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-import tools.build.notebooks as chain
+import tools.chain.notebooks as chain
 
 NB1 = "nb01_group_advantages"
 NB2 = "nb02_grpo_objective"

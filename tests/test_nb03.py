@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-import tools.build.notebooks as chain
+import tools.chain.notebooks as chain
 
 ASSIGNMENT = "nb03_cispo_loss_family"
 LOSS_CASES = {"grpo", "grpo_clip_higher", "bnpo", "dr_grpo", "dapo", "cispo", "gspo_sequence", "dapo_two_micro_batches"}

@@ -6,7 +6,7 @@
 * common wrong answers each fail at least one *hidden* test: they run against a copy of the notebook whose
   test cells hold only their hidden part, so a failure there cannot come from the visible tests.
 
-Each case executes a real notebook with nbclient through the course harness (``tools.build.notebooks``).
+Each case executes a real notebook with nbclient through the course harness (``tools.chain.notebooks``).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-import tools.build.notebooks as chain
+import tools.chain.notebooks as chain
 
 NB4 = "nb04_verifiable_rewards"
 NB5 = "nb05_logprobs_masks"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import tools.build.notebooks as chain
+import tools.chain.notebooks as chain
 
 ASSIGNMENTS = chain.assignments()
 

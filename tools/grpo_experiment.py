@@ -33,7 +33,7 @@ LOGPROB_FUNCTION = "tools.post_training_runtime.response_sequence_logps"
 RESULTS_RELATIVE_DIR = Path("benchmarks") / "results" / "pt_grpo"
 
 RUN_MODES = ("dry_run", "tiny_cpu", "real_gpu")
-# The one headless override channel (used by `python -m tools.experiment` / `make experiment`).
+# The one headless override channel (used by `python -m tools.cli.experiment` / `make experiment`).
 ENV_RUN_MODE = "GRPO_RUN_MODE"
 ENV_RUN_LABEL = "GRPO_RUN_LABEL"
 # Optional: a local checkpoint folder for real_gpu on machines without hub access

@@ -56,7 +56,7 @@ def descriptions() -> dict[str, str]:
 
 def worked_answers(assignment: str) -> dict[str, str]:
     """{grade_id: source} of every answer cell of the source, solution markers removed."""
-    from tools.build.notebooks import build_notebook
+    from tools.chain.notebooks import build_notebook
 
     answers = {}
     for cell in build_notebook(assignment).cells:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
@@ -28,15 +28,15 @@ def main() -> int:
     executed = ROOT / "build" / "executed"
     steps = [
         ("tiny Qwen2 checkpoint (tools.tiny_model)", [PY, "-m", "tools.tiny_model"]),
-        ("execute every solution notebook", [PY, "-m", "tools.build.notebooks", "execute", "--which", "solution",
+        ("execute every solution notebook", [PY, "-m", "tools.chain.notebooks", "execute", "--which", "solution",
                                              "--save", str(executed)]),
-        ("learner release (nbgrader generate_assignment)", [PY, "-m", "tools.build.notebooks", "release"]),
-        ("release check (stale / leaks)", [PY, "-m", "tools.build.notebooks", "check"]),
+        ("learner release (nbgrader generate_assignment)", [PY, "-m", "tools.chain.notebooks", "release"]),
+        ("release check (stale / leaks)", [PY, "-m", "tools.chain.notebooks", "check"]),
         ("autograde the sample class", [PY, "autograde/pipeline.py", "autograde", "--sample"]),
         ("feedback per learner", [PY, "autograde/pipeline.py", "feedback"]),
         ("grade export", [PY, "autograde/pipeline.py", "grades"]),
-        ("final experiment, dry_run", [PY, "-m", "tools.experiment", "--mode", "dry_run", "--label", "demo_dry_run"]),
-        ("final experiment, tiny_cpu", [PY, "-m", "tools.experiment", "--mode", "tiny_cpu", "--label", "demo_tiny_cpu"]),
+        ("final experiment, dry_run", [PY, "-m", "tools.cli.experiment", "--mode", "dry_run", "--label", "demo_dry_run"]),
+        ("final experiment, tiny_cpu", [PY, "-m", "tools.cli.experiment", "--mode", "tiny_cpu", "--label", "demo_tiny_cpu"]),
     ]
     results = [_step(title, command) for title, command in steps]
     print("\n=== summary")

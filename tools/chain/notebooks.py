@@ -1,6 +1,6 @@
 """The single-source chain: ``solutions/<a>.py`` -> nbgrader source -> learner release.
 
-Commands (``python -m tools.build.notebooks <command>``):
+Commands (``python -m tools.chain.notebooks <command>``):
 
 - ``build``   : jupytext percent sources -> ``autograde/source/<a>/<a>.ipynb`` (nbgrader metadata completed,
                 badge and bootstrap cells inserted, deterministic cell ids).
@@ -82,7 +82,7 @@ def build_notebook(assignment: str, settings: dict | None = None) -> nbformat.No
     """Read ``solutions/<assignment>.py`` and return the nbgrader source notebook."""
     import jupytext
 
-    from tools.build.cells import badge_markdown, bootstrap_source
+    from tools.chain.cells import badge_markdown, bootstrap_source
 
     settings = settings or course_settings()
     source_path = SOLUTIONS / f"{assignment}.py"

@@ -1,4 +1,4 @@
-"""Run the final experiment notebook headless: ``python -m tools.experiment --mode MODE --label LABEL``.
+"""Run the final experiment notebook headless: ``python -m tools.cli.experiment --mode MODE --label LABEL``.
 
 ``make experiment RUN_MODE=... RUN_LABEL=...`` calls this. It builds the notebook from
 ``solutions/nb06_real_model_grpo.py`` with the course chain (the same notebook learners get: it has no
@@ -40,7 +40,7 @@ def run(mode: str, label: str, model_id: str | None = None, timeout: int = 1800,
     """Build and execute the notebook; return ``(exit status, evidence path, record or None)``."""
     import nbformat
 
-    import tools.build.notebooks as chain
+    import tools.chain.notebooks as chain
 
     gx.check_run_mode(mode)
     gx.check_run_label(label)
@@ -100,7 +100,7 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.experiment",
+    parser = argparse.ArgumentParser(prog="python -m tools.cli.experiment",
                                      description=__doc__.split("\n\n")[0],
                                      epilog="exit status: 0 ok, 1 notebook error, 2 failure record written")
     parser.add_argument("--mode", default="dry_run", choices=gx.RUN_MODES, help="RUN_MODE (default dry_run)")

@@ -1,7 +1,7 @@
 """The notebook table of README.md (notebook, what it teaches, profile, launch badges).
 
-    python -m tools.build.readme_table           # rewrite the block in README.md, print it
-    python -m tools.build.readme_table --check   # exit 1 when the block is stale
+    python -m tools.chain.readme_table           # rewrite the block in README.md, print it
+    python -m tools.chain.readme_table --check   # exit 1 when the block is stale
 
 The block lies between ``<!-- notebooks:begin -->`` and ``<!-- notebooks:end -->``. Its rows are the
 assignments of ``solutions/`` plus the rows already in the block (planned notebooks keep their row);
@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from tools.build.cells import colab_url, load_settings, modelscope_url
+from tools.chain.cells import colab_url, load_settings, modelscope_url
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- notebooks:begin -->", "<!-- notebooks:end -->"
@@ -93,14 +93,14 @@ def update(root: Path = ROOT) -> tuple[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.build.readme_table", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.chain.readme_table", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when README.md's block is stale")
     args = parser.parse_args(argv)
     if args.check:
         readme = (ROOT / "README.md").read_text(encoding="utf-8")
         current = readme[readme.index(BEGIN): readme.index(END) + len(END)]
         if current != render(ROOT, readme):
-            print("README.md: the notebook table is stale - run `python -m tools.build.readme_table`", file=sys.stderr)
+            print("README.md: the notebook table is stale - run `python -m tools.chain.readme_table`", file=sys.stderr)
             return 1
         print("README.md: notebook table up to date")
         return 0

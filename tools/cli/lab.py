@@ -1,6 +1,6 @@
 """`make lab`: JupyterLab on the course folder, with the nbgrader extensions, printing the URL.
 
-    python -m tools.lab [--port 8888] [--ip 127.0.0.1] [--no-browser]
+    python -m tools.cli.lab [--port 8888] [--ip 127.0.0.1] [--no-browser]
 
 The server's file browser starts at the course root (``notebooks/`` holds the learner versions);
 nbgrader's formgrader sees ``autograde/`` as its course directory. :class:`LabServer` is also what the
@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NBGRADER_SERVER_EXTENSIONS = (
     "nbgrader.server_extensions.formgrader",
     "nbgrader.server_extensions.validate_assignment",

@@ -12,7 +12,7 @@ import sys
 import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROFILE_FILES = {
     "BASE-CPU": ["base-cpu.txt", "instructor.txt"],
     "PT-CPU": ["pt-cpu.txt", "instructor.txt"],

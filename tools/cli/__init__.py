@@ -1,0 +1,1 @@
+"""Command-line entry points behind the make targets (setup, lab, demo, experiment)."""
