@@ -266,6 +266,13 @@ assert group_sum.tolist() == [2.0, 6.0, 5.0] and group_count.tolist() == [2.0, 3
 # 最后用 `[inverse]` 发回每个候选。
 
 # %% nbgrader={"solution": true, "grade_id": "compute_group_advantages"}
+#@save
+import math
+import numbers
+
+import torch
+
+
 def compute_group_advantages(rewards, group_ids, eps=1e-6):
     """组内相对优势：(r - 组均值) / max(组内总体标准差, eps)。
 

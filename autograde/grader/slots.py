@@ -279,8 +279,9 @@ class Slot:
         for name in self.settings.kernel_files:
             source = ROOT / name
             if source.is_dir():
+                # tools/lessons/ holds the lessons' saved answers (#@save): never in a grading kernel's view
                 shutil.copytree(source, self.kernel / name, symlinks=False,
-                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"))
+                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "lessons"))
             elif source.is_file():
                 shutil.copy2(source, self.kernel / name)
             else:

@@ -5,9 +5,10 @@ Commands (``python -m tools.chain.notebooks <command>``):
 - ``build``   : jupytext percent sources -> ``autograde/source/<a>/<a>.ipynb`` (nbgrader metadata completed,
                 badge and bootstrap cells inserted, deterministic cell ids).
 - ``release`` : ``build`` + ``nbgrader generate_assignment`` -> ``notebooks/<a>/<a>.ipynb`` (cells tagged
-                ``solution-only`` dropped, outputs cleared).
-- ``check``   : rebuild the release in a temporary course and fail when ``notebooks/`` differs (stale) or when a
-                learner version contains a solution marker, an answer line or a hidden test line.
+                ``solution-only`` dropped, outputs cleared), and the ``#@save`` modules ``tools/lessons/<a>.py``
+                (see ``tools.chain.saved``).
+- ``check``   : rebuild the release in a temporary course and fail when ``notebooks/`` or ``tools/lessons/``
+                differs (stale) or when a learner version contains a solution marker, an answer line or a hidden test line.
 - ``execute`` : run notebooks top to bottom with nbclient: ``--which solution`` must run green, ``--which
                 learner`` must fail only with ``NotImplementedError``.
 
@@ -196,6 +197,9 @@ def release_into(course: Path, out_dir: Path, names: list[str] | None = None) ->
 
 
 def release(names: list[str] | None = None) -> list[Path]:
+    from tools.chain import saved
+
+    saved.write(assignments(names), prune=not names)
     paths = release_into(COURSE, NOTEBOOKS, names)
     if not names:  # learner folders whose source is gone are stale
         keep = {p.parent.name for p in paths}
@@ -245,7 +249,9 @@ def leaks(source_nb: nbformat.NotebookNode, learner_nb: nbformat.NotebookNode) -
 
 
 def check(names: list[str] | None = None) -> int:
-    failures = []
+    from tools.chain import saved
+
+    failures = list(saved.problems(assignments(names), complete=not names))
     with tempfile.TemporaryDirectory(prefix="grpo-release-check-") as tmp:
         course = Path(tmp) / "autograde"
         course.mkdir()
