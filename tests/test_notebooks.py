@@ -16,8 +16,8 @@ def test_every_source_has_a_learner_version_and_nothing_leaks():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_solution_runs_green(assignment):
-    nb, seconds = chain.execute_solution(assignment)
+def test_solution_runs_green(assignment, notebook_runs):
+    nb, seconds = notebook_runs.solution_timed(assignment)
     errors = chain.cell_errors(nb)
     assert not errors, f"{assignment}: cells raised {errors}"
     print(f"{assignment}: solution executed in {seconds:.1f} s (kernel start included)")
@@ -25,6 +25,6 @@ def test_solution_runs_green(assignment):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_learner_version_fails_only_with_not_implemented(assignment):
-    nb, _ = chain.execute_learner(assignment)
+def test_learner_version_fails_only_with_not_implemented(assignment, notebook_runs):
+    nb = notebook_runs.learner(assignment)
     assert chain.learner_problems(nb) == []
