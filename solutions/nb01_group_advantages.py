@@ -530,6 +530,7 @@ assert flat_ids.equal(prompt_index.repeat_interleave(G))
 # 提示：`view(-1, G)` 之后沿 `dim=1` 求均值和标准差（`keepdim=True` 可以直接广播），最后再展平回 `[B*G]`。
 
 # %% nbgrader={"solution": true, "grade_id": "group_relative_advantages"}
+#@save
 def group_relative_advantages(rewards, num_generations, eps=1e-4):
     """MiniMind 平铺布局的组内优势：rewards.view(-1, G) 的每一行是一组，(r - mean) / (std + eps)。
 

@@ -216,6 +216,10 @@ assert abs(zero_gradient_intervals[-1.0][1] - (1 - clip_eps)) < 5e-3 and zero_gr
 # - 两个输入形状不同时抛出中文说明的 `ValueError`（不要依赖广播）。
 
 # %% nbgrader={"solution": true, "grade_id": "token_kl_penalty"}
+#@save
+import torch
+
+
 def token_kl_penalty(policy_logps, ref_logps):
     """逐 token 的参考 KL 惩罚（k3 估计量）：exp(d) - d - 1，d = ref_logps - policy_logps；参考策略不接收梯度。"""
     ### BEGIN SOLUTION

@@ -21,7 +21,7 @@ from tools.chain.cells import colab_url, load_settings, modelscope_url
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- notebooks:begin -->", "<!-- notebooks:end -->"
 HEADER = ("笔记本", "内容", "环境", "在线运行")
-_NAME = re.compile(r"nb\d{2}_[a-z0-9_]+")
+_NAME = re.compile(r"nb\d{2}[a-z]?_[a-z0-9_]+")
 COLAB_SMALL = "https://colab.research.google.com/assets/colab-badge.svg"
 MODELSCOPE_SMALL = "https://img.shields.io/badge/ModelScope-Notebook-624aff"
 

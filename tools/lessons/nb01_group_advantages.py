@@ -55,3 +55,32 @@ def compute_group_advantages(rewards, group_ids, eps=1e-6):
     variance = per_group_sum(centered * centered) / counts  # [K] population variance (two-pass)
     scale = variance.sqrt().clamp_min(eps)  # [K] floor, not "+ eps"
     return centered / scale[inverse]  # [N]
+
+
+def group_relative_advantages(rewards, num_generations, eps=1e-4):
+    """MiniMind 平铺布局的组内优势：rewards.view(-1, G) 的每一行是一组，(r - mean) / (std + eps)。
+
+    Args:
+        rewards: 一维张量 [B*G]，第 b 个提示的 G 个回答连续排列。
+        num_generations: 每个提示的回答数 G（整数，>= 1）。
+        eps: 加在总体标准差上的常数。
+
+    Returns:
+        [B*G] 张量，dtype 与 rewards 相同。
+    """
+    if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral):
+        raise ValueError(f"输入契约：num_generations 必须是整数，实际为 {num_generations!r}")
+    if num_generations < 1:
+        raise ValueError(f"输入契约：num_generations 必须 >= 1，实际为 {num_generations}")
+    if not torch.is_tensor(rewards) or rewards.ndim != 1:
+        raise ValueError("输入契约：rewards 必须是一维张量 [B*G]")
+    if rewards.numel() % num_generations != 0:
+        raise ValueError(
+            f"输入契约：rewards 的长度 {rewards.numel()} 不是 num_generations={num_generations} 的整数倍，无法按组 view(-1, G)"
+        )
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"输入契约：eps 必须是非负的有限数，实际为 {eps!r}")
+    grouped = rewards.reshape(-1, num_generations)              # [B, G]
+    mean = grouped.mean(dim=1, keepdim=True)                    # [B, 1]
+    std = grouped.std(dim=1, unbiased=False, keepdim=True)      # [B, 1] population std
+    return ((grouped - mean) / (std + eps)).reshape(-1)         # [B*G]
