@@ -645,7 +645,8 @@ expect_value_error(lambda: per_token_policy_loss(_hp, _ho, _ha, _hm, "grpo", bet
 # `cispo_policy_loss`，而换成 TRL 的 `cispo` 归约（全局 token 均值）后，变长批上的数值会不同。
 # 最后看一眼 GSPO：同一批数据在 token 级与序列级下，被裁剪的 token 比例。
 
-# %% nbgrader={"locked": true, "grade_id": "family_demo"}
+# %% nbgrader={"locked": true, "grade_id": "grpo_family_loss"}
+#@save
 def grpo_family_loss(policy_logps, old_logps, advantages, completion_mask, loss_type="grpo", epsilon_low=0.2,
                      epsilon_high=0.28, importance_sampling_level="token", beta=0.0, ref_logps=None,
                      max_completion_length=None, num_items_in_batch=None):
@@ -658,6 +659,7 @@ def grpo_family_loss(policy_logps, old_logps, advantages, completion_mask, loss_
                                  max_completion_length=max_completion_length, num_items_in_batch=num_items_in_batch)
 
 
+# %% nbgrader={"locked": true, "grade_id": "family_demo"}
 def family_demo(seed=3):
     gen = torch.Generator().manual_seed(seed)
     n, t = 8, 12
@@ -710,6 +712,7 @@ family_demo()
 # ——那时 TRL 的梯度会出现 NaN。
 
 # %% nbgrader={"locked": true, "grade_id": "more_loss_types"}
+#@save
 EXTENDED_LOSS_TYPES = LOSS_TYPES + ("sapo", "luspo", "vespo")
 
 
@@ -769,6 +772,7 @@ def extended_loss(policy_logps, old_logps, advantages, completion_mask, loss_typ
     return loss / gradient_accumulation_steps
 
 
+# %% nbgrader={"locked": true, "grade_id": "more_loss_types_demo"}
 def extended_demo(seed=5):
     gen = torch.Generator().manual_seed(seed)
     n, t = 8, 10
@@ -821,6 +825,7 @@ extended_demo()
 # 最后一节的核对直接执行 TRL 源码里计算优势的那一段，与它比较。
 
 # %% nbgrader={"locked": true, "grade_id": "trl_advantages"}
+#@save
 def nan_std(values, dim=None, keepdim=False):
     """Bessel-corrected standard deviation ignoring NaN (n - 1 in the denominator; NaN when fewer than 2 values)."""
     if dim is None:
@@ -862,6 +867,7 @@ def trl_layout_advantages(rewards_per_func, reward_weights, num_generations, sca
     return torch.nan_to_num(advantages, nan=0.0)  # [N]: unscorable completions get 0
 
 
+# %% nbgrader={"locked": true, "grade_id": "trl_advantages_demo"}
 _rewards_k = torch.tensor([[1.0, 0.5], [0.0, 1.0], [1.0, float("nan")], [0.0, 0.0],
                            [0.3, 0.2], [0.9, 0.4], [0.1, 0.8], [float("nan"), float("nan")]])  # [N=8, K=2]
 _weights = [0.7, 0.3]

@@ -97,3 +97,115 @@ def per_token_policy_loss(policy_logps, old_logps, advantages, completion_mask, 
         safe_ref = torch.where(valid, ref_logps.to(zero.dtype), zero)  # [B*G, T]
         per_token_loss = per_token_loss + beta * token_kl_penalty(safe_policy, safe_ref)  # [B*G, T]
     return per_token_loss
+
+
+def grpo_family_loss(policy_logps, old_logps, advantages, completion_mask, loss_type="grpo", epsilon_low=0.2,
+                     epsilon_high=0.28, importance_sampling_level="token", beta=0.0, ref_logps=None,
+                     max_completion_length=None, num_items_in_batch=None):
+    """The whole loss family: the learner's per-token loss, then the learner's reduction (TRL's argument names)."""
+    per_token_loss = per_token_policy_loss(
+        policy_logps, old_logps, advantages, completion_mask, loss_type=loss_type, epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high, importance_sampling_level=importance_sampling_level, beta=beta, ref_logps=ref_logps,
+    )  # [B*G, T]
+    return reduce_per_token_loss(per_token_loss, completion_mask, loss_type,
+                                 max_completion_length=max_completion_length, num_items_in_batch=num_items_in_batch)
+
+
+EXTENDED_LOSS_TYPES = LOSS_TYPES + ("sapo", "luspo", "vespo")
+
+
+def vespo_weights(log_ratio, valid, advantages, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0):
+    """VESPO's gamma weight phi(w) per completion, computed in log space and not differentiated ([B*G, 1])."""
+    with torch.no_grad():
+        lower = math.log(1e-8)
+        seq_log_ratio = torch.where(valid, log_ratio.clamp(-20.0, 20.0), torch.zeros_like(log_ratio)).sum(-1, keepdim=True)  # [B*G, 1]
+        log_w = seq_log_ratio.clamp(lower, 20.0)  # [B*G, 1]
+        nonneg = advantages >= 0  # [B*G, 1]
+        k = torch.where(nonneg, torch.full_like(log_w, k_pos), torch.full_like(log_w, k_neg))  # [B*G, 1]
+        lam = torch.where(nonneg, torch.full_like(log_w, lambda_pos), torch.full_like(log_w, lambda_neg)).clamp(min=1e-4)  # [B*G, 1]
+        return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)  # [B*G, 1]
+
+
+def extended_loss(policy_logps, old_logps, advantages, completion_mask, loss_type="grpo", epsilon_low=0.2,
+                  epsilon_high=0.28, importance_sampling_level="token", beta=0.0, ref_logps=None, delta=None,
+                  use_bias_correction_kl=False, max_completion_length=None, num_items_in_batch=None,
+                  gradient_accumulation_steps=1, sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
+                  vespo_k_pos=2.0, vespo_lambda_pos=3.0, vespo_k_neg=3.0, vespo_lambda_neg=2.0):
+    """The scalar training loss of TRL 1.16's _compute_loss for every loss_type and option, built on the learner's
+    importance_ratio and reduce_per_token_loss (TRL's argument names; one process, steps_per_generation equal to
+    gradient_accumulation_steps)."""
+    valid = check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, beta=beta, ref_logps=ref_logps)
+    if loss_type not in EXTENDED_LOSS_TYPES:
+        raise ValueError(f"未知的 loss_type：{loss_type!r}，可选 {EXTENDED_LOSS_TYPES}")
+    zero = torch.zeros_like(policy_logps)  # [B*G, T]
+    safe_policy = torch.where(valid, policy_logps, zero)  # [B*G, T]
+    log_ratio = torch.where(valid, policy_logps - old_logps, zero)  # [B*G, T] masked before exp
+    coef_1 = importance_ratio(policy_logps, old_logps, valid, importance_sampling_level)  # [B*G, T] or [B*G, 1]
+    adv = advantages.to(policy_logps.dtype).unsqueeze(1)  # [B*G, 1]
+    if loss_type == "cispo":
+        per_token_loss = -torch.clamp(coef_1, max=epsilon_high).detach() * adv * safe_policy  # [B*G, T]
+    elif loss_type == "sapo":
+        temperature = torch.where(adv > 0, torch.full_like(adv, sapo_temperature_pos), torch.full_like(adv, sapo_temperature_neg))  # [B*G, 1]
+        per_token_loss = -torch.sigmoid(temperature * (coef_1 - 1.0)) * 4.0 / temperature * adv  # [B*G, T] or [B*G, 1]
+    elif loss_type == "vespo":
+        phi = vespo_weights(log_ratio, valid, adv, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg)  # [B*G, 1]
+        per_token_loss = -phi * adv * safe_policy  # [B*G, T]
+    else:  # grpo, bnpo, dr_grpo, dapo, luspo: the clipped surrogate, optionally two-sided (delta)
+        clipped = torch.clamp(coef_1, 1.0 - epsilon_low, 1.0 + epsilon_high)  # [B*G, T] or [B*G, 1]
+        unclipped = coef_1 if delta is None else torch.clamp(coef_1, max=delta)  # [B*G, T] or [B*G, 1]
+        per_token_loss = -torch.minimum(unclipped * adv, clipped * adv)  # [B*G, T] or [B*G, 1]
+    per_token_loss = per_token_loss.expand(policy_logps.shape)  # [B*G, T]
+    if beta != 0.0:
+        kl = token_kl_penalty(safe_policy, torch.where(valid, ref_logps.to(zero.dtype), zero))  # [B*G, T]
+        if use_bias_correction_kl:
+            kl = kl * coef_1  # [B*G, T]: the ratio stays differentiable, as in TRL
+        per_token_loss = per_token_loss + beta * kl  # [B*G, T]
+    if loss_type in ("dapo", "cispo", "vespo"):  # num_items_in_batch already spans the accumulation window
+        return reduce_per_token_loss(per_token_loss, valid, "dapo", num_items_in_batch=num_items_in_batch)
+    if loss_type == "luspo":
+        loss = torch.where(valid, per_token_loss, zero).sum(dim=-1).mean()
+    else:
+        reduction = {"sapo": "grpo"}.get(loss_type, loss_type)
+        loss = reduce_per_token_loss(per_token_loss, valid, reduction, max_completion_length=max_completion_length)
+    return loss / gradient_accumulation_steps
+
+
+def nan_std(values, dim=None, keepdim=False):
+    """Bessel-corrected standard deviation ignoring NaN (n - 1 in the denominator; NaN when fewer than 2 values)."""
+    if dim is None:
+        values, dim = values.reshape(-1), 0
+    mean = torch.nanmean(values, dim=dim, keepdim=True)
+    count = (~torch.isnan(values)).sum(dim=dim, keepdim=True).to(values.dtype)
+    squares = torch.nansum((values - mean) ** 2, dim=dim, keepdim=True)
+    std = torch.where(count > 1, torch.sqrt(squares / (count - 1)), torch.full_like(count, float("nan")))
+    return std if keepdim else std.squeeze(dim)
+
+
+def trl_layout_advantages(rewards_per_func, reward_weights, num_generations, scale_rewards="group",
+                          multi_objective_aggregation="sum_then_normalize"):
+    """Advantages [N] from per-function rewards [N, K] (NaN = the function returned None), TRL 1.16's conventions."""
+    weights = torch.as_tensor(reward_weights, dtype=rewards_per_func.dtype)  # [K]
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)  # [N]
+    nan = torch.tensor(float("nan"), dtype=rewards_per_func.dtype)
+    if multi_objective_aggregation == "sum_then_normalize":
+        rewards = torch.where(unscorable, nan, (rewards_per_func * weights).nansum(dim=1))  # [N]
+        grouped = rewards.view(-1, num_generations)  # [B, G]
+        mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)  # [N]
+        if scale_rewards in ("group", "none"):
+            std = nan_std(grouped, dim=1).repeat_interleave(num_generations)  # [N]
+        elif scale_rewards == "batch":
+            std = nan_std(rewards).expand_as(rewards)  # [N]
+        else:
+            raise ValueError(f"scale_rewards 只能是 'group'、'batch' 或 'none'，实际为 {scale_rewards!r}")
+        advantages = rewards - mean  # [N]
+        if scale_rewards != "none":
+            advantages = advantages / (std + 1e-4)  # [N]
+    elif multi_objective_aggregation == "normalize_then_sum":
+        grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.shape[1])  # [B, G, K]
+        per_function = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (nan_std(grouped, dim=1, keepdim=True) + 1e-4)  # [B, G, K]
+        rewards = (per_function.reshape(-1, rewards_per_func.shape[1]) * weights).nansum(dim=1)  # [N]
+        rewards = torch.where(unscorable, nan, rewards)  # [N]
+        advantages = (rewards - torch.nanmean(rewards)) / (nan_std(rewards) + 1e-4)  # [N]
+    else:
+        raise ValueError(f"multi_objective_aggregation 只能是 'sum_then_normalize' 或 'normalize_then_sum'，实际为 {multi_objective_aggregation!r}")
+    return torch.nan_to_num(advantages, nan=0.0)  # [N]: unscorable completions get 0
