@@ -32,6 +32,8 @@
 #
 # 完成标准：每个 TODO 下面的可见测试通过；提交后隐藏测试用随机输入、float32/float64、变长 mask、
 # 被 mask 位置上的极端数值和梯度再核对一遍。
+#
+# 本课用到的术语：**词元**（token）；**候选 / 回答**（completion）；**参考策略**（reference，冻结的 SFT 模型）。
 
 # %% [markdown]
 # ## 运行环境
@@ -675,7 +677,7 @@ def family_demo(seed=3):
     cispo_as_grpo = reduce_per_token_loss(per_token_policy_loss(policy, old, adv, mask, "cispo", epsilon_high=5.0), mask, "grpo")
     cispo_trl = grpo_family_loss(policy, old, adv, mask, "cispo", epsilon_high=5.0, num_items_in_batch=items)
     print(f"CISPO：MiniMind 归约 {cispo_minimind.item():.6f} = 家族 + grpo 归约 {cispo_as_grpo.item():.6f}；"
-          f"TRL 的 cispo 归约（全局 token 均值）{cispo_trl.item():.6f}")
+          f"TRL 的 cispo 归约（全局词元均值）{cispo_trl.item():.6f}")
     for lt in ("grpo", "bnpo", "dr_grpo", "dapo"):
         value = grpo_family_loss(policy, old, adv, mask, lt, max_completion_length=t, num_items_in_batch=items)
         print(f"loss_type={lt:<8} clip-higher (0.2, 0.28) 的损失 = {value.item():+.6f}")
@@ -684,7 +686,7 @@ def family_demo(seed=3):
     for name, r, lo, hi in (("token 级, ε=(0.2, 0.28)", token_r, 0.8, 1.28), ("序列级, ε=(3e-4, 4e-4)", seq_r, 1 - 3e-4, 1 + 4e-4),
                             ("序列级, ε=(0.2, 0.28)", seq_r, 0.8, 1.28)):
         outside = ((r < lo) | (r > hi)) & mask
-        print(f"{name}：比率落在裁剪区间外的有效 token 比例 {outside.sum().item() / items:.2f}")
+        print(f"{name}：比率落在裁剪区间外的有效词元比例 {outside.sum().item() / items:.2f}")
 
 
 family_demo()
@@ -934,7 +936,7 @@ assert _h_trusted("abs")(float(q9_ratio["dapo"]) - 1.0) < 1e-6, "dapo：全局 t
 #   （方法或属性不存在、参数名改变），结果是 `{"status": "api_changed", ...}`，写明是哪个属性、哪个版本。
 
 # %% nbgrader={"locked": true, "grade_id": "trl_conformance_code"}
-from tools.trl_conformance import TRL_VERSION_WRITTEN_FOR, check_trl_conformance, print_conformance_summary
+from tools.trl_conformance import TRL_VERSION_WRITTEN_FOR, check_trl_conformance, print_conformance_summary, validate_result
 
 print(f"核对代码已就绪（tools/trl_conformance.py，为 trl=={TRL_VERSION_WRITTEN_FOR} 编写）")
 
@@ -944,6 +946,7 @@ trl_conformance = check_trl_conformance(
     importance_ratio=importance_ratio, group_relative_advantages=group_relative_advantages,
     extended_loss=extended_loss, advantages=trl_layout_advantages,
 )
+validate_result(trl_conformance)  # tools/schemas/trl-conformance-v1.json
 print_conformance_summary(trl_conformance)
 print("trl_conformance =", json.dumps(trl_conformance, ensure_ascii=False))
 if trl_conformance["status"] == "failed":

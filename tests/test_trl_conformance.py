@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+import jsonschema
 import pytest
 import torch
 
@@ -39,6 +40,7 @@ def passed_result():
 
 def test_course_functions_pass_every_case(passed_result):
     result = passed_result
+    trl_conformance.validate_result(result)
     assert result["status"] == "passed", result.get("failed")
     assert result["trl_version"] == "1.16.0" and result["written_for"] == "1.16.0"
     assert set(result["loss"]) == LOSS_CASES and set(result["extended"]) == EXTENDED_CASES
@@ -106,6 +108,7 @@ def test_wrong_functions_fail_in_their_own_entries():
     result = trl_conformance.check_trl_conformance(**course_functions(
         grpo_family_loss=_token_mean_family, extended_loss=_no_delta, advantages=_population_std_advantages))
     assert result["status"] == "failed"
+    trl_conformance.validate_result(result)
     failed = set(result["failed"])
     assert {"loss.grpo", "loss.grpo_clip_higher", "loss.gspo_sequence", "extended.grpo_delta", "advantages.group"} <= failed
     assert not failed & {"loss.bnpo", "loss.dapo", "loss.cispo", "extended.sapo", "extended.vespo", "advantages.batch",
@@ -116,6 +119,7 @@ def test_skipped_without_trl(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` now raises ImportError
     result = trl_conformance.check_trl_conformance(**course_functions())
     assert result["status"] == "skipped" and "PT-CPU" in result["reason"] and result["written_for"] == "1.16.0"
+    trl_conformance.validate_result(result)
 
 
 def test_api_changed_names_the_attribute(monkeypatch):
@@ -130,6 +134,7 @@ def test_api_changed_names_the_attribute(monkeypatch):
     result = trl_conformance.check_trl_conformance(**course_functions())
     assert result["status"] == "api_changed" and result["attribute"] == "trainer.clip_epsilon_low"
     assert result["trl_version"] == trl.__version__ and result["written_for"] == "1.16.0"
+    trl_conformance.validate_result(result)
 
     monkeypatch.delattr(trl.GRPOTrainer, "_compute_loss")
     result = trl_conformance.check_trl_conformance(**course_functions())
@@ -170,3 +175,13 @@ def test_lesson_functions_mask_before_exp():
         assert torch.isfinite(grads[1][1]).all(), loss_type
         torch.testing.assert_close(grads[1][0], grads[0][0], rtol=0, atol=1e-12)
         torch.testing.assert_close(grads[1][1], grads[0][1], rtol=0, atol=1e-12)
+
+
+def test_schema_rejects_a_broken_result():
+    """The schema is not a rubber stamp either: a failed result without its list of failures, an unknown status."""
+    with pytest.raises(jsonschema.ValidationError):
+        trl_conformance.validate_result({"status": "failed", "written_for": "1.16.0"})
+    with pytest.raises(jsonschema.ValidationError):
+        trl_conformance.validate_result({"status": "ok", "written_for": "1.16.0"})
+    with pytest.raises(jsonschema.ValidationError):
+        trl_conformance.validate_result({"status": "skipped", "written_for": "1.16.0"})  # no reason

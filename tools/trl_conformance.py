@@ -32,6 +32,7 @@ import torch
 from tools.grading import trusted  # the genuine torch.allclose, captured before any learner code ran
 
 TRL_VERSION_WRITTEN_FOR = "1.16.0"
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas", "trl-conformance-v1.json")
 ADVANTAGE_BLOCK_START = "unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)"
 ADVANTAGE_BLOCK_END = "advantages = torch.nan_to_num(advantages, nan=0.0)"
 
@@ -612,6 +613,16 @@ def check_trl_conformance(*, grpo_family_loss, grpo_policy_loss, cispo_policy_lo
         result["status"] = "failed"
         result["failed"] = failures
     return result
+
+
+def validate_result(result):
+    """Raise jsonschema.ValidationError when ``result`` breaks tools/schemas/trl-conformance-v1.json (or holds NaN)."""
+    import jsonschema
+
+    with open(SCHEMA_PATH, encoding="utf-8") as handle:
+        schema = json.load(handle)
+    jsonschema.validators.validator_for(schema)(schema).validate(result)
+    json.dumps(result, allow_nan=False)  # NaN / inf cannot be carried by JSON
 
 
 def _fmt(value):
