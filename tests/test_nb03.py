@@ -302,3 +302,28 @@ def test_wrong_implementations_fail_the_hidden_tests(assignment, run, notebook_r
                 f"{label}: hidden tests of {grade_id} did not catch it ({results[grade_id]})"
     untouched = [gid for gid in TEST_CELLS[assignment] if gid not in caught_by]
     assert [gid for gid in untouched if results[gid] is not None] == [], f"run {run}: unrelated tests failed {results}"
+
+
+# ----------------------------------------------------------------------------- grading
+def test_grading_kernel_sees_the_earlier_lessons_modules_only(tmp_path):
+    """Lesson 3A imports nb01/nb02's saved functions and 3B also 3A's: the grading kernel of a lesson gets the
+    tools/lessons/ modules of the lessons before it, never its own (its answers) nor later ones."""
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(chain.ROOT / "autograde"))
+    from grader import slots  # noqa: E402
+
+    assert slots.visible_lessons(NB3A) == ["nb01_group_advantages", "nb02_grpo_objective"]
+    assert slots.visible_lessons(NB3B) == ["nb01_group_advantages", "nb02_grpo_objective", NB3A]
+    assert slots.visible_lessons("nb01_group_advantages") == []
+    kernel = tmp_path / "kernel"
+    (kernel / "tools" / "lessons").mkdir(parents=True)
+    (kernel / "tools" / "lessons" / f"{NB3B}.py").write_text("leaked = True\n")  # e.g. left from another lesson
+    fake_slot = SimpleNamespace(kernel=kernel)
+    assert slots.Slot.stage_lessons(fake_slot, NB3B) == ["nb01_group_advantages", "nb02_grpo_objective", NB3A]
+    staged = sorted(p.name for p in (kernel / "tools" / "lessons").iterdir())
+    assert staged == ["__init__.py", "nb01_group_advantages.py", "nb02_grpo_objective.py", f"{NB3A}.py"]
+    slots.Slot.stage_lessons(fake_slot, NB3A)
+    assert sorted(p.name for p in (kernel / "tools" / "lessons").iterdir()) == [
+        "__init__.py", "nb01_group_advantages.py", "nb02_grpo_objective.py"]

@@ -37,6 +37,11 @@ WORKDIR_SIZE = "256m"   # the kernel's private working folder (and HOME), a tmpf
 NEVER_HIDE = {"/", "/usr", "/usr/local", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev",
               "/var", "/opt", "/tmp", "/run", "/boot", "/srv", "/mnt", "/media", "/home"}
 
+def visible_lessons(assignment: str) -> list[str]:
+    """The saved lesson modules a grading kernel of ``assignment`` may import: those of earlier lessons (by name)."""
+    return sorted(path.stem for path in (ROOT / "tools" / "lessons").glob("nb*.py") if path.stem < assignment)
+
+
 PROBE_CODE = r"""
 import json, os, resource, sys
 paths = json.loads(sys.argv[1])
@@ -288,6 +293,21 @@ class Slot:
                 raise FileNotFoundError(f"GradingPipeline.kernel_files: {source} does not exist")
         os.chmod(self.kernel, 0o755)
 
+    def stage_lessons(self, assignment: str) -> list[str]:
+        """Give the kernel the ``#@save`` modules (tools/lessons/) of the lessons before ``assignment`` only: a lesson
+        imports its predecessors' graded functions from there, and never sees its own answers (or later ones)."""
+        target = self.kernel / "tools" / "lessons"
+        shutil.rmtree(target, ignore_errors=True)
+        names = visible_lessons(assignment)
+        if not (self.kernel / "tools").is_dir():
+            return []
+        target.mkdir()
+        for name in ["__init__.py"] + [f"{n}.py" for n in names]:
+            source = ROOT / "tools" / "lessons" / name
+            if source.is_file():
+                shutil.copy2(source, target / name)
+        return names
+
     def _setup(self) -> None:
         for folder in (self.nbgrader, self.runtime, self.jupyter / "kernels" / "python3", self.dir / "config",
                        self.dir / "logs"):
@@ -389,6 +409,7 @@ class Slot:
         """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit."""
         if self.stopped:
             raise RuntimeError("grading was stopped")
+        self.stage_lessons(assignment)
         command = [sys.executable, "-m", "nbgrader", "autograde", assignment, f"--student={learner}",
                    f"--notebook={notebook}", "--force", "--log-level=INFO"]
         started = time.monotonic()
