@@ -275,13 +275,48 @@ def test_solution_b_runs_green_and_trl_conformance_passes(notebook_runs):
 def test_independent_implementation_passes_every_visible_and_hidden_test(assignment, notebook_runs):
     if assignment == NB3B:
         pytest.importorskip("trl")
-    nb = chain.substitute_answers(chain.build_notebook(assignment), _answers(INDEPENDENT[assignment]))
+    # the TRL section is left out here: test_independent_implementation_passes_the_trl_check runs it in process
+    nb = chain.substitute_answers(_without_trl_section(chain.build_notebook(assignment)), _answers(INDEPENDENT[assignment]))
     done = notebook_runs.run(nb, cwd=chain.ROOT)
     results = chain.cell_results(done)
     assert {gid: results[gid] for gid in TEST_CELLS[assignment]} == {gid: None for gid in TEST_CELLS[assignment]}
     assert chain.cell_errors(done) == []
-    if assignment == NB3B:
-        _assert_trl_passed(_trl_result(done))
+
+
+_FAMILY = """
+def grpo_family_loss(policy_logps, old_logps, advantages, completion_mask, loss_type="grpo", epsilon_low=0.2,
+                     epsilon_high=0.28, importance_sampling_level="token", beta=0.0, ref_logps=None,
+                     max_completion_length=None, num_items_in_batch=None):
+    per_token = per_token_policy_loss(policy_logps, old_logps, advantages, completion_mask, loss_type, epsilon_low,
+                                      epsilon_high, importance_sampling_level, beta, ref_logps)
+    return reduce_per_token_loss(per_token, completion_mask, loss_type, max_completion_length=max_completion_length,
+                                 num_items_in_batch=num_items_in_batch)
+"""
+
+
+def test_independent_implementation_passes_the_trl_check():
+    """The conformance accepts any correct implementation, not just the solution: the independent answers, in process."""
+    pytest.importorskip("trl")
+    import torch
+
+    from tools import trl_conformance
+    from tools.lessons import nb01_group_advantages as nb01
+    from tools.lessons import nb03a_cispo_trace_lab as nb03a
+    from tools.lessons import nb03b_loss_family_trl as nb03b
+
+    namespace = {"torch": torch, "check_policy_inputs": nb03a.check_policy_inputs,
+                 "token_kl_penalty": nb03a.token_kl_penalty}
+    for assignment in (NB3A, NB3B):
+        for grade_id, source in INDEPENDENT[assignment].items():
+            if grade_id.endswith("_loss") or grade_id == "importance_ratio":
+                exec(textwrap.dedent(source), namespace)
+    exec(_FAMILY, namespace)
+    result = trl_conformance.check_trl_conformance(
+        grpo_family_loss=namespace["grpo_family_loss"], grpo_policy_loss=namespace["grpo_policy_loss"],
+        cispo_policy_loss=namespace["cispo_policy_loss"], importance_ratio=namespace["importance_ratio"],
+        group_relative_advantages=nb01.group_relative_advantages, extended_loss=nb03b.extended_loss,
+        advantages=nb03b.trl_layout_advantages)
+    _assert_trl_passed(result)
 
 
 @pytest.mark.slow
