@@ -960,6 +960,8 @@ if trl_conformance["status"] == "failed":
 # `minimind_vs_trl_reduction_diff` 是两种归约在变长批上的差，`one_plus_epsilon_high_abs_error` 是把上限写成
 # `1 + ε_high` 时与 TRL 的差（不为 0，说明 TRL 用的是绝对上限）；`grpo_bias_correction_kl.on_policy` 给出 on-policy
 # 时 KL 修正对损失（应为 0）和梯度（不为 0）的影响；`advantages` 的每个条目是 TRL 源码与本课写法的最大差。
+# `sapo` 的误差不是 0 而是 1e-8 量级：TRL 用 `torch.where(advantages > 0, 1.0, 1.05)` 生成温度，Python 标量在这里
+# 得到 float32 的张量，1.05 变成 1.0499999523…；本课的温度是 float64。这种差别在 `1e-6` 的容差之内。
 # 最后一行是完整结果的 JSON。运行时 TRL 还会为那条所有奖励函数都返回 `None` 的回答打印一条警告
 # （“All reward functions returned None”），这正是核对想触发的情形。
 
