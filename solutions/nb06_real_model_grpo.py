@@ -361,7 +361,7 @@ try:
             batch = move_response_batch(cpu_batch, precision.device)
             advantages = advantages.to(precision.device)  # [N]
             gc.collect()
-            gx.reset_peak_memory(precision)
+            allocated_at_start = gx.reset_peak_memory(precision)  # CUDA: what the previous set left behind
             policy, trainable = gx.load_lora_policy(
                 model_path, precision, revision=load_revision, local_files_only=CONFIG.local_files_only or is_local,
                 lora_rank=CONFIG.lora_rank, lora_alpha=CONFIG.lora_alpha, lora_dropout=CONFIG.lora_dropout,
@@ -377,7 +377,7 @@ try:
             final_logps = gx.sequence_logps(policy, batch, precision)  # [N]
             gx.add_update_measurements(entry, steps, old_logps, final_logps, advantages,
                                        trainable_parameters=sum(p.numel() for p in trainable),
-                                       memory=gx.peak_memory(precision),
+                                       memory=gx.peak_memory(precision, allocated_at_start),
                                        noise=gx.logprob_noise(old_logps, first_train_logps, repeat_logps),
                                        scaler_skipped_steps=skipped)
             policy = optimizer = scaler = trainable = None

@@ -67,7 +67,7 @@ def fake_measurements(record, separations=(0.3, 0.2), margin=0.01):
                       "eval_repeat_logprob_gap": 0.0, "noise_margin": margin, "scaler_skipped_steps": 0,
                       "update_ms": [1.0, 2.0], "median_update_ms": 1.5,
                       "p95_update_ms": 1.95, "peak_memory_metric": "process_peak_rss",
-                      "peak_allocated_bytes": None, "peak_rss_bytes": 123})
+                      "peak_allocated_bytes": None, "peak_rss_bytes": 123, "allocated_bytes_at_start": None})
     record["model"].update({"resolved_commit": "abc", "resolution_source": "local"})
     record["runtime"]["dtype_choice"] = "auto"
     record["workload"].update({
@@ -605,7 +605,8 @@ def test_decision_rule_and_evidence_levels():
     gpu["hardware"] = {"cuda_available": True}
     gpu["runtime"].update({"device": "cuda", "dtype": "bfloat16", "autocast": True})
     for c in gpu["candidates"]:
-        c.update({"peak_memory_metric": "cuda_max_memory_allocated", "peak_allocated_bytes": 10})
+        c.update({"peak_memory_metric": "cuda_max_memory_allocated", "peak_allocated_bytes": 10,
+                  "allocated_bytes_at_start": 0})
     gx.finalize_measured(gpu)
     gx.validate_record(gpu)
     assert gpu["evidence_level"] == "random_init_gpu_resource_benchmark"

@@ -526,26 +526,31 @@ def policy_separation(old_logps: torch.Tensor, new_logps: torch.Tensor, advantag
     return float(shifts[positive].mean() - shifts[negative].mean())
 
 
-def reset_peak_memory(precision: Precision) -> None:
+def reset_peak_memory(precision: Precision) -> int | None:
+    """CUDA: empty the cache, reset the peak counter, return ``memory_allocated`` now - what the previous
+    candidate set left behind (the batch only, if the model and optimizer were freed). CPU: None."""
     if precision.device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(precision.device)
+        return int(torch.cuda.memory_allocated(precision.device))
+    return None
 
 
-def peak_memory(precision: Precision) -> dict[str, Any]:
+def peak_memory(precision: Precision, allocated_at_start: int | None = None) -> dict[str, Any]:
     """CUDA: ``max_memory_allocated`` since the last reset (per candidate set). CPU: the process's peak
     resident set size since it started - named as such, because it is neither per candidate set nor
-    tensor memory only."""
+    tensor memory only. ``allocated_at_start``: :func:`reset_peak_memory`'s value (CUDA), else None."""
     from tools.training_mechanism_runtime import peak_rss_bytes
 
     rss = peak_rss_bytes()  # None where the platform cannot tell (Windows)
     rss = None if rss is None else int(rss)
+    start = None if allocated_at_start is None else int(allocated_at_start)
     if precision.device.type == "cuda":
         return {"peak_memory_metric": "cuda_max_memory_allocated",
                 "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(precision.device)),
-                "peak_rss_bytes": rss}
+                "peak_rss_bytes": rss, "allocated_bytes_at_start": start}
     return {"peak_memory_metric": "process_peak_rss" if rss is not None else "unavailable",
-            "peak_allocated_bytes": None, "peak_rss_bytes": rss}
+            "peak_allocated_bytes": None, "peak_rss_bytes": rss, "allocated_bytes_at_start": start}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -609,7 +614,7 @@ def token_ids_hash(batches: Sequence[Mapping[str, torch.Tensor]]) -> str:
 MEASURED_FIELDS = ("trainable_parameters", "losses", "gradient_norms", "clip_fractions", "mean_clip_fraction",
                    "logprob_shifts", "policy_separation", "train_eval_logprob_gap", "eval_repeat_logprob_gap",
                    "noise_margin", "scaler_skipped_steps", "update_ms", "median_update_ms", "p95_update_ms",
-                   "peak_memory_metric", "peak_allocated_bytes", "peak_rss_bytes")
+                   "peak_memory_metric", "peak_allocated_bytes", "peak_rss_bytes", "allocated_bytes_at_start")
 
 
 def candidate_entry(candidate_set: CandidateSet, rewards: torch.Tensor, group_ids: torch.Tensor,
