@@ -226,3 +226,24 @@ print("smoke ok", transformers.__version__)
                          capture_output=True, text=True, env=env_run, timeout=600)
     assert ran.returncode == 0 and "smoke ok" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-3000:]
     shutil.rmtree(tmp_path / "site", ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the runner on a machine without CUDA")
+def test_runner_executes_the_notebook_code_and_writes_a_failure_record_without_cuda(tmp_path):
+    """The device runner on a CPU: every code cell runs in one process; without CUDA the experiment
+    cell writes a schema-valid failure record (stage environment_preflight) and verify rejects it."""
+    label = f"pytest-gpu-check-{os.getpid()}"
+    record_path = ROOT / "benchmarks" / "results" / "pt_grpo" / f"pt-grpo-real-model-update_{label}.json"
+    env = dict(os.environ, GRPO_MODEL_ID=str(tmp_path / "no-checkpoint"), OMP_NUM_THREADS="1")
+    try:
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "run-notebook",
+                               "--label", label], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        assert "figure cell skipped" in done.stdout
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        assert record["run_mode"] == "real_gpu" and record["failure"]["stage"] == "environment_preflight"
+        problems = gpu_check.check_record(record, "bfloat16", "auto")
+        assert problems and "failure record" in problems[0]
+    finally:
+        record_path.unlink(missing_ok=True)
