@@ -462,6 +462,7 @@ def test_bf16_weights_load_and_update(tiny):
     policy, trainable = _policy(path, precision)  # from_pretrained(dtype=torch.bfloat16)
     base = {p.dtype for n, p in policy.named_parameters() if not p.requires_grad}
     assert base == {torch.bfloat16}
+    assert {p.dtype for p in trainable} == {torch.float32}  # peft keeps LoRA adapters in float32
     optimizer = torch.optim.AdamW(trainable, lr=1e-2)
     old = gx.sequence_logps(policy, batch, precision)
     repeat = gx.sequence_logps(policy, batch, precision)
@@ -473,6 +474,24 @@ def test_bf16_weights_load_and_update(tiny):
     assert noise["noise_margin"] == pytest.approx(2 * max(noise["train_eval_logprob_gap"], noise["eval_repeat_logprob_gap"]))
     final = gx.sequence_logps(policy, batch, precision)
     assert torch.isfinite(final).all() and not torch.equal(final, old)
+
+
+def test_fp16_weights_with_grad_scaler_as_the_forced_fp16_run(tiny):
+    """What GRPO_REAL_GPU_DTYPE=float16 runs, on CPU: fp16 weights, fp16 autocast, a GradScaler; peft
+    keeps the adapters in float32, so the scaler can unscale their gradients."""
+    path, tokenizer = tiny
+    precision = gx.Precision(torch.device("cpu"), torch.float16, autocast=True, grad_scaler=True)
+    cs, _, _, adv = prepared("expanded_group", 4)
+    batch = _batch(tokenizer, cs)
+    policy, trainable = _policy(path, precision)
+    assert {p.dtype for p in trainable} == {torch.float32}
+    assert {p.dtype for p in policy.parameters() if not p.requires_grad} == {torch.float16}
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    old = gx.sequence_logps(policy, batch, precision)
+    steps, skipped, _ = gx.run_update_steps(policy, batch, old, adv, optimizer, trainable, 0.2, precision, scaler, 4)
+    assert len(steps) == 4 and all(math.isfinite(s.gradient_norm) and s.gradient_norm > 0 for s in steps)
+    assert gx.policy_separation(old, gx.sequence_logps(policy, batch, precision), adv) > 0
 
 
 def test_logprob_noise_and_margin():
