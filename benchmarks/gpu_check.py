@@ -189,6 +189,7 @@ def report_lines(record: dict) -> list[str]:
 
     rows = [
         ("policy_separation", pair("policy_separation", ".3f"), ref("policy_separation", ".3f"), behaviour),
+        ("precision_logprob_gap", pair("precision_logprob_gap", ".2g"), "- (not recorded)", "bf16/fp16 rounding vs float32"),
         ("noise_margin", pair("noise_margin", ".2g"), "- (not recorded)", "course's decision threshold"),
         ("mean_clip_fraction", pair("mean_clip_fraction", ".3f"), ref("mean_clip_fraction", ".3f"), behaviour),
         ("scaler_skipped_steps", pair("scaler_skipped_steps", "d"), "-", "fp16 only"),

@@ -267,9 +267,10 @@ print("第 1 课的规则，同样的输入：", gx.group_advantages(torch.full(
 #    fp16 时梯度缩放器（GradScaler）遇到溢出会跳过那一步并调小缩放系数，这是正常现象：实验会补做，直到取满
 #    `update_steps` 个有效步，跳过的次数记在 `scaler_skipped_steps`；
 # 5. 更新后再算一次对数概率，**策略分离** = 正优势候选的平均对数概率变化 − 负优势候选的平均变化。大于 0 说明模型确实往验证器偏好的方向移动了。
-# 6. **噪声边界**：不更新时对数概率也会因为数值误差而“移动”。实验在第 1 步之前量两个差：训练模式（带梯度）与评估模式
-#    （不带梯度）前向的最大差 `train_eval_logprob_gap`，以及评估前向重复一次的最大差 `eval_repeat_logprob_gap`；
-#    `noise_margin` = 2 × 两者中的较大值。分离度只有超过它才算数。
+# 6. **噪声边界**：不更新时对数概率也会因为数值误差而“移动”。实验在第 1 步之前量三个差：训练模式（带梯度）与评估模式
+#    （不带梯度）前向的最大差 `train_eval_logprob_gap`，评估前向重复一次的最大差 `eval_repeat_logprob_gap`，以及同一组权重
+#    用 float32 计算时的最大差 `precision_logprob_gap`（bf16/fp16 舍入本身能让对数概率移动多少；fp32 运行为 0）；
+#    `noise_margin` = 2 × 三者中的最大值。分离度只有超过它才算数。
 #
 # 几个细节：
 #
@@ -371,6 +372,8 @@ try:
             scaler = torch.amp.GradScaler("cuda", init_scale=1024.0) if precision.grad_scaler else None
             old_logps = gx.sequence_logps(policy, batch, precision)  # [N] the baseline: policy before any update
             repeat_logps = gx.sequence_logps(policy, batch, precision)  # [N] the same forward again (noise)
+            fp32_logps = gx.full_precision_sequence_logps(policy, batch, precision)  # [N] same weights, float32
+            gx.restart_peak_memory(precision)  # the float32 detour is a measurement, not part of the update
             steps, skipped, first_train_logps = gx.run_update_steps(
                 policy, batch, old_logps, advantages, optimizer, trainable, CONFIG.clip_range, precision, scaler,
                 CONFIG.update_steps)  # effective steps only; GradScaler overflow skips are retried and counted
@@ -378,7 +381,7 @@ try:
             gx.add_update_measurements(entry, steps, old_logps, final_logps, advantages,
                                        trainable_parameters=sum(p.numel() for p in trainable),
                                        memory=gx.peak_memory(precision, allocated_at_start),
-                                       noise=gx.logprob_noise(old_logps, first_train_logps, repeat_logps),
+                                       noise=gx.logprob_noise(old_logps, first_train_logps, repeat_logps, fp32_logps),
                                        scaler_skipped_steps=skipped)
             policy = optimizer = scaler = trainable = None
 
@@ -525,7 +528,7 @@ def interpretation_rows(rec):
         ("更新方向", "policy_separation、mean_clip_fraction、gradient_norms", SEED_REFERENCE["direction"], direction_now, direction_read),
         ("资源与性能", "median_update_ms、p95_update_ms、peak_allocated_bytes / peak_rss_bytes", SEED_REFERENCE["resources"], resources_now,
          "只说明这两种候选覆盖的代价，不能当成组规模的纯效应；不同代码路径、不同硬件之间不比较绝对值"),
-        ("证据与决策", "evidence_level、decision、highest_separation_candidate", SEED_REFERENCE["decision"], decision_now,
+        ("证据与决策", "evidence_level、decision、decision_rules、highest_separation_candidate", SEED_REFERENCE["decision"], decision_now,
          "decision 只按上面的规则给出；分离度最高的一档只是诊断字段，不是“该选哪一档”的答案"),
     ]
 

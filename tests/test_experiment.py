@@ -64,7 +64,8 @@ def fake_measurements(record, separations=(0.3, 0.2), margin=0.01):
         entry.update({"trainable_parameters": 100, "losses": [0.0, -0.1], "gradient_norms": [0.5, 0.4],
                       "clip_fractions": [0.0, 0.5], "mean_clip_fraction": 0.25, "logprob_shifts": [0.0] * n,
                       "policy_separation": sep, "train_eval_logprob_gap": margin / 2,
-                      "eval_repeat_logprob_gap": 0.0, "noise_margin": margin, "scaler_skipped_steps": 0,
+                      "eval_repeat_logprob_gap": 0.0, "precision_logprob_gap": 0.0, "noise_margin": margin,
+                      "scaler_skipped_steps": 0,
                       "update_ms": [1.0, 2.0], "median_update_ms": 1.5,
                       "p95_update_ms": 1.95, "peak_memory_metric": "process_peak_rss",
                       "peak_allocated_bytes": None, "peak_rss_bytes": 123, "allocated_bytes_at_start": None})
@@ -467,11 +468,17 @@ def test_bf16_weights_load_and_update(tiny):
     old = gx.sequence_logps(policy, batch, precision)
     repeat = gx.sequence_logps(policy, batch, precision)
     assert old.dtype == torch.float32 and torch.isfinite(old).all()
+    before = {id(p): p.dtype for p in policy.parameters()}
+    fp32 = gx.full_precision_sequence_logps(policy, batch, precision)
+    assert {id(p): p.dtype for p in policy.parameters()} == before  # every dtype restored, same Parameters
+    torch.testing.assert_close(gx.sequence_logps(policy, batch, precision), old, rtol=0, atol=0)  # weights intact
     steps, skipped, first = gx.run_update_steps(policy, batch, old, adv, optimizer, trainable, 0.2, precision, None, 3)
     assert skipped == 0 and all(math.isfinite(s.loss) and s.gradient_norm > 0 for s in steps)
     assert steps[0].loss == pytest.approx(0.0, abs=0.05)  # about 0: train and eval forwards may differ in bf16
-    noise = gx.logprob_noise(old, first, repeat)
-    assert noise["noise_margin"] == pytest.approx(2 * max(noise["train_eval_logprob_gap"], noise["eval_repeat_logprob_gap"]))
+    noise = gx.logprob_noise(old, first, repeat, fp32)
+    assert 1e-4 < noise["precision_logprob_gap"] < 0.1  # bf16 rounding moves log-probs measurably
+    assert noise["noise_margin"] == pytest.approx(2 * max(noise["train_eval_logprob_gap"], noise["eval_repeat_logprob_gap"],
+                                                          noise["precision_logprob_gap"]))
     final = gx.sequence_logps(policy, batch, precision)
     assert torch.isfinite(final).all() and not torch.equal(final, old)
 
@@ -498,9 +505,13 @@ def test_logprob_noise_and_margin():
     old = torch.tensor([-1.0, -2.0, -3.0])
     noise = gx.logprob_noise(old, old + torch.tensor([0.0, 0.004, -0.001]), old + torch.tensor([0.0, 0.0, 0.002]))
     assert noise == pytest.approx({"train_eval_logprob_gap": 0.004, "eval_repeat_logprob_gap": 0.002,
-                                   "noise_margin": 0.008}, abs=1e-6)
+                                   "precision_logprob_gap": 0.0, "noise_margin": 0.008}, abs=1e-6)
+    rounded = gx.logprob_noise(old, old.clone(), old.clone(), old + torch.tensor([0.0087, 0.0, 0.0]))
+    assert rounded == pytest.approx({"train_eval_logprob_gap": 0.0, "eval_repeat_logprob_gap": 0.0,
+                                     "precision_logprob_gap": 0.0087, "noise_margin": 0.0174}, abs=1e-6)
     exact = gx.logprob_noise(old, old.clone(), old.clone())
-    assert exact == {"train_eval_logprob_gap": 0.0, "eval_repeat_logprob_gap": 0.0, "noise_margin": 0.0}
+    assert exact == {"train_eval_logprob_gap": 0.0, "eval_repeat_logprob_gap": 0.0, "precision_logprob_gap": 0.0,
+                     "noise_margin": 0.0}
 
 
 def test_token_workload_shapes_and_hashes(tiny):

@@ -383,6 +383,25 @@ def sequence_logps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], pr
     return logps.detach().float()
 
 
+def full_precision_sequence_logps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor],
+                                  precision: Precision) -> torch.Tensor:
+    """[N] eval-mode log-probs at the same weights computed in float32: every half-precision parameter
+    upcast (exact), no autocast; afterwards every parameter gets its dtype back (bf16 -> fp32 -> bf16 is
+    lossless, the Parameter objects - and so the optimizer's references and tied weights - are kept).
+    For an fp32 run it is just :func:`sequence_logps`. Its gap to the run's own log-probs is how far
+    rounding alone moves a log-prob (see :func:`logprob_noise`).
+    """
+    fp32 = Precision(precision.device, torch.float32, autocast=False, grad_scaler=False)
+    halves = [(param, param.dtype) for param in model.parameters() if param.dtype in (torch.float16, torch.bfloat16)]
+    try:
+        for param, _ in halves:
+            param.data = param.data.float()
+        return sequence_logps(model, batch, fp32)  # [N]
+    finally:
+        for param, dtype in halves:
+            param.data = param.data.to(dtype)
+
+
 def clipped_surrogate(new_logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
                       clip_range: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The seed's sequence-level GRPO objective and the fraction of clipped ratios.
@@ -497,21 +516,27 @@ NOISE_MARGIN_FACTOR = 2.0
 
 
 def logprob_noise(old_logps: torch.Tensor, first_train_logps: torch.Tensor,
-                  repeat_eval_logps: torch.Tensor) -> dict[str, float]:
+                  repeat_eval_logps: torch.Tensor, full_precision_logps: torch.Tensor | None = None) -> dict[str, float]:
     """How far the log-probs move with no update at all, and the margin a separation must beat.
 
     - ``train_eval_logprob_gap``: max |train-mode forward (with grad) - eval-mode forward (no grad)| at
       the same weights, before any step. In exact arithmetic 0; with bf16 on a GPU, train and eval may
       run different kernels (SDPA picks per mode), which is why step 1's loss is only about 0.
     - ``eval_repeat_logprob_gap``: max |eval forward - the same eval forward repeated|.
-    - ``noise_margin = NOISE_MARGIN_FACTOR * max(both gaps)``: a separation is a difference of two mean
+    - ``precision_logprob_gap``: max |the run's eval forward - the float32 forward at the same weights|
+      (:func:`full_precision_sequence_logps`): how far bf16/fp16 rounding alone moves a log-prob (0 for
+      an fp32 run; 0.0 when not given).
+    - ``noise_margin = NOISE_MARGIN_FACTOR * max(the gaps)``: a separation is a difference of two mean
       shifts, each an eval-minus-eval difference that such noise can move in either direction.
     """
     old = old_logps.detach().float().cpu()  # [N]
     train_gap = float((first_train_logps.detach().float().cpu() - old).abs().max())
     repeat_gap = float((repeat_eval_logps.detach().float().cpu() - old).abs().max())
+    precision_gap = 0.0 if full_precision_logps is None else float(
+        (full_precision_logps.detach().float().cpu() - old).abs().max())
     return {"train_eval_logprob_gap": train_gap, "eval_repeat_logprob_gap": repeat_gap,
-            "noise_margin": NOISE_MARGIN_FACTOR * max(train_gap, repeat_gap)}
+            "precision_logprob_gap": precision_gap,
+            "noise_margin": NOISE_MARGIN_FACTOR * max(train_gap, repeat_gap, precision_gap)}
 
 
 def policy_separation(old_logps: torch.Tensor, new_logps: torch.Tensor, advantages: torch.Tensor) -> float:
@@ -524,6 +549,13 @@ def policy_separation(old_logps: torch.Tensor, new_logps: torch.Tensor, advantag
     if not positive.any() or not negative.any():
         raise ValueError("策略分离需要至少一个正优势和一个负优势候选（奖励全等的组没有方向）")
     return float(shifts[positive].mean() - shifts[negative].mean())
+
+
+def restart_peak_memory(precision: Precision) -> None:
+    """CUDA: restart the peak counter from what is allocated now (after a measurement-only detour, such as
+    :func:`full_precision_sequence_logps`'s float32 weights, that the update itself never needs)."""
+    if precision.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(precision.device)
 
 
 def reset_peak_memory(precision: Precision) -> int | None:
@@ -613,7 +645,7 @@ def token_ids_hash(batches: Sequence[Mapping[str, torch.Tensor]]) -> str:
 # ----------------------------------------------------------------------------------------------------
 MEASURED_FIELDS = ("trainable_parameters", "losses", "gradient_norms", "clip_fractions", "mean_clip_fraction",
                    "logprob_shifts", "policy_separation", "train_eval_logprob_gap", "eval_repeat_logprob_gap",
-                   "noise_margin", "scaler_skipped_steps", "update_ms", "median_update_ms", "p95_update_ms",
+                   "precision_logprob_gap", "noise_margin", "scaler_skipped_steps", "update_ms", "median_update_ms", "p95_update_ms",
                    "peak_memory_metric", "peak_allocated_bytes", "peak_rss_bytes", "allocated_bytes_at_start")
 
 
@@ -661,6 +693,7 @@ def add_update_measurements(entry: dict[str, Any], steps: Sequence[StepResult], 
         "policy_separation": policy_separation(old_logps.cpu(), final_logps.cpu(), advantages.cpu()),
         "train_eval_logprob_gap": None if noise is None else float(noise["train_eval_logprob_gap"]),
         "eval_repeat_logprob_gap": None if noise is None else float(noise["eval_repeat_logprob_gap"]),
+        "precision_logprob_gap": None if noise is None else float(noise.get("precision_logprob_gap", 0.0)),
         "noise_margin": None if noise is None else float(noise["noise_margin"]),
         "scaler_skipped_steps": int(scaler_skipped_steps),
         "update_ms": update_ms,
@@ -705,7 +738,7 @@ def new_record(*, run_mode: str, run_label: str, environment_profile: str, frame
     }
 
 
-COURSE_RULE = ("every candidate set: policy_separation > noise_margin (2 x the larger no-update log-prob gap), "
+COURSE_RULE = ("every candidate set: policy_separation > noise_margin (2 x the largest no-update log-prob gap), "
                "zero_variance_guard_passed, reward_std_mean > 0")
 REFERENCE_RULE = ("the reference document's rule: every candidate set: policy_separation > 0, "
                   "zero_variance_guard_passed, reward_std_mean > 0")
