@@ -1,7 +1,8 @@
 """The final experiment (notebook nb06_real_model_grpo, tools.grpo_experiment, tools.cli.experiment).
 
 Unit tests of the update loop's pieces, the schema and the decision rule; then the notebook executed
-headless in dry_run, tiny_cpu and real_gpu-without-CUDA (slow). Evidence from the notebook runs goes to
+headless: dry_run through the shared notebook_runs solution run, tiny_cpu and real_gpu-without-CUDA through the
+CLI (slow). Evidence from the CLI runs goes to
 unique RUN_LABELs that are removed afterwards; nothing is left in benchmarks/results/pt_grpo/.
 """
 from __future__ import annotations
@@ -746,22 +747,39 @@ def _outputs(executed_path):
     return "\n".join(text), images
 
 
+def _notebook_text(nb):
+    text, images = [], 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text.append(out["text"])
+            data = out.get("data", {})
+            text.append(data.get("text/markdown", ""))
+            images += "image/png" in data
+    return "\n".join(text), images
+
+
 @pytest.mark.slow
-def test_notebook_dry_run(run_label, tmp_path):
-    status, evidence, record, executed = _run("dry_run", run_label, tmp_path)
-    assert status == 0, record and record.get("failure")
-    saved = json.loads(evidence.read_text(encoding="utf-8"))
+def test_notebook_dry_run(notebook_runs):
+    """The solution notebook as test_notebooks executes it (shared run): RUN_MODE dry_run, label default."""
+    import tools.chain.notebooks as chain
+
+    executed = notebook_runs.solution("nb06_real_model_grpo")
+    assert not chain.cell_errors(executed)
+    saved = json.loads((ROOT / gx.output_relative_path(WORKLOAD_ID, "default")).read_text(encoding="utf-8"))
     gx.validate_record(saved)
-    assert saved["run_label"] == run_label and saved["run_mode"] == "dry_run"
+    assert saved["run_label"] == "default" and saved["run_mode"] == "dry_run"
     assert (saved["evidence_level"], saved["decision"], saved["failure"]) == ("dry_run", "not_measured", None)
+    assert saved["decision_rules"] is None and saved["workload"]["batch_shapes"] is None
     assert [c["nonzero_advantages"] for c in saved["candidates"]] == [4, 8]
     assert [c["unjudgeable_count"] for c in saved["candidates"]] == [0, 1]
     assert all(c["zero_variance_guard_passed"] for c in saved["candidates"])
     assert all(c[name] is None for c in saved["candidates"] for name in gx.MEASURED_FIELDS)
     assert saved["model"]["resolved_commit"] is None
-    text, images = _outputs(executed)
-    assert "Schema 校验通过" in text and run_label in text
+    text, images = _notebook_text(executed)
+    assert "Schema 校验通过" in text and "pt-grpo-real-model-update_default.json" in text
     assert "种子参考" in text and "未测量" in text
+    assert "-0.1192" in text  # the mean-then-floor counter-example on ten float32 1.1's, computed
     assert images == 0
 
 
@@ -823,13 +841,13 @@ def test_notebook_real_gpu_without_cuda_writes_a_failure_record(run_label, tmp_p
 
 
 @pytest.mark.slow
-def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path):
+def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path, notebook_runs):
     import nbformat
 
     import tools.chain.notebooks as chain
 
     nb = chain.build_notebook("nb06_real_model_grpo")
-    done = chain.execute(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})
+    done = notebook_runs.run(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})
     errors = chain.cell_errors(done)
     assert errors and errors[0][2] == "ValueError" and "RUN_MODE" in errors[0][3]
     assert not (ROOT / gx.output_relative_path(WORKLOAD_ID, run_label)).exists()
