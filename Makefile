@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
-        bench tiny-model qwen-shaped-checkpoint preflight clean
+        bench tiny-model qwen-shaped-checkpoint gpu-wheelhouse preflight clean
 
 help: ## list the targets
 	@echo "GRPO in practice (组相对策略优化实战) - make targets:"
@@ -44,6 +44,9 @@ tiny-model: $(VENV)/.setup-stamp ## build (once) the tiny Qwen2-architecture che
 
 qwen-shaped-checkpoint: $(VENV)/.setup-stamp ## random-init checkpoint with Qwen2.5-0.5B's shape (offline GPU timing)
 	@$(PY) -m tools.tiny_model --qwen-shaped
+
+gpu-wheelhouse: $(VENV)/.setup-stamp ## wheels for benchmarks/gpu_check.sh on a bare CUDA machine -> .cache/gpu-wheelhouse (GPU_PYTHONS="3.11 3.12")
+	@$(PY) benchmarks/gpu_wheelhouse.py $(foreach v,$(or $(GPU_PYTHONS),3.11 3.12),--python $(v))
 
 test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, release check, grading, benchmarks at tiny size)
 	@$(PY) -m pytest -q tests

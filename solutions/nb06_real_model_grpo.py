@@ -45,8 +45,10 @@
 #
 # - 第 1 课：组内优势 $A_i = (r_i - \mathrm{mean}_g) / \max(\mathrm{std}_g, \varepsilon)$，全组奖励相同时优势为 0。
 # - 第 2 课：比率 $\rho = \exp(\log\pi_\theta - \log\pi_{\text{old}})$，目标 $\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon) A)$。
-# - 第 4 课：验证器 `integer-answer-v1` 的正确性、格式与“不可判定”三种记录。本课带有它自己的一份实现
-#   （`tools/grpo_experiment.py`），规则与第 4 课你写的版本相同。
+#   第 2 课的比率是**逐 token** 的；本课沿用种子实验的写法，比率是**序列级**的（见第三步），与第 3 课的 GSPO 同一类。
+# - 第 4 课：验证器 `integer-answer-v1` 的正确性、格式与“不可判定”三种记录。本课直接调用第 4 课评分的那个
+#   `verify_integer_response`（`tools.lessons.nb04_verifiable_rewards`），组内优势也直接用第 1 课评分的
+#   `compute_group_advantages`（`tools.lessons.nb01_group_advantages`）：同一个函数只有一个家。
 # - 第 5 课：`response_sequence_logps` 只对回答词元求对数概率，提示和填充都被掩码挡在外面。
 
 # %% [markdown]
@@ -200,7 +202,9 @@ for name, group_size in CONFIG.candidate_sets:
 #
 # **零方差保护**：如果一组里所有奖励都相同（例如验证器对所有回答都给 0，或者全部答对），这组就没有“谁更好”的信息，
 # 优势必须**恰好为 0**，不能因为除以一个接近 0 的数而放大出虚假的更新信号，更不能变成 NaN。
-# 实验对每档候选都检查这一点：把奖励全部换成 1，看优势是否全为 0。下面也演示了一个没有下限的写法为什么过不了这个检查。
+# 实验对每档候选都检查这一点：把奖励全部换成 1.0、1.1、0.1（float32 里 1.1 和 0.1 都不能精确表示），看优势是否全为 0。
+# 下面演示了两个过不了这个检查的写法：没有下限的写法（0/0 = NaN），以及“先减均值再除以 max(std, eps)”的写法——
+# 它对全 1 的奖励没问题，但十个 float32 的 1.1 减去均值会留下 1e-7 量级的舍入残差，除以 eps 后变成 0.1 量级的虚假优势。
 
 # %%
 for name, group_size in CONFIG.candidate_sets:
@@ -225,8 +229,23 @@ def advantages_without_floor(rewards, group_ids, eps=0.0):
     return out
 
 
+def advantages_mean_then_floor(rewards, group_ids, eps=1e-6):
+    """反例：有 eps 下限，但直接“减均值”——舍入残差没有被消掉。"""
+    out = torch.zeros_like(rewards)  # [N]
+    for gid in group_ids.unique():
+        mask = group_ids == gid  # [N]
+        out[mask] = (rewards[mask] - rewards[mask].mean()) / rewards[mask].std(unbiased=False).clamp_min(eps)
+    return out
+
+
+ten_ids = torch.zeros(10, dtype=torch.long)  # [10] one group of ten
 print("没有下限的写法，全等奖励时的优势：", advantages_without_floor(torch.ones(4), torch.tensor([0, 0, 1, 1])).tolist())
 print("它能通过零方差保护吗？", gx.zero_variance_guard(torch.tensor([0, 0, 1, 1]), advantage_fn=advantages_without_floor))
+print("“减均值 + 下限”的写法，十个 float32 的 1.1：",
+      [round(v, 4) for v in advantages_mean_then_floor(torch.full((10,), 1.1), ten_ids).tolist()[:3]], "…")
+print("它能通过零方差保护吗？", gx.zero_variance_guard(ten_ids, advantage_fn=advantages_mean_then_floor))
+print("第 1 课的规则，同样的输入：", gx.group_advantages(torch.full((10,), 1.1), ten_ids).tolist()[:3], "…",
+      "  零方差保护：", gx.zero_variance_guard(ten_ids))
 
 # %% [markdown]
 # ### 第三步 · 有限更新，并把一切写进证据
@@ -238,19 +257,39 @@ print("它能通过零方差保护吗？", gx.zero_variance_guard(torch.tensor([
 # 2. 在固定 `seed` 下重新加载模型，挂上 LoRA（只训练 q/v 投影上的低秩矩阵；peft 把 B 初始化为 0，所以起点就是原模型）；
 # 3. 记下更新前的序列对数概率 `old_logps`——这就是基线 `sampling_policy_before_update`；
 # 4. 做 `update_steps` 步：$\rho = \exp(\text{new} - \text{old})$，损失 $-\mathrm{mean}(\min(\rho A, \mathrm{clip}(\rho) A))$，
-#    记录每步的损失、梯度范数、裁剪比例（比率离开 $[1-\epsilon, 1+\epsilon]$ 的候选占比）和耗时；
+#    记录每步的损失、梯度范数、裁剪比例（比率离开 $[1-\epsilon, 1+\epsilon]$ 的候选占比）和耗时。
+#    **注意这里的 new / old 是什么**：每个候选回答的**平均 token 对数概率**（`response_sequence_logps(normalize=True)`），
+#    所以 $\rho$ 是**序列级**比率 $\exp(\overline{\log\pi_\theta} - \overline{\log\pi_{\text{old}}})$，每个候选一个，
+#    裁剪也作用在整条序列上，且 $\beta = 0$（没有 Reference KL）。这就是 GSPO 式的序列级目标（第 3 课），不是第 2 课
+#    逐 token 的 `compute_grpo_loss`。本课沿用种子实验的写法和它的 $\epsilon = 0.2$；GSPO 论文本身的序列级裁剪
+#    范围要小得多（$\epsilon \approx 3\times10^{-4}$ 量级），因为序列级比率比单个 token 的比率稳定得多。
+#    所以这里的裁剪比例不能与逐 token GRPO 或 GSPO 论文的裁剪比例直接比较。
+#    fp16 时梯度缩放器（GradScaler）遇到溢出会跳过那一步并调小缩放系数，这是正常现象：实验会补做，直到取满
+#    `update_steps` 个有效步，跳过的次数记在 `scaler_skipped_steps`；
 # 5. 更新后再算一次对数概率，**策略分离** = 正优势候选的平均对数概率变化 − 负优势候选的平均变化。大于 0 说明模型确实往验证器偏好的方向移动了。
+# 6. **噪声边界**：不更新时对数概率也会因为数值误差而“移动”。实验在第 1 步之前量三个差：训练模式（带梯度）与评估模式
+#    （不带梯度）前向的最大差 `train_eval_logprob_gap`，评估前向重复一次的最大差 `eval_repeat_logprob_gap`，以及同一组权重
+#    用 float32 计算时的最大差 `precision_logprob_gap`（bf16/fp16 舍入本身能让对数概率移动多少；fp32 运行为 0）；
+#    `noise_margin` = 2 × 三者中的最大值。分离度只有超过它才算数。
 #
 # 几个细节：
 #
 # - 对数概率只经过 `tools.post_training_runtime.response_sequence_logps`：它只取目标 token 的 logit 再减去分块
-#   计算的 `logsumexp`，不会再复制一份 `[B, T, V]` 的 log-softmax。所以同样的工作负载，峰值显存会比种子代码低。
-# - 第 1 步的损失恒为 0：此时 $\rho = 1$，而每组优势之和为 0。但梯度不为 0——这正是策略梯度的意思。
-# - 精度：`tiny_cpu` 用 fp32；`real_gpu` 在支持时用 bf16 autocast，否则 fp16 并配合梯度缩放（梯度范数在反缩放之后记录）。
+#   计算的 `logsumexp`，不会再复制一份 `[B, T, V]` 的 log-softmax；bf16/fp16 时反向传播也只保留 logits 本身
+#   （`make bench` 的 `logprobs_peak_memory_vs_logits_bf16` 在 CPU 上按“为反向保存的张量字节数”测量）。
+#   **预测**（尚未在 GPU 上测量）：同样的工作负载，峰值显存会比种子代码低。
+# - 第 1 步的损失 ≈ 0：此时权重还没变，$\rho \approx 1$，而每组优势之和为 0。只有训练与评估两次前向的计算完全相同时
+#   才恰好为 0；在 CUDA 上 SDPA 等算子在带梯度与不带梯度时可能选不同的内核，bf16 下差别更明显（见噪声边界）。
+#   但梯度不为 0——这正是策略梯度的意思。
+# - 精度：`tiny_cpu` 用 fp32；`real_gpu` 在显卡**原生**支持时用 bf16 autocast（`is_bf16_supported(including_emulation=False)`，
+#   T4、V100 这类只能模拟 bf16 的卡走 fp16），否则 fp16 并配合梯度缩放（梯度范数在反缩放之后记录）。
+#   环境变量 `GRPO_REAL_GPU_DTYPE=float16` 可以在支持 bf16 的卡上强制走 fp16 路径（记录里 `dtype_choice: forced`）。
+# - 工作负载可比性：记录的 `workload.batch_shapes`（每档的 `[B, T]`、每行计分的回答词元数）、`tokenizer_hash`
+#   （分词器与聊天模板）和 `token_ids_hash`（全部词元）说明两份记录是否跑的是同一批词元。
 # - 峰值内存：CUDA 上是每档候选重置后的 `max_memory_allocated`；CPU 上是**整个进程的峰值常驻内存（peak RSS）**，
 #   含 Python 与各个库本身，不按候选档重置，字段名也如实写成 `process_peak_rss`。
 # - 任何一步抛出异常都不会让笔记本崩掉：记录会变成失败记录，写明出错的阶段（`stage`），决策为 `reject_until_fixed`，
-#   文件照样（原子地）写出。写出之前，记录先通过 JSON Schema（`tools/schemas/post-training-mechanism-gpu-v1.json`）校验。
+#   文件照样（原子地）写出。写出之前，记录先通过 JSON Schema（`tools/schemas/post-training-mechanism-gpu-v2.json`）校验。
 
 # %%
 started_at = time.perf_counter()
@@ -286,8 +325,10 @@ try:
 
     if CONFIG.run_mode != "dry_run":
         stage = "environment_preflight"
-        precision = gx.select_precision(CONFIG.run_mode)  # real_gpu without CUDA raises here
+        force_dtype = gx.forced_dtype() if CONFIG.run_mode == "real_gpu" else None  # GRPO_REAL_GPU_DTYPE
+        precision = gx.select_precision(CONFIG.run_mode, force_dtype=force_dtype)  # real_gpu without CUDA raises here
         record["runtime"].update({"device": precision.device.type, "dtype": precision.dtype_name,
+                                  "dtype_choice": "auto" if force_dtype is None else "forced",
                                   "autocast": precision.autocast, "grad_scaler": precision.grad_scaler})
 
         stage = "revision_and_tokenization"
@@ -310,13 +351,18 @@ try:
         tokenizer = AutoTokenizer.from_pretrained(model_path, revision=load_revision,
                                                   local_files_only=CONFIG.local_files_only or is_local)
 
-        for (candidate_set, advantages), entry in zip(prepared, record["candidates"]):
+        batches = [build_response_batch(tokenizer, candidate_set.prompts, candidate_set.responses,
+                                        max_length=CONFIG.max_length) for candidate_set, _ in prepared]
+        record["workload"].update({
+            "batch_shapes": [gx.batch_shape_entry(cs.name, b) for (cs, _), b in zip(prepared, batches)],
+            "tokenizer_hash": gx.tokenizer_hash(tokenizer), "token_ids_hash": gx.token_ids_hash(batches)})
+
+        for (candidate_set, advantages), entry, cpu_batch in zip(prepared, record["candidates"], batches):
             stage = f"candidate_set_{candidate_set.name}"
-            batch = move_response_batch(build_response_batch(tokenizer, candidate_set.prompts, candidate_set.responses,
-                                                             max_length=CONFIG.max_length), precision.device)
+            batch = move_response_batch(cpu_batch, precision.device)
             advantages = advantages.to(precision.device)  # [N]
             gc.collect()
-            gx.reset_peak_memory(precision)
+            allocated_at_start = gx.reset_peak_memory(precision)  # CUDA: what the previous set left behind
             policy, trainable = gx.load_lora_policy(
                 model_path, precision, revision=load_revision, local_files_only=CONFIG.local_files_only or is_local,
                 lora_rank=CONFIG.lora_rank, lora_alpha=CONFIG.lora_alpha, lora_dropout=CONFIG.lora_dropout,
@@ -325,13 +371,18 @@ try:
             # fp16 only: scale the loss so small gradients survive; a moderate start scale avoids overflowing step 1
             scaler = torch.amp.GradScaler("cuda", init_scale=1024.0) if precision.grad_scaler else None
             old_logps = gx.sequence_logps(policy, batch, precision)  # [N] the baseline: policy before any update
-            steps = [gx.grpo_update_step(policy, batch, old_logps, advantages, optimizer, trainable,
-                                         CONFIG.clip_range, precision, scaler)
-                     for _ in range(CONFIG.update_steps)]
+            repeat_logps = gx.sequence_logps(policy, batch, precision)  # [N] the same forward again (noise)
+            fp32_logps = gx.full_precision_sequence_logps(policy, batch, precision)  # [N] same weights, float32
+            gx.restart_peak_memory(precision)  # the float32 detour is a measurement, not part of the update
+            steps, skipped, first_train_logps = gx.run_update_steps(
+                policy, batch, old_logps, advantages, optimizer, trainable, CONFIG.clip_range, precision, scaler,
+                CONFIG.update_steps)  # effective steps only; GradScaler overflow skips are retried and counted
             final_logps = gx.sequence_logps(policy, batch, precision)  # [N]
             gx.add_update_measurements(entry, steps, old_logps, final_logps, advantages,
                                        trainable_parameters=sum(p.numel() for p in trainable),
-                                       memory=gx.peak_memory(precision))
+                                       memory=gx.peak_memory(precision, allocated_at_start),
+                                       noise=gx.logprob_noise(old_logps, first_train_logps, repeat_logps, fp32_logps),
+                                       scaler_skipped_steps=skipped)
             policy = optimizer = scaler = trainable = None
 
     stage = "decision"
@@ -406,8 +457,12 @@ else:
 # **本次运行**的数字旁边；本次运行一列由上面读到的文件现场计算。解读顺序与 5.3 相同：先口径和验证器，再机制，
 # 最后才看方向、资源和决策。
 #
-# 决策规则（种子的）：每档候选都满足“策略分离 > 0、零方差保护通过、平均奖励标准差 > 0”时为 `accept_mechanism`，
-# 否则为 `tune`；运行中出错为 `reject_until_fixed`；`dry_run` 永远是 `not_measured`。
+# 决策规则（本课程的）：每档候选都满足“策略分离 > `noise_margin`、零方差保护通过、平均奖励标准差 > 0”时为
+# `accept_mechanism`，否则为 `tune`；运行中出错为 `reject_until_fixed`；`dry_run` 永远是 `not_measured`。
+# 种子的规则（“策略分离 > 0”）照样算出来，与本课程的规则并排写在 `decision_rules` 里，便于对照：
+# 固定候选让零方差保护和奖励标准差必然通过，种子的规则实际上只剩“分离度 > 0”，而 bf16 的数值噪声就可能改变一个小分离度的符号。
+# **随机初始化权重的 GPU 运行**（`weights: random_init`）用另一套词：`random_init_path_ok` / `random_init_path_tune`——
+# 它只说明代码路径在这张卡上是否正常，永远不会写成 `accept_mechanism`。
 
 # %%
 SEED_REFERENCE = {  # 种子教材记录的 RTX 5070 Ti 参考值（v3 / default3），只作对照，不是本机结果
@@ -415,7 +470,7 @@ SEED_REFERENCE = {  # 种子教材记录的 RTX 5070 Ti 参考值（v3 / default
     "verifier": "正确率 0.50 / 0.50；格式通过率 1.00 / 0.625；不可判定 0 / 1",
     "mechanism": "奖励标准差 0.500 / 0.489；非零优势 4 / 8；零方差保护通过",
     "direction": "分离度 1.476 / 1.731；裁剪比例 0.438 / 0.594；扩展组最后一步梯度范数 0",
-    "resources": "中位更新 47.58 / 76.88 ms；峰值显存 2.16 / 3.29 GB（种子的运行时，对数概率会复制完整 log-softmax）",
+    "resources": "中位更新 47.58 / 76.88 ms；峰值显存 2.16 / 3.29 GB（种子的运行时，对数概率会复制完整 log-softmax；本课程的显存是否更低是预测，尚未在 GPU 上测量）",
     "decision": "accept_mechanism；分离度最高：expanded_group（仅诊断）",
 }
 
@@ -440,10 +495,10 @@ def interpretation_rows(rec):
         last_norms = [c["gradient_norms"][-1] for c in cands]
         direction_now = (f"分离度 {pair(by('policy_separation'))}；裁剪比例 {pair(by('mean_clip_fraction'))}；"
                          f"最后一步梯度范数 {pair(last_norms, '{:.3g}')}")
-        separations_ok = all(c["policy_separation"] > 0 for c in cands)
+        separations_ok = all(c["policy_separation"] > (c.get("noise_margin") or 0.0) for c in cands)
         saturated = [c["candidate_set"] for c in cands if c["clip_fractions"][-1] >= 0.5 or c["gradient_norms"][-1] < 1e-8]
         direction_read = ("两档的正优势候选都相对上升，更新方向与验证器一致" if separations_ok
-                          else "有一档分离度 ≤ 0：方向不对，先查奖励符号和优势，再谈学习率")
+                          else "有一档分离度没有超过噪声边界：方向不可信，先查奖励符号和优势，再谈学习率")
         if saturated:
             direction_read += (f"；{', '.join(saturated)} 在最后一步至少一半候选的比率已离开裁剪区间（或梯度归零），"
                                "继续更新的有效信号正在变少")
@@ -458,6 +513,11 @@ def interpretation_rows(rec):
         direction_read = "dry_run 或失败记录不提供方向证据"
     best = rec["highest_separation_candidate"]
     decision_now = f"{rec['evidence_level']}；{rec['decision']}" + (f"；分离度最高：{best['candidate_set']}（仅诊断）" if best else "")
+    if rec.get("decision_rules"):
+        rules = rec["decision_rules"]
+        decision_now += (f"；本课程规则（分离度 > 噪声边界 {pair(by('noise_margin'), '{:.2g}')}）"
+                         f"{'通过' if rules['course_rule']['passed'] else '未通过'}；"
+                         f"种子规则（分离度 > 0）{'通过' if rules['reference_rule']['passed'] else '未通过'}")
     return [
         ("运行与口径", "failure、model.resolved_commit、workload.version", SEED_REFERENCE["run"], run_now,
          "候选、验证器规则或更新预算一变，就换 workload_version 整体重跑；commit 让结果能对回同一份权重"),
@@ -468,7 +528,7 @@ def interpretation_rows(rec):
         ("更新方向", "policy_separation、mean_clip_fraction、gradient_norms", SEED_REFERENCE["direction"], direction_now, direction_read),
         ("资源与性能", "median_update_ms、p95_update_ms、peak_allocated_bytes / peak_rss_bytes", SEED_REFERENCE["resources"], resources_now,
          "只说明这两种候选覆盖的代价，不能当成组规模的纯效应；不同代码路径、不同硬件之间不比较绝对值"),
-        ("证据与决策", "evidence_level、decision、highest_separation_candidate", SEED_REFERENCE["decision"], decision_now,
+        ("证据与决策", "evidence_level、decision、decision_rules、highest_separation_candidate", SEED_REFERENCE["decision"], decision_now,
          "decision 只按上面的规则给出；分离度最高的一档只是诊断字段，不是“该选哪一档”的答案"),
     ]
 
@@ -491,8 +551,9 @@ else:
 #   对数概率沿优势方向分离”这条链在真实模型上成立，而不是模型变聪明了。
 # - **`tiny_cpu` 是随机初始化的小模型。** 它证明同一份更新代码在 CPU 上端到端可运行、方向正确，但它的损失、耗时、
 #   内存都不代表 Qwen2.5-0.5B；学习率也为了让机制可见而调高过。`weights: random_init` 的 GPU 记录同理，只用来测时间与显存。
-# - **显存数字与种子不直接可比。** 本课程的对数概率路径不复制完整的 log-softmax，同样工作负载下峰值显存应低于种子的
-#   2.16 / 3.29 GB；只在同一代码、同一硬件的运行之间比较。
+# - **显存数字与种子不直接可比。** 本课程的对数概率路径不复制完整的 log-softmax，也不为反向保留 fp32 副本；
+#   **预测**（尚未在 GPU 上测量）：同样工作负载下峰值显存低于种子的 2.16 / 3.29 GB。只在同一代码、同一硬件、
+#   同一 `token_ids_hash` 的运行之间比较。
 #
 # ## 小结
 #

@@ -23,6 +23,7 @@ METRICS = {
     "group_advantages_speedup_vs_loop_65536": ["solutions/nb01_group_advantages.py"],
     "group_advantages_time_vs_reshape_65536": ["solutions/nb01_group_advantages.py"],
     "logprobs_peak_memory_vs_logits": ["tools/post_training_runtime.py"],
+    "logprobs_peak_memory_vs_logits_bf16": ["tools/post_training_runtime.py"],
     "grpo_loss_fwd_bwd_ms": ["solutions/nb02_grpo_objective.py"],
     "autograde_parallel_speedup": ["autograde/pipeline.py", "tools/chain/notebooks.py"],
     "series_execution_s": ["tools/chain/notebooks.py"],
@@ -134,6 +135,10 @@ def test_tiny_run_benchmarked_code_agrees_with_its_baseline(tiny_results):
     logp = by_name["logprobs_peak_memory_vs_logits"]
     if logp["value"] is not None:
         assert logp["detail"]["max_abs_diff_runtime_vs_naive"] < 1e-4
+    logp_bf16 = by_name["logprobs_peak_memory_vs_logits_bf16"]
+    if logp_bf16["value"] is not None:
+        assert logp_bf16["detail"]["max_abs_diff_runtime_vs_previous"] < 1e-4
+        assert logp_bf16["value"] <= 1.05 < logp_bf16["baseline"]["value"]  # bytes, not time: exact at any size
     loss = by_name["grpo_loss_fwd_bwd_ms"]
     if loss["value"] is not None:
         assert loss["detail"]["abs_diff_loss"] < 1e-5 and loss["detail"]["max_abs_diff_grad"] < 1e-6

@@ -1,7 +1,8 @@
 """The final experiment (notebook nb06_real_model_grpo, tools.grpo_experiment, tools.cli.experiment).
 
 Unit tests of the update loop's pieces, the schema and the decision rule; then the notebook executed
-headless in dry_run, tiny_cpu and real_gpu-without-CUDA (slow). Evidence from the notebook runs goes to
+headless: dry_run through the shared notebook_runs solution run, tiny_cpu and real_gpu-without-CUDA through the
+CLI (slow). Evidence from the CLI runs goes to
 unique RUN_LABELs that are removed afterwards; nothing is left in benchmarks/results/pt_grpo/.
 """
 from __future__ import annotations
@@ -57,16 +58,26 @@ def dry_record(run_mode="dry_run", weights=None):
     return record
 
 
-def fake_measurements(record, separations=(0.3, 0.2)):
+def fake_measurements(record, separations=(0.3, 0.2), margin=0.01):
     """Fill the update half by hand (for schema / decision tests that need no model)."""
     for entry, sep in zip(record["candidates"], separations):
         n = len(entry["rewards"])
         entry.update({"trainable_parameters": 100, "losses": [0.0, -0.1], "gradient_norms": [0.5, 0.4],
                       "clip_fractions": [0.0, 0.5], "mean_clip_fraction": 0.25, "logprob_shifts": [0.0] * n,
-                      "policy_separation": sep, "update_ms": [1.0, 2.0], "median_update_ms": 1.5,
+                      "policy_separation": sep, "train_eval_logprob_gap": margin / 2,
+                      "eval_repeat_logprob_gap": 0.0, "precision_logprob_gap": 0.0, "noise_margin": margin,
+                      "scaler_skipped_steps": 0,
+                      "update_ms": [1.0, 2.0], "median_update_ms": 1.5,
                       "p95_update_ms": 1.95, "peak_memory_metric": "process_peak_rss",
-                      "peak_allocated_bytes": None, "peak_rss_bytes": 123})
+                      "peak_allocated_bytes": None, "peak_rss_bytes": 123, "allocated_bytes_at_start": None})
     record["model"].update({"resolved_commit": "abc", "resolution_source": "local"})
+    record["runtime"]["dtype_choice"] = "auto"
+    record["workload"].update({
+        "batch_shapes": [{"candidate_set": c["candidate_set"], "input_ids_shape": [len(c["rewards"]), 30],
+                          "response_tokens": [2] * len(c["rewards"]), "response_tokens_total": 2 * len(c["rewards"]),
+                          "prompt_tokens": [20] * len(c["rewards"]), "attended_tokens_total": 22 * len(c["rewards"])}
+                         for c in record["candidates"]],
+        "tokenizer_hash": "a" * 64, "token_ids_hash": "b" * 64})
     return record
 
 
@@ -205,8 +216,37 @@ def test_zero_variance_guard_passes_only_for_exact_zero_advantages():
     def leaky(rewards, group_ids, eps=1e-6):
         return gx.group_advantages(rewards, group_ids, eps) + 1e-3
 
+    def mean_then_floor(rewards, group_ids, eps=1e-6):  # the pre-nb01 rule: exact only for representable values
+        out = torch.zeros_like(rewards)
+        for g in group_ids.unique():
+            m = group_ids == g
+            out[m] = (rewards[m] - rewards[m].mean()) / rewards[m].std(unbiased=False).clamp_min(eps)
+        return out
+
     assert gx.zero_variance_guard(ids, advantage_fn=no_floor) is False
     assert gx.zero_variance_guard(ids, advantage_fn=leaky) is False
+    # all-ones rewards cannot catch the mean-then-floor rule; 1.1 and 0.1 in float32 do
+    ten, eight = torch.zeros(10, dtype=torch.long), torch.zeros(8, dtype=torch.long)
+    assert mean_then_floor(torch.ones(10), ten).eq(0).all()
+    assert float(mean_then_floor(torch.full((10,), 1.1), ten).abs().max()) > 1e-3
+    assert float(mean_then_floor(torch.full((8,), 0.1), eight).abs().max()) > 1e-3
+    assert gx.zero_variance_guard(ten, advantage_fn=mean_then_floor) is False
+    assert gx.zero_variance_guard(eight, advantage_fn=mean_then_floor) is False
+    # the experiment's rule is nb01's graded one: exact zeros for both
+    assert gx.group_advantages(torch.full((10,), 1.1), ten).eq(0).all()
+    assert gx.group_advantages(torch.full((8,), 0.1), eight).eq(0).all()
+    assert gx.zero_variance_guard(ten) is True and gx.zero_variance_guard(eight) is True
+    assert gx.ZERO_VARIANCE_PROBES == (1.0, 1.1, 0.1)
+
+
+def test_one_home_for_the_verifier_and_the_advantages():
+    from tools.lessons.nb01_group_advantages import compute_group_advantages
+    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
+
+    assert gx.verify_integer_response is verify_integer_response
+    assert gx.compute_group_advantages is compute_group_advantages
+    with pytest.raises(ValueError):  # nb01's input contract
+        gx.group_advantages(torch.ones(3, dtype=torch.long), torch.zeros(3, dtype=torch.long))
 
 
 # ------------------------------------------------------------------------------------------ objective pieces
@@ -248,6 +288,29 @@ def test_select_precision():
         gx.select_precision("real_gpu", cuda_available=False)
     with pytest.raises(ValueError):
         gx.select_precision("dry_run")
+    forced = gx.select_precision("real_gpu", cuda_available=True, bf16_supported=True, force_dtype=torch.float16)
+    assert (forced.dtype_name, forced.grad_scaler) == ("float16", True)
+    assert gx.forced_dtype({}) is None and gx.forced_dtype({"GRPO_REAL_GPU_DTYPE": ""}) is None
+    assert gx.forced_dtype({"GRPO_REAL_GPU_DTYPE": "float16"}) is torch.float16
+    assert gx.forced_dtype({"GRPO_REAL_GPU_DTYPE": "bfloat16"}) is torch.bfloat16
+    with pytest.raises(ValueError, match="GRPO_REAL_GPU_DTYPE"):
+        gx.forced_dtype({"GRPO_REAL_GPU_DTYPE": "fp8"})
+
+
+def test_bf16_emulation_does_not_count_as_bf16_support(monkeypatch):
+    """A T4/V100 answers is_bf16_supported() True only through emulation: the fp16 branch must be taken."""
+    calls = []
+
+    def t4_like(including_emulation=True):
+        calls.append(including_emulation)
+        return including_emulation  # emulated bf16 only
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", t4_like)
+    precision = gx.select_precision("real_gpu", cuda_available=True)
+    assert calls == [False]
+    assert (precision.dtype_name, precision.grad_scaler) == ("float16", True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
+    assert gx.select_precision("real_gpu", cuda_available=True).dtype_name == "bfloat16"
 
 
 def test_checkpoint_weights_kind_and_model_paths(tmp_path):
@@ -362,6 +425,130 @@ def test_bf16_autocast_path_runs_on_cpu(tiny):
     assert math.isfinite(step.loss) and step.gradient_norm > 0
 
 
+def test_scaler_overflow_skips_are_retried_and_counted(tiny):
+    """fp16's normal overflow: the GradScaler skips a step; the loop retries until 4 effective steps."""
+    path, tokenizer = tiny
+    precision = gx.select_precision("tiny_cpu")
+    cs, _, _, adv = prepared("minimal_pair", 2)
+    batch = _batch(tokenizer, cs)
+    runs = {}
+    for name, scaler in (("plain", None), ("overflowing", torch.amp.GradScaler("cpu", init_scale=3e38))):
+        policy, trainable = _policy(path, precision)
+        optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+        old = gx.sequence_logps(policy, batch, precision)
+        runs[name] = gx.run_update_steps(policy, batch, old, adv, optimizer, trainable, 0.2, precision, scaler, 4)
+    plain_steps, plain_skipped, _ = runs["plain"]
+    steps, skipped, first = runs["overflowing"]
+    assert plain_skipped == 0 and skipped >= 1
+    assert len(steps) == 4 and not any(s.skipped for s in steps)
+    assert all(math.isfinite(s.gradient_norm) and s.gradient_norm > 0 for s in steps)
+    # skipped steps change nothing: the effective steps are the plain run's steps
+    assert [s.loss for s in steps] == pytest.approx([s.loss for s in plain_steps], rel=1e-4, abs=1e-7)
+    assert [s.gradient_norm for s in steps] == pytest.approx([s.gradient_norm for s in plain_steps], rel=1e-4)
+    assert first.shape == (4,)
+    # an overflow that never ends is a failure, not noise
+    policy, trainable = _policy(path, precision)
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    old = gx.sequence_logps(policy, batch, precision)
+    stuck = torch.amp.GradScaler("cpu", init_scale=3e38, backoff_factor=0.9999)
+    with pytest.raises(FloatingPointError, match="GradScaler"):
+        gx.run_update_steps(policy, batch, old, adv, optimizer, trainable, 0.2, precision, stuck, 4, max_skips=3)
+
+
+def test_bf16_weights_load_and_update(tiny):
+    """real_gpu loads the checkpoint with dtype=bf16 (not fp32 weights under autocast): the same on CPU."""
+    path, tokenizer = tiny
+    precision = gx.Precision(torch.device("cpu"), torch.bfloat16, autocast=True, grad_scaler=False)
+    cs, _, _, adv = prepared("expanded_group", 4)
+    batch = _batch(tokenizer, cs)
+    policy, trainable = _policy(path, precision)  # from_pretrained(dtype=torch.bfloat16)
+    base = {p.dtype for n, p in policy.named_parameters() if not p.requires_grad}
+    assert base == {torch.bfloat16}
+    assert {p.dtype for p in trainable} == {torch.float32}  # peft keeps LoRA adapters in float32
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    old = gx.sequence_logps(policy, batch, precision)
+    repeat = gx.sequence_logps(policy, batch, precision)
+    assert old.dtype == torch.float32 and torch.isfinite(old).all()
+    before = {id(p): p.dtype for p in policy.parameters()}
+    fp32 = gx.full_precision_sequence_logps(policy, batch, precision)
+    assert {id(p): p.dtype for p in policy.parameters()} == before  # every dtype restored, same Parameters
+    torch.testing.assert_close(gx.sequence_logps(policy, batch, precision), old, rtol=0, atol=0)  # weights intact
+    steps, skipped, first = gx.run_update_steps(policy, batch, old, adv, optimizer, trainable, 0.2, precision, None, 3)
+    assert skipped == 0 and all(math.isfinite(s.loss) and s.gradient_norm > 0 for s in steps)
+    assert steps[0].loss == pytest.approx(0.0, abs=0.05)  # about 0: train and eval forwards may differ in bf16
+    noise = gx.logprob_noise(old, first, repeat, fp32)
+    assert 1e-4 < noise["precision_logprob_gap"] < 0.1  # bf16 rounding moves log-probs measurably
+    assert noise["noise_margin"] == pytest.approx(2 * max(noise["train_eval_logprob_gap"], noise["eval_repeat_logprob_gap"],
+                                                          noise["precision_logprob_gap"]))
+    final = gx.sequence_logps(policy, batch, precision)
+    assert torch.isfinite(final).all() and not torch.equal(final, old)
+
+
+def test_fp16_weights_with_grad_scaler_as_the_forced_fp16_run(tiny):
+    """What GRPO_REAL_GPU_DTYPE=float16 runs, on CPU: fp16 weights, fp16 autocast, a GradScaler; peft
+    keeps the adapters in float32, so the scaler can unscale their gradients."""
+    path, tokenizer = tiny
+    precision = gx.Precision(torch.device("cpu"), torch.float16, autocast=True, grad_scaler=True)
+    cs, _, _, adv = prepared("expanded_group", 4)
+    batch = _batch(tokenizer, cs)
+    policy, trainable = _policy(path, precision)
+    assert {p.dtype for p in trainable} == {torch.float32}
+    assert {p.dtype for p in policy.parameters() if not p.requires_grad} == {torch.float16}
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    old = gx.sequence_logps(policy, batch, precision)
+    steps, skipped, _ = gx.run_update_steps(policy, batch, old, adv, optimizer, trainable, 0.2, precision, scaler, 4)
+    assert len(steps) == 4 and all(math.isfinite(s.gradient_norm) and s.gradient_norm > 0 for s in steps)
+    assert gx.policy_separation(old, gx.sequence_logps(policy, batch, precision), adv) > 0
+
+
+def test_logprob_noise_and_margin():
+    old = torch.tensor([-1.0, -2.0, -3.0])
+    noise = gx.logprob_noise(old, old + torch.tensor([0.0, 0.004, -0.001]), old + torch.tensor([0.0, 0.0, 0.002]))
+    assert noise == pytest.approx({"train_eval_logprob_gap": 0.004, "eval_repeat_logprob_gap": 0.002,
+                                   "precision_logprob_gap": 0.0, "noise_margin": 0.008}, abs=1e-6)
+    rounded = gx.logprob_noise(old, old.clone(), old.clone(), old + torch.tensor([0.0087, 0.0, 0.0]))
+    assert rounded == pytest.approx({"train_eval_logprob_gap": 0.0, "eval_repeat_logprob_gap": 0.0,
+                                     "precision_logprob_gap": 0.0087, "noise_margin": 0.0174}, abs=1e-6)
+    exact = gx.logprob_noise(old, old.clone(), old.clone())
+    assert exact == {"train_eval_logprob_gap": 0.0, "eval_repeat_logprob_gap": 0.0, "precision_logprob_gap": 0.0,
+                     "noise_margin": 0.0}
+
+
+def test_token_workload_shapes_and_hashes(tiny):
+    from tools.post_training_runtime import build_response_batch
+
+    _, tokenizer = tiny
+    cs, *_ = prepared("expanded_group", 4)
+    batch = _batch(tokenizer, cs)
+    entry = gx.batch_shape_entry("expanded_group", batch)
+    assert entry["input_ids_shape"] == list(batch["input_ids"].shape)
+    assert entry["response_tokens"] == batch["response_mask"][:, 1:].sum(-1).tolist()
+    assert entry["response_tokens_total"] == sum(entry["response_tokens"])
+    assert all(p + r <= entry["input_ids_shape"][1] for p, r in zip(entry["prompt_tokens"], entry["response_tokens"]))
+    assert entry["attended_tokens_total"] == int(batch["attention_mask"].sum())
+    same = gx.token_ids_hash([_batch(tokenizer, cs)])
+    assert gx.token_ids_hash([batch]) == same and len(same) == 64
+    other = build_response_batch(tokenizer, cs.prompts, cs.responses[:-1] + ["11"], max_length=96)
+    assert gx.token_ids_hash([other]) != same
+    assert gx.tokenizer_hash(tokenizer) == gx.tokenizer_hash(tokenizer)
+    changed = copy.deepcopy(tokenizer)
+    changed.chat_template = tokenizer.chat_template + " "
+    assert gx.tokenizer_hash(changed) != gx.tokenizer_hash(tokenizer)
+
+
+def test_lora_budget_on_the_qwen_shaped_architecture():
+    """r = 8 on q_proj / v_proj over Qwen2.5-0.5B's 24 layers: 540,672 trainable parameters (the GPU
+    check's invariant), counted on the meta device (shapes only)."""
+    from tools import tiny_model
+
+    tokenizer = tiny_model.build_tokenizer()
+    with torch.device("meta"):
+        base = tiny_model._build_model(dict(tiny_model.QWEN25_05B_ARCHITECTURE), tokenizer, 0, torch.bfloat16)
+        _, trainable = gx.attach_lora(base, 8, 16, 0.0, ["q_proj", "v_proj"])
+    assert sum(p.numel() for p in trainable) == 540_672 == 24 * ((8 * 896 + 896 * 8) + (8 * 896 + 128 * 8))
+
+
 def test_update_measurements_fill_every_field(tiny):
     path, tokenizer = tiny
     precision = gx.select_precision("tiny_cpu")
@@ -371,8 +558,10 @@ def test_update_measurements_fill_every_field(tiny):
     steps = [gx.StepResult(0.0, 0.5, 0.0, 3.0), gx.StepResult(-0.1, 0.4, 0.5, 1.0)]
     old = torch.zeros(8)
     new = adv * 0.1
-    gx.add_update_measurements(entry, steps, old, new, adv, 1234, gx.peak_memory(precision))
+    gx.add_update_measurements(entry, steps, old, new, adv, 1234, gx.peak_memory(precision),
+                               noise=gx.logprob_noise(old, old, old), scaler_skipped_steps=2)
     assert entry["losses"] == [0.0, -0.1] and entry["gradient_norms"] == [0.5, 0.4]
+    assert entry["scaler_skipped_steps"] == 2 and entry["noise_margin"] == 0.0
     assert entry["mean_clip_fraction"] == 0.25
     assert entry["median_update_ms"] == 2.0
     assert entry["policy_separation"] > 0
@@ -393,7 +582,7 @@ def test_dry_run_record_is_schema_valid_and_claims_nothing():
         {"decision": "accept_mechanism"},
         {"evidence_level": "tiny_cpu_mechanism_check"},
         {"run_label": "bad label"},
-        {"schema_version": "post-training-mechanism-gpu/v2"},
+        {"schema_version": "post-training-mechanism-gpu/v1"},  # v1 records do not carry the v2 fields
     ):
         with pytest.raises(jsonschema.ValidationError):
             gx.validate_record({**copy.deepcopy(record), **broken})
@@ -421,31 +610,64 @@ def test_decision_rule_and_evidence_levels():
     gx.finalize_measured(record)
     gx.validate_record(record)
     assert (record["evidence_level"], record["decision"]) == ("tiny_cpu_mechanism_check", "accept_mechanism")
+    assert record["decision_rules"]["course_rule"]["passed"] and record["decision_rules"]["reference_rule"]["passed"]
     assert record["highest_separation_candidate"] == {
         "candidate_set": "minimal_pair", "group_size": 2, "interpretation": "diagnostic_only_not_configuration_selection"}
 
-    for change in ({"policy_separation": 0.0}, {"zero_variance_guard_passed": False}, {"reward_std_mean": 0.0}):
+    for change in ({"policy_separation": 0.0}, {"zero_variance_guard_passed": False}, {"reward_std_mean": 0.0},
+                   {"policy_separation": 0.005}):  # 0.005: above the reference's 0, below the 0.01 noise margin
         candidates = copy.deepcopy(record["candidates"])
         candidates[1].update(change)
         assert gx.decide(candidates) == "tune"
+        assert gx.decide(candidates, random_init=True) == "random_init_path_tune"
+    within_noise = copy.deepcopy(record["candidates"])
+    within_noise[1]["policy_separation"] = 0.005
+    rules = gx.decision_rules(within_noise)
+    assert (rules["course_rule"]["passed"], rules["reference_rule"]["passed"]) == (False, True)
+    assert gx.decide(record["candidates"], random_init=True) == "random_init_path_ok"
     with pytest.raises(ValueError):
         gx.decide([])
+    no_margin = copy.deepcopy(record["candidates"])
+    no_margin[0]["noise_margin"] = None
+    with pytest.raises(ValueError, match="noise_margin"):
+        gx.decide(no_margin)
 
     gpu = fake_measurements(dry_record("real_gpu", weights="random_init"))
     gpu["hardware"] = {"cuda_available": True}
     gpu["runtime"].update({"device": "cuda", "dtype": "bfloat16", "autocast": True})
     for c in gpu["candidates"]:
-        c.update({"peak_memory_metric": "cuda_max_memory_allocated", "peak_allocated_bytes": 10})
+        c.update({"peak_memory_metric": "cuda_max_memory_allocated", "peak_allocated_bytes": 10,
+                  "allocated_bytes_at_start": 0})
     gx.finalize_measured(gpu)
     gx.validate_record(gpu)
     assert gpu["evidence_level"] == "random_init_gpu_resource_benchmark"
+    assert gpu["decision"] == "random_init_path_ok"  # never accept_mechanism for random weights
+    with pytest.raises(jsonschema.ValidationError):
+        gx.validate_record({**gpu, "decision": "accept_mechanism"})
     gpu["model"]["weights"] = "pretrained_hub"
     gx.finalize_measured(gpu)
     gx.validate_record(gpu)
     assert gpu["evidence_level"] == "real_model_grpo_rlvr_mechanism_benchmark"
+    assert gpu["decision"] == "accept_mechanism"
+    with pytest.raises(jsonschema.ValidationError):
+        gx.validate_record({**gpu, "decision": "random_init_path_ok"})
     gpu["model"]["weights"] = "random_init"  # a random-init model must never carry the real-model level
     with pytest.raises(jsonschema.ValidationError):
         gx.validate_record(gpu)
+    # a measured record must say which tokens it ran, and a scaler-free run cannot skip steps
+    for broken in ({"tokenizer_hash": None}, {"batch_shapes": None}, {"token_ids_hash": None}):
+        bad = copy.deepcopy(gpu)
+        bad["model"]["weights"] = "pretrained_hub"
+        bad["workload"].update(broken)
+        with pytest.raises(jsonschema.ValidationError):
+            gx.validate_record(bad)
+    bad = copy.deepcopy(gpu)
+    bad["model"]["weights"] = "pretrained_hub"
+    bad["candidates"][0]["scaler_skipped_steps"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        gx.validate_record(bad)
+    bad["runtime"].update({"dtype": "float16", "grad_scaler": True})
+    gx.validate_record(bad)
 
 
 def test_failure_record_names_the_stage_and_resets_partial_numbers():
@@ -525,22 +747,39 @@ def _outputs(executed_path):
     return "\n".join(text), images
 
 
+def _notebook_text(nb):
+    text, images = [], 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text.append(out["text"])
+            data = out.get("data", {})
+            text.append(data.get("text/markdown", ""))
+            images += "image/png" in data
+    return "\n".join(text), images
+
+
 @pytest.mark.slow
-def test_notebook_dry_run(run_label, tmp_path):
-    status, evidence, record, executed = _run("dry_run", run_label, tmp_path)
-    assert status == 0, record and record.get("failure")
-    saved = json.loads(evidence.read_text(encoding="utf-8"))
+def test_notebook_dry_run(notebook_runs):
+    """The solution notebook as test_notebooks executes it (shared run): RUN_MODE dry_run, label default."""
+    import tools.chain.notebooks as chain
+
+    executed = notebook_runs.solution("nb06_real_model_grpo")
+    assert not chain.cell_errors(executed)
+    saved = json.loads((ROOT / gx.output_relative_path(WORKLOAD_ID, "default")).read_text(encoding="utf-8"))
     gx.validate_record(saved)
-    assert saved["run_label"] == run_label and saved["run_mode"] == "dry_run"
+    assert saved["run_label"] == "default" and saved["run_mode"] == "dry_run"
     assert (saved["evidence_level"], saved["decision"], saved["failure"]) == ("dry_run", "not_measured", None)
+    assert saved["decision_rules"] is None and saved["workload"]["batch_shapes"] is None
     assert [c["nonzero_advantages"] for c in saved["candidates"]] == [4, 8]
     assert [c["unjudgeable_count"] for c in saved["candidates"]] == [0, 1]
     assert all(c["zero_variance_guard_passed"] for c in saved["candidates"])
     assert all(c[name] is None for c in saved["candidates"] for name in gx.MEASURED_FIELDS)
     assert saved["model"]["resolved_commit"] is None
-    text, images = _outputs(executed)
-    assert "Schema 校验通过" in text and run_label in text
+    text, images = _notebook_text(executed)
+    assert "Schema 校验通过" in text and "pt-grpo-real-model-update_default.json" in text
     assert "种子参考" in text and "未测量" in text
+    assert "-0.1192" in text  # the mean-then-floor counter-example on ten float32 1.1's, computed
     assert images == 0
 
 
@@ -572,6 +811,15 @@ def test_notebook_tiny_cpu(run_label, tmp_path):
         assert c["peak_memory_metric"] == "process_peak_rss" and c["peak_rss_bytes"] > 0
         assert c["median_update_ms"] > 0
     assert saved["highest_separation_candidate"]["interpretation"] == "diagnostic_only_not_configuration_selection"
+    assert saved["decision_rules"]["course_rule"]["passed"] and saved["decision_rules"]["reference_rule"]["passed"]
+    assert saved["runtime"]["dtype_choice"] == "auto"
+    shapes = saved["workload"]["batch_shapes"]
+    assert [s["candidate_set"] for s in shapes] == ["minimal_pair", "expanded_group"]
+    assert [s["input_ids_shape"][0] for s in shapes] == [4, 8]
+    assert len(saved["workload"]["tokenizer_hash"]) == len(saved["workload"]["token_ids_hash"]) == 64
+    for c in saved["candidates"]:
+        assert c["scaler_skipped_steps"] == 0
+        assert 0 <= c["noise_margin"] < 1e-4 < c["policy_separation"]  # fp32 on CPU: no-update noise is tiny
     assert saved["timing"]["total_seconds"] < 60
     text, images = _outputs(executed)
     assert images == 1  # the per-step loss / clip fraction figure
@@ -593,13 +841,13 @@ def test_notebook_real_gpu_without_cuda_writes_a_failure_record(run_label, tmp_p
 
 
 @pytest.mark.slow
-def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path):
+def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path, notebook_runs):
     import nbformat
 
     import tools.chain.notebooks as chain
 
     nb = chain.build_notebook("nb06_real_model_grpo")
-    done = chain.execute(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})
+    done = notebook_runs.run(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})
     errors = chain.cell_errors(done)
     assert errors and errors[0][2] == "ValueError" and "RUN_MODE" in errors[0][3]
     assert not (ROOT / gx.output_relative_path(WORKLOAD_ID, run_label)).exists()

@@ -9,6 +9,7 @@ from tools.post_training_runtime import (
     build_response_batch,
     move_response_batch,
     response_sequence_logps,
+    saved_tensor_bytes,
     selective_log_softmax,
 )
 from tools.tiny_model import tiny_checkpoint_path
@@ -251,7 +252,10 @@ def test_no_second_vocabulary_sized_tensor(model, tokenizer, dtype):
         _naive(model, batch)
     # the model's logits are the only vocabulary-sized tensor ...
     assert len(recorder.large) == 1, recorder.large
-    assert all(shape[0] == 1 for shape in recorder.logsumexp_inputs)
+    if dtype == torch.float32:  # [1 row, 16 tokens, V] blocks
+        assert all(shape[0] == 1 for shape in recorder.logsumexp_inputs)
+    else:  # half precision: [<= 16 tokens, V] float32 blocks of one row
+        assert recorder.logsumexp_inputs and all(len(shape) == 2 and shape[0] <= 16 for shape in recorder.logsumexp_inputs)
     # ... while the naive log_softmax makes a second one (the recorder does see it)
     assert len(naive_recorder.large) == 2, naive_recorder.large
 
@@ -278,3 +282,56 @@ def test_selective_log_softmax_token_chunks_match_naive(tokens_per_chunk, dtype)
     torch.testing.assert_close(grad_ours, grad_naive, atol=1e-6 if dtype == torch.float32 else 1e-12, rtol=0)
     with pytest.raises(ValueError, match="tokens_per_chunk"):
         selective_log_softmax(logits, index, tokens_per_chunk=0)
+
+
+# ------------------------------------------------------------------------------ half precision: what backward keeps
+def _previous_rowwise(logits, index):
+    """The course's earlier bf16 path: a float32 log_softmax per row (kept by autograd for backward)."""
+    return torch.stack([torch.log_softmax(row.float(), -1).gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+                        for row, idx in zip(logits, index)])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_backward_keeps_only_the_logits(dtype):
+    generator = torch.Generator().manual_seed(3)
+    base = torch.randn(4, 29, 3001, generator=generator)  # [B, T+1, V]
+    index = torch.randint(0, 3001, (4, 29), generator=generator)  # [B, T+1]
+    logits_bytes = base.numel() * 2
+    logits = base.to(dtype).requires_grad_(True)
+    kept = saved_tensor_bytes(lambda x: selective_log_softmax(x[:, :-1], index[:, 1:]), logits)
+    previous = saved_tensor_bytes(lambda x: _previous_rowwise(x[:, :-1], index[:, 1:]),
+                                  base.to(dtype).requires_grad_(True))
+    assert kept["saved_bytes"] / logits_bytes <= 1.05  # the logits themselves (1.0) + [B, T] index and logsumexp
+    assert previous["saved_bytes"] / logits_bytes >= 1.8  # what the float32 row copies cost
+    assert kept["output"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_gradients_match_float32(dtype):
+    generator = torch.Generator().manual_seed(4)
+    base = (torch.randn(3, 9, 257, generator=generator) * 3).to(dtype)  # [B, T+1, V] values exact in dtype
+    index = torch.randint(0, 257, (3, 9), generator=generator)  # [B, T+1]
+    weights = torch.randn(3, 8, generator=generator)  # [B, T]
+    half = base.clone().requires_grad_(True)
+    full = base.float().requires_grad_(True)
+    out = selective_log_softmax(half[:, :-1], index[:, 1:], tokens_per_chunk=3)  # blocks that do not divide T
+    ref = torch.log_softmax(full[:, :-1], -1).gather(-1, index[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    (out * weights).sum().backward()
+    (ref * weights).sum().backward()
+    assert half.grad.dtype == dtype and half.grad[:, -1].abs().max() == 0  # the unshifted last position
+    tol = 8e-3 if dtype == torch.bfloat16 else 1e-3  # the float32 gradient rounded to the logits' dtype
+    torch.testing.assert_close(half.grad.float(), full.grad, atol=tol, rtol=1e-2)
+
+
+def test_saved_logits_function_gradcheck_float64():
+    from tools.post_training_runtime import _SavedLogitsSelectiveLogSoftmax
+
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(2, 5, 7, generator=generator, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, 7, (2, 5), generator=generator)
+    assert torch.autograd.gradcheck(lambda x: _SavedLogitsSelectiveLogSoftmax.apply(x, index, 2), (logits,))
+    two_d = torch.randn(3, 11, dtype=torch.bfloat16, requires_grad=True)  # [B, V]
+    value = selective_log_softmax(two_d, torch.tensor([0, 5, 10]))
+    assert value.shape == (3,)
+    torch.testing.assert_close(value, torch.log_softmax(two_d.float(), -1)[torch.arange(3), [0, 5, 10]])

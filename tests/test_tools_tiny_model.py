@@ -103,3 +103,38 @@ def test_qwen_shaped_architecture_matches_qwen25_05b():
     assert sum(p.numel() for p in unique) == 494_032_768  # Qwen2.5-0.5B: 494M parameters, tied embeddings
     assert model.config.vocab_size == 151_936 > len(tokenizer)
     assert {p.dtype for p in unique} == {torch.bfloat16}
+    assert tiny_model._marker("Qwen2.5-0.5B", 0)["builder_version"] == tiny_model.QWEN_SHAPED_BUILDER_VERSION
+
+
+def test_qwen25_like_tokenizer_gives_qwen25_token_counts():
+    """The Qwen-shaped checkpoint's tokenizer: Qwen2.5's template (default system prompt) and, for the
+    experiment's fixtures, the token counts Qwen2.5-0.5B-Instruct's tokenizer gives (system turn: from
+    public token ids; the fixture text: one token per Qwen2 pre-token, an estimate)."""
+    from tools import grpo_experiment as gx
+    from tools.post_training_runtime import build_response_batch
+
+    tokenizer = tiny_model.build_qwen25_like_tokenizer()
+    system_turn = f"<|im_start|>system\n{tiny_model.QWEN25_DEFAULT_SYSTEM}<|im_end|>\n"
+    ids = tokenizer(system_turn, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(tiny_model.QWEN25_SYSTEM_TURN_IDS) == 21
+    assert tokenizer.convert_ids_to_tokens(ids)[5:7] == ["ĠQ", "wen"]  # Qwen2.5: 1207, 16948
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "Return only the integer result of 2 + 2."}],
+                                             tokenize=False, add_generation_prompt=True)
+    assert rendered == (system_turn + "<|im_start|>user\nReturn only the integer result of 2 + 2.<|im_end|>\n"
+                        "<|im_start|>assistant\n")
+    with_system = tokenizer.apply_chat_template([{"role": "system", "content": "S"}, {"role": "user", "content": "u"}],
+                                                tokenize=False)
+    assert with_system == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nu<|im_end|>\n"
+    estimate = tiny_model.qwen25_token_estimate()
+    assert len(estimate) == 8
+    for text, count in estimate.items():
+        assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) == count, text
+    # the experiment's batches: [B, T] as Qwen2.5 would give them (estimated)
+    shapes = {}
+    for name, size in (("minimal_pair", 2), ("expanded_group", 4)):
+        cs = gx.build_candidate_set(name, size)
+        shapes[name] = gx.batch_shape_entry(name, build_response_batch(tokenizer, cs.prompts, cs.responses, 96))
+    assert shapes["minimal_pair"]["input_ids_shape"] == [4, 44]
+    assert shapes["expanded_group"]["input_ids_shape"] == [8, 49]
+    assert shapes["expanded_group"]["response_tokens"] == [2, 2, 7, 6, 2, 2, 7, 3]  # "10" is two digits
+    assert set(shapes["minimal_pair"]["prompt_tokens"]) == {41}  # 21 system + 17 user + 3 assistant opener

@@ -2,13 +2,17 @@
 
 The notebook walks a learner through one chain: the verifier ``integer-answer-v1`` scores fixed candidate
 responses -> group-relative advantages -> a few LoRA GRPO updates of a causal LM -> did the policy move
-in the direction of the advantages? -> a JSON evidence record (schema ``post-training-mechanism-gpu/v1``).
+in the direction of the advantages? -> a JSON evidence record (schema ``post-training-mechanism-gpu/v2``).
 The notebook shows and explains each step; the code of each step lives here so that it can be unit
 tested (``tests/test_experiment.py``) and so that ``dry_run``, ``tiny_cpu`` and ``real_gpu`` share it.
 
 Everything that depends on the run mode is an argument: the same update code runs in fp32 on the CPU
 with the tiny local checkpoint and in bf16/fp16 autocast on a CUDA card with Qwen2.5-0.5B-Instruct.
 Sequence log-probabilities only ever come from ``tools.post_training_runtime.response_sequence_logps``.
+
+One home per function: the verifier is notebook 4's graded ``verify_integer_response`` and the advantages
+are notebook 1's graded ``compute_group_advantages`` (both imported from ``tools.lessons``), so the
+experiment scores and normalises exactly as the lessons grade.
 """
 from __future__ import annotations
 
@@ -25,8 +29,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-SCHEMA_VERSION = "post-training-mechanism-gpu/v1"
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "post-training-mechanism-gpu-v1.json"
+SCHEMA_VERSION = "post-training-mechanism-gpu/v2"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "post-training-mechanism-gpu-v2.json"
 SEMANTIC_ID = "PT-GRPO-LOSS"
 VERIFIER_ID = "integer-answer-v1"
 LOGPROB_FUNCTION = "tools.post_training_runtime.response_sequence_logps"
@@ -39,6 +43,12 @@ ENV_RUN_LABEL = "GRPO_RUN_LABEL"
 # Optional: a local checkpoint folder for real_gpu on machines without hub access
 # (e.g. the Qwen-shaped random-init checkpoint of `make qwen-shaped-checkpoint`).
 ENV_MODEL_ID = "GRPO_MODEL_ID"
+# Optional, real_gpu only: force the compute dtype ("float16" -> fp16 autocast + GradScaler, "bfloat16").
+# Used by benchmarks/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
+ENV_FORCE_DTYPE = "GRPO_REAL_GPU_DTYPE"
+# A GradScaler skips a step whose scaled gradients overflowed; the update loop retries until it has
+# taken `update_steps` effective steps, but gives up after this many skips (a broken run, not noise).
+MAX_SCALER_SKIPS = 16
 
 _RUN_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -109,36 +119,8 @@ def output_relative_path(workload_id: str, run_label: str) -> Path:
 # ----------------------------------------------------------------------------------------------------
 # Verifier integer-answer-v1 and candidate sets
 # ----------------------------------------------------------------------------------------------------
-_INTEGER = re.compile(r"-?\d+")
-
-
-def verify_integer_response(response: str, expected_answer: int, correctness_weight: float = 1.0,
-                            format_weight: float = 0.1) -> dict[str, Any]:
-    """Verifier ``integer-answer-v1``: score one response against the expected integer.
-
-    - ``parsed_answer``: the last ``-?\\d+`` in the stripped text, as ``int``; ``None`` when there is none;
-    - ``status``: ``"ok"``, or ``"unjudgeable"`` when nothing could be parsed (it then earns zero);
-    - ``correctness``: 1.0 iff the parsed answer equals ``expected_answer``;
-    - ``format_pass``: 1.0 iff the whole stripped text is exactly one integer;
-    - ``total_reward = correctness_weight * correctness + format_weight * format_pass``.
-    """
-    if not isinstance(response, str):
-        raise ValueError(f"response 必须是字符串，收到 {type(response).__name__}")
-    if isinstance(expected_answer, bool) or not isinstance(expected_answer, int):
-        raise ValueError(f"expected_answer 必须是整数，收到 {expected_answer!r}")
-    stripped = response.strip()
-    matches = _INTEGER.findall(stripped)
-    parsed_answer = int(matches[-1]) if matches else None
-    correctness = 1.0 if parsed_answer is not None and parsed_answer == expected_answer else 0.0
-    format_pass = 1.0 if _INTEGER.fullmatch(stripped) else 0.0
-    return {
-        "verifier_id": VERIFIER_ID,
-        "status": "ok" if parsed_answer is not None else "unjudgeable",
-        "parsed_answer": parsed_answer,
-        "correctness": correctness,
-        "format_pass": format_pass,
-        "total_reward": float(correctness_weight) * correctness + float(format_weight) * format_pass,
-    }
+from tools.lessons.nb04_verifiable_rewards import verify_integer_response  # noqa: E402  (nb04's graded verifier)
+from tools.lessons.nb01_group_advantages import compute_group_advantages  # noqa: E402  (nb01's graded rule)
 
 
 @dataclass(frozen=True)
@@ -199,33 +181,35 @@ def fixtures_hash_items(fixtures: Sequence[Mapping[str, Any]] = GROUP_FIXTURES) 
 # Rewards -> group-relative advantages, and the zero-variance guard
 # ----------------------------------------------------------------------------------------------------
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """``(r - mean_g) / max(std_g, eps)`` inside each group (population std, like the seed).
+    """Notebook 1's graded rule ``(r - mean_g) / max(std_g, eps)`` (population std), imported from
+    ``tools.lessons.nb01_group_advantages``: a group whose rewards are all equal gets exactly zero
+    advantages, also for float32 rewards that are not exactly representable (ten 1.1's, eight 0.1's).
 
-    rewards: [N] float, group_ids: [N] int (any order). A group whose rewards are all equal gets exactly
-    zero advantages (its std is clamped to ``eps`` and its deviations are zero).
+    rewards: [N] float, group_ids: [N] int (any order). A bad input raises ``ValueError`` (nb01's contract).
     """
-    if rewards.ndim != 1 or group_ids.shape != rewards.shape:
-        raise ValueError(f"rewards 与 group_ids 必须是同形状的一维张量，收到 {tuple(rewards.shape)} 和 {tuple(group_ids.shape)}")
-    if not eps > 0:
-        raise ValueError(f"eps 必须为正数，收到 {eps}")
-    advantages = torch.zeros_like(rewards)  # [N]
-    for group_id in group_ids.unique(sorted=True):
-        mask = group_ids == group_id  # [N] bool
-        values = rewards[mask]  # [G]
-        advantages[mask] = (values - values.mean()) / values.std(unbiased=False).clamp_min(eps)
-    return advantages
+    return compute_group_advantages(rewards, group_ids, eps=eps)  # [N]
+
+
+# Collapsed rewards the guard tries: 1.0 is exactly representable; 1.1 and 0.1 are not (in float32 a
+# mean-then-subtract rule leaves residues like 1e-8 that a std floor of 1e-6 turns into 0.1-scale advantages).
+ZERO_VARIANCE_PROBES = (1.0, 1.1, 0.1)
 
 
 def zero_variance_guard(group_ids: torch.Tensor, eps: float = 1e-6,
                         advantage_fn: Callable[..., torch.Tensor] = group_advantages) -> bool:
-    """True iff identical rewards in every group give exactly zero advantages (no fake update signal).
+    """True iff identical float32 rewards in every group give exactly zero advantages (no fake signal).
 
+    Tries every value of :data:`ZERO_VARIANCE_PROBES` (1.0, 1.1, 0.1) for all candidates.
     ``advantage_fn`` is the function under test (the experiment passes :func:`group_advantages`); a
-    version without the ``eps`` floor divides 0 by 0 and fails this guard with NaN.
+    version without the ``eps`` floor divides 0 by 0 (NaN), and a mean-then-subtract version with a
+    floor passes 1.0 but not 1.1 or 0.1 (rounding residues divided by ``eps``).
     """
-    collapsed = torch.ones(group_ids.shape, dtype=torch.float32, device=group_ids.device)  # [N]
-    advantages = advantage_fn(collapsed, group_ids, eps=eps)  # [N]
-    return bool(torch.isfinite(advantages).all() and advantages.eq(0).all())
+    for value in ZERO_VARIANCE_PROBES:
+        collapsed = torch.full(group_ids.shape, value, dtype=torch.float32, device=group_ids.device)  # [N]
+        advantages = advantage_fn(collapsed, group_ids, eps=eps)  # [N]
+        if not bool(torch.isfinite(advantages).all() and advantages.eq(0).all()):
+            return False
+    return True
 
 
 def reward_std_mean(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
@@ -260,9 +244,32 @@ class Precision:
             torch.cuda.synchronize(self.device)
 
 
+def bf16_natively_supported() -> bool:
+    """True iff the current CUDA card runs bf16 natively (sm >= 80).
+
+    ``torch.cuda.is_bf16_supported()`` defaults to ``including_emulation=True`` and then answers True on
+    sm < 80 cards (T4, V100) that only emulate bf16; the experiment would then never take its fp16 +
+    GradScaler branch there.
+    """
+    return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+
+
+def forced_dtype(environ: Mapping[str, str] | None = None) -> torch.dtype | None:
+    """``GRPO_REAL_GPU_DTYPE``: ``float16`` / ``bfloat16`` forces real_gpu's dtype; unset or empty -> None."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(ENV_FORCE_DTYPE) or ""
+    if not value:
+        return None
+    choices = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+    if value not in choices:
+        raise ValueError(f"{ENV_FORCE_DTYPE} 只能是 float16 或 bfloat16（或不设置），收到 {value!r}")
+    return choices[value]
+
+
 def select_precision(run_mode: str, cuda_available: bool | None = None,
-                     bf16_supported: bool | None = None) -> Precision:
-    """``tiny_cpu`` -> CPU fp32; ``real_gpu`` -> CUDA bf16 where supported, else fp16 (+ grad scaler).
+                     bf16_supported: bool | None = None, force_dtype: torch.dtype | None = None) -> Precision:
+    """``tiny_cpu`` -> CPU fp32; ``real_gpu`` -> CUDA bf16 where natively supported, else fp16 (+ grad
+    scaler). ``force_dtype`` (real_gpu only; see :func:`forced_dtype`) overrides the automatic choice.
 
     ``real_gpu`` without CUDA raises ``RuntimeError`` (the notebook turns it into a failure record).
     """
@@ -275,9 +282,14 @@ def select_precision(run_mode: str, cuda_available: bool | None = None,
     if not cuda_available:
         raise RuntimeError("RUN_MODE=real_gpu 需要 CUDA，但 torch.cuda.is_available() 为 False；"
                            "没有 GPU 时请用 tiny_cpu 或 dry_run")
-    if bf16_supported is None:
-        bf16_supported = torch.cuda.is_bf16_supported()
-    dtype = torch.bfloat16 if bf16_supported else torch.float16
+    if force_dtype is not None:
+        if force_dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"force_dtype 只能是 torch.float16 或 torch.bfloat16，收到 {force_dtype}")
+        dtype = force_dtype
+    else:
+        if bf16_supported is None:
+            bf16_supported = bf16_natively_supported()
+        dtype = torch.bfloat16 if bf16_supported else torch.float16
     return Precision(torch.device("cuda"), dtype, autocast=True, grad_scaler=dtype == torch.float16)
 
 
@@ -371,6 +383,25 @@ def sequence_logps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], pr
     return logps.detach().float()
 
 
+def full_precision_sequence_logps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor],
+                                  precision: Precision) -> torch.Tensor:
+    """[N] eval-mode log-probs at the same weights computed in float32: every half-precision parameter
+    upcast (exact), no autocast; afterwards every parameter gets its dtype back (bf16 -> fp32 -> bf16 is
+    lossless, the Parameter objects - and so the optimizer's references and tied weights - are kept).
+    For an fp32 run it is just :func:`sequence_logps`. Its gap to the run's own log-probs is how far
+    rounding alone moves a log-prob (see :func:`logprob_noise`).
+    """
+    fp32 = Precision(precision.device, torch.float32, autocast=False, grad_scaler=False)
+    halves = [(param, param.dtype) for param in model.parameters() if param.dtype in (torch.float16, torch.bfloat16)]
+    try:
+        for param, _ in halves:
+            param.data = param.data.float()
+        return sequence_logps(model, batch, fp32)  # [N]
+    finally:
+        for param, dtype in halves:
+            param.data = param.data.to(dtype)
+
+
 def clipped_surrogate(new_logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
                       clip_range: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The seed's sequence-level GRPO objective and the fraction of clipped ratios.
@@ -397,6 +428,8 @@ class StepResult:
     gradient_norm: float
     clip_fraction: float
     update_ms: float
+    skipped: bool = False  # fp16: the GradScaler found inf/NaN gradients and skipped optimizer.step()
+    new_logps: torch.Tensor | None = None  # [N] train-mode log-probs before this step (detached, CPU fp32)
 
 
 def grpo_update_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], old_logps: torch.Tensor,
@@ -405,8 +438,11 @@ def grpo_update_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], 
                      scaler: "torch.amp.GradScaler | None" = None) -> StepResult:
     """One optimizer step of the clipped objective; the timing covers forward, backward and step.
 
-    The gradient norm is taken on unscaled gradients (after ``scaler.unscale_`` in fp16). A non-finite
-    loss raises ``FloatingPointError`` instead of writing NaN evidence.
+    The gradient norm is taken on unscaled gradients (after ``scaler.unscale_`` in fp16). With a
+    ``scaler``, an overflow (non-finite gradients) is normal: the scaler skips ``optimizer.step()`` and
+    lowers its scale; the result then has ``skipped=True`` (its gradient norm is not finite) and the
+    caller retries (see :func:`run_update_steps`). A non-finite loss, or non-finite gradients without a
+    scaler, raise ``FloatingPointError`` instead of writing NaN evidence.
     """
     from tools.post_training_runtime import response_sequence_logps
     from tools.training_mechanism_runtime import gradient_l2_norm
@@ -426,16 +462,81 @@ def grpo_update_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], 
     else:
         loss.backward()
     gradient_norm = float(gradient_l2_norm(trainable))
+    skipped = False
     if scaler is not None:
-        scaler.step(optimizer)
+        scale_before = float(scaler.get_scale())
+        scaler.step(optimizer)  # skipped by the scaler when the unscaled gradients hold inf/NaN
         scaler.update()
+        skipped = float(scaler.get_scale()) < scale_before  # the scale only drops after an overflow
     else:
         optimizer.step()
     precision.synchronize()
     update_ms = (time.perf_counter() - started) * 1000.0
-    if not math.isfinite(gradient_norm):
+    if not skipped and not math.isfinite(gradient_norm):
         raise FloatingPointError(f"梯度范数不是有限值：{gradient_norm}")
-    return StepResult(float(loss.detach()), gradient_norm, float(clip_fraction), update_ms)
+    return StepResult(float(loss.detach()), gradient_norm, float(clip_fraction), update_ms, skipped,
+                      new_logps.detach().float().cpu())
+
+
+def run_update_steps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], old_logps: torch.Tensor,
+                     advantages: torch.Tensor, optimizer: torch.optim.Optimizer,
+                     trainable: Sequence[torch.nn.Parameter], clip_range: float, precision: Precision,
+                     scaler: "torch.amp.GradScaler | None", update_steps: int,
+                     max_skips: int = MAX_SCALER_SKIPS) -> tuple[list[StepResult], int, torch.Tensor]:
+    """Take ``update_steps`` *effective* optimizer steps; return ``(steps, skipped, first_new_logps)``.
+
+    ``steps`` are the effective steps only (finite numbers); ``skipped`` counts GradScaler overflow
+    skips (each one is retried; more than ``max_skips`` raises ``FloatingPointError``);
+    ``first_new_logps`` [N] are the train-mode log-probs of the very first attempt, taken at the
+    weights ``old_logps`` saw (so their gap to ``old_logps`` is numerical noise, see
+    :func:`logprob_noise`).
+    """
+    if isinstance(update_steps, bool) or not isinstance(update_steps, int) or update_steps < 1:
+        raise ValueError(f"update_steps 必须是正整数，收到 {update_steps!r}")
+    steps: list[StepResult] = []
+    skipped = 0
+    first_new_logps = None
+    while len(steps) < update_steps:
+        result = grpo_update_step(model, batch, old_logps, advantages, optimizer, trainable, clip_range,
+                                  precision, scaler)
+        if first_new_logps is None:
+            first_new_logps = result.new_logps
+        if result.skipped:
+            skipped += 1
+            if skipped > max_skips:
+                raise FloatingPointError(
+                    f"GradScaler 连续跳过了 {skipped} 步（梯度一直溢出），已取 {len(steps)} 个有效步：这不是正常的 fp16 溢出")
+            continue
+        steps.append(result)
+    return steps, skipped, first_new_logps
+
+
+# A separation counts only when it exceeds this multiple of the measured log-prob noise (see logprob_noise).
+NOISE_MARGIN_FACTOR = 2.0
+
+
+def logprob_noise(old_logps: torch.Tensor, first_train_logps: torch.Tensor,
+                  repeat_eval_logps: torch.Tensor, full_precision_logps: torch.Tensor | None = None) -> dict[str, float]:
+    """How far the log-probs move with no update at all, and the margin a separation must beat.
+
+    - ``train_eval_logprob_gap``: max |train-mode forward (with grad) - eval-mode forward (no grad)| at
+      the same weights, before any step. In exact arithmetic 0; with bf16 on a GPU, train and eval may
+      run different kernels (SDPA picks per mode), which is why step 1's loss is only about 0.
+    - ``eval_repeat_logprob_gap``: max |eval forward - the same eval forward repeated|.
+    - ``precision_logprob_gap``: max |the run's eval forward - the float32 forward at the same weights|
+      (:func:`full_precision_sequence_logps`): how far bf16/fp16 rounding alone moves a log-prob (0 for
+      an fp32 run; 0.0 when not given).
+    - ``noise_margin = NOISE_MARGIN_FACTOR * max(the gaps)``: a separation is a difference of two mean
+      shifts, each an eval-minus-eval difference that such noise can move in either direction.
+    """
+    old = old_logps.detach().float().cpu()  # [N]
+    train_gap = float((first_train_logps.detach().float().cpu() - old).abs().max())
+    repeat_gap = float((repeat_eval_logps.detach().float().cpu() - old).abs().max())
+    precision_gap = 0.0 if full_precision_logps is None else float(
+        (full_precision_logps.detach().float().cpu() - old).abs().max())
+    return {"train_eval_logprob_gap": train_gap, "eval_repeat_logprob_gap": repeat_gap,
+            "precision_logprob_gap": precision_gap,
+            "noise_margin": NOISE_MARGIN_FACTOR * max(train_gap, repeat_gap, precision_gap)}
 
 
 def policy_separation(old_logps: torch.Tensor, new_logps: torch.Tensor, advantages: torch.Tensor) -> float:
@@ -450,34 +551,102 @@ def policy_separation(old_logps: torch.Tensor, new_logps: torch.Tensor, advantag
     return float(shifts[positive].mean() - shifts[negative].mean())
 
 
-def reset_peak_memory(precision: Precision) -> None:
+def restart_peak_memory(precision: Precision) -> None:
+    """CUDA: restart the peak counter from what is allocated now (after a measurement-only detour, such as
+    :func:`full_precision_sequence_logps`'s float32 weights, that the update itself never needs)."""
     if precision.device.type == "cuda":
-        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(precision.device)
 
 
-def peak_memory(precision: Precision) -> dict[str, Any]:
+def reset_peak_memory(precision: Precision) -> int | None:
+    """CUDA: empty the cache, reset the peak counter, return ``memory_allocated`` now - what the previous
+    candidate set left behind (the batch only, if the model and optimizer were freed). CPU: None."""
+    if precision.device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(precision.device)
+        return int(torch.cuda.memory_allocated(precision.device))
+    return None
+
+
+def peak_memory(precision: Precision, allocated_at_start: int | None = None) -> dict[str, Any]:
     """CUDA: ``max_memory_allocated`` since the last reset (per candidate set). CPU: the process's peak
     resident set size since it started - named as such, because it is neither per candidate set nor
-    tensor memory only."""
+    tensor memory only. ``allocated_at_start``: :func:`reset_peak_memory`'s value (CUDA), else None."""
     from tools.training_mechanism_runtime import peak_rss_bytes
 
     rss = peak_rss_bytes()  # None where the platform cannot tell (Windows)
     rss = None if rss is None else int(rss)
+    start = None if allocated_at_start is None else int(allocated_at_start)
     if precision.device.type == "cuda":
         return {"peak_memory_metric": "cuda_max_memory_allocated",
                 "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(precision.device)),
-                "peak_rss_bytes": rss}
+                "peak_rss_bytes": rss, "allocated_bytes_at_start": start}
     return {"peak_memory_metric": "process_peak_rss" if rss is not None else "unavailable",
-            "peak_allocated_bytes": None, "peak_rss_bytes": rss}
+            "peak_allocated_bytes": None, "peak_rss_bytes": rss, "allocated_bytes_at_start": start}
+
+
+# ----------------------------------------------------------------------------------------------------
+# The token workload: shapes, response-token counts, tokenizer and token-id hashes
+# ----------------------------------------------------------------------------------------------------
+def batch_shape_entry(name: str, batch: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """What one candidate set's batch costs: ``[B, T]``, per-row response tokens (the scored ones:
+    ``response_mask[:, 1:]``, end-of-turn token included), prompt tokens and attended tokens."""
+    input_ids = batch["input_ids"]  # [B, T]
+    attention = batch["attention_mask"].bool()  # [B, T]
+    response = batch["response_mask"].bool()  # [B, T]
+    response_tokens = [int(v) for v in response[:, 1:].sum(dim=-1).cpu()]  # [B]
+    first_response = response.float().argmax(dim=-1)  # [B] index of the first response token
+    return {"candidate_set": name, "input_ids_shape": [int(v) for v in input_ids.shape],
+            "response_tokens": response_tokens, "response_tokens_total": int(sum(response_tokens)),
+            "prompt_tokens": [int(v) for v in first_response.cpu()],
+            "attended_tokens_total": int(attention.sum())}
+
+
+def _sha256(parts: Iterable[bytes]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def tokenizer_hash(tokenizer) -> str:
+    """sha256 of what decides the token ids: the tokenizer's full serialisation (vocabulary, merges,
+    normaliser, pre-tokeniser, special tokens; ``backend_tokenizer.to_str()`` for a fast tokenizer) and
+    its chat template. Two records with the same hash tokenised with the same rules."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        body = backend.to_str()
+    else:  # a slow tokenizer: its vocabulary and special tokens
+        body = json.dumps({"vocab": sorted(tokenizer.get_vocab().items()),
+                           "special": sorted(map(str, tokenizer.all_special_tokens))}, ensure_ascii=False)
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if not isinstance(template, str):
+        template = json.dumps(template, sort_keys=True, ensure_ascii=False)
+    return _sha256([body.encode("utf-8"), template.encode("utf-8")])
+
+
+def token_ids_hash(batches: Sequence[Mapping[str, torch.Tensor]]) -> str:
+    """sha256 of every batch's ``input_ids``, ``attention_mask`` and ``response_mask`` (in order):
+    equal hashes = the same token workload, token for token."""
+    parts = []
+    for batch in batches:
+        for key in ("input_ids", "attention_mask", "response_mask"):
+            tensor = batch[key].detach().cpu().to(torch.int64).contiguous()
+            parts.append(json.dumps([key, list(tensor.shape)]).encode())
+            parts.append(tensor.numpy().tobytes())
+    return _sha256(parts)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Record assembly, decision rule, schema validation, writing
 # ----------------------------------------------------------------------------------------------------
 MEASURED_FIELDS = ("trainable_parameters", "losses", "gradient_norms", "clip_fractions", "mean_clip_fraction",
-                   "logprob_shifts", "policy_separation", "update_ms", "median_update_ms", "p95_update_ms",
-                   "peak_memory_metric", "peak_allocated_bytes", "peak_rss_bytes")
+                   "logprob_shifts", "policy_separation", "train_eval_logprob_gap", "eval_repeat_logprob_gap",
+                   "precision_logprob_gap", "noise_margin", "scaler_skipped_steps", "update_ms", "median_update_ms", "p95_update_ms",
+                   "peak_memory_metric", "peak_allocated_bytes", "peak_rss_bytes", "allocated_bytes_at_start")
 
 
 def candidate_entry(candidate_set: CandidateSet, rewards: torch.Tensor, group_ids: torch.Tensor,
@@ -500,8 +669,13 @@ def candidate_entry(candidate_set: CandidateSet, rewards: torch.Tensor, group_id
 
 def add_update_measurements(entry: dict[str, Any], steps: Sequence[StepResult], old_logps: torch.Tensor,
                             final_logps: torch.Tensor, advantages: torch.Tensor, trainable_parameters: int,
-                            memory: Mapping[str, Any]) -> dict[str, Any]:
-    """Fill the update half of a candidate set's record from the steps and the before/after log-probs."""
+                            memory: Mapping[str, Any], noise: Mapping[str, float] | None = None,
+                            scaler_skipped_steps: int = 0) -> dict[str, Any]:
+    """Fill the update half of a candidate set's record from the steps and the before/after log-probs.
+
+    ``noise`` is :func:`logprob_noise`'s result (required for a decision); ``scaler_skipped_steps``
+    counts the GradScaler overflow skips that :func:`run_update_steps` retried.
+    """
     from tools.training_mechanism_runtime import median_and_p95
 
     if not steps:
@@ -517,6 +691,11 @@ def add_update_measurements(entry: dict[str, Any], steps: Sequence[StepResult], 
         "mean_clip_fraction": sum(clip_fractions) / len(clip_fractions),
         "logprob_shifts": [float(v) for v in (final_logps.float() - old_logps.float()).cpu()],
         "policy_separation": policy_separation(old_logps.cpu(), final_logps.cpu(), advantages.cpu()),
+        "train_eval_logprob_gap": None if noise is None else float(noise["train_eval_logprob_gap"]),
+        "eval_repeat_logprob_gap": None if noise is None else float(noise["eval_repeat_logprob_gap"]),
+        "precision_logprob_gap": None if noise is None else float(noise.get("precision_logprob_gap", 0.0)),
+        "noise_margin": None if noise is None else float(noise["noise_margin"]),
+        "scaler_skipped_steps": int(scaler_skipped_steps),
         "update_ms": update_ms,
         "median_update_ms": float(median_ms),
         "p95_update_ms": float(p95_ms),
@@ -542,33 +721,53 @@ def new_record(*, run_mode: str, run_label: str, environment_profile: str, frame
         "created_utc": utc_now(),
         "framework": dict(framework),
         "hardware": dict(hardware),
-        "runtime": {"device": None, "dtype": None, "autocast": False, "grad_scaler": False,
+        "runtime": {"device": None, "dtype": None, "dtype_choice": None, "autocast": False, "grad_scaler": False,
                     "logprob_function": LOGPROB_FUNCTION, "logprob_normalize": True},
         "model": dict(model),
         "dataset": dict(dataset),
-        "workload": dict(workload),
+        "workload": {"batch_shapes": None, "tokenizer_hash": None, "token_ids_hash": None, **dict(workload)},
         "verifier": dict(verifier),
         "baseline": {"name": "sampling_policy_before_update"},
         "candidates": [],
         "failure": None,
         "evidence_level": "dry_run",
         "decision": "not_measured",
+        "decision_rules": None,
         "highest_separation_candidate": None,
         "timing": {"total_seconds": None},
     }
 
 
-def decide(candidates: Sequence[Mapping[str, Any]]) -> str:
-    """The seed's rule: ``accept_mechanism`` iff every candidate set has a positive policy separation,
-    a passing zero-variance guard and non-collapsed rewards (mean reward std > 0); else ``tune``."""
+COURSE_RULE = ("every candidate set: policy_separation > noise_margin (2 x the largest no-update log-prob gap), "
+               "zero_variance_guard_passed, reward_std_mean > 0")
+REFERENCE_RULE = ("the reference document's rule: every candidate set: policy_separation > 0, "
+                  "zero_variance_guard_passed, reward_std_mean > 0")
+# Decisions: a pretrained (or other non-random) model, and tiny_cpu's mechanism check, use the reference
+# vocabulary; a random-init GPU run only says whether its code path behaved, never that a mechanism holds.
+MODEL_DECISIONS = ("accept_mechanism", "tune")
+RANDOM_INIT_DECISIONS = ("random_init_path_ok", "random_init_path_tune")
+
+
+def decision_rules(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Both rules evaluated on the measured candidate sets: the course's (noise margin) and the reference's."""
     if not candidates:
         raise ValueError("没有候选组结果，无法做决策")
-    passed = all(
-        c["policy_separation"] is not None and c["policy_separation"] > 0
-        and c["zero_variance_guard_passed"] and c["reward_std_mean"] > 0
-        for c in candidates
-    )
-    return "accept_mechanism" if passed else "tune"
+    for c in candidates:
+        if c.get("policy_separation") is None or c.get("noise_margin") is None:
+            raise ValueError(f"候选组 {c.get('candidate_set')!r} 缺少 policy_separation 或 noise_margin，无法做决策")
+    common = all(c["zero_variance_guard_passed"] and c["reward_std_mean"] > 0 for c in candidates)
+    course = common and all(c["policy_separation"] > c["noise_margin"] for c in candidates)
+    reference = common and all(c["policy_separation"] > 0 for c in candidates)
+    return {"course_rule": {"rule": COURSE_RULE, "passed": bool(course)},
+            "reference_rule": {"rule": REFERENCE_RULE, "passed": bool(reference)}}
+
+
+def decide(candidates: Sequence[Mapping[str, Any]], random_init: bool = False) -> str:
+    """The course's rule (:data:`COURSE_RULE`): ``accept_mechanism`` / ``tune``; for a random-init GPU run
+    ``random_init_path_ok`` / ``random_init_path_tune`` (random weights prove no mechanism)."""
+    passed = decision_rules(candidates)["course_rule"]["passed"]
+    vocabulary = RANDOM_INIT_DECISIONS if random_init else MODEL_DECISIONS
+    return vocabulary[0] if passed else vocabulary[1]
 
 
 def highest_separation(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -582,15 +781,18 @@ def finalize_measured(record: dict[str, Any]) -> dict[str, Any]:
     """Set evidence level, decision and the diagnostic for a run whose updates all completed."""
     mode = record["run_mode"]
     if mode == "dry_run":
-        record.update({"evidence_level": "dry_run", "decision": "not_measured", "highest_separation_candidate": None})
+        record.update({"evidence_level": "dry_run", "decision": "not_measured", "decision_rules": None,
+                       "highest_separation_candidate": None})
         return record
+    random_init_gpu = False
     if mode == "tiny_cpu":
         level = EVIDENCE_LEVELS["tiny_cpu"]
     elif record["model"].get("weights") == "random_init":
-        level = EVIDENCE_LEVELS["real_gpu_random_init"]
+        level, random_init_gpu = EVIDENCE_LEVELS["real_gpu_random_init"], True
     else:
         level = EVIDENCE_LEVELS["real_gpu"]
-    record.update({"evidence_level": level, "decision": decide(record["candidates"]),
+    record.update({"evidence_level": level, "decision": decide(record["candidates"], random_init=random_init_gpu),
+                   "decision_rules": decision_rules(record["candidates"]),
                    "highest_separation_candidate": highest_separation(record["candidates"])})
     return record
 
@@ -608,7 +810,7 @@ def mark_failure(record: dict[str, Any], stage: str, error: BaseException) -> di
             entry.update({name: None for name in MEASURED_FIELDS})
     record.update({"failure": failure_record(stage, error),
                    "evidence_level": f"failed_{record['run_mode']}_attempt",
-                   "decision": "reject_until_fixed", "highest_separation_candidate": None})
+                   "decision": "reject_until_fixed", "decision_rules": None, "highest_separation_candidate": None})
     return record
 
 
@@ -646,13 +848,15 @@ def write_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
 
 def headline(record: Mapping[str, Any]) -> dict[str, Any]:
     """The fields a reader checks first (used by the notebook's 5.3 cell)."""
-    keys = ("run_mode", "run_label", "model", "evidence_level", "decision", "highest_separation_candidate", "failure")
+    keys = ("run_mode", "run_label", "model", "evidence_level", "decision", "decision_rules",
+            "highest_separation_candidate", "failure")
     return {key: record.get(key) for key in keys}
 
 
 CANDIDATE_HEADLINE_KEYS = ("candidate_set", "group_size", "correctness_pass_rate", "format_pass_rate",
                            "unjudgeable_count", "reward_std_mean", "nonzero_advantages",
-                           "zero_variance_guard_passed", "policy_separation", "mean_clip_fraction",
+                           "zero_variance_guard_passed", "policy_separation", "noise_margin",
+                           "scaler_skipped_steps", "mean_clip_fraction",
                            "median_update_ms", "p95_update_ms", "peak_memory_metric", "peak_allocated_bytes",
                            "peak_rss_bytes")
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["build_response_batch", "move_response_batch", "response_sequence_logps", "selective_log_softmax"]
+__all__ = ["build_response_batch", "move_response_batch", "response_sequence_logps", "saved_tensor_bytes",
+           "selective_log_softmax"]
 
 # Tokens that close a turn in common chat templates (ChatML / Qwen, Llama 3, Gemma, Phi-3).
 _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
@@ -135,6 +136,54 @@ def move_response_batch(batch: dict, device) -> dict:
     return {key: value.to(device) if torch.is_tensor(value) else value for key, value in batch.items()}
 
 
+def _blocks(length: int, rows: int, chunk: int):
+    """(row, start, stop) of every ``chunk``-position block of a ``[rows, length, V]`` tensor."""
+    for row in range(rows):
+        for start in range(0, length, chunk):
+            yield row, start, min(start + chunk, length)
+
+
+class _SavedLogitsSelectiveLogSoftmax(torch.autograd.Function):
+    """``log_softmax(logits, -1).gather(-1, index)`` whose backward keeps only the logits themselves.
+
+    For half-precision logits (what bf16/fp16 autocast gives the LM head). Forward: block by block
+    (one batch row, ``tokens_per_chunk`` positions), upcast to float32, ``logsumexp`` and the target
+    logit. Saved for backward: the logits (already alive: no new memory), ``index`` and the ``[B, T]``
+    float32 ``logsumexp`` - about ``(8 + 4) / (2 * V)`` of the logits, 0.004 % for V = 151,936.
+    Backward: the same blocks again, ``grad = g * (onehot(index) - softmax(logits))``, written into the
+    logits-sized gradient that autograd needs anyway. Every temporary is ``[tokens_per_chunk, V]``.
+    Blocks are views (``logits[b, t0:t1]``), so a shifted view ``logits[:, :-1]`` is never copied.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, index, tokens_per_chunk):  # logits [B, T, V], index [B, T]
+        compute = torch.promote_types(logits.dtype, torch.float32)
+        batch, length = index.shape
+        lse = torch.empty((batch, length), dtype=compute, device=logits.device)  # [B, T]
+        target = torch.empty((batch, length), dtype=compute, device=logits.device)  # [B, T]
+        for row, start, stop in _blocks(length, batch, tokens_per_chunk):
+            block = logits[row, start:stop].to(compute)  # [chunk, V] float32 temporary
+            lse[row, start:stop] = torch.logsumexp(block, dim=-1)
+            target[row, start:stop] = block.gather(-1, index[row, start:stop].unsqueeze(-1)).squeeze(-1)
+        ctx.save_for_backward(logits, index, lse)
+        ctx.tokens_per_chunk = tokens_per_chunk
+        return target - lse  # [B, T]
+
+    @staticmethod
+    def backward(ctx, grad_output):  # grad_output [B, T]
+        logits, index, lse = ctx.saved_tensors
+        batch, length = index.shape
+        grad_output = grad_output.to(lse.dtype)
+        grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)  # [B, T, V]
+        for row, start, stop in _blocks(length, batch, ctx.tokens_per_chunk):
+            block = logits[row, start:stop].to(lse.dtype)  # [chunk, V]
+            g = grad_output[row, start:stop].unsqueeze(-1)  # [chunk, 1]
+            block_grad = torch.exp(block - lse[row, start:stop].unsqueeze(-1)).mul_(g).neg_()  # [chunk, V]
+            block_grad.scatter_add_(-1, index[row, start:stop].unsqueeze(-1), g)
+            grad_logits[row, start:stop] = block_grad  # cast back to the logits' dtype
+        return grad_logits, None, None
+
+
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_chunk: int = 1,
                           tokens_per_chunk: int = 16) -> torch.Tensor:
     """Log-probability of ``index`` under ``softmax(logits)``, without a second ``logits``-sized tensor.
@@ -151,9 +200,12 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_ch
       (defaults 1 and 16), so the largest temporary is ``[rows_per_chunk, tokens_per_chunk, V]`` -
       a few MiB even for Qwen2.5's 151,936-token vocabulary (TRL chunks by batch row only, whose
       ``[T, V]`` temporary is 1/B of the logits);
-    * bfloat16 / float16: row by row, ``log_softmax`` of one row upcast to float32 (``[T, V]``), then
-      gather - as TRL's ``selective_log_softmax`` does, plus the upcast for accuracy. The result is
-      float32 for half-precision inputs (a bf16 log-prob near -6 is only good to ~0.03).
+    * bfloat16 / float16: the custom autograd function ``_SavedLogitsSelectiveLogSoftmax``: float32
+      math on ``[tokens_per_chunk, V]`` blocks, and for backward it keeps only the half-precision logits
+      (plus ``[B, T]`` index and logsumexp), not a float32 ``log_softmax`` per row, which would keep
+      2x the bf16 logits alive until backward. The result is float32 for half-precision inputs (a bf16
+      log-prob near -6 is only good to ~0.03). ``benchmarks/run.py`` measures the kept bytes
+      (``logprobs_peak_memory_vs_logits_bf16``).
 
     Gradients flow to ``logits`` in both paths.
     """
@@ -174,11 +226,29 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_ch
                 pieces.append(torch.logsumexp(part, dim=-1))  # [rows]
         logsumexp_values = torch.cat(pieces, dim=0)  # [B, T]
         return target_logits - logsumexp_values  # [B, T]
-    rows = []
-    for row_logits, row_index in zip(logits, index):  # row_logits [T, V], row_index [T]
-        row_logps = torch.log_softmax(row_logits.float(), dim=-1)  # [T, V] float32, one row at a time
-        rows.append(row_logps.gather(-1, row_index.unsqueeze(-1)).squeeze(-1))  # [T]
-    return torch.stack(rows, dim=0)  # [B, T]
+    if logits.dim() == 2:  # [B, V] -> [B, 1, V] view
+        return _SavedLogitsSelectiveLogSoftmax.apply(logits.unsqueeze(1), index.unsqueeze(1),
+                                                     tokens_per_chunk).squeeze(1)  # [B]
+    return _SavedLogitsSelectiveLogSoftmax.apply(logits, index, tokens_per_chunk)  # [B, T] float32
+
+
+def saved_tensor_bytes(fn, *args) -> dict:
+    """Bytes autograd keeps for backward while ``fn(*args)`` runs, counted once per storage.
+
+    Uses ``torch.autograd.graph.saved_tensors_hooks``: every tensor an autograd node saves passes
+    through the pack hook; tensors sharing a storage (views of the logits) count once, by the storage's
+    size. Returns ``{"saved_bytes": int, "storages": int, "output": fn's result}``.
+    """
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = fn(*args)
+    return {"saved_bytes": int(sum(storages.values())), "storages": len(storages), "output": output}
 
 
 def response_sequence_logps(model, batch: dict, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

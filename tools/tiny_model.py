@@ -17,6 +17,11 @@ Command line::
 
     python -m tools.tiny_model                 # build (once) and print the cached tiny checkpoint
     python -m tools.tiny_model --qwen-shaped   # random-init checkpoint with Qwen2.5-0.5B's shape
+
+The Qwen-shaped checkpoint has its own tokenizer (``build_qwen25_like_tokenizer``): Qwen2.5's chat template
+with its default system prompt, and a vocabulary chosen so that the experiment's fixtures tokenise into
+as many tokens as Qwen2.5-0.5B-Instruct's tokenizer gives them (see ``qwen25_token_estimate``): its
+batches then have the real model's [B, T], so its time and memory figures cost the real token workload.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from pathlib import Path
 
 # Bump when the build recipe changes: cached checkpoints with another value are rebuilt.
 BUILDER_VERSION = 1
+# The Qwen-shaped checkpoint's own recipe version (2: Qwen2.5's chat template and token counts).
+QWEN_SHAPED_BUILDER_VERSION = 2
 MARKER_FILE = "course_checkpoint.json"
 
 PAD_TOKEN = "<|endoftext|>"
@@ -49,6 +56,34 @@ CHAT_TEMPLATE = (
     "{{- '<|im_start|>assistant\\n' -}}"
     "{%- endif -%}"
 )
+
+# Qwen2.5-Instruct's chat template, the part without tools: a conversation that does not open with a
+# system message gets the default system prompt. (The published template also renders tool calls and
+# tool results; the experiment never uses them.)
+QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+QWEN25_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>system\\n" + QWEN25_DEFAULT_SYSTEM + "<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if not (message['role'] == 'system' and loop.first) -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}"
+)
+# Qwen2.5's token ids for the default system turn "<|im_start|>system\n...<|im_end|>\n", as printed in
+# public code and issues that tokenise it: 21 tokens; " Qwen" is two tokens (" Q", "wen").
+QWEN25_SYSTEM_TURN_IDS = (151644, 8948, 198, 2610, 525, 1207, 16948, 11, 3465, 553, 54364, 14817, 13, 1446,
+                          525, 264, 10950, 17847, 13, 151645, 198)
+# Pre-tokens (Qwen2's split regex) that Qwen2.5's BPE splits further; every other pre-token of the
+# experiment's texts is taken to be one token (common English words, single digits, " +", "."): an
+# estimate where no public token ids were found.
+QWEN25_SPLIT_PRETOKENS = {" Qwen": (" Q", "wen")}
 
 TINY_ARCHITECTURE = {
     "hidden_size": 64,
@@ -167,6 +202,89 @@ def build_tokenizer():
     return tokenizer
 
 
+def _pretokens(text: str) -> list[str]:
+    """Qwen2's pre-tokens of ``text`` (its split regex; special tokens kept whole)."""
+    import re as _re
+
+    from tokenizers import Regex, pre_tokenizers
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    split = pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False)
+    pieces: list[str] = []
+    for part in _re.split("(" + "|".join(_re.escape(t) for t in SPECIAL_TOKENS) + ")", text):
+        if part in SPECIAL_TOKENS:
+            pieces.append(part)
+        elif part:
+            pieces.extend(piece for piece, _ in split.pre_tokenize_str(part))
+    return pieces
+
+
+def qwen25_pieces(text: str) -> list[str]:
+    """The tokens Qwen2.5's tokenizer is taken to give ``text``: Qwen2's pre-tokens, each one token,
+    except :data:`QWEN25_SPLIT_PRETOKENS`. Exact for the default system turn (it matches
+    :data:`QWEN25_SYSTEM_TURN_IDS`' length); an estimate for the fixtures."""
+    pieces: list[str] = []
+    for piece in _pretokens(text):
+        pieces.extend(QWEN25_SPLIT_PRETOKENS.get(piece, (piece,)))
+    return pieces
+
+
+def qwen25_rendered_fixtures() -> list[str]:
+    """Every (prompt, response) of the experiment rendered with Qwen2.5's template (default system prompt)."""
+    from jinja2 import Template
+
+    template = Template(QWEN25_CHAT_TEMPLATE)
+    texts = []
+    for prompt, responses in EXPERIMENT_FIXTURES:
+        for response in responses:
+            texts.append(template.render(messages=[{"role": "user", "content": prompt},
+                                                   {"role": "assistant", "content": response}]))
+    return texts
+
+
+def qwen25_token_estimate() -> dict[str, int]:
+    """``{rendered conversation: token count}`` that Qwen2.5-0.5B-Instruct's tokenizer is estimated to give."""
+    return {text: len(qwen25_pieces(text)) for text in qwen25_rendered_fixtures()}
+
+
+def build_qwen25_like_tokenizer():
+    """The Qwen-shaped checkpoint's tokenizer: byte-level BPE with Qwen2's pre-tokeniser, trained on the
+    pieces of :func:`qwen25_pieces` (fixtures rendered with Qwen2.5's template) plus the course text, so
+    each piece becomes one token - the token counts Qwen2.5's tokenizer gives (estimated) - and with
+    Qwen2.5's chat template (default system prompt). Special tokens, pad and eos as the tiny tokenizer.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    pieces = sorted({piece for text in qwen25_rendered_fixtures() for piece in qwen25_pieces(text)
+                     if piece not in SPECIAL_TOKENS})
+    # Each piece is its own training text (so " Q" and "wen" never merge); repeated so that its merges
+    # outrank the course text's.
+    corpus = [piece for piece in pieces for _ in range(64)] + training_corpus()
+    backend = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
+                                   byte_fallback=False))
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), min_frequency=1,
+                                  show_progress=False)
+    backend.train_from_iterator(corpus, trainer=trainer)
+    trained = json.loads(backend.to_str())["model"]
+    merges = [tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in trained["merges"]]
+    tokenizer = Qwen2Tokenizer(
+        vocab=trained["vocab"], merges=merges, unk_token=None, eos_token=IM_END, pad_token=PAD_TOKEN,
+        additional_special_tokens=[IM_START, IM_END], model_max_length=QWEN25_05B_ARCHITECTURE["max_position_embeddings"],
+        padding_side="right", clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = QWEN25_CHAT_TEMPLATE
+    return tokenizer
+
+
 def _marker(architecture: str, seed: int) -> dict:
     """What a checkpoint folder's marker file says (also what a cached checkpoint must match)."""
     import tokenizers
@@ -177,7 +295,7 @@ def _marker(architecture: str, seed: int) -> dict:
         "weights": "random_init",
         "architecture": architecture,
         "seed": seed,
-        "builder_version": BUILDER_VERSION,
+        "builder_version": QWEN_SHAPED_BUILDER_VERSION if architecture == "Qwen2.5-0.5B" else BUILDER_VERSION,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
@@ -242,16 +360,17 @@ def build_tiny_checkpoint(path, seed: int = 0) -> Path:
 
 
 def build_qwen_shaped_checkpoint(path, seed: int = 0) -> Path:
-    """Random-init checkpoint with Qwen2.5-0.5B's architecture (bf16, ~1 GB) and the tiny tokenizer.
+    """Random-init checkpoint with Qwen2.5-0.5B's architecture (bf16, ~1 GB) and the Qwen2.5-like tokenizer.
 
     For offline GPU timing only: the weights are random (see ``course_checkpoint.json``). The model's
-    vocabulary (151,936 rows) is larger than the tokenizer's (~512); the extra rows are never indexed.
+    vocabulary (151,936 rows, so the logits are as large as the real model's) is larger than the
+    tokenizer's (~700); the extra rows are never indexed.
     """
     import torch
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
+    tokenizer = build_qwen25_like_tokenizer()
     model = _build_model(dict(QWEN25_05B_ARCHITECTURE), tokenizer, seed, torch.bfloat16)
     _save(path, model, tokenizer)
     _write_marker(path, "Qwen2.5-0.5B", seed)

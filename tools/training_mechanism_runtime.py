@@ -66,7 +66,8 @@ def cuda_hardware_snapshot() -> dict:
     """Describe the accelerator the run used; never raises.
 
     With CUDA: ``cuda_available`` True, ``device_index``, ``device_count``, ``gpu_name``,
-    ``compute_capability`` ("9.0"), ``total_memory_bytes``, ``bf16_supported``, ``driver_version`` (the
+    ``compute_capability`` ("9.0"), ``total_memory_bytes``, ``bf16_supported`` (native, i.e.
+    ``is_bf16_supported(including_emulation=False)``), ``driver_version`` (the
     NVIDIA driver, None when unreadable), ``cuda_driver_api`` (the driver's CUDA API version, e.g.
     12080), ``cuda_runtime`` (``torch.version.cuda``), ``cudnn``, ``torch``, ``python``.
     Without CUDA: ``{"cuda_available": False, "cpu": <model name>, "cpu_count": ..., "torch": ...,
@@ -95,7 +96,8 @@ def cuda_hardware_snapshot() -> dict:
                     "gpu_name": props.name,
                     "compute_capability": f"{props.major}.{props.minor}",
                     "total_memory_bytes": int(props.total_memory),
-                    "bf16_supported": bool(torch.cuda.is_bf16_supported()),
+                    # native bf16 only (sm >= 80): torch's default includes emulation, True on T4/V100
+                    "bf16_supported": bool(torch.cuda.is_bf16_supported(including_emulation=False)),
                     "driver_version": _nvidia_driver_version(),
                     "cuda_driver_api": driver_api,
                     "cuda_runtime": torch.version.cuda,
