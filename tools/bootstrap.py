@@ -9,7 +9,7 @@ missing; then it calls :func:`run`, which
    and the installed torch is passed to pip as a constraint, so no package can drag in another torch);
 2. imports ``tools.grading``, so the hidden tests' references to ``torch.allclose`` & co. are captured
    before any learner code runs;
-3. prints the preflight (one line when everything is in place, the table otherwise).
+3. prints the preflight's 环境检查表 (Chinese table, the last line says ok / FAILED).
 
 A second run in the same kernel does nothing. A failure a learner can meet (offline, pip error) is
 shown as a short Chinese message, not a traceback.
@@ -196,7 +196,7 @@ def put_first_on_path(root: Path) -> None:
 
 
 def run(profile: str, root) -> None:
-    """Make the notebook ready: requirements, ``tools.grading``, preflight. Quiet when all is in place."""
+    """Make the notebook ready: requirements, ``tools.grading``, the preflight table."""
     root = Path(root).resolve()
     put_first_on_path(root)
     if (profile, str(root)) in _DONE:
@@ -208,7 +208,7 @@ def run(profile: str, root) -> None:
             f"见 environments/{PROFILES[profile]['file']} 开头的说明，然后重新运行本单元格。"
         )
     importlib.import_module("tools.grading")  # before any learner code: hidden tests rely on it
-    run_preflight(profile, quiet_ok=True, root=root)
+    run_preflight(profile, quiet_ok=False, root=root)  # the 环境检查表 the notebooks promise
     _DONE.add((profile, str(root)))
 
 
