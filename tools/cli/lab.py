@@ -5,7 +5,7 @@
 - ``learner`` (``make lab``): serves ``work/``, the learner's git-ignored copy of ``notebooks/``
   (made by ``make workspace``, or here on the first start), so autosave never writes a tracked file.
   nbgrader's instructor panels are switched off for this server only: the formgrader server
-  extension, and the "Formgrader" / "Create Assignment" JupyterLab plugins (a generated
+  extension, and the "Formgrader" / "Create Assignment" / "Course List" JupyterLab plugins (a generated
   ``labconfig/page_config.json``). The Assignment List and Validate stay.
 - ``instructor`` (``make lab-instructor``): serves the course root with the formgrader on
   ``autograde/``; the nbgrader source, release and gradebook are built first when missing.
@@ -46,8 +46,10 @@ NBGRADER_SERVER_EXTENSIONS = (
     "nbgrader.server_extensions.course_list",
 )
 INSTRUCTOR_ONLY_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",)
-# nbgrader's JupyterLab plugins a learner should not see (ids from @jupyter/nbgrader's package).
-INSTRUCTOR_ONLY_LAB_PLUGINS = ("nbgrader:formgrader", "nbgrader:create-assignment")
+# nbgrader's JupyterLab plugins a learner should not see (plugin ids of the @jupyter/nbgrader lab extension):
+# the formgrader panel, the "Create Assignment" side bar, the instructors' course list.
+INSTRUCTOR_ONLY_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                               "@jupyter/nbgrader:course-list")
 EXCHANGE_DIR = "autograde/exchange"
 WORK_DIR = "work"
 STATE_DIR = ".cache/lab"
@@ -108,13 +110,16 @@ def nbgrader_settings(root: Path, role: str, *, exchange: Path | None = None) ->
 
     The Assignment List loads nbgrader config from files only (not from the server's command line),
     hence a file. ``Exchange.assignment_dir``: where "Fetch" puts a copy - ``work/`` for both roles,
-    so nothing lands among the tracked files of an instructor's checkout.
+    so nothing lands among the tracked files of an instructor's checkout; ``Exchange.cache`` (the record
+    of one's submissions) stays inside the course folder too.
     """
     root = Path(root).resolve()
     return {
         "CourseDirectory": {"course_id": course_id(root), "root": str(root / "autograde")},
         "Exchange": {"root": str(Path(exchange or root / EXCHANGE_DIR).resolve()),
-                     "assignment_dir": str(root / WORK_DIR)},
+                     "assignment_dir": str(root / WORK_DIR),
+                     # the learner's copies of what was submitted (nbgrader's default is in ~/.local/share)
+                     "cache": str(root / STATE_DIR / "nbgrader_cache")},
     }
 
 
