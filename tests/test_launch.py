@@ -99,7 +99,7 @@ def test_detect_platform_google_colab_module_and_bad_override():
 def _cell_course_folder(source: str, cwd: Path, environ: dict, monkeypatch) -> Path:
     """Run the cell's own ``course_folder()`` (not the clone / import part) under ``environ``."""
     definitions = source.split("\ncourse_root = course_folder()")[0]
-    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_"))]:
+    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
         monkeypatch.delenv(key)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
@@ -115,6 +115,10 @@ def test_cell_clone_folder_matches_the_platform(environ, expected, tmp_path, mon
     folder = _cell_course_folder(source, tmp_path, environ, monkeypatch)
     assert folder == bootstrap.clone_dir(expected, FORK["repository"], environ)
     assert folder == Path({"colab": "/content", "modelscope": "/mnt/workspace"}[expected]) / "grpo-fork"
+    rooted = dict(environ, GRPO_PLATFORM_ROOT=str(tmp_path / "fake-root"))
+    expected_parent = {"colab": "content", "modelscope": "mnt/workspace"}[expected]
+    assert _cell_course_folder(source, tmp_path, rooted, monkeypatch) == tmp_path / "fake-root" / expected_parent / "grpo-fork"
+    assert bootstrap.clone_dir(expected, FORK["repository"], rooted) == tmp_path / "fake-root" / expected_parent / "grpo-fork"
     override = dict(environ, GRPO_COURSE_DIR=str(tmp_path / "elsewhere"))
     assert _cell_course_folder(source, tmp_path, override, monkeypatch) == tmp_path / "elsewhere"
 
@@ -175,7 +179,7 @@ def test_cell_offers_the_update_of_a_reused_stale_clone(update, tmp_path, monkey
     _git("commit", "-q", "-am", "new release", cwd=origin)
     source = cells.bootstrap_source("BASE-CPU", FORK, "nb01_group_advantages", "000000000new")
     body = source.rsplit("\nsys.path.insert(0, str(course_root))", 1)[0]  # stop before importing the clone's tools
-    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_"))]:
+    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("COLAB_RELEASE_TAG", "simulated")
     monkeypatch.setenv("GRPO_COURSE_DIR", str(clone))
@@ -297,7 +301,7 @@ PROBE = ("import sys, tools\n"
 
 
 def _platform_env(monkeypatch, marker: dict, **settings):
-    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_"))]:
+    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
         monkeypatch.delenv(key)
     monkeypatch.delenv("PYTHONPATH", raising=False)  # the kernel must find the course by itself
     for key, value in {**marker, **settings}.items():
@@ -354,9 +358,10 @@ def _bootstrap_index(nb) -> int:
 @pytest.mark.slow
 def test_simulated_colab_start_clones_and_runs_the_first_cells(origin, tmp_path, monkeypatch):
     nb, folder, source = _single_notebook(tmp_path)
-    clone = tmp_path / "clones" / "grpo-in-practice"
+    clone = tmp_path / "root" / "content" / "grpo-in-practice"  # Colab's default folder under a temporary "/"
     _platform_env(monkeypatch, {"COLAB_RELEASE_TAG": "release-colab-simulated"},
-                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_COURSE_BRANCH="main", GRPO_COURSE_DIR=str(clone))
+                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_COURSE_BRANCH="main",
+                  GRPO_PLATFORM_ROOT=str(tmp_path / "root"))
     boot = _bootstrap_index(nb)
     profile = nb.metadata["course"]["profile"]
     first_todo = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code"
@@ -402,10 +407,11 @@ def test_simulated_colab_start_clones_and_runs_the_first_cells(origin, tmp_path,
 @pytest.mark.slow
 def test_simulated_modelscope_start_is_idempotent(origin, tmp_path, monkeypatch):
     nb, folder, _ = _single_notebook(tmp_path)
-    clone = tmp_path / "workspace" / "grpo-in-practice"
+    clone = tmp_path / "root" / "mnt" / "workspace" / "grpo-in-practice"  # ModelScope's persistent disk
     subprocess.run(["git", "clone", "-q", origin.as_uri(), str(clone)], check=True)  # an earlier session's clone
     _platform_env(monkeypatch, {"MODELSCOPE_ENVIRONMENT": "dsw", "DSW_INSTANCE_ID": "dsw-simulated"},
-                  GRPO_COURSE_REPO_URL=(tmp_path / "must-not-be-used").as_uri(), GRPO_COURSE_DIR=str(clone))
+                  GRPO_COURSE_REPO_URL=(tmp_path / "must-not-be-used").as_uri(),
+                  GRPO_PLATFORM_ROOT=str(tmp_path / "root"))
     boot = _bootstrap_index(nb)
     profile = nb.metadata["course"]["profile"]
     nb.cells[boot + 1:] = [copy.deepcopy(nb.cells[boot]), nbformat.v4.new_code_cell(PROBE)]

@@ -38,6 +38,7 @@ ENV_PLATFORM = "GRPO_COURSE_PLATFORM"  # force "colab" | "modelscope" | "local"
 ENV_REPO_URL = "GRPO_COURSE_REPO_URL"  # clone URL (default: https://github.com/<repository>.git)
 ENV_BRANCH = "GRPO_COURSE_BRANCH"  # branch to clone (default: course.toml's branch)
 ENV_DIR = "GRPO_COURSE_DIR"  # where to clone (default: CLONE_PARENTS[platform] / <repo name>)
+ENV_PLATFORM_ROOT = "GRPO_PLATFORM_ROOT"  # tests: a temporary "/" under which /content, /mnt/workspace lie
 PLATFORMS = ("colab", "modelscope", "local")
 # Colab sets COLAB_RELEASE_TAG in every runtime (and has google.colab importable);
 # ModelScope notebooks run on Alibaba PAI-DSW images, which set MODELSCOPE_ENVIRONMENT
@@ -83,7 +84,10 @@ def clone_dir(platform: str, repository: str, environ=None) -> Path:
     env = os.environ if environ is None else environ
     if env.get(ENV_DIR):
         return Path(env[ENV_DIR]).expanduser()
-    return Path(CLONE_PARENTS[platform]).expanduser() / repository.rsplit("/", 1)[-1]
+    parent = CLONE_PARENTS[platform]
+    if platform != "local":
+        parent = os.path.join(env.get(ENV_PLATFORM_ROOT) or "/", parent.lstrip("/"))
+    return Path(parent).expanduser() / repository.rsplit("/", 1)[-1]
 
 
 # --- requirements -----------------------------------------------------------------------------------

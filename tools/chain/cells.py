@@ -123,7 +123,8 @@ def course_folder():
     for folder in (here, *here.parents, *installed):
         if (folder / "course.toml").is_file() and (folder / "tools" / "bootstrap.py").is_file():
             return folder
-    parent = {clone_parents}.get(platform, "~")
+    parent = {clone_parents}.get(platform)
+    parent = os.path.join(env.get("{env_root}") or "/", parent.lstrip("/")) if parent else "~"
     return Path(env.get("{env_dir}") or Path(parent).expanduser() / {name})
 
 
@@ -194,6 +195,7 @@ def bootstrap_source(profile: str, settings: dict, assignment: str = "", stamp: 
         env_url=bootstrap.ENV_REPO_URL,
         env_branch=bootstrap.ENV_BRANCH,
         env_dir=bootstrap.ENV_DIR,
+        env_root=bootstrap.ENV_PLATFORM_ROOT,
         colab_markers=_py(tuple(bootstrap.COLAB_MARKERS)),
         ms_markers=_py(tuple(bootstrap.MODELSCOPE_MARKERS)),
         ms_prefix=_py(bootstrap.MODELSCOPE_PREFIX),
