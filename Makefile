@@ -52,7 +52,7 @@ test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, r
 	@$(PY) -m pytest -q tests
 
 demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the sample class, run the experiment
-	@$(PY) -m tools.cli.demo
+	@GRPO_PROGRESS=1 $(PY) -m tools.cli.demo
 
 lab: $(VENV)/.setup-stamp ## learner JupyterLab on your work copy work/ (made on the first start; PORT=8888)
 	@$(PY) -m tools.cli.lab --role learner --port $(PORT) $(LAB_FLAGS)
