@@ -321,6 +321,27 @@ def running_server(root: Path = ROOT, role: str | None = None) -> dict | None:
     return None
 
 
+def other_course_servers(root: Path = ROOT) -> list[dict]:
+    """Jupyter servers (started any way, e.g. a plain ``jupyter lab``) whose folder is the course or inside it,
+    from Jupyter's runtime files: ``[{pid, url, root_dir}]``."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return []
+    root = Path(root).resolve()
+    found = []
+    try:
+        for info in list_running_servers():
+            folder = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
+            if folder == root or root in folder.parents:
+                token = f"?token={info['token']}" if info.get("token") else ""
+                found.append({"pid": info.get("pid"), "url": f"{info['url'].rstrip('/')}/lab{token}",
+                              "root_dir": str(folder)})
+    except Exception:  # unreadable runtime files: nothing to report
+        return []
+    return found
+
+
 def _write_state(root: Path, server: LabServer, landing: str) -> Path:
     path = state_file(root, server.role)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -389,6 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     if other:
         print(f"提示：本课程的另一个 JupyterLab（{other['role']}，进程 {other['pid']}）也在运行：{other['url']}",
               flush=True)
+    for foreign in other_course_servers(ROOT):
+        if not other or foreign["pid"] != other["pid"]:
+            print(f"提示：已有一个 Jupyter 服务器在本课程目录（{foreign['root_dir']}）上运行（进程 {foreign['pid']}）："
+                  f"{foreign['url']}", flush=True)
     port = args.port
     if port_in_use(port, args.ip):
         print(f"端口 {port} 已被{'上面那个服务器' if other and f':{port}/' in other['url'] else '其他程序'}占用，"
