@@ -310,15 +310,22 @@ def _platform_env(monkeypatch, marker: dict, **settings):
 
 def _execute(nb, cwd: Path, indices: list[int], stop_at_error: bool = True, kernel_name: str = "python3"):
     """Run the cells ``indices`` in order in one fresh kernel (like Run All: stop at the first error)."""
-    from nbclient import NotebookClient
+    import tempfile
 
-    client = NotebookClient(nb, timeout=600, kernel_name=kernel_name, allow_errors=True,
-                            resources={"metadata": {"path": str(cwd)}})
-    with client.setup_kernel():
-        for index in indices:
-            client.execute_cell(nb.cells[index], index)
-            if stop_at_error and _errors(nb.cells[index]):
-                break
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="grpo-kernel-") as sockets:
+        config = Config()  # IPC, like tools.chain.notebooks.execute: no TCP port, no "without encryption" warning
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.connection_file = os.path.join(sockets, "kernel.json")
+        client = NotebookClient(nb, timeout=600, kernel_name=kernel_name, allow_errors=True,
+                                resources={"metadata": {"path": str(cwd)}}, config=config)
+        with client.setup_kernel():
+            for index in indices:
+                client.execute_cell(nb.cells[index], index)
+                if stop_at_error and _errors(nb.cells[index]):
+                    break
     return nb
 
 
