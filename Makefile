@@ -8,10 +8,12 @@ PY      := $(VENV)/bin/python
 PROFILE ?= PT-CPU
 RUN_MODE  ?= dry_run
 RUN_LABEL ?= default
+PORT      ?= 8888
+LAB_FLAGS ?=
 export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
+.PHONY: help setup build release check-release demo test lab lab-instructor workspace autograde feedback grades experiment \
         bench tiny-model qwen-shaped-checkpoint gpu-wheelhouse preflight clean
 
 help: ## list the targets
@@ -34,6 +36,7 @@ build: $(VENV)/.setup-stamp ## build nbgrader source notebooks from solutions/*.
 release: $(VENV)/.setup-stamp ## regenerate the learner versions under notebooks/ and the README notebook table
 	@$(PY) -m tools.chain.notebooks release
 	@$(PY) -m tools.chain.readme_table
+	@$(PY) -m tools.cli.workspace --notice
 
 check-release: $(VENV)/.setup-stamp ## fail if notebooks/ or the README table is stale, or a learner version leaks
 	@$(PY) -m tools.chain.notebooks check
@@ -52,10 +55,16 @@ test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, r
 	@$(PY) -m pytest -q tests
 
 demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the sample class, run the experiment
-	@$(PY) -m tools.cli.demo
+	@GRPO_PROGRESS=1 $(PY) -m tools.cli.demo
 
-lab: $(VENV)/.setup-stamp ## start JupyterLab on the course (with the nbgrader extensions)
-	@$(PY) -m tools.cli.lab
+lab: $(VENV)/.setup-stamp ## learner JupyterLab on your work copy work/ (made on the first start; PORT=8888)
+	@$(PY) -m tools.cli.lab --role learner --port $(PORT) $(LAB_FLAGS)
+
+lab-instructor: $(VENV)/.setup-stamp ## instructor JupyterLab: formgrader on autograde/, local exchange autograde/exchange/
+	@$(PY) -m tools.cli.lab --role instructor --port $(PORT) $(LAB_FLAGS)
+
+workspace: $(VENV)/.setup-stamp ## copy notebooks/ into your git-ignored work/ (UPDATE="nb01_... ..." takes new versions, old copy kept)
+	@$(PY) -m tools.cli.workspace $(if $(UPDATE),--update $(UPDATE))
 
 autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel
 	@$(PY) autograde/pipeline.py autograde

@@ -131,3 +131,66 @@ def test_notebook1_in_chromium(tmp_path):
     # Nothing was written back into the committed notebook.
     assert hashlib.sha256(NOTEBOOK.read_bytes()).hexdigest() == before
     print(f"screenshots: {', '.join(report['screenshots'])}", file=sys.stderr)
+
+
+ROLES_DRIVER = ROOT / "tests" / "browser" / "lab_roles.mjs"
+
+
+def _private_lab_env(tmp_path: Path) -> dict:
+    env = dict(os.environ)
+    env.update(JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "lab-workspaces"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+def test_lab_roles_in_chromium(tmp_path):
+    """Learner (`make lab`): the work copy, no Formgrader / Create Assignment, an Assignment List without
+    error. Instructor (`make lab-instructor`): both panels, and the formgrader lists every assignment
+    (screenshot artifacts/browser/formgrader_assignments.png)."""
+    from tools.cli import workspace
+    from tools.cli.lab import LabServer, prepare_instructor
+
+    assignments = sorted(p.stem for p in (ROOT / "solutions").glob("nb*.py"))
+    prepare_instructor(ROOT)  # source, release and gradebook when missing (what make lab-instructor does)
+    workspace.sync(ROOT, quiet=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    env = _private_lab_env(tmp_path)
+    with open(tmp_path / "learner.log", "w") as learner_log, open(tmp_path / "instructor.log", "w") as instructor_log:
+        learner = LabServer(ROOT, env=env, log=learner_log, role="learner", serve=ROOT / "work")
+        instructor = LabServer(ROOT, env=env, log=instructor_log, role="instructor")
+        with learner, instructor:
+            options = {
+                "chromium": _chromium(),
+                "learner": learner.url("lab"),
+                "instructor": instructor.url("lab"),
+                "formgrader": instructor.url("formgrader"),
+                "assignments": assignments,
+                "screenshots": str(ARTIFACTS),
+                "timeout_s": int(os.environ.get("GRPO_BROWSER_TIMEOUT_S", "180")),
+            }
+            done = subprocess.run(["node", str(ROLES_DRIVER), json.dumps(options)], cwd=ROLES_DRIVER.parent,
+                                  capture_output=True, text=True, timeout=500)
+    logs = "\n".join(f"--- {name} log ---\n" + (tmp_path / f"{name}.log").read_text()[-2000:]
+                     for name in ("learner", "instructor"))
+    assert done.returncode == 0, f"browser driver failed:\n{done.stderr[-4000:]}\n{logs}"
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+
+    learner_view, instructor_view = report["learner"], report["instructor"]
+    assert set(assignments) <= set(learner_view["files"]), learner_view["files"]  # the work copy
+    assert "solutions" not in learner_view["files"] and "solutions" in instructor_view["files"]
+    assert "Assignment List" in learner_view["menu"] and "Formgrader" not in learner_view["menu"], learner_view["menu"]
+    assert not any("Create Assignment" in tab for tab in learner_view["tabs"]), learner_view["tabs"]
+    assert "Error fetching" not in learner_view["assignmentList"], learner_view["assignmentList"][-1500:]
+    assert "Formgrader" in instructor_view["menu"], instructor_view["menu"]
+    assert any("Create Assignment" in tab for tab in instructor_view["tabs"]), instructor_view["tabs"]
+    formgrader = instructor_view["formgrader"]
+    listed = " ".join(formgrader["rows"])
+    assert all(name in listed for name in assignments), formgrader["rows"]
+    assert "No data available" not in formgrader["body"] and "exchange directory" not in formgrader["body"], formgrader["body"]
+    for path in report["screenshots"]:
+        assert Path(path).stat().st_size > 10_000, path
+    print(f"screenshots: {', '.join(report['screenshots'])}", file=sys.stderr)

@@ -9,9 +9,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -41,11 +43,14 @@ def test_badges_and_cell_follow_the_one_setting():
     path = f"notebooks/{name}/{name}.ipynb"
     badges = cells.badge_markdown(name, FORK)
     assert f"(https://colab.research.google.com/github/someone/grpo-fork/blob/dev/{path})" in badges
-    assert f"(https://modelscope.cn/notebook/share/github/someone/grpo-fork/blob/dev/{path})" in badges
+    # no ModelScope link form is documented by ModelScope: a copy-paste clone under the badge instead
+    assert "modelscope.cn/notebook" not in badges
+    assert "cd /mnt/workspace && git clone --depth 1 --branch dev https://github.com/someone/grpo-fork.git" in badges
+    assert f"grpo-fork/{path}" in badges
     source = cells.bootstrap_source("PT-CPU", FORK)
     assert '"https://github.com/someone/grpo-fork.git"' in source
     assert 'os.environ.get("GRPO_COURSE_BRANCH", "dev")' in source
-    assert '/ "grpo-fork"' in source and 'PROFILE = "PT-CPU"' in source
+    assert '/ "grpo-fork"' in source and 'PROFILE, ASSIGNMENT, STAMP = "PT-CPU", "", ""' in source
     # the whole parsed file works as well as its [course] table
     assert cells.bootstrap_source("PT-CPU", {"course": FORK}) == source
     # the repository's own setting
@@ -60,7 +65,7 @@ def test_bootstrap_cell_compiles_and_is_short(profile):
     source = cells.bootstrap_source(profile, FORK)
     compile(source, f"<bootstrap {profile}>", "exec")
     lines = source.splitlines()
-    assert len(lines) <= 50 and max(len(line) for line in lines) <= 125
+    assert len(lines) <= 75 and max(len(line) for line in lines) <= 125
     assert "tools.bootstrap.run(PROFILE, course_root)" in lines[-1]
 
 
@@ -94,7 +99,7 @@ def test_detect_platform_google_colab_module_and_bad_override():
 def _cell_course_folder(source: str, cwd: Path, environ: dict, monkeypatch) -> Path:
     """Run the cell's own ``course_folder()`` (not the clone / import part) under ``environ``."""
     definitions = source.split("\ncourse_root = course_folder()")[0]
-    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_"))]:
+    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
         monkeypatch.delenv(key)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
@@ -110,17 +115,87 @@ def test_cell_clone_folder_matches_the_platform(environ, expected, tmp_path, mon
     folder = _cell_course_folder(source, tmp_path, environ, monkeypatch)
     assert folder == bootstrap.clone_dir(expected, FORK["repository"], environ)
     assert folder == Path({"colab": "/content", "modelscope": "/mnt/workspace"}[expected]) / "grpo-fork"
+    rooted = dict(environ, GRPO_PLATFORM_ROOT=str(tmp_path / "fake-root"))
+    expected_parent = {"colab": "content", "modelscope": "mnt/workspace"}[expected]
+    assert _cell_course_folder(source, tmp_path, rooted, monkeypatch) == tmp_path / "fake-root" / expected_parent / "grpo-fork"
+    assert bootstrap.clone_dir(expected, FORK["repository"], rooted) == tmp_path / "fake-root" / expected_parent / "grpo-fork"
     override = dict(environ, GRPO_COURSE_DIR=str(tmp_path / "elsewhere"))
     assert _cell_course_folder(source, tmp_path, override, monkeypatch) == tmp_path / "elsewhere"
 
 
 def test_cell_finds_the_checkout_above_the_notebook(tmp_path, monkeypatch):
     source = cells.bootstrap_source("BASE-CPU", FORK)
-    inside = ROOT / "tools" / "build"  # any folder inside the course
+    inside = ROOT / "tools" / "chain"  # any folder inside the course
     assert _cell_course_folder(source, inside, {"COLAB_RELEASE_TAG": "x"}, monkeypatch) == ROOT
     # locally, a course importable from this Python (PYTHONPATH / pip install -e) is used as it is
     monkeypatch.syspath_prepend(str(ROOT))
     assert _cell_course_folder(source, tmp_path, {}, monkeypatch) == ROOT
+
+
+# --------------------------------------------------------------------------- release stamp
+def test_release_stamp_is_in_every_notebook_and_follows_the_source(tmp_path):
+    """Each learner notebook carries its release stamp (metadata and bootstrap cell); the stamp is a hash of
+    the lesson's source and course.toml only, so it changes with the lesson, not with every commit."""
+    for path in sorted(ROOT.glob("notebooks/*/*.ipynb")):
+        name = path.parent.name
+        nb = nbformat.read(path, as_version=4)
+        stamp = nb.metadata["course"]["stamp"]
+        assert stamp == cells.release_stamp(name, ROOT) and re.fullmatch(r"[0-9a-f]{12}", stamp)
+        assert f'STAMP = "{nb.metadata["course"]["profile"]}", "{name}", "{stamp}"' in nb.cells[_bootstrap_index(nb)].source
+    (tmp_path / "solutions").mkdir()
+    shutil.copy2(ROOT / "course.toml", tmp_path / "course.toml")
+    (tmp_path / "solutions" / "nb01_x.py").write_text("# one\n")
+    first = cells.release_stamp("nb01_x", tmp_path)
+    assert cells.release_stamp("nb01_x", tmp_path) == first
+    (tmp_path / "solutions" / "nb01_x.py").write_text("# two\n")
+    assert cells.release_stamp("nb01_x", tmp_path) != first
+
+
+def _git(*args, cwd):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    return subprocess.run(git + list(args), cwd=cwd, check=True, capture_output=True, text=True)
+
+
+def _stamped_repo(folder: Path, stamp: str) -> None:
+    (folder / "tools").mkdir(parents=True, exist_ok=True)
+    (folder / "tools" / "bootstrap.py").write_text("")
+    (folder / "course.toml").write_text('[course]\nrepository = "someone/grpo-fork"\n')
+    nb_dir = folder / "notebooks" / "nb01_group_advantages"
+    nb_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(metadata={"course": {"stamp": stamp}}), nb_dir / "nb01_group_advantages.ipynb")
+
+
+@pytest.mark.parametrize("update", [False, True])
+def test_cell_offers_the_update_of_a_reused_stale_clone(update, tmp_path, monkeypatch, capsys):
+    """A notebook newer than the clone it reuses says so and prints the git command; with
+    GRPO_COURSE_UPDATE=1 it pulls (fast-forward) from a local file:// origin."""
+    origin, clone = tmp_path / "origin", tmp_path / "content" / "grpo-fork"
+    _stamped_repo(origin, "000000000old")
+    _git("init", "-q", "-b", "dev", cwd=origin)
+    _git("add", "-A", cwd=origin)
+    _git("commit", "-q", "-m", "old", cwd=origin)
+    _git("clone", "-q", origin.as_uri(), str(clone), cwd=tmp_path)  # an earlier session's clone
+    _stamped_repo(origin, "000000000new")
+    _git("commit", "-q", "-am", "new release", cwd=origin)
+    source = cells.bootstrap_source("BASE-CPU", FORK, "nb01_group_advantages", "000000000new")
+    body = source.rsplit("\nsys.path.insert(0, str(course_root))", 1)[0]  # stop before importing the clone's tools
+    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "simulated")
+    monkeypatch.setenv("GRPO_COURSE_DIR", str(clone))
+    if update:
+        monkeypatch.setenv("GRPO_COURSE_UPDATE", "1")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(body, "<bootstrap cell>", "exec"), {})
+    shown = capsys.readouterr().out
+    now = json.loads((clone / "notebooks" / "nb01_group_advantages" / "nb01_group_advantages.ipynb").read_text())
+    if update:
+        assert "git pull --ff-only" in shown and "注意：课程代码" not in shown, shown
+        assert now["metadata"]["course"]["stamp"] == "000000000new"
+    else:
+        assert "注意：课程代码" in shown and "000000000old" in shown and "000000000new" in shown, shown
+        assert f"git -C {clone} pull --ff-only" in shown and "GRPO_COURSE_UPDATE=1" in shown, shown
+        assert now["metadata"]["course"]["stamp"] == "000000000old"
 
 
 # --------------------------------------------------------------------------- what gets installed
@@ -226,24 +301,31 @@ PROBE = ("import sys, tools\n"
 
 
 def _platform_env(monkeypatch, marker: dict, **settings):
-    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_"))]:
+    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
         monkeypatch.delenv(key)
     monkeypatch.delenv("PYTHONPATH", raising=False)  # the kernel must find the course by itself
     for key, value in {**marker, **settings}.items():
         monkeypatch.setenv(key, value)
 
 
-def _execute(nb, cwd: Path, indices: list[int], stop_at_error: bool = True):
+def _execute(nb, cwd: Path, indices: list[int], stop_at_error: bool = True, kernel_name: str = "python3"):
     """Run the cells ``indices`` in order in one fresh kernel (like Run All: stop at the first error)."""
-    from nbclient import NotebookClient
+    import tempfile
 
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(cwd)}})
-    with client.setup_kernel():
-        for index in indices:
-            client.execute_cell(nb.cells[index], index)
-            if stop_at_error and _errors(nb.cells[index]):
-                break
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="grpo-kernel-") as sockets:
+        config = Config()  # IPC, like tools.chain.notebooks.execute: no TCP port, no "without encryption" warning
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.connection_file = os.path.join(sockets, "kernel.json")
+        client = NotebookClient(nb, timeout=600, kernel_name=kernel_name, allow_errors=True,
+                                resources={"metadata": {"path": str(cwd)}}, config=config)
+        with client.setup_kernel():
+            for index in indices:
+                client.execute_cell(nb.cells[index], index)
+                if stop_at_error and _errors(nb.cells[index]):
+                    break
     return nb
 
 
@@ -283,9 +365,10 @@ def _bootstrap_index(nb) -> int:
 @pytest.mark.slow
 def test_simulated_colab_start_clones_and_runs_the_first_cells(origin, tmp_path, monkeypatch):
     nb, folder, source = _single_notebook(tmp_path)
-    clone = tmp_path / "clones" / "grpo-in-practice"
+    clone = tmp_path / "root" / "content" / "grpo-in-practice"  # Colab's default folder under a temporary "/"
     _platform_env(monkeypatch, {"COLAB_RELEASE_TAG": "release-colab-simulated"},
-                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_COURSE_BRANCH="main", GRPO_COURSE_DIR=str(clone))
+                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_COURSE_BRANCH="main",
+                  GRPO_PLATFORM_ROOT=str(tmp_path / "root"))
     boot = _bootstrap_index(nb)
     profile = nb.metadata["course"]["profile"]
     first_todo = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code"
@@ -331,19 +414,108 @@ def test_simulated_colab_start_clones_and_runs_the_first_cells(origin, tmp_path,
 @pytest.mark.slow
 def test_simulated_modelscope_start_is_idempotent(origin, tmp_path, monkeypatch):
     nb, folder, _ = _single_notebook(tmp_path)
-    clone = tmp_path / "workspace" / "grpo-in-practice"
+    clone = tmp_path / "root" / "mnt" / "workspace" / "grpo-in-practice"  # ModelScope's persistent disk
     subprocess.run(["git", "clone", "-q", origin.as_uri(), str(clone)], check=True)  # an earlier session's clone
     _platform_env(monkeypatch, {"MODELSCOPE_ENVIRONMENT": "dsw", "DSW_INSTANCE_ID": "dsw-simulated"},
-                  GRPO_COURSE_REPO_URL=(tmp_path / "must-not-be-used").as_uri(), GRPO_COURSE_DIR=str(clone))
+                  GRPO_COURSE_REPO_URL=(tmp_path / "must-not-be-used").as_uri(),
+                  GRPO_PLATFORM_ROOT=str(tmp_path / "root"))
     boot = _bootstrap_index(nb)
     profile = nb.metadata["course"]["profile"]
     nb.cells[boot + 1:] = [copy.deepcopy(nb.cells[boot]), nbformat.v4.new_code_cell(PROBE)]
     ran = _execute(nb, folder, [boot, boot + 1, boot + 2])
     first, second = ran.cells[boot], ran.cells[boot + 1]
     assert not _errors(first) and not _errors(second), (_errors(first), _errors(second))
-    assert re.fullmatch(rf"preflight {profile}: ok \(\d+ checks\)", _text(first).strip()), _text(first)
+    shown = _text(first).strip().splitlines()
+    assert shown[0].startswith(f"环境检查表 preflight {profile}") and "状态 status" in shown[1], shown
+    assert re.fullmatch(rf"preflight {profile}: ok（\d+ 项检查全部通过）", shown[-1]), shown
+    assert "注意：课程代码" not in _text(first)  # the reused clone holds this very release: no update offered
     assert second.outputs == []  # a second run does nothing
     assert _text(ran.cells[boot + 2]).split("|")[2] == str(clone.resolve())
+
+
+REALISTIC = "GRPO_REALISTIC_LAUNCH"
+# The "platform" torch of the realistic launch, preinstalled in the fresh venv. Offline, this machine only
+# has torch 2.13.0+cpu that imports (its 2.14.1 wheel is a CUDA build that needs cuDNN & co.): the test
+# therefore checks that the preinstalled torch is left untouched (same files) rather than a newer version;
+# GRPO_REALISTIC_TORCH=<wheel or spec> picks another one where the registry offers it.
+PLATFORM_TORCH = os.environ.get("GRPO_REALISTIC_TORCH",
+                                "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+TORCH_DEPENDENCIES = ("filelock", "typing-extensions", "sympy", "networkx", "jinja2", "fsspec", "setuptools")
+
+
+def _pip(python: Path, *args: str, env: dict | None = None) -> None:
+    done = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, env=env, timeout=1200)
+    assert done.returncode == 0, f"pip {' '.join(args)}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get(REALISTIC) != "1",
+                    reason=f"opt-in, a few minutes and ~1.5 GB of disk: {REALISTIC}=1 pytest tests/test_launch.py -k realistic")
+def test_realistic_platform_launch(origin, tmp_path, monkeypatch):
+    """A fresh venv (not the development one) with its own, newer torch and a Jupyter kernel, as on Colab;
+    the learner notebook alone in <root>/content; the bootstrap clones from a local file:// repository into
+    Colab's default folder and installs the BASE-CPU profile through the real pip path, offline from a
+    local wheelhouse, keeping the platform's torch. Then ModelScope's default folder, same venv."""
+    python = os.environ.get("GRPO_REALISTIC_PYTHON") or shutil.which("python3.11") or sys.executable
+    if sys.base_prefix != sys.prefix and Path(python).resolve() == Path(sys.executable).resolve():
+        python = str(Path(sys.base_prefix) / "bin" / "python3")
+    venv = tmp_path / "platform-venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
+    vpy = venv / "bin" / "python"
+    torch_source = PLATFORM_TORCH if Path(PLATFORM_TORCH).is_file() else "torch==2.13.0"
+    _pip(vpy, "install", "-q", "--no-deps", torch_source)
+    _pip(vpy, "install", "-q", *TORCH_DEPENDENCIES, "ipykernel")
+    probe = "import torch, pathlib; print(torch.__version__, pathlib.Path(torch.__file__).stat().st_mtime_ns)"
+    platform_torch, torch_mtime = subprocess.run([str(vpy), "-c", probe], capture_output=True,
+                                                 text=True, check=True).stdout.split()
+    wanted = [line.split("#")[0].strip() for line in (ROOT / "environments" / "base-cpu.txt").read_text().splitlines()]
+    wanted = [line for line in wanted if line and not line.startswith(("-", "torch"))]
+    wheelhouse = tmp_path / "wheelhouse"
+    _pip(vpy, "download", "-q", "-d", str(wheelhouse), *wanted)  # once, from the registry / local mirrors
+    kernels = tmp_path / "kernels"
+    subprocess.run([str(vpy), "-m", "ipykernel", "install", "--prefix", str(kernels), "--name", "platform-python"],
+                   check=True, capture_output=True, timeout=120)
+
+    root = tmp_path / "root"
+    nb, _, source = _single_notebook(tmp_path)
+    content = root / "content"
+    content.mkdir(parents=True)
+    shutil.copy2(source, content / source.name)
+    for key in [k for k in os.environ if k.startswith(("PIP_", "VIRTUAL_ENV", "PYTHONHOME"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("JUPYTER_PATH", str(kernels / "share" / "jupyter"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline: the wheelhouse is the only source
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheelhouse))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(venv / "bin"), "/usr/bin", "/bin"]))
+    _platform_env(monkeypatch, {"COLAB_RELEASE_TAG": "release-colab-realistic"},
+                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_PLATFORM_ROOT=str(root))
+    boot = _bootstrap_index(nb)
+    ran = _execute(nb, content, list(range(boot, len(nb.cells))), kernel_name="platform-python")
+    log = _text(ran.cells[boot])
+    assert not _errors(ran.cells[boot]), (_errors(ran.cells[boot]), log)
+    clone = root / "content" / "grpo-in-practice"
+    assert "正在下载课程代码" in log and (clone / "course.toml").is_file(), log
+    assert f"正在安装 BASE-CPU 所需的依赖（保留已有的 torch {platform_torch}）" in log, log
+    assert "preflight BASE-CPU: ok" in log, log
+    errors = [(i, _errors(c)[0]["ename"]) for i, c in enumerate(ran.cells) if _errors(c)]
+    assert errors and errors[0][1] == "NotImplementedError", errors
+    after = subprocess.run([str(vpy), "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert after == [platform_torch, torch_mtime]  # the platform's torch was kept, not reinstalled
+
+    # ModelScope: the persistent disk /mnt/workspace, the same (now complete) environment
+    workspace = root / "mnt" / "workspace"
+    workspace.mkdir(parents=True)
+    shutil.copy2(source, workspace / source.name)
+    _platform_env(monkeypatch, {"MODELSCOPE_ENVIRONMENT": "dsw", "DSW_INSTANCE_ID": "dsw-realistic"},
+                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_PLATFORM_ROOT=str(root))
+    nb = nbformat.read(workspace / source.name, as_version=4)
+    ran = _execute(nb, workspace, [boot], kernel_name="platform-python")
+    log = _text(ran.cells[boot])
+    assert not _errors(ran.cells[boot]) and (workspace / "grpo-in-practice" / "course.toml").is_file(), log
+    assert "正在安装" not in log and "preflight BASE-CPU: ok" in log, log
+    version = subprocess.run([str(vpy), "-V"], capture_output=True, text=True).stdout.strip()
+    print(f"realistic launch: {version}, platform torch {platform_torch}, "
+          f"wheelhouse {len(list(wheelhouse.iterdir()))} files", file=sys.stderr)
 
 
 @pytest.mark.slow
@@ -410,34 +582,122 @@ def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
 
 
 # --------------------------------------------------------------------------- make lab
-@pytest.mark.slow
-def test_make_lab_serves_the_course_with_nbgrader(tmp_path):
+def _lab_env(tmp_path: Path) -> dict:
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
-    process = subprocess.Popen([sys.executable, "-m", "tools.cli.lab", "--no-browser", "--port", "0"], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), GRPO_LAB_STATE_DIR=str(tmp_path / "state"))
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _wait_for_url(process, pattern=r"(http://127\.0\.0\.1:\d+/\S*\?token=\w+)", timeout=180) -> tuple[str, list[str]]:
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        found = re.search(pattern, line)
+        if found:
+            return found.group(1), seen
+    raise AssertionError("tools.cli.lab printed no URL:\n" + "".join(seen))
+
+
+def _get(url: str, token: str):
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    return urllib.request.urlopen(request, timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["make-sigterm", "module-sighup"])
+def test_lab_stops_server_and_kernels_on_sigterm_and_sighup(how, tmp_path):
+    """`timeout 60 make lab` sends SIGTERM to make's process group; a closed terminal sends SIGHUP: in both
+    cases the server and its kernels must be gone afterwards (none left running with parent 1)."""
+    from tools.cli.lab import alive, descendants
+
+    if how == "make-sigterm":
+        command = ["make", "-s", "lab", "PORT=0", "LAB_FLAGS=--no-browser", f"VENV={Path(sys.executable).parents[1]}"]
+    else:
+        command = [sys.executable, "-m", "tools.cli.lab", "--role", "learner", "--no-browser", "--port", "0"]
+    process = subprocess.Popen(command, cwd=ROOT, env=_lab_env(tmp_path), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    below: list[int] = []
     try:
-        url = None
-        deadline = time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            found = re.search(r"(http://127\.0\.0\.1:\d+/lab\S*\?token=\w+)", line)
-            url = found.group(1) if found else None
-        assert url, "tools.cli.lab printed no URL"
+        url, _ = _wait_for_url(process)
+        base, token = url.split("/lab")[0], url.split("token=")[1]
+        request = urllib.request.Request(f"{base}/api/kernels", data=b"{}", method="POST",
+                                         headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            kernel = json.load(reply)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the kernel process is up once the server lists it idle
+            with _get(f"{base}/api/kernels/{kernel['id']}", token) as reply:
+                if json.load(reply)["execution_state"] in ("idle", "busy"):
+                    break
+            time.sleep(0.5)
+        below = descendants(process.pid)
+        kernels = [pid for pid in below if "ipykernel" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        assert kernels, f"no kernel process found below {process.pid}: {below}"
+        if how == "make-sigterm":
+            os.killpg(process.pid, signal.SIGTERM)  # what `timeout` does to make's process group
+        else:
+            os.kill(process.pid, signal.SIGHUP)  # the terminal closed: only the lab process is told
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(alive(pid) for pid in below):
+            time.sleep(0.3)
+        left = [pid for pid in below if alive(pid)]
+        assert not left, f"still running after {how}: {left}"
+        output = process.stdout.read()
+        assert "正在停止 JupyterLab" in output, output
+    finally:
+        for pid in below:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.mark.slow
+def test_lab_learner_role_serves_the_work_copy_without_instructor_panels(tmp_path):
+    """The learner server opens work/ (copies of notebooks/), has no formgrader, and a second start
+    prints the running server's URL instead of starting another one; a busy port is reported."""
+    from tools.cli.lab import INSTRUCTOR_ONLY_LAB_PLUGINS
+
+    env = _lab_env(tmp_path)
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    process = subprocess.Popen([sys.executable, "-m", "tools.cli.lab", "--no-browser", "--port",
+                                str(busy.getsockname()[1])], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        url, seen = _wait_for_url(process)
+        assert any(f"端口 {busy.getsockname()[1]} 已被" in line for line in seen), seen
         base, token = url.split("/lab")[0], url.split("token=")[1]
         with urllib.request.urlopen(url, timeout=30) as reply:
             assert reply.status == 200 and b"JupyterLab" in reply.read()
-        with urllib.request.urlopen(f"{base}/api/contents/notebooks?token={token}", timeout=30) as reply:
+        with _get(f"{base}/api/contents?content=1", token) as reply:
             listed = {item["name"] for item in json.load(reply)["content"]}
-        assert listed == {p.name for p in (ROOT / "notebooks").iterdir() if p.is_dir()}
-        # nbgrader's formgrader (it redirects; the token goes in a header so the redirect keeps it)
-        request = urllib.request.Request(f"{base}/formgrader", headers={"Authorization": f"token {token}"})
-        with urllib.request.urlopen(request, timeout=30) as reply:
+        released = {p.name for p in (ROOT / "notebooks").iterdir() if p.is_dir()}
+        assert released <= listed, (released, listed)  # the root is work/, holding a copy of each notebook
+        assert (ROOT / "work" / ".workspace.json").is_file()
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            _get(f"{base}/formgrader", token)
+        assert missing.value.code == 404
+        with _get(f"{base}/lab", token) as reply:  # the page config the browser receives
             page = reply.read().decode()
-        assert reply.status == 200 and "formgrader" in reply.url and "Manage Assignments" in page, reply.url
+        config = json.loads(re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S).group(1))
+        disabled = config.get("disabledExtensions", [])
+        assert set(INSTRUCTOR_ONLY_LAB_PLUGINS) <= set(disabled), disabled
+        with _get(f"{base}/courses?token={token}", token) as reply:  # the Course List works (no exchange error)
+            courses = json.load(reply)
+        assert courses.get("success") is True, courses  # not "Error fetching courses!"
+        again = subprocess.run([sys.executable, "-m", "tools.cli.lab", "--no-browser"], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and "已经在运行" in again.stdout and url in again.stdout, again.stdout
     finally:
+        busy.close()
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does
         try:
             process.wait(timeout=30)
@@ -445,3 +705,123 @@ def test_make_lab_serves_the_course_with_nbgrader(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode == 0
+
+
+@pytest.mark.slow
+def test_local_exchange_release_fetch_submit_collect(tmp_path):
+    """The generated nbgrader settings give one machine a working exchange: release -> fetch -> submit ->
+    collect with nbgrader's own commands, no "exchange directory does not exist" error."""
+    import tools.chain.notebooks as chain
+    from tools.cli.lab import ensure_exchange, write_config_dir
+
+    name = "nb01_group_advantages"
+    root = tmp_path / "course"
+    (root / "autograde").mkdir(parents=True)
+    shutil.copy2(ROOT / "course.toml", root / "course.toml")
+    shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", root / "autograde" / "nbgrader_config.py")
+    chain.build([name], course=root / "autograde")
+    exchange = ensure_exchange(root)
+    config = write_config_dir(root, "instructor")
+    env = dict(chain.venv_env(), JUPYTER_CONFIG_PATH=str(config))
+    nbgrader = [sys.executable, "-m", "nbgrader"]
+
+    def run(args, cwd):
+        done = subprocess.run(nbgrader + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout + done.stderr
+
+    run(["generate_assignment", name, "--force"], root / "autograde")
+    run(["release_assignment", name, "--force"], root / "autograde")
+    learner = root / "work"
+    learner.mkdir(exist_ok=True)
+    listed = run(["list"], learner)
+    assert name in listed and "Error" not in listed, listed
+    run(["fetch_assignment", name], learner)
+    assert (learner / name / f"{name}.ipynb").is_file()
+    run(["submit", name], learner)
+    run(["collect", name], root / "autograde")
+    user = os.environ.get("USER") or __import__("getpass").getuser()
+    assert (root / "autograde" / "submitted" / user / name / f"{name}.ipynb").is_file()
+    assert (exchange / cells.load_settings(ROOT)["id"] / "outbound" / name).is_dir()
+    assert list((root / ".cache" / "lab" / "nbgrader_cache").rglob(f"{name}.ipynb"))  # not in ~/.local/share
+
+
+# --------------------------------------------------------------------------- learners' work copies
+def _released_course(tmp_path: Path) -> Path:
+    root = tmp_path / "course"
+    for name in ("nb01_group_advantages", "nb02_grpo_objective"):
+        folder = root / "notebooks" / name
+        folder.mkdir(parents=True)
+        nb = nbformat.v4.new_notebook(metadata={"course": {"assignment": name, "stamp": "aaaa"}})
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    return root
+
+
+def test_workspace_copies_never_overwrites_and_reports_newer_versions(tmp_path, capsys):
+    """make workspace copies notebooks/ into work/ once; a new release leaves the learner's copy alone,
+    make release (--notice) says it is older, and --update keeps the old copy beside the new one."""
+    from tools.cli import workspace
+
+    root = _released_course(tmp_path)
+    assert workspace.sync(root, quiet=True) == {"nb01_group_advantages": "current", "nb02_grpo_objective": "current"}
+    mine = root / "work" / "nb01_group_advantages" / "nb01_group_advantages.ipynb"
+    mine.write_text(mine.read_text().replace('"cells": []', '"cells": [{"cell_type": "markdown", "id": "a", '
+                                                            '"metadata": {}, "source": "my answer"}]'))
+    work_bytes = mine.read_bytes()
+    released = root / "notebooks" / "nb01_group_advantages" / "nb01_group_advantages.ipynb"
+    nb = nbformat.read(released, as_version=4)
+    nb.metadata["course"]["stamp"] = "bbbb"  # a new release of notebook 1
+    nbformat.write(nb, released)
+    assert workspace.sync(root, quiet=True)["nb01_group_advantages"] == "older"
+    assert mine.read_bytes() == work_bytes
+    assert workspace.notice(root) == ["nb01_group_advantages"]
+    assert "nb01_group_advantages" in capsys.readouterr().out
+    assert workspace.main(["--root", str(root), "--notice"]) == 0 and "make workspace UPDATE=" in capsys.readouterr().out
+    kept = workspace.update(["nb01_group_advantages"], root)
+    assert len(kept) == 1 and kept[0].read_bytes() == work_bytes
+    assert workspace.status(root)["nb01_group_advantages"] == "current"
+    assert workspace.notice(root) == []
+
+
+def test_release_leaves_work_alone_and_git_ignores_it():
+    """work/ and autograde/exchange/ are ignored by git; `make release` only runs the notice on work/."""
+    ignored = subprocess.run(["git", "check-ignore", "work/x.ipynb", "autograde/exchange/x"], cwd=ROOT,
+                             capture_output=True, text=True).stdout.split()
+    assert ignored == ["work/x.ipynb", "autograde/exchange/x"]
+    makefile = (ROOT / "Makefile").read_text()
+    release = makefile.split("\nrelease:", 1)[1].split("\n\n", 1)[0]
+    assert "tools.cli.workspace --notice" in release and "work" not in release.replace("workspace", "")
+
+
+# --------------------------------------------------------------------------- messages
+def test_experiment_rejects_bad_arguments_before_importing_torch():
+    """A wrong RUN_MODE / RUN_LABEL is reported (Chinese, exit 2) without importing torch: fast."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "tools.cli.experiment", "--mode", "bogus"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    seconds = time.perf_counter() - started
+    assert done.returncode == 2 and "RUN_MODE 只能是" in done.stderr, done.stderr[-2000:]
+    assert not re.search(r"\|\s+torch$", done.stderr, re.M), "torch was imported before the arguments were checked"
+    bad_label = subprocess.run([sys.executable, "-m", "tools.cli.experiment", "--label", "a b"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=60)
+    assert bad_label.returncode == 2 and "RUN_LABEL" in bad_label.stderr
+    from tools import grpo_experiment as gx
+    from tools.cli import experiment
+
+    assert experiment.RUN_MODES == gx.RUN_MODES and experiment.ENV_MODEL_ID == gx.ENV_MODEL_ID
+    assert experiment.RUN_LABEL_PATTERN.pattern == gx._RUN_LABEL_PATTERN.pattern
+    print(f"bad RUN_MODE reported in {seconds:.2f} s", file=sys.stderr)
+
+
+@pytest.mark.slow
+def test_headless_execution_shows_progress_over_ipc(capfd):
+    """The shared helper shows a per-cell tqdm bar and runs the kernel over IPC: no TCP warning."""
+    import tools.chain.notebooks as chain
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_markdown_cell("m"),
+                                         nbformat.v4.new_code_cell("import os; print(os.getpid())")])
+    done = chain.execute(nb, ROOT, timeout=60, progress=True, desc="progress-probe")
+    captured = capfd.readouterr()
+    assert chain.cell_errors(done) == []
+    assert "progress-probe" in captured.err and "2/2" in captured.err, captured.err
+    assert "without encryption" not in captured.err + captured.out

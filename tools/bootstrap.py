@@ -9,7 +9,7 @@ missing; then it calls :func:`run`, which
    and the installed torch is passed to pip as a constraint, so no package can drag in another torch);
 2. imports ``tools.grading``, so the hidden tests' references to ``torch.allclose`` & co. are captured
    before any learner code runs;
-3. prints the preflight (one line when everything is in place, the table otherwise).
+3. prints the preflight's 环境检查表 (Chinese table, the last line says ok / FAILED).
 
 A second run in the same kernel does nothing. A failure a learner can meet (offline, pip error) is
 shown as a short Chinese message, not a traceback.
@@ -38,6 +38,7 @@ ENV_PLATFORM = "GRPO_COURSE_PLATFORM"  # force "colab" | "modelscope" | "local"
 ENV_REPO_URL = "GRPO_COURSE_REPO_URL"  # clone URL (default: https://github.com/<repository>.git)
 ENV_BRANCH = "GRPO_COURSE_BRANCH"  # branch to clone (default: course.toml's branch)
 ENV_DIR = "GRPO_COURSE_DIR"  # where to clone (default: CLONE_PARENTS[platform] / <repo name>)
+ENV_PLATFORM_ROOT = "GRPO_PLATFORM_ROOT"  # tests: a temporary "/" under which /content, /mnt/workspace lie
 PLATFORMS = ("colab", "modelscope", "local")
 # Colab sets COLAB_RELEASE_TAG in every runtime (and has google.colab importable);
 # ModelScope notebooks run on Alibaba PAI-DSW images, which set MODELSCOPE_ENVIRONMENT
@@ -83,7 +84,10 @@ def clone_dir(platform: str, repository: str, environ=None) -> Path:
     env = os.environ if environ is None else environ
     if env.get(ENV_DIR):
         return Path(env[ENV_DIR]).expanduser()
-    return Path(CLONE_PARENTS[platform]).expanduser() / repository.rsplit("/", 1)[-1]
+    parent = CLONE_PARENTS[platform]
+    if platform != "local":
+        parent = os.path.join(env.get(ENV_PLATFORM_ROOT) or "/", parent.lstrip("/"))
+    return Path(parent).expanduser() / repository.rsplit("/", 1)[-1]
 
 
 # --- requirements -----------------------------------------------------------------------------------
@@ -196,7 +200,7 @@ def put_first_on_path(root: Path) -> None:
 
 
 def run(profile: str, root) -> None:
-    """Make the notebook ready: requirements, ``tools.grading``, preflight. Quiet when all is in place."""
+    """Make the notebook ready: requirements, ``tools.grading``, the preflight table."""
     root = Path(root).resolve()
     put_first_on_path(root)
     if (profile, str(root)) in _DONE:
@@ -208,7 +212,7 @@ def run(profile: str, root) -> None:
             f"见 environments/{PROFILES[profile]['file']} 开头的说明，然后重新运行本单元格。"
         )
     importlib.import_module("tools.grading")  # before any learner code: hidden tests rely on it
-    run_preflight(profile, quiet_ok=True, root=root)
+    run_preflight(profile, quiet_ok=False, root=root)  # the 环境检查表 the notebooks promise
     _DONE.add((profile, str(root)))
 
 

@@ -260,13 +260,39 @@ def _fix_message(key: str, spec: dict, failed: list[dict]) -> str:
     return "; ".join(hints)
 
 
+# The table is printed in Chinese (what the notebooks call the 环境检查表); the English column names stay
+# beside the Chinese ones, package names and versions are printed as they are.
+HEADERS = (("item", "项目 item"), ("required", "要求 required"), ("installed", "已安装 installed"),
+           ("status", "状态 status"), ("note", "说明 note"))
+STATUS_LABELS = {"ok": "通过 ok", "missing": "缺失 missing", "too old": "版本过旧 too old",
+                 "not needed": "不需要 not needed", "warn": "注意 warn"}
+ABOUT_ZH = {"BASE-CPU": "第 1-5 课的 CPU 练习", "PT-CPU": "BASE-CPU + transformers / peft / tokenizers / accelerate / trl（CPU 上的真实小模型）",
+            "PT-RL-CUDA": "单张 CUDA 显卡上的真实模型 GRPO 实验（参考：12 GB 级显卡）"}
+
+
+def _width(text: str) -> int:
+    """Display width: CJK characters take two columns in a terminal and in Jupyter's monospace output."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _width(text))
+
+
 def format_table(rows: list[dict]) -> str:
-    headers = ("item", "required", "installed", "status", "note")
-    table = [headers] + [tuple(str(row[h]) for h in headers) for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(headers) - 1)]
+    """The preflight rows as an aligned text table with Chinese (+ English) headers and statuses."""
+    keys = [key for key, _ in HEADERS]
+    table = [tuple(label for _, label in HEADERS)]
+    for row in rows:
+        cells = [str(row[key]) for key in keys]
+        cells[3] = STATUS_LABELS.get(row["status"], str(row["status"]))
+        table.append(tuple(cells))
+    widths = [max(_width(line[i]) for line in table) for i in range(len(keys) - 1)]
     lines = []
     for index, line in enumerate(table):
-        cells = [line[i].ljust(widths[i]) for i in range(len(widths))] + [line[-1]]
+        cells = [_pad(line[i], widths[i]) for i in range(len(widths))] + [line[-1]]
         lines.append("  ".join(cells).rstrip())
         if index == 0:
             lines.append("  ".join("-" * w for w in widths) + "  ----")
@@ -276,7 +302,8 @@ def format_table(rows: list[dict]) -> str:
 def run_preflight(profile: str, quiet_ok: bool = False, *, requirements=None, root=None, stream=None) -> dict:
     """Check ``profile`` on this machine, print the table, return ``{"profile", "ok", "rows", "fix"}``.
 
-    ``quiet_ok``: when every required row passes, print only a one-line summary.
+    The table (环境检查表) is printed whether or not everything passes; ``quiet_ok`` (``make setup``):
+    when every required row passes, print only the one-line summary.
     """
     stream = stream if stream is not None else sys.stdout
     key, spec = _profile(profile)
@@ -287,13 +314,13 @@ def run_preflight(profile: str, quiet_ok: bool = False, *, requirements=None, ro
     if ok and quiet_ok:
         print(f"preflight {key}: ok ({len(rows)} checks)", file=stream)
     else:
-        print(f"preflight {key}: {spec['about']}", file=stream)
+        print(f"环境检查表 preflight {key}：{ABOUT_ZH.get(key, spec['about'])}", file=stream)
         print(format_table(rows), file=stream)
         if ok:
-            print(f"preflight {key}: ok", file=stream)
+            print(f"preflight {key}: ok（{len(rows)} 项检查全部通过）", file=stream)
         else:
             names = ", ".join(f"{row['item']} ({row['status']})" for row in failed)
-            print(f"preflight {key}: FAILED - {names}\n  fix: {fix}", file=stream)
+            print(f"preflight {key}: FAILED - {names}\n  修复 fix: {fix}", file=stream)
     return {"profile": key, "ok": ok, "rows": rows, "fix": fix}
 
 

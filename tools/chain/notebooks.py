@@ -83,7 +83,7 @@ def build_notebook(assignment: str, settings: dict | None = None) -> nbformat.No
     """Read ``solutions/<assignment>.py`` and return the nbgrader source notebook."""
     import jupytext
 
-    from tools.chain.cells import badge_markdown, bootstrap_source
+    from tools.chain.cells import badge_markdown, bootstrap_source, release_stamp
 
     settings = settings or course_settings()
     source_path = SOLUTIONS / f"{assignment}.py"
@@ -92,9 +92,10 @@ def build_notebook(assignment: str, settings: dict | None = None) -> nbformat.No
     if profile not in {"BASE-CPU", "PT-CPU", "PT-RL-CUDA"}:
         raise ValueError(f"{source_path}: header must name `course: {{profile: BASE-CPU|PT-CPU|PT-RL-CUDA}}`")
     seen: set[str] = set()
+    stamp = release_stamp(assignment, ROOT)
     cells = [
         nbformat.v4.new_markdown_cell(badge_markdown(assignment, settings)),
-        nbformat.v4.new_code_cell(bootstrap_source(profile, settings), metadata={"nbgrader": {
+        nbformat.v4.new_code_cell(bootstrap_source(profile, settings, assignment, stamp), metadata={"nbgrader": {
             "grade": False, "grade_id": "bootstrap", "locked": True, "schema_version": 3, "solution": False}}),
     ]
     cells[0].metadata["tags"] = ["course-badges"]
@@ -129,7 +130,7 @@ def build_notebook(assignment: str, settings: dict | None = None) -> nbformat.No
     out.metadata = {
         "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
-        "course": {"assignment": assignment, "profile": profile},
+        "course": {"assignment": assignment, "profile": profile, "stamp": stamp},
     }
     nbformat.validate(out)
     return out
@@ -301,22 +302,61 @@ def substitute_answers(nb: nbformat.NotebookNode, answers: dict[str, str]) -> nb
     return out
 
 
+def _progress_wanted(progress: bool | None) -> bool:
+    """``progress=None``: on when stderr is a terminal or ``GRPO_PROGRESS=1`` (``make demo`` / ``experiment``)."""
+    if progress is not None:
+        return bool(progress)
+    flag = os.environ.get("GRPO_PROGRESS", "").strip().lower()
+    if flag:
+        return flag not in ("0", "false", "no", "off")
+    return sys.stderr.isatty()
+
+
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120,
-            env: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """Execute a copy of ``nb`` with nbclient in ``cwd``; errors are recorded in outputs, not raised."""
+            env: dict[str, str] | None = None, progress: bool | None = None,
+            desc: str | None = None) -> nbformat.NotebookNode:
+    """Execute a copy of ``nb`` with nbclient in ``cwd``; errors are recorded in outputs, not raised.
+
+    The kernel talks to nbclient over IPC (Unix sockets in a private temporary folder), not TCP: nothing
+    listens on a port and ipykernel has no reason for its "running over TCP without encryption" warning.
+    ``progress`` shows a per-cell tqdm bar on stderr (default: see :func:`_progress_wanted`).
+    """
     from nbclient import NotebookClient
+    from traitlets.config import Config
 
     out = copy.deepcopy(nb)
     old_env = dict(os.environ)
+    sockets = tempfile.mkdtemp(prefix="grpo-kernel-")
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.connection_file = os.path.join(sockets, "kernel.json")
+    bar = None
+    if _progress_wanted(progress):
+        from tqdm.auto import tqdm
+
+        total = sum(1 for cell in out.cells if cell.cell_type == "code")
+        name = desc or out.metadata.get("course", {}).get("assignment") or "notebook"
+        bar = tqdm(total=total, desc=name, unit="cell", file=sys.stderr, dynamic_ncols=True)
     try:
         os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend embeds figures in the outputs
         os.environ.update(env or {})
         client = NotebookClient(out, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                resources={"metadata": {"path": str(cwd)}})
+                                resources={"metadata": {"path": str(cwd)}}, config=config)
+        if bar is not None:
+            def cell_done(cell, cell_index, execute_reply):
+                if cell.cell_type == "code":
+                    failed = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+                    bar.set_postfix_str(f"cell {cell_index}{' error' if failed else ''}", refresh=False)
+                    bar.update(1)
+
+            client.on_cell_executed = cell_done
         client.execute()
     finally:
         os.environ.clear()
         os.environ.update(old_env)
+        if bar is not None:
+            bar.close()
+        shutil.rmtree(sockets, ignore_errors=True)
     return out
 
 

@@ -6,8 +6,10 @@
 The block lies between ``<!-- notebooks:begin -->`` and ``<!-- notebooks:end -->``. Its rows are the
 assignments of ``solutions/`` plus the rows already in the block (planned notebooks keep their row);
 the "内容" / "环境" prose of an existing row is kept as written, a new assignment starts from its
-source (first heading, header profile). The badges are restamped from ``course.toml`` every time, so a
-fork edits ``repository`` / ``branch`` there and runs ``make release``.
+source (first heading, header profile). The Colab badges and the copy-paste ``git clone`` line under the
+table (ModelScope and other platforms: no documented ModelScope link form was found, see
+``tools.chain.cells``) are restamped from ``course.toml`` every time, so a fork edits ``repository`` /
+``branch`` there and runs ``make release``.
 """
 from __future__ import annotations
 
@@ -16,14 +18,13 @@ import re
 import sys
 from pathlib import Path
 
-from tools.chain.cells import colab_url, load_settings, modelscope_url
+from tools.chain.cells import clone_command, colab_url, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- notebooks:begin -->", "<!-- notebooks:end -->"
 HEADER = ("笔记本", "内容", "环境", "在线运行")
 _NAME = re.compile(r"nb\d{2}[a-z]?_[a-z0-9_]+")
 COLAB_SMALL = "https://colab.research.google.com/assets/colab-badge.svg"
-MODELSCOPE_SMALL = "https://img.shields.io/badge/ModelScope-Notebook-624aff"
 
 
 def _cells(line: str) -> list[str]:
@@ -71,12 +72,13 @@ def render(root: Path = ROOT, readme: str | None = None) -> str:
         path = f"notebooks/{name}/{name}.ipynb"
         if (root / path).is_file():
             cell = f"[`{name}`]({path})"
-            badges = (f"[![Colab]({COLAB_SMALL})]({colab_url(name, settings)}) "
-                      f"[![ModelScope]({MODELSCOPE_SMALL})]({modelscope_url(name, settings)})")
+            badges = f"[![Colab]({COLAB_SMALL})]({colab_url(name, settings)})"
         else:
             cell, badges = f"`{name}`", "（尚未发布）"
         lines.append(f"| {cell} | {teaches} | {profile} | {badges} |")
-    lines.append(END)
+    lines += ["", "魔搭（ModelScope）Notebook 或其他 Jupyter 平台：在实例的终端里克隆课程，再打开 "
+              "`notebooks/` 里的笔记本、运行第一个代码单元格：", "", "```bash",
+              clone_command(settings, "/mnt/workspace"), "```", END]
     return "\n".join(lines)
 
 

@@ -19,14 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
-from tools import grpo_experiment as gx
-
 ASSIGNMENT = "nb06_real_model_grpo"
 WORKLOAD_ID = "pt-grpo-real-model-update"
+# The arguments are checked before anything imports torch (a bad RUN_MODE is reported in well under a
+# second). These mirror tools.grpo_experiment (RUN_MODES, the run-label pattern, GRPO_MODEL_ID), which
+# imports torch and still checks again in run(); a test keeps the two equal.
+RUN_MODES = ("dry_run", "tiny_cpu", "real_gpu")
+RUN_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ENV_MODEL_ID = "GRPO_MODEL_ID"
 
 
 def _root() -> Path:
@@ -36,11 +41,12 @@ def _root() -> Path:
 
 
 def run(mode: str, label: str, model_id: str | None = None, timeout: int = 1800,
-        executed_dir: Path | None = None) -> tuple[int, Path, dict | None]:
+        executed_dir: Path | None = None, progress: bool | None = None) -> tuple[int, Path, dict | None]:
     """Build and execute the notebook; return ``(exit status, evidence path, record or None)``."""
     import nbformat
 
     import tools.chain.notebooks as chain
+    from tools import grpo_experiment as gx
 
     gx.check_run_mode(mode)
     gx.check_run_label(label)
@@ -55,7 +61,8 @@ def run(mode: str, label: str, model_id: str | None = None, timeout: int = 1800,
         env[gx.ENV_MODEL_ID] = str(local.resolve()) if local.is_dir() else model_id
     before = evidence.stat().st_mtime_ns if evidence.exists() else None
     started = time.perf_counter()
-    executed = chain.execute(nbformat.read(source_path, as_version=4), source_path.parent, timeout=timeout, env=env)
+    executed = chain.execute(nbformat.read(source_path, as_version=4), source_path.parent, timeout=timeout, env=env,
+                             progress=progress, desc=f"{ASSIGNMENT} {mode}")
     seconds = time.perf_counter() - started
 
     executed_dir = executed_dir or root / "artifacts" / "experiment"
@@ -99,22 +106,35 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _label(text: str) -> str:
+    if not RUN_LABEL_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            "RUN_LABEL 会成为结果文件名的一部分：只能用字母、数字、'.'、'_'、'-'（以字母或数字开头，"
+            f"最多 64 个字符），收到 {text!r}")
+    return text
+
+
+def _mode(text: str) -> str:
+    if text not in RUN_MODES:
+        raise argparse.ArgumentTypeError(f"RUN_MODE 只能是 {' / '.join(RUN_MODES)} 之一，收到 {text!r}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.cli.experiment",
                                      description=__doc__.split("\n\n")[0],
                                      epilog="exit status: 0 ok, 1 notebook error, 2 failure record written")
-    parser.add_argument("--mode", default="dry_run", choices=gx.RUN_MODES, help="RUN_MODE (default dry_run)")
-    parser.add_argument("--label", default="default", help="RUN_LABEL: part of the evidence file name")
-    parser.add_argument("--model-id", default=os.environ.get(gx.ENV_MODEL_ID) or None,
+    parser.add_argument("--mode", default="dry_run", type=_mode, metavar="{" + ",".join(RUN_MODES) + "}",
+                        help="RUN_MODE (default dry_run)")
+    parser.add_argument("--label", default="default", type=_label, help="RUN_LABEL: part of the evidence file name")
+    parser.add_argument("--model-id", default=os.environ.get(ENV_MODEL_ID) or None,
                         help="real_gpu: hub id or local checkpoint folder (default: the notebook's "
                              "Qwen/Qwen2.5-0.5B-Instruct; env GRPO_MODEL_ID)")
     parser.add_argument("--timeout", type=int, default=1800, help="per-cell timeout in seconds")
-    args = parser.parse_args(argv)
-    try:
-        gx.check_run_label(args.label)
-    except ValueError as error:
-        parser.error(str(error))
-    status, _, _ = run(args.mode, args.label, model_id=args.model_id, timeout=args.timeout)
+    parser.add_argument("--no-progress", action="store_true", help="no per-cell progress bar on stderr")
+    args = parser.parse_args(argv)  # exits with status 2 and the Chinese message: torch is not imported yet
+    status, _, _ = run(args.mode, args.label, model_id=args.model_id, timeout=args.timeout,
+                       progress=not args.no_progress)
     return status
 
 

@@ -1,19 +1,35 @@
-"""`make lab`: JupyterLab on the course folder, with the nbgrader extensions, printing the URL.
+"""`make lab` / `make lab-instructor`: JupyterLab on the course for one of two roles, printing the URL.
 
-    python -m tools.cli.lab [--port 8888] [--ip 127.0.0.1] [--no-browser]
+    python -m tools.cli.lab [--role learner|instructor] [--port 8888] [--ip 127.0.0.1] [--no-browser]
 
-The server's file browser starts at the course root (``notebooks/`` holds the learner versions);
-nbgrader's formgrader sees ``autograde/`` as its course directory. :class:`LabServer` is also what the
-tests use to serve the course on a free port and stop it again.
+- ``learner`` (``make lab``): serves ``work/``, the learner's git-ignored copy of ``notebooks/``
+  (made by ``make workspace``, or here on the first start), so autosave never writes a tracked file.
+  nbgrader's instructor panels are switched off for this server only: the formgrader server
+  extension, and the "Formgrader" / "Create Assignment" / "Course List" JupyterLab plugins (a generated
+  ``labconfig/page_config.json``). The Assignment List and Validate stay.
+- ``instructor`` (``make lab-instructor``): serves the course root with the formgrader on
+  ``autograde/``; the nbgrader source, release and gradebook are built first when missing.
+
+Both roles share a local nbgrader exchange, ``autograde/exchange/`` (git-ignored), and the course id of
+``course.toml``: release in the formgrader, fetch / submit in the Assignment List, collect in the
+formgrader, all on one machine. The per-server settings live in a generated Jupyter config folder
+``.cache/lab/<role>/`` put on ``JUPYTER_CONFIG_PATH`` of the server only; nothing global is changed.
+
+Stopping: Ctrl-C, SIGTERM and SIGHUP stop the server and its kernels (the server is also told to stop
+when this process dies, through Linux's parent-death signal). A second start finds the server already
+running on this course and prints its URL; a busy port is reported and another one used.
+:class:`LabServer` is also what the tests use to serve the course on a free port and stop it again.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -22,12 +38,45 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+ROLES = ("learner", "instructor")
 NBGRADER_SERVER_EXTENSIONS = (
     "nbgrader.server_extensions.formgrader",
     "nbgrader.server_extensions.validate_assignment",
     "nbgrader.server_extensions.assignment_list",
     "nbgrader.server_extensions.course_list",
 )
+INSTRUCTOR_ONLY_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",)
+# nbgrader's JupyterLab plugins a learner should not see (plugin ids of the @jupyter/nbgrader lab extension):
+# the formgrader panel, the "Create Assignment" side bar, the instructors' course list.
+INSTRUCTOR_ONLY_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                               "@jupyter/nbgrader:course-list")
+EXCHANGE_DIR = "autograde/exchange"
+WORK_DIR = "work"
+STATE_DIR = ".cache/lab"
+
+
+def course_id(root: Path = ROOT) -> str:
+    """``[course] id`` of ``course.toml`` (nbgrader's course id, also the exchange folder's name)."""
+    import tomllib
+
+    with open(Path(root) / "course.toml", "rb") as handle:
+        return str(tomllib.load(handle)["course"]["id"])
+
+
+def port_in_use(port: int, ip: str = "127.0.0.1") -> bool:
+    """True when something accepts connections on ``ip:port`` or the port cannot be bound."""
+    if not port:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        if probe.connect_ex((ip if ip not in ("0.0.0.0", "") else "127.0.0.1", port)) == 0:
+            return True
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((ip, port))
+        except OSError:
+            return True
+    return False
 
 
 def free_port(preferred: int = 0, ip: str = "127.0.0.1") -> int:
@@ -42,29 +91,131 @@ def free_port(preferred: int = 0, ip: str = "127.0.0.1") -> int:
     raise OSError(f"no free port on {ip}")
 
 
+def ensure_exchange(root: Path = ROOT) -> Path:
+    """The local nbgrader exchange ``autograde/exchange/``, created world-writable like nbgrader's own
+    default exchange (learners' submissions are written into it)."""
+    exchange = Path(root) / EXCHANGE_DIR
+    exchange.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(exchange.stat().st_mode)
+    if mode != 0o777:
+        try:
+            exchange.chmod(0o777)
+        except OSError:
+            pass
+    return exchange
+
+
+def nbgrader_settings(root: Path, role: str, *, exchange: Path | None = None) -> dict:
+    """The nbgrader settings both roles' servers read (``nbgrader_config.json`` of the config folder).
+
+    The Assignment List loads nbgrader config from files only (not from the server's command line),
+    hence a file. ``Exchange.assignment_dir``: where "Fetch" puts a copy - ``work/`` for both roles,
+    so nothing lands among the tracked files of an instructor's checkout; ``Exchange.cache`` (the record
+    of one's submissions) stays inside the course folder too.
+    """
+    root = Path(root).resolve()
+    return {
+        "CourseDirectory": {"course_id": course_id(root), "root": str(root / "autograde")},
+        "Exchange": {"root": str(Path(exchange or root / EXCHANGE_DIR).resolve()),
+                     "assignment_dir": str(root / WORK_DIR),
+                     # the learner's copies of what was submitted (nbgrader's default is in ~/.local/share)
+                     "cache": str(root / STATE_DIR / "nbgrader_cache")},
+    }
+
+
+def write_config_dir(root: Path, role: str, *, exchange: Path | None = None) -> Path:
+    """Generate ``.cache/lab/<role>/`` (a Jupyter config folder for this server only) and return it."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    folder = Path(root).resolve() / STATE_DIR / role
+    (folder / "labconfig").mkdir(parents=True, exist_ok=True)
+    disabled = {name: True for name in INSTRUCTOR_ONLY_LAB_PLUGINS} if role == "learner" else {}
+    files = {
+        folder / "labconfig" / "page_config.json": {"disabledExtensions": disabled},
+        folder / "nbgrader_config.json": nbgrader_settings(root, role, exchange=exchange),
+    }
+    for path, data in files.items():
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    return folder
+
+
+def server_extensions(role: str) -> dict[str, bool]:
+    """nbgrader server extensions switched on / off for ``role``."""
+    off = INSTRUCTOR_ONLY_SERVER_EXTENSIONS if role == "learner" else ()
+    return {name: name not in off for name in NBGRADER_SERVER_EXTENSIONS}
+
+
 def lab_command(root: Path, port: int, token: str, *, ip: str = "127.0.0.1", open_browser: bool = False,
-                python: str | None = None) -> list[str]:
-    """The ``jupyter lab`` call serving ``root`` on ``ip:port`` with ``token`` and nbgrader enabled."""
+                python: str | None = None, role: str = "instructor", serve: Path | None = None) -> list[str]:
+    """The ``jupyter lab`` call serving ``serve`` (default ``root``) on ``ip:port`` for ``role``."""
     return [
         python or sys.executable, "-m", "jupyterlab",
-        f"--ServerApp.root_dir={root}",
+        f"--ServerApp.root_dir={serve or root}",
         f"--ServerApp.ip={ip}",
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         f"--ServerApp.open_browser={open_browser}",
         f"--IdentityProvider.token={token}",
         f"--CourseDirectory.root={root / 'autograde'}",
-        *(f"--ServerApp.jpserver_extensions={name}=True" for name in NBGRADER_SERVER_EXTENSIONS),
+        *(f"--ServerApp.jpserver_extensions={name}={on}" for name, on in server_extensions(role).items()),
         *(["--ServerApp.allow_root=True"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
     ]
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: deliver SIGTERM to the server when the process that started it dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process below ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 class LabServer:
-    """A JupyterLab server on the course; a context manager that always stops what it started."""
+    """A JupyterLab server on the course for ``role``; a context manager that always stops what it started
+    (the server and every kernel it started)."""
 
     def __init__(self, root: Path = ROOT, *, port: int = 0, ip: str = "127.0.0.1", open_browser: bool = False,
-                 token: str | None = None, log=None, env: dict | None = None):
+                 token: str | None = None, log=None, env: dict | None = None, role: str = "instructor",
+                 serve: Path | None = None):
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
         self.root = Path(root).resolve()
+        self.role = role
+        self.serve = Path(serve).resolve() if serve else self.root
         self.ip = ip
         self.port = free_port(port, ip)
         self.token = token or os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(16)
@@ -81,12 +232,19 @@ class LabServer:
         return f"{self.base_url}/{path.lstrip('/')}?token={self.token}"
 
     def start(self, timeout: float = 120.0) -> "LabServer":
-        command = lab_command(self.root, self.port, self.token, ip=self.ip, open_browser=self.open_browser)
+        config = write_config_dir(self.root, self.role)
+        if (self.root / "autograde").is_dir():
+            ensure_exchange(self.root)
+        (self.root / WORK_DIR).mkdir(exist_ok=True)
+        command = lab_command(self.root, self.port, self.token, ip=self.ip, open_browser=self.open_browser,
+                              role=self.role, serve=self.serve)
         env = dict(os.environ if self.env is None else self.env)
+        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (str(config), env.get("JUPYTER_CONFIG_PATH")) if p)
         # cwd = the nbgrader course folder: the formgrader reads ./nbgrader_config.py from the server's cwd.
         cwd = self.root / "autograde" if (self.root / "autograde").is_dir() else self.root
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=self.log,
-                                        start_new_session=True)
+                                        start_new_session=True,
+                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -105,18 +263,27 @@ class LabServer:
             return False
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Stop the server (SIGTERM: Jupyter shuts its kernels down cleanly; SIGKILL if it hangs)."""
+        """Stop the server: SIGTERM (Jupyter shuts its kernels down), SIGKILL if it hangs; then any kernel
+        still alive (kernels run in their own sessions, out of the server's process group) is killed."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=timeout)
-        except ProcessLookupError:
-            pass
+        below = descendants(process.pid)
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=timeout)
+            except ProcessLookupError:
+                pass
+        for pid in below:
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def __enter__(self) -> "LabServer":
         return self.start()
@@ -125,8 +292,106 @@ class LabServer:
         self.stop()
 
 
+# ----------------------------------------------------------------------------- state of a running server
+ENV_STATE_DIR = "GRPO_LAB_STATE_DIR"  # where the running server's {pid, url} is recorded (tests use their own)
+
+
+def state_file(root: Path, role: str) -> Path:
+    folder = os.environ.get(ENV_STATE_DIR) or Path(root).resolve() / STATE_DIR
+    return Path(folder) / f"{role}-server.json"
+
+
+def running_server(root: Path = ROOT, role: str | None = None) -> dict | None:
+    """The server this tool started on the course earlier and that still answers (``{pid, url, role}``)."""
+    for name in ((role,) if role else ROLES):
+        path = state_file(root, name)
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not alive(int(state.get("pid", 0) or 0)):
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            with urllib.request.urlopen(state["status_url"], timeout=2) as reply:
+                if reply.status == 200:
+                    return state
+        except (urllib.error.URLError, OSError, KeyError):
+            continue
+    return None
+
+
+def other_course_servers(root: Path = ROOT) -> list[dict]:
+    """Jupyter servers (started any way, e.g. a plain ``jupyter lab``) whose folder is the course or inside it,
+    from Jupyter's runtime files: ``[{pid, url, root_dir}]``."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return []
+    root = Path(root).resolve()
+    found = []
+    try:
+        for info in list_running_servers():
+            folder = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
+            if folder == root or root in folder.parents:
+                token = f"?token={info['token']}" if info.get("token") else ""
+                found.append({"pid": info.get("pid"), "url": f"{info['url'].rstrip('/')}/lab{token}",
+                              "root_dir": str(folder)})
+    except Exception:  # unreadable runtime files: nothing to report
+        return []
+    return found
+
+
+def _write_state(root: Path, server: LabServer, landing: str) -> Path:
+    path = state_file(root, server.role)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"pid": server.process.pid, "role": server.role, "url": server.url(landing),
+                               "status_url": f"{server.base_url}/api/status?token={server.token}"}, indent=2),
+                   encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# ----------------------------------------------------------------------------- roles
+def prepare_instructor(root: Path = ROOT, build_missing: bool = True) -> list[str]:
+    """Make sure the formgrader has something to show: nbgrader source, release and gradebook.
+
+    Builds what is missing (``tools.chain.notebooks.build`` + ``nbgrader generate_assignment``, which
+    also fills the gradebook; ``notebooks/`` is not touched). Returns the assignments it generated;
+    raises ``SystemExit`` with the command to run when ``build_missing`` is False and something is missing.
+    """
+    root = Path(root).resolve()
+    course = root / "autograde"
+    names = sorted(p.stem for p in (root / "solutions").glob("*.py") if not p.name.startswith("_"))
+    missing = [name for name in names
+               if not (course / "release" / name / f"{name}.ipynb").is_file()
+               or not (course / "source" / name / f"{name}.ipynb").is_file()]
+    if not (course / "gradebook.db").is_file():
+        missing = names
+    if not missing:
+        return []
+    if not build_missing:
+        raise SystemExit("formgrader 还没有作业：请先运行 `make release`（生成 autograde/source、release 与 gradebook.db）。")
+    import tools.chain.notebooks as chain
+
+    print(f"formgrader 需要的 nbgrader 源文件 / 发布版 / gradebook 缺失，正在生成（{len(missing)} 个作业）...",
+          flush=True)
+    chain.build(missing, course=course)
+    for name in missing:
+        chain._generate_assignment(course, name)
+        print(f"  {name}: ok", flush=True)
+    return missing
+
+
+class _Stop(Exception):
+    """Raised in the main thread by the SIGTERM / SIGHUP handler."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--role", choices=ROLES, default="learner",
+                        help="learner (make lab, default) or instructor (make lab-instructor)")
     parser.add_argument("--port", type=int, default=8888, help="preferred port (a free one is used if busy)")
     parser.add_argument("--ip", default="127.0.0.1", help="address to listen on (0.0.0.0 inside a container)")
     parser.add_argument("--no-browser", action="store_true", help="do not open a browser")
@@ -135,26 +400,81 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"缺少 {', '.join(missing)}：请先运行 `make setup`（安装 environments/instructor.txt）。", file=sys.stderr)
         return 2
-    server = LabServer(ROOT, port=args.port, ip=args.ip, open_browser=not args.no_browser)
+
+    existing = running_server(ROOT, args.role)
+    if existing:
+        print(f"本课程的 JupyterLab（{args.role}）已经在运行（进程 {existing['pid']}），请直接打开：\n"
+              f"    {existing['url']}\n如需重启，先停止它：kill {existing['pid']}", flush=True)
+        return 0
+    other = running_server(ROOT, "instructor" if args.role == "learner" else "learner")
+    if other:
+        print(f"提示：本课程的另一个 JupyterLab（{other['role']}，进程 {other['pid']}）也在运行：{other['url']}",
+              flush=True)
+    for foreign in other_course_servers(ROOT):
+        if not other or foreign["pid"] != other["pid"]:
+            print(f"提示：已有一个 Jupyter 服务器在本课程目录（{foreign['root_dir']}）上运行（进程 {foreign['pid']}）："
+                  f"{foreign['url']}", flush=True)
+    port = args.port
+    if port_in_use(port, args.ip):
+        print(f"端口 {port} 已被{'上面那个服务器' if other and f':{port}/' in other['url'] else '其他程序'}占用，"
+              "改用一个空闲端口（地址见下方）。", flush=True)
+        port = 0
+
+    if args.role == "learner":
+        from tools.cli import workspace
+
+        workspace.sync(ROOT)
+        workspace.notice(ROOT)
+        serve, landing = ROOT / WORK_DIR, "lab/tree"
+    else:
+        try:
+            prepare_instructor(ROOT)
+        except Exception as error:  # e.g. nbgrader failed: say what to run instead of a traceback
+            print(f"生成 formgrader 所需文件失败：{error}\n请先运行 `make release`，再运行 `make lab-instructor`。",
+                  file=sys.stderr)
+            return 1
+        serve, landing = ROOT, "formgrader"
+
+    server = LabServer(ROOT, port=port, ip=args.ip, open_browser=not args.no_browser, role=args.role, serve=serve)
+
+    def stop_signal(signum, frame):
+        raise _Stop(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    state = None
     try:
-        server.start()
-    except (RuntimeError, TimeoutError) as error:
-        print(f"JupyterLab 启动失败：{error}", file=sys.stderr)
-        return 1
-    first = ROOT / "notebooks"
-    landing = "lab/tree/notebooks" if first.is_dir() else "lab"
-    print("\n" + "=" * 72)
-    print(f"JupyterLab 已启动（课程目录 {ROOT}）：")
-    print(f"    {server.url(landing)}")
-    print(f"nbgrader 评分界面（formgrader）：{server.url('formgrader')}")
-    print("按 Ctrl-C 停止。")
-    print("=" * 72 + "\n", flush=True)
-    try:
+        try:
+            server.start()
+        except (RuntimeError, TimeoutError) as error:
+            print(f"JupyterLab 启动失败：{error}", file=sys.stderr)
+            return 1
+        state = _write_state(ROOT, server, landing)
+        print("\n" + "=" * 72)
+        if args.role == "learner":
+            print(f"JupyterLab（学员）已启动，打开的是你的工作副本 {ROOT / WORK_DIR}：")
+            print(f"    {server.url(landing)}")
+            print("作业列表（Assignment List）在菜单 Nbgrader 中；notebooks/ 里的发布版不会被改动。")
+        else:
+            print(f"JupyterLab（教师）已启动，课程目录 {ROOT}：")
+            print(f"    {server.url('lab')}")
+            print(f"nbgrader 评分界面（formgrader）：{server.url('formgrader')}")
+            print(f"本机交换目录（exchange）：{ROOT / EXCHANGE_DIR}")
+        print("按 Ctrl-C 停止。")
+        print("=" * 72 + "\n", flush=True)
         server.process.wait()
+        print("JupyterLab 已退出。", file=sys.stderr)
     except KeyboardInterrupt:
-        print("\n正在停止 JupyterLab ...")
+        print("\n正在停止 JupyterLab ...", flush=True)
+    except _Stop as stop:
+        print(f"\n收到 {stop}，正在停止 JupyterLab 及其内核 ...", flush=True)
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN)  # a second signal must not interrupt the clean-up
         server.stop()
+        if state is not None:
+            state.unlink(missing_ok=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0
 
 
