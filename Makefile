@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
-        bench tiny-model qwen-shaped-checkpoint preflight clean
+        online bench tiny-model qwen-shaped-checkpoint preflight clean
 
 help: ## list the targets
 	@echo "GRPO in practice (组相对策略优化实战) - make targets:"
@@ -65,6 +65,9 @@ grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and
 
 experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
 	@$(PY) -m tools.cli.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)
+
+online: $(VENV)/.setup-stamp ## lesson 7's online GRPO run -> benchmarks/results/online/online-grpo_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ...")
+	@$(PY) -m tools.cli.online --label $(RUN_LABEL) $(ONLINE_ARGS)
 
 bench: $(VENV)/.setup-stamp ## run the benchmarks, write benchmarks/results/latest.json
 	@$(PY) benchmarks/run.py
