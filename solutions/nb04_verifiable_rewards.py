@@ -76,6 +76,10 @@ torch.manual_seed(0)
 # ### TODO 1：实现 `verify_integer_response`
 
 # %% nbgrader={"solution": true, "grade_id": "verify_integer_response"}
+#@save
+import math
+import re
+
 VERIFIER_ID = "integer-answer-v1"
 INTEGER_PATTERN = re.compile(r"-?\d+")
 

@@ -51,7 +51,7 @@ def grpo_config(config=None, **overrides):
         top_p=config.top_p, top_k=0, max_completion_length=config.max_new_tokens, learning_rate=config.learning_rate,
         lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=config.max_grad_norm, weight_decay=0.01,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, seed=config.seed, use_vllm=False,
-        scale_rewards="group", log_completions=False, shuffle_dataset=True,
+        scale_rewards="group", log_completions=False, shuffle_dataset=True, bf16=False, fp16=False,  # TRL defaults to bf16 autocast
     )
     base.update(overrides)
     return GRPOConfig(**base)
@@ -86,6 +86,9 @@ def make_trainer(model, tokenizer, problems, args):
 SETTINGS = [
     {"loss_type": "grpo", "beta": 0.0}, {"loss_type": "bnpo", "beta": 0.0}, {"loss_type": "dr_grpo", "beta": 0.0},
     {"loss_type": "dapo", "beta": 0.0}, {"loss_type": "grpo", "beta": 0.04}, {"loss_type": "dapo", "beta": 0.04},
+    # off-policy: old log-probs shifted by a fixed perturbation, so ratios leave the clip range (as in epoch 2+ of mu)
+    {"loss_type": "grpo", "beta": 0.0, "off_policy": True}, {"loss_type": "dapo", "beta": 0.04, "off_policy": True,
+                                                             "epsilon_high": 0.28},
 ]
 
 
@@ -111,12 +114,17 @@ def step0_agreement(sample_group, grpo_step, model, tokenizer, problems, setting
     rewards = torch.tensor(strict_rewards(rollout["completions"], answers), dtype=torch.float32)
     rewards = rewards + torch.linspace(0.0, 0.35, rewards.numel())  # no degenerate group, deterministic
     advantages = compute_group_advantages(rewards, rollout["group_ids"].cpu())  # [N]
+    shift = 0.4 * torch.randn(rollout["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(seed))
+    off_policy_old = (rollout["old_per_token_logps"] + shift).masked_fill(~rollout["completion_mask"], 0.0)  # [N, C]
     rows = []
     for setting in settings:
+        setting = dict(setting)
+        off_policy = setting.pop("off_policy", False)
         config = OnlineConfig(num_generations=num_generations, prompts_per_step=prompts, temperature=temperature,
                               max_new_tokens=max_new_tokens, **setting)
+        batch_rollout = dict(rollout, old_per_token_logps=off_policy_old) if off_policy else rollout
         ours_model = copy.deepcopy(model)
-        ours = grpo_step(ours_model, torch.optim.SGD(ours_model.parameters(), lr=0.0), rollout, advantages,
+        ours = grpo_step(ours_model, torch.optim.SGD(ours_model.parameters(), lr=0.0), batch_rollout, advantages,
                          num_iterations=1, epsilon=config.epsilon, epsilon_high=config.epsilon_high, beta=config.beta,
                          loss_type=config.loss_type, temperature=temperature, max_completion_length=max_new_tokens)
         trl_model = copy.deepcopy(model)
@@ -124,22 +132,27 @@ def step0_agreement(sample_group, grpo_step, model, tokenizer, problems, setting
         inputs = {
             "prompt_ids": rollout["prompt_ids"], "prompt_mask": rollout["prompt_mask"].long(),
             "completion_ids": rollout["completion_ids"], "completion_mask": rollout["completion_mask"].long(),
-            "advantages": advantages, "old_per_token_logps": rollout["old_per_token_logps"],
+            "advantages": advantages, "old_per_token_logps": batch_rollout["old_per_token_logps"],
             "ref_per_token_logps": rollout["ref_per_token_logps"],
             "num_items_in_batch": rollout["completion_mask"].sum().float(),
         }
-        trl_model.train()
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1  # set by Trainer.training_step during train(); one step here
         with torch.no_grad():
             trl_loss = float(trainer._compute_loss(trl_model, inputs))
-        rows.append({"loss_type": config.loss_type, "beta": config.beta, "course_loss": ours["losses"][0],
+        rows.append({"loss_type": config.loss_type, "beta": config.beta, "epsilon_high": config.epsilon_high,
+                     "off_policy": off_policy, "clip_ratio_high": ours["clip_ratio_high"],
+                     "clip_ratio_low": ours["clip_ratio_low"], "course_loss": ours["losses"][0],
                      "trl_loss": trl_loss, "abs_diff": abs(ours["losses"][0] - trl_loss)})
     return rows
 
 
 def agreement_table(rows) -> str:
-    return ("| loss_type | beta | 本课 grpo_step 第 0 轮 | TRL `_compute_loss` | 差 |\n| --- | --- | --- | --- | --- |\n"
-            + "\n".join(f"| {r['loss_type']} | {r['beta']} | {r['course_loss']:.8f} | {r['trl_loss']:.8f} | "
-                        f"{r['abs_diff']:.2e} |" for r in rows))
+    return ("| loss_type | beta | ε_high | 旧对数概率 | 裁剪比例 low / high | 本课 grpo_step 第 0 轮 | TRL `_compute_loss` | 差 |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+            + "\n".join(f"| {r['loss_type']} | {r['beta']} | {r['epsilon_high']} | {'扰动（离策略）' if r['off_policy'] else '采样时'} | "
+                        f"{r['clip_ratio_low']:.3f} / {r['clip_ratio_high']:.3f} | {r['course_loss']:.8f} | "
+                        f"{r['trl_loss']:.8f} | {r['abs_diff']:.2e} |" for r in rows))
 
 
 def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
@@ -209,7 +222,7 @@ def check_accelerate_configs(folder) -> list[dict]:
 
 def vllm_grpo_config(mode: str = "colocate"):
     """The GRPOConfig one would use with vLLM generation (constructed only; nothing is launched here)."""
-    return grpo_config(None, use_vllm=True, vllm_mode=mode, bf16=False, max_steps=1)
+    return grpo_config(None, use_vllm=True, vllm_mode=mode, max_steps=1)
 
 
 def describe_vllm_config() -> str:
