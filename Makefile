@@ -55,13 +55,13 @@ lab: $(VENV)/.setup-stamp ## start JupyterLab on the course (with the nbgrader e
 	@$(PY) -m tools.cli.lab
 
 autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel
-	@$(PY) autograde/pipeline.py autograde
+	@$(PY) -m autograde.pipeline autograde
 
 feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feedback/
-	@$(PY) autograde/pipeline.py feedback
+	@$(PY) -m autograde.pipeline feedback
 
 grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and print the table
-	@$(PY) autograde/pipeline.py grades
+	@$(PY) -m autograde.pipeline grades
 
 experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
 	@$(PY) -m tools.cli.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)

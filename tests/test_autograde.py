@@ -1,7 +1,7 @@
 """The instructor pipeline (issue 5): the bundled sample class graded by real nbgrader in a throwaway course.
 
 The slow test releases notebooks 1-2 into a temporary nbgrader course, grades the sample class with
-`autograde/pipeline.py autograde --sample` (sandboxed kernels, one worker per core), and checks the
+`python -m autograde.pipeline autograde --sample` (sandboxed kernels, one worker per core), and checks the
 gradebook against `autograde/sample_class/expected.json` (written by hand), then grades again (unchanged
 submissions are kept; a forced regrade of some learners rewrites the same rows with the same scores),
 generates the feedback and exports the grades.
@@ -24,12 +24,10 @@ from nbformat.notebooknode import NotebookNode
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRADE = ROOT / "autograde"
-PIPELINE = AUTOGRADE / "pipeline.py"
-sys.path.insert(0, str(AUTOGRADE))
 
-from grader import sample as sample_class  # noqa: E402
-from grader.preprocessors import HideHiddenTests, SafeExecute  # noqa: E402
-from grader.run import check_notebook_file, compare_with_release, pick_files, summarise  # noqa: E402
+from autograde.grpo_grader import sample as sample_class
+from autograde.grpo_grader.preprocessors import HideHiddenTests, SafeExecute
+from autograde.grpo_grader.run import check_notebook_file, compare_with_release, pick_files, summarise
 
 ASSIGNMENTS = ["nb01_group_advantages", "nb02_grpo_objective"]
 
@@ -42,7 +40,7 @@ def _env() -> dict[str, str]:
 
 
 def _pipeline(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, str(PIPELINE), *args], cwd=ROOT, env=_env(), text=True,
+    done = subprocess.run([sys.executable, "-m", "autograde.pipeline", *args], cwd=ROOT, env=_env(), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     print(done.stdout[-6000:])
     return done
@@ -50,7 +48,7 @@ def _pipeline(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 
 # ----------------------------------------------------------------------------- fast checks
 def test_sample_class_is_up_to_date_and_complete():
-    assert sample_class.check() == [], "run `python autograde/pipeline.py sample --rebuild`"
+    assert sample_class.check() == [], "run `python -m autograde.pipeline sample --rebuild`"
     expected = sample_class.expected()
     cases = sample_class.load_cases()
     assert sorted(expected) == sorted(cases), "expected.json must name exactly the learners of cases/"
