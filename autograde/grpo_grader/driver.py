@@ -174,6 +174,8 @@ def main(job_dir):
                     if weights is not None:
                         weights = decode(weights)
                         target = (target.to(weights.dtype) * weights).sum()
+                    elif target.dim() > 0:
+                        target = target.sum()
                     target.backward()
                     record["grads"] = {str(i): None if args[i].grad is None else encode(args[i].grad)
                                        for i in case["grad"]}

@@ -278,6 +278,16 @@ class Satisfies:
 
 
 @dataclass
+class NoGrad:
+    """For ``Case.grads``: this argument must not receive a gradient (its ``.grad`` stays None)."""
+    what: str = ""
+
+    def check(self, got: Any) -> None:
+        if got is not None:
+            raise Mismatch(f"{self.what or '这个参数'}不应接收梯度（应 detach），实际得到了梯度")
+
+
+@dataclass
 class Raises:
     """The call raises ``exception`` (by name, or a subclass of it)."""
     exception: str = "ValueError"
@@ -417,6 +427,9 @@ def judge(case: Case, record: dict | None, not_run: str) -> tuple[bool, str]:
                 raise Mismatch(f"无法反向传播：{str(record['grad_error'])[:200]}")
             for index, check in case.grads.items():
                 grad = grads.get(str(index))
+                if isinstance(check, NoGrad):
+                    check.check(grad)
+                    continue
                 if grad is None:
                     raise Mismatch(f"第 {index} 个参数没有得到梯度（结果必须能反向传播到输入）")
                 try:
