@@ -79,6 +79,8 @@ def main(job_dir):
                 dtype = dtypes[value["__tensor__"]]
                 flat = torch.tensor(value["data"], dtype=torch.float64 if dtype == torch.bfloat16 else dtype)
                 return flat.to(dtype).reshape(value["shape"])
+            if "__dtype__" in value:
+                return dtypes[value["__dtype__"]]
             if "__tuple__" in value:
                 return tuple(decode(v) for v in value["__tuple__"])
             if "__dict__" in value:
@@ -110,6 +112,16 @@ def main(job_dir):
         if kind in (bool, int, float, str) or value is None:
             return value
         return {"__object__": f"{kind.__module__}.{kind.__qualname__}"[:100]}
+
+    def same(a, b):
+        """Equal values (NaN where NaN), shape and dtype: the argument was not written into."""
+        a = a.detach()
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point():
+            holes = torch.isnan(b)
+            return torch.equal(torch.isnan(a), holes) and torch.equal(a.masked_fill(holes, 0), b.masked_fill(holes, 0))
+        return torch.equal(a, b)
 
     def error_record(error):
         return {"type": type(error).__name__, "mro": [c.__name__ for c in type(error).__mro__],
@@ -181,8 +193,7 @@ def main(job_dir):
                                        for i in case["grad"]}
                 except BaseException as error:
                     record["grad_error"] = f"{type(error).__name__}: {str(error)[:200]}"
-            record["mutated"] = [i for i, b in before.items()
-                                 if type(args[i]) is tensor_type and not torch.equal(args[i].detach(), b)]
+            record["mutated"] = [i for i, b in before.items() if type(args[i]) is tensor_type and not same(args[i], b)]
         except BaseException as error:  # the function's value could not even be read
             record = {"case": case["id"], "status": "raised", **error_record(error)}
         finally:

@@ -10,7 +10,7 @@ The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
 
 - a tensor is ``{"__tensor__": "<dtype>", "shape": [...], "data": [flat list]}`` (dtypes: bool, uint8,
   int8/16/32/64, float16/bfloat16/float32/float64), a tuple ``{"__tuple__": [...]}``, a dict with string keys
-  ``{"__dict__": [[key, value], ...]}``; numbers, strings, booleans, None and lists are themselves;
+  ``{"__dict__": [[key, value], ...]}``, a torch dtype (an argument only) ``{"__dtype__": "float32"}``; numbers, strings, booleans, None and lists are themselves;
   anything else the learner returns arrives as ``{"__object__": "<type name>"}`` and fails every check;
 - a case sent to the driver: ``{"id", "call", "args", "kwargs", "grad": [arg indices], "backward": {"output":
   index or null, "weights": tensor or null}}``;
@@ -85,6 +85,8 @@ def encode(value: Any) -> Any:
         return {"__tensor__": DTYPE_NAMES[value.dtype], "shape": list(value.shape),
                 "data": value.reshape(-1).tolist() if value.dtype != torch.bfloat16
                 else value.float().reshape(-1).tolist()}
+    if isinstance(value, torch.dtype):
+        return {"__dtype__": DTYPE_NAMES[value]}
     if isinstance(value, tuple):
         return {"__tuple__": [encode(v) for v in value]}
     if isinstance(value, list):
