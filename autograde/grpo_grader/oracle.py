@@ -337,6 +337,11 @@ class Oracle:
         """{test-cell grade_id: answer-cell grade_id it grades} (the answer cell gets the comments)."""
         return dict(self.module.TESTS)
 
+    @property
+    def prelude(self) -> str:
+        """Code the driver runs before the notebook's cells (imports that skipped setup cells would provide)."""
+        return getattr(self.module, "PRELUDE", "")
+
     def skip_setup(self, source: str) -> bool:
         return any(marker in source for marker in getattr(self.module, "SKIP_SETUP", ()))
 

@@ -19,7 +19,7 @@ def job_cells(release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode, or
     """The code cells the driver runs, in release order: the release's setup cells (never the learner's
     edits of them), the learner's answer cells in place of the stubs; test cells are left out."""
     answers = answer_sources(rebuilt)
-    cells = []
+    cells = [{"id": "prelude", "source": oracle.prelude, "answer": False}] if oracle.prelude else []
     for index, cell in enumerate(release.cells):
         if cell.cell_type != "code":
             continue
