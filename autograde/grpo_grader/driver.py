@@ -111,6 +111,10 @@ def main(job_dir):
             return {"__dict__": [[k, encode(v, depth + 1)] for k, v in value.items()]}
         if kind in (bool, int, float, str) or value is None:
             return value
+        if kind in (set, frozenset):
+            items = list(value)
+            if all(type(v) in (int, float, str) for v in items):
+                return {"__set__": sorted(items, key=repr)}
         return {"__object__": f"{kind.__module__}.{kind.__qualname__}"[:100]}
 
     def same(a, b):
@@ -158,7 +162,18 @@ def main(job_dir):
         emit(record)
 
     namespace = shell.user_ns
+    missing = object()
     for case in job["cases"]:
+        if case.get("read"):  # a variable the answer cell sets
+            value = namespace.get(case["call"], missing)
+            if value is missing:
+                emit({"case": case["id"], "status": "missing", "message": "; ".join(cell_errors.values())[:300]})
+            else:
+                try:
+                    emit({"case": case["id"], "status": "returned", "value": encode(value)})
+                except BaseException as error:
+                    emit({"case": case["id"], "status": "raised", **error_record(error)})
+            continue
         function = namespace.get(case["call"])
         if not callable(function):
             emit({"case": case["id"], "status": "missing",

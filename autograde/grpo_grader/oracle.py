@@ -134,6 +134,12 @@ def decode(value: Any, depth: int = 0) -> Any:
                                                       for p in items):
                 raise Malformed("dict 数据格式不对")
             return {k: decode(v, depth + 1) for k, v in items}
+        if "__set__" in value:
+            items = value["__set__"]
+            if not isinstance(items, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                                      for v in items):
+                raise Malformed("set 数据格式不对（只支持数和字符串）")
+            return set(items)
         if "__object__" in value:
             return Foreign(str(value["__object__"])[:100])
         raise Malformed("未知的数据格式（unknown record）")
@@ -176,6 +182,7 @@ class Close:
     rtol: float = 0.0
     dtype: torch.dtype | None = None
     what: str = ""
+    where: torch.Tensor | None = None   # compare only where this bool mask is true (same shape)
 
     def check(self, got: Any) -> None:
         want_dtype = self.dtype or self.expected.dtype
@@ -194,6 +201,9 @@ class Close:
             return
         g = got.detach().to(torch.float64).reshape(-1)
         e = self.expected.detach().to(torch.float64).reshape(-1)
+        if self.where is not None:
+            keep = self.where.reshape(-1).bool()
+            g, e = g[keep], e[keep]
         nan_g, nan_e = torch.isnan(g), torch.isnan(e)
         ok = (nan_g == nan_e) & (nan_e | ((g - e).abs() <= self.atol + self.rtol * e.abs()) | (g == e))
         if not bool(ok.all()):
@@ -315,11 +325,12 @@ class Case:
     backward_output: int | None = None
     backward_weights: torch.Tensor | None = None
     inputs_unchanged: bool = True
+    read: bool = False          # ``call`` names a variable the answer cell sets: its value is the result
     id: str = ""
 
     def wire(self) -> dict:
         """What the driver receives: inputs only, never the expectations."""
-        return {"id": self.id, "call": self.call, "args": [encode(a) for a in self.args],
+        return {"id": self.id, "call": self.call, "read": self.read, "args": [encode(a) for a in self.args],
                 "kwargs": {k: encode(v) for k, v in self.kwargs.items()}, "grad": sorted(self.grads),
                 "backward": {"output": self.backward_output,
                              "weights": None if self.backward_weights is None else encode(self.backward_weights)}
@@ -342,8 +353,9 @@ class Oracle:
         """Code the driver runs before the notebook's cells (imports that skipped setup cells would provide)."""
         return getattr(self.module, "PRELUDE", "")
 
-    def skip_setup(self, source: str) -> bool:
-        return any(marker in source for marker in getattr(self.module, "SKIP_SETUP", ()))
+    def skip_setup(self, source: str, grade_id: str | None = None) -> bool:
+        """Whether the driver leaves out this setup cell: SKIP_SETUP names a substring of it or its grade_id."""
+        return any(marker in source or marker == grade_id for marker in getattr(self.module, "SKIP_SETUP", ()))
 
     def cases(self, seed: str, flags: dict | None = None) -> list[Case]:
         flags = {**getattr(self.module, "FLAGS", {}), **(flags or {})}
