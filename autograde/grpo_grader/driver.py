@@ -135,6 +135,7 @@ def main(job_dir):
     real_stdout, real_stderr = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = sink
     signal.signal(signal.SIGALRM, _alarm)
+
     class Shell(InteractiveShell):  # no GUI: `%matplotlib inline` and friends become no-ops
         def enable_gui(self, gui=None):
             return None
@@ -143,7 +144,82 @@ def main(job_dir):
             return "agg", "agg"
 
     shell = Shell.instance()
+    namespace = shell.user_ns
     cell_errors = {}
+    hanging = set()   # functions that ran past the case time limit: their later cases are not run
+    missing = object()
+    case_timeout = int(job.get("case_timeout", 15))
+
+    def run_case(case):
+        name = case["call"]
+        if case.get("read"):  # a variable the answer cell sets
+            value = namespace.get(name, missing)
+            if value is missing:
+                return {"case": case["id"], "status": "missing", "message": "; ".join(cell_errors.values())[:300]}
+            return {"case": case["id"], "status": "returned", "value": encode(value)}
+        function = namespace.get(name)
+        if not callable(function):
+            return {"case": case["id"], "status": "missing",
+                    "message": "; ".join(cell_errors.values())[:300] or "not defined"}
+        if name in hanging:
+            return {"case": case["id"], "status": "raised", "type": "CellTimeout", "mro": ["CellTimeout"],
+                    "message": "此前的用例已超时，未再运行（an earlier case timed out）"}
+        signal.alarm(case_timeout)
+        try:
+            args = [decode(a) for a in case["args"]]
+            kwargs = {k: decode(v) for k, v in case["kwargs"].items()}
+            for index in case.get("grad") or []:
+                args[index] = args[index].detach().clone().requires_grad_(True)
+            before = {i: a.detach().clone() for i, a in enumerate(args) if type(a) is tensor_type}
+            try:
+                value = function(*args, **kwargs)
+            except CellTimeout as error:
+                hanging.add(name)
+                return {"case": case["id"], "status": "raised", **error_record(error)}
+            except BaseException as error:
+                return {"case": case["id"], "status": "raised", **error_record(error)}
+            record = {"case": case["id"], "status": "returned", "value": encode(value)}
+            backward = case.get("backward")
+            if backward:
+                try:
+                    target = value if backward.get("output") is None else value[backward["output"]]
+                    weights = backward.get("weights")
+                    if weights is not None:
+                        weights = decode(weights)
+                        target = (target.to(weights.dtype) * weights).sum()
+                    elif target.dim() > 0:
+                        target = target.sum()
+                    target.backward()
+                    record["grads"] = {str(i): None if args[i].grad is None else encode(args[i].grad)
+                                       for i in case["grad"]}
+                except CellTimeout:
+                    hanging.add(name)
+                    record["grad_error"] = "CellTimeout: 运行超时（timeout）"
+                except BaseException as error:
+                    record["grad_error"] = f"{type(error).__name__}: {str(error)[:200]}"
+            record["mutated"] = [i for i, b in before.items() if type(args[i]) is tensor_type and not same(args[i], b)]
+            return record
+        except BaseException as error:  # the function's value could not even be read
+            if isinstance(error, CellTimeout):
+                hanging.add(name)
+            return {"case": case["id"], "status": "raised", **error_record(error)}
+        finally:
+            signal.alarm(0)
+            sys.stdout = sys.stderr = sink
+
+    cell_ids = {cell["id"] for cell in job["cells"]}
+    pending = {}
+    for case in job["cases"]:  # each case runs right after its answer cell, as a test cell would
+        after = case.get("after") if case.get("after") in cell_ids else None
+        pending.setdefault(after, []).append(case)
+
+    def run_pending(key):
+        for case in pending.pop(key, []):
+            try:
+                emit(run_case(case))
+            except BaseException as error:  # even encoding failed
+                emit({"case": case["id"], "status": "raised", **error_record(error)})
+
     for cell in job["cells"]:
         started = time.monotonic()
         signal.alarm(int(job.get("cell_timeout", 60)))
@@ -160,61 +236,8 @@ def main(job_dir):
             record.update(error_record(error))
             cell_errors[cell["id"]] = f"{type(error).__name__}: {str(error)[:200]}"
         emit(record)
-
-    namespace = shell.user_ns
-    missing = object()
-    for case in job["cases"]:
-        if case.get("read"):  # a variable the answer cell sets
-            value = namespace.get(case["call"], missing)
-            if value is missing:
-                emit({"case": case["id"], "status": "missing", "message": "; ".join(cell_errors.values())[:300]})
-            else:
-                try:
-                    emit({"case": case["id"], "status": "returned", "value": encode(value)})
-                except BaseException as error:
-                    emit({"case": case["id"], "status": "raised", **error_record(error)})
-            continue
-        function = namespace.get(case["call"])
-        if not callable(function):
-            emit({"case": case["id"], "status": "missing",
-                  "message": "; ".join(cell_errors.values())[:300] or "not defined"})
-            continue
-        signal.alarm(int(job.get("case_timeout", 30)))
-        try:
-            args = [decode(a) for a in case["args"]]
-            kwargs = {k: decode(v) for k, v in case["kwargs"].items()}
-            for index in case.get("grad") or []:
-                args[index] = args[index].detach().clone().requires_grad_(True)
-            before = {i: a.detach().clone() for i, a in enumerate(args) if type(a) is tensor_type}
-            try:
-                value = function(*args, **kwargs)
-            except BaseException as error:
-                signal.alarm(0)
-                emit({"case": case["id"], "status": "raised", **error_record(error)})
-                continue
-            record = {"case": case["id"], "status": "returned", "value": encode(value)}
-            backward = case.get("backward")
-            if backward:
-                try:
-                    target = value if backward.get("output") is None else value[backward["output"]]
-                    weights = backward.get("weights")
-                    if weights is not None:
-                        weights = decode(weights)
-                        target = (target.to(weights.dtype) * weights).sum()
-                    elif target.dim() > 0:
-                        target = target.sum()
-                    target.backward()
-                    record["grads"] = {str(i): None if args[i].grad is None else encode(args[i].grad)
-                                       for i in case["grad"]}
-                except BaseException as error:
-                    record["grad_error"] = f"{type(error).__name__}: {str(error)[:200]}"
-            record["mutated"] = [i for i, b in before.items() if type(args[i]) is tensor_type and not same(args[i], b)]
-        except BaseException as error:  # the function's value could not even be read
-            record = {"case": case["id"], "status": "raised", **error_record(error)}
-        finally:
-            signal.alarm(0)
-            sys.stdout = sys.stderr = sink
-        emit(record)
+        run_pending(cell["id"])
+    run_pending(None)
     sys.stdout, sys.stderr = real_stdout, real_stderr
     emit({"cell": "__done__", "ok": True, "printed": sink.size})
     out.close()

@@ -328,9 +328,11 @@ class Case:
     read: bool = False          # ``call`` names a variable the answer cell sets: its value is the result
     id: str = ""
 
+    after: str | None = None    # the answer cell after which the driver runs this case (set from TESTS)
+
     def wire(self) -> dict:
         """What the driver receives: inputs only, never the expectations."""
-        return {"id": self.id, "call": self.call, "read": self.read, "args": [encode(a) for a in self.args],
+        return {"id": self.id, "call": self.call, "read": self.read, "after": self.after, "args": [encode(a) for a in self.args],
                 "kwargs": {k: encode(v) for k, v in self.kwargs.items()}, "grad": sorted(self.grads),
                 "backward": {"output": self.backward_output,
                              "weights": None if self.backward_weights is None else encode(self.backward_weights)}
@@ -365,6 +367,7 @@ class Oracle:
             raise ValueError(f"oracle {self.assignment}: cases for unknown tests {unknown}")
         for index, case in enumerate(cases):
             case.id = f"{case.test}#{index}"
+            case.after = self.tests[case.test]
         return cases
 
 

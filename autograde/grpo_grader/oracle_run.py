@@ -50,7 +50,7 @@ def run_oracle(slot, oracle: Oracle, cases, release: nbformat.NotebookNode, rebu
     job_dir.mkdir(parents=True)
     shutil.copyfile(DRIVER, job_dir / "driver.py")
     job = {"cells": job_cells(release, rebuilt, oracle), "cases": [c.wire() for c in cases],
-           "cell_timeout": cell_timeout, "case_timeout": max(10, min(cell_timeout, 60))}
+           "cell_timeout": cell_timeout, "case_timeout": min(cell_timeout, 15)}
     (job_dir / "job.json").write_text(json.dumps(job, ensure_ascii=False), encoding="utf-8")
     (job_dir / "results.jsonl").write_text("")
     code, timed_out, seconds, stderr = slot.run_oracle(job_dir, timeout)
