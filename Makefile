@@ -11,7 +11,7 @@ RUN_LABEL ?= default
 export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
+.PHONY: help setup build release check-release demo test lab autograde merge-shards feedback grades experiment \
         bench tiny-model qwen-shaped-checkpoint preflight clean
 
 help: ## list the targets
@@ -54,8 +54,11 @@ demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the s
 lab: $(VENV)/.setup-stamp ## start JupyterLab on the course (with the nbgrader extensions)
 	@$(PY) -m tools.cli.lab
 
-autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel
-	@$(PY) -m autograde.pipeline autograde
+autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel (SHARD=k/N: 1/N of the learners)
+	@$(PY) -m autograde.pipeline autograde $(if $(SHARD),--shard $(SHARD)) $(ARGS)
+
+merge-shards: $(VENV)/.setup-stamp ## merge the results of `make autograde SHARD=k/N` runs into the course gradebook
+	@$(PY) -m autograde.pipeline merge-shards
 
 feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feedback/
 	@$(PY) -m autograde.pipeline feedback

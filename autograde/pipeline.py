@@ -1,6 +1,7 @@
 """The instructor pipeline around nbgrader: parallel sandboxed autograding, feedback, grade export.
 
-    python -m autograde.pipeline autograde [--sample] [--workers N] [--force] [--learner ID ...]
+    python -m autograde.pipeline autograde [--sample] [--workers N] [--force] [--learner ID ...] [--shard k/N]
+    python -m autograde.pipeline merge-shards
     python -m autograde.pipeline feedback
     python -m autograde.pipeline grades
     python -m autograde.pipeline sample --rebuild | --check
@@ -16,6 +17,7 @@ import argparse
 import csv
 import hashlib
 import io
+import json
 import os
 import queue
 import shutil
@@ -25,6 +27,7 @@ import tempfile
 import time
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict
 from pathlib import Path
 
 from autograde.grpo_grader import sample as sample_class
@@ -149,8 +152,8 @@ def _open_sandbox(settings: Settings, base: Path, workers: int):
 
 
 def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slot], template: Path,
-                    staging: Path, statuses: dict[str, int]) -> None:
-    """Grade every learner of ``todo`` on the free slots; merge each one's results as it finishes."""
+                    staging: Path, statuses: dict[str, int], sink) -> None:
+    """Grade every learner of ``todo`` on the free slots; hand each one's results to ``sink`` as it finishes."""
     from tqdm import tqdm
 
     free: queue.Queue[Slot] = queue.Queue()
@@ -175,7 +178,7 @@ def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slo
                     results = future.result()
                 except Exception as error:  # a bug in the pipeline must not stop the class
                     results = _crash_results(learner, work, error, course_info)
-                merge(settings, results)
+                sink(results)
                 for result in results:
                     statuses[result.status] = statuses.get(result.status, 0) + 1
                     mark = "" if result.status == "graded" else f" [{result.status}]"
@@ -228,7 +231,13 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         print(f"[autograde] {len(todo)} learner(s), {total_notebooks} notebook(s), {workers} worker(s), "
               f"cell timeout {settings.cell_timeout} s, notebook limit {settings.notebook_timeout} s, "
               f"memory limit {settings.memory_limit_bytes() / 2**30:.1f} GiB per kernel")
-        _grade_in_slots(settings, course_info, todo, slots, template, base / "staging", statuses)
+        if shard is None:
+            sink = lambda results: merge(settings, results)  # noqa: E731
+        else:
+            shard_dir = shard_folder(settings, shard)
+            print(f"[autograde] shard {shard[0]}/{shard[1]}: results go to {shard_dir} (then `make merge-shards`)")
+            sink = lambda results: save_shard_results(shard_dir, results)  # noqa: E731
+        _grade_in_slots(settings, course_info, todo, slots, template, base / "staging", statuses, sink)
     finally:
         for slot in slots:
             slot.kill_kernels()
@@ -244,6 +253,68 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     summary = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
     print(f"[autograde] done in {seconds:.1f} s: {summary}; {unchanged} unchanged submission(s) kept")
     return 1 if statuses.get("error") else 0
+
+
+# ----------------------------------------------------------------------------- shards
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """"k/N" (1 <= k <= N) -> (k, N); None or "" -> None."""
+    if not text:
+        return None
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"SHARD 应写成 k/N，例如 2/8（got {text!r}）") from None
+    if not 1 <= k <= n:
+        raise SystemExit(f"SHARD 应满足 1 <= k <= N（got {text!r}）")
+    return k, n
+
+
+def shard_folder(settings: Settings, shard: tuple[int, int]) -> Path:
+    return settings.dir("shards") / f"{shard[0]}-of-{shard[1]}"
+
+
+def save_shard_results(folder: Path, results: list[AssignmentResult]) -> None:
+    """A shard's results as plain files: the staged folders and one JSON line per assignment result."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for result in results:
+        if result.staged:
+            target = folder / "staged" / result.learner / result.assignment
+            shutil.rmtree(target, ignore_errors=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(result.staged, target)
+            result.staged = str(target.relative_to(folder))
+        data = asdict(result)
+        lines.append(json.dumps(data, ensure_ascii=False))
+    with open(folder / "results.jsonl", "a", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
+def merge_shards(settings: Settings) -> int:
+    """Merge every shard folder under ``shards/`` into the course gradebook (one writer), then remove it."""
+    root = settings.dir("shards")
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not folders:
+        print(f"[merge-shards] {root} 下没有分片结果（no shard results; run `make autograde SHARD=k/N` first）")
+        return 0
+    merged = 0
+    for folder in folders:
+        by_learner: dict[str, list[AssignmentResult]] = {}
+        path = folder / "results.jsonl"
+        for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+            data = json.loads(line)
+            notebooks = [NotebookResult(**n) for n in data.pop("notebooks")]
+            result = AssignmentResult(**data, notebooks=notebooks)
+            if result.staged:
+                result.staged = str(folder / result.staged)
+            by_learner.setdefault(result.learner, []).append(result)
+        for learner in sorted(by_learner):
+            merge(settings, by_learner[learner])
+            merged += len(by_learner[learner])
+        shutil.rmtree(folder)
+        print(f"[merge-shards] merged {folder.name}")
+    print(f"[merge-shards] {merged} assignment result(s) from {len(folders)} shard(s) -> {settings.db_path}")
+    return 0
 
 
 # ----------------------------------------------------------------------------- feedback
@@ -315,7 +386,8 @@ def grades(settings: Settings) -> int:
 # ----------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["autograde", "feedback", "grades", "sample", "probe"])
+    parser.add_argument("command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe"])
+    parser.add_argument("--shard", default=None, help="autograde: grade only shard k of N learners (k/N), into shards/")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course root (default: autograde/)")
     parser.add_argument("--sample", action="store_true", help="autograde: add the bundled sample class first")
     parser.add_argument("--force", action="store_true", help="autograde: regrade unchanged submissions too")
@@ -339,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.sample:
             learners = sample_class.install(settings.dir("submitted"))
             print(f"[autograde] sample class: {len(learners)} learner(s) copied into {settings.dir('submitted')}")
-        return autograde(settings, force=args.force, only=args.learner, keep=args.keep)
+        return autograde(settings, force=args.force, only=args.learner, keep=args.keep, shard=parse_shard(args.shard))
+    if args.command == "merge-shards":
+        return merge_shards(settings)
     if args.command == "feedback":
         return feedback(settings)
     if args.command == "grades":

@@ -15,7 +15,7 @@ import nbformat
 
 from .course import GRADER_VERSION, ROOT, Settings
 from .oracle import load_oracle, oracle_digest, seed_digest
-from .submission import read_notebook, rebuild_metadata
+from .submission import answer_hashes, read_notebook, rebuild_metadata
 from .oracle_run import run_oracle
 from .slots import Slot
 
@@ -47,7 +47,9 @@ class NotebookResult:
     late_penalty: float | None = None
     tests: list[dict] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    answers: dict = field(default_factory=dict)     # answer grade_id -> hash of its normalised tokens (copies)
     seconds: float = 0.0
+    phases: dict = field(default_factory=dict)      # seconds per step: nbgrader, oracle
     score: float = 0.0
     max_score: float = 0.0
 
@@ -356,6 +358,8 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
             nres.seconds = round(seconds, 1)
+            nres.phases["nbgrader"] = round(seconds, 2)
+            nres.answers = answer_hashes(rebuilt[name], placeholder(settings, assignment, name))
             edited, deleted = [], []
             try:
                 edited, deleted, written = compare_with_release(rebuilt[name], placeholder(settings, assignment, name))
@@ -388,7 +392,11 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
                     nres.notes.append("某些单元输出过多，已截断（output capped）")
         oracle_messages = {}
         if nres.status == "graded":
-            oracle_messages = apply_oracle(slot, settings, assignment, name, cells, nres, rebuilt[name])
+            try:
+                oracle_messages = apply_oracle(slot, settings, assignment, name, cells, nres, rebuilt[name])
+            except Exception as error:  # a fault of the grader's oracle: this notebook only, status error
+                nres.status = "error"
+                nres.reason = f"得 0 分：评分器的 oracle 出错（grader error）：{type(error).__name__}: {error}"[:500]
         if nres.status != "graded":
             nres.grades = {gid: {"auto_score": 0.0, "needs_manual_grade": False} for gid in cells}
             nres.comments = {}
@@ -444,6 +452,7 @@ def apply_oracle(slot: Slot, settings: Settings, assignment: str, notebook: str,
     outcome = run_oracle(slot, oracle, cases, placeholder(settings, assignment, notebook), rebuilt,
                          settings.cell_timeout, settings.notebook_timeout)
     nres.seconds = round(nres.seconds + outcome.seconds, 1)
+    nres.phases["oracle"] = outcome.seconds
     if outcome.problem:
         nres.notes.append(outcome.problem)
     messages, comments = {}, {}

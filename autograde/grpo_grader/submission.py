@@ -144,3 +144,52 @@ def answer_sources(nb: nbformat.NotebookNode) -> dict[str, str]:
         if meta.get("solution") and cell.cell_type == "code":
             out.setdefault(meta["grade_id"], cell.source)
     return out
+
+
+_KNOWN = {"torch", "math", "numbers", "np", "numpy", "F", "nn", "self", "True", "False", "None"}
+
+
+def normalised_tokens(source: str) -> list[str]:
+    """The code's tokens without comments, layout and string contents, local names replaced by ``N``
+    (attribute names, keywords and well-known modules kept): renaming variables or reformatting does not
+    change them."""
+    import builtins
+    import io
+    import keyword
+    import tokenize
+
+    out: list[str] = []
+    previous = ""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind, text = token.type, token.string
+            if kind in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                        tokenize.ENDMARKER):
+                continue
+            if kind == tokenize.STRING:
+                text = "S"
+            elif kind == tokenize.NUMBER:
+                text = "0"
+            elif kind == tokenize.NAME and not keyword.iskeyword(text) and previous != "." \
+                    and text not in _KNOWN and not hasattr(builtins, text):
+                text = "N"
+            out.append(text)
+            previous = token.string
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        out = source.split()
+    return out
+
+
+def answer_hashes(nb: nbformat.NotebookNode, release: nbformat.NotebookNode, min_tokens: int = 40) -> dict[str, str]:
+    """{answer grade_id: hash of its normalised tokens} for answers that differ from the released stub and are
+    long enough to mean something (the copy detector compares these across learners)."""
+    import hashlib
+
+    stubs = {gid: normalised_tokens(source) for gid, source in answer_sources(release).items()}
+    out = {}
+    for gid, source in answer_sources(nb).items():
+        tokens = normalised_tokens(source)
+        if len(tokens) < min_tokens or tokens == stubs.get(gid):
+            continue
+        out[gid] = hashlib.sha256(" ".join(tokens).encode()).hexdigest()[:20]
+    return out

@@ -29,6 +29,7 @@ def distinct_ids(gen: torch.Generator, k: int, spread: int = 1000) -> torch.Tens
 
 def group_ids(gen: torch.Generator, n: int, k: int) -> torch.Tensor:
     """[n] unsorted ids drawn from ``k`` distinct (possibly negative) labels; every label used at least once."""
+    k = max(1, min(k, n))
     labels = distinct_ids(gen, k)
     index = torch.cat([torch.arange(k), torch.randint(0, k, (n - k,), generator=gen)])
     return labels[index[torch.randperm(n, generator=gen)]]
