@@ -11,7 +11,7 @@ RUN_LABEL ?= default
 export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build release check-release demo test lab autograde feedback grades experiment \
+.PHONY: help setup build release check-release demo test lab autograde merge-shards feedback grades experiment \
         online bench tiny-model qwen-shaped-checkpoint preflight clean
 
 help: ## list the targets
@@ -54,14 +54,17 @@ demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the s
 lab: $(VENV)/.setup-stamp ## start JupyterLab on the course (with the nbgrader extensions)
 	@$(PY) -m tools.cli.lab
 
-autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel
-	@$(PY) autograde/pipeline.py autograde
+autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel (SHARD=k/N: 1/N of the learners)
+	@$(PY) -m autograde.pipeline autograde $(if $(SHARD),--shard $(SHARD)) $(ARGS)
+
+merge-shards: $(VENV)/.setup-stamp ## merge the results of `make autograde SHARD=k/N` runs into the course gradebook
+	@$(PY) -m autograde.pipeline merge-shards
 
 feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feedback/
-	@$(PY) autograde/pipeline.py feedback
+	@$(PY) -m autograde.pipeline feedback
 
 grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and print the table
-	@$(PY) autograde/pipeline.py grades
+	@$(PY) -m autograde.pipeline grades
 
 experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
 	@$(PY) -m tools.cli.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)
