@@ -494,7 +494,7 @@ def _h_reference_step(model, rollout, advantages, num_iterations, epsilon, epsil
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(clone.parameters()), max_grad_norm)
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         tot = w.sum().clamp(min=1)
         lows.append(float((((ratio < 1 - epsilon) & (adv < 0)).double() * w).sum() / tot))
         highs.append(float((((ratio > 1 + epsilon_high) & (adv > 0)).double() * w).sum() / tot))

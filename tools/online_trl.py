@@ -79,8 +79,12 @@ def make_trainer(model, tokenizer, problems, args):
     _quiet()
     tokenizer = copy.deepcopy(tokenizer)
     tokenizer.padding_side = "left"
-    return GRPOTrainer(model=model, reward_funcs=[course_reward], args=args, train_dataset=_dataset(problems, tokenizer),
-                       processing_class=tokenizer)
+    from transformers import PrinterCallback
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[course_reward], args=args,
+                          train_dataset=_dataset(problems, tokenizer), processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)  # the log is read from trainer.state.log_history instead
+    return trainer
 
 
 SETTINGS = [
