@@ -199,7 +199,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         return 2
     if _no_submissions(settings, course_info):
         return 0
-    settings.grading_seed = grading_seed(create=True, announce=print)
+    settings.grading_seed = grading_seed(create=True, announce=print, course=settings.course)
     todo, ignored, unchanged = collect_work(settings, course_info, force, only, shard)
     for line in ignored:
         print(f"[autograde] 跳过 {line}")
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {"workers": args.workers, "cell_timeout": args.cell_timeout,
                  "notebook_timeout": args.notebook_timeout, "sandbox": args.sandbox}
     if args.command == "autograde" and args.sample:
-        for key, value in sample_class.TIMEOUTS.items():
+        for key, value in sample_class.machine_timeouts().items():
             if overrides.get(key) is None:
                 overrides[key] = value
     settings = load_settings(args.course, **overrides)

@@ -35,7 +35,7 @@ import torch
 from .course import AUTOGRADE
 
 SEED_ENV = "GRPO_GRADING_SEED"
-SEED_FILE = AUTOGRADE / ".grading_seed"      # git-ignored; created by `make autograde` on first use
+SEED_NAME = ".grading_seed"                 # <course>/.grading_seed: git-ignored; created by `make autograde`
 MAX_RESULTS_BYTES = 64 * 2**20               # a bigger results file is not read (the learner controls it)
 MAX_DEPTH = 32                               # nesting deeper than this in a returned value fails the case
 DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
@@ -45,8 +45,10 @@ DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 # ----------------------------------------------------------------------------- the secret seed
-def grading_seed(create: bool = False, announce: Callable[[str], None] = print) -> str:
-    """The instructor's secret: ``$GRPO_GRADING_SEED`` or ``autograde/.grading_seed`` (created when asked)."""
+def grading_seed(create: bool = False, announce: Callable[[str], None] = print, course: Path = AUTOGRADE) -> str:
+    """The instructor's secret: ``$GRPO_GRADING_SEED`` or ``<course>/.grading_seed`` (``autograde/.grading_seed``
+    for the course of this checkout; created when asked, readable by its owner only)."""
+    SEED_FILE = Path(course) / SEED_NAME
     value = os.environ.get(SEED_ENV, "").strip()
     if value:
         return value

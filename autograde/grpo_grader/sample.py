@@ -51,6 +51,27 @@ LESSONS = ["nb01_group_advantages", "nb02_grpo_objective", "nb04_verifiable_rewa
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
+REFERENCE_IMPORT_S = 2.0   # `python -c "import torch"` on an idle 2-core machine, about
+
+
+def machine_timeouts(say=print) -> dict:
+    """TIMEOUTS scaled to this machine's speed right now: one timed ``import torch`` in a fresh interpreter
+    against REFERENCE_IMPORT_S, the factor clamped to [1, 4] (a busy machine gets longer limits, an idle one
+    the short ones). The memory limit is not scaled."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch"], check=False, capture_output=True)
+    took = time.monotonic() - started
+    factor = min(4.0, max(1.0, took / REFERENCE_IMPORT_S))
+    say(f"[autograde] sample class: `import torch` took {took:.1f} s -> time limits x{factor:.1f}")
+    return {"cell_timeout": int(TIMEOUTS["cell_timeout"] * factor),
+            "notebook_timeout": int(TIMEOUTS["notebook_timeout"] * factor),
+            "memory_limit_mb": TIMEOUTS["memory_limit_mb"]}
+
+
 def load_cases() -> dict[str, dict]:
     cases = {}
     for path in sorted(CASES.glob("*.py")):
