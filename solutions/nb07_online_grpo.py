@@ -27,7 +27,7 @@
 #
 # **任务**：一位数加法 `"3+5="`，回答一个整数。课程的微型 Qwen2 模型（2 层、隐藏维 64）先做一次很短的监督微调
 # （SFT，热启动），数据里 60% 的回答是“I do not know.”——所以热启动后的策略**只是有时候回答**，
-# 在留出的提示上 pass@1 只有两成左右（预测；下面实测）。强化学习要做的，是从验证器的奖励里学会“该回答就回答”。
+# 在留出的提示上 pass@1 只有一到两成（预测；下面实测）。强化学习要做的，是从验证器的奖励里学会“该回答就回答”。
 
 # %% [markdown]
 # ## 运行环境
@@ -741,8 +741,9 @@ else:
 # ## Step 7 · 训练前后：pass@1、pass@k 与 maj@k
 #
 # pass@k：k 次采样里**至少一次**答对的概率（无偏估计）；maj@k：k 次采样里出现最多的那个整数答对的比例。
-# DeepSeekMath 的观察是：RL 之后 maj@k 和 pass@1 明显上升，而 k 较大时的 pass@k 几乎不变——RL 主要是把模型
-# **已经会**的答案变得更可能被采到，而不是教会新答案。在这个任务上对应的是：热启动的模型“会算但常常不答”。
+# DeepSeekMath 的观察是：RL 之后 maj@k 和 pass@1 明显上升，而 k 较大时的 pass@k 提高得少得多——RL 主要是把模型
+# **已经会**的答案变得更可能被采到，而不是教会新答案。下表和图给出本次运行的实测值，最后一行把“pass@1 的提高”
+# 与“最大 k 处 pass@k 的提高”直接放在一起比较。
 
 # %%
 if RECORD is None:
@@ -758,6 +759,11 @@ else:
                      f"{RECORD['hardware']['load_average_after'][0]}，{RECORD['hardware']['cpu_count']} 核\n\n"
                      "| k | pass@k 前 | pass@k 后 | maj@k 前 | maj@k 后 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows)))
     display(Image(og.plot_pass_maj(RECORD)))
+    k_max = max(before["pass_at_k"], key=int)
+    gain_1 = after["pass_at_1"] - before["pass_at_1"]
+    gain_k = after["pass_at_k"][k_max] - before["pass_at_k"][k_max]
+    print(f"pass@1 提高 {gain_1:+.3f}；pass@{k_max} 提高 {gain_k:+.3f}；maj@{k_max} 提高 "
+          f"{after['maj_at_k'][k_max] - before['maj_at_k'][k_max]:+.3f}")
 
 # %% [markdown]
 # ## Step 8 · 消融：μ、`loss_type`、clip-higher 与奖励投机
@@ -767,10 +773,15 @@ else:
 #
 # - **μ = 1 对 μ = 4**（`--num-iterations 4`）：μ = 1 时裁剪从不触发；μ = 4 时后面的轮次已经离策略，裁剪比例与 approx_kl 随之变大。
 # - **`loss_type`**（`--loss-type grpo|dr_grpo|dapo`）：看回答长度的漂移。`grpo` 每行先按长度平均，长回答里每个词元的权重更小；
-#   `dr_grpo` 与 `dapo` 按词元计。
-# - **ε_high 0.2 对 0.28**（`--epsilon-high 0.28`，DAPO 的 clip-higher）：上界放宽，正优势的低概率词元能涨得更多，熵下降得更慢（预测）。
-# - **奖励投机**（`--reward contains-answer-loophole`）：第 4 课的“包含即得分”验证器。训练奖励在涨，
-#   但训练日志里的 `strict_accuracy` 和留出集上的严格准确率不一定跟着涨——对照同一配置用修复后的验证器的主实验。
+#   `dr_grpo` 与 `dapo` 按词元计。这个任务的回答最长只有 6 个词元，三者的差别预计很小（预测）——读表格里的实测值。
+# - **ε_high 0.2 对 0.28**（DAPO 的 clip-higher）：μ = 1 时裁剪从不触发，ε_high 改了也**完全没有作用**；所以这一对照放在
+#   μ = 4 上（`--num-iterations 4 --epsilon-high 0.28`，与 `mu4` 比）。上界放宽，正优势的低概率词元能涨得更多，熵下降得更慢（预测）。
+# - **奖励投机**（`--reward contains-answer-loophole`）：第 4 课的“包含即得分”验证器。只有当策略**采样得到**钻空子的回答
+#   （例如把几个数都写出来）时，漏洞才会给出奖励、被强化。热启动的策略只会写一个数或“I do not know.”，如果 50 步里
+#   从没采到这样的回答，训练奖励就和严格准确率一起涨，看不到投机——读表格里“训练奖励”与“strict”两列是否分开，
+#   并与主实验（修复后的验证器）比较。奖励投机需要“漏洞在采样可达的范围内”，这本身就是一个结论。
+#
+# 表格只写记录里的数：训练奖励、`strict`（严格验证器判对的比例）、长度、熵都是最后 10 步的平均。
 
 # %%
 ABLATIONS = og.ABLATIONS
@@ -867,5 +878,5 @@ print(online_trl.describe_vllm_config())
 #
 # 你写的三个函数就是在线 GRPO 的全部“新”零件：采样时记下旧策略的对数概率与 EOS 掩码，在同一批 rollout 上做 μ 轮裁剪更新，
 # 并把每一步该看的数记下来。奖励、优势、对数概率与掩码的规则都来自前几课、从 `tools.lessons` 导入的同一份函数。
-# 主实验里 pass@1 上升而 pass@16 几乎不变，说明 RL 把概率质量从“I do not know.”挪到了模型本来就会的答案上，
-# 而不是教会了它新的加法。
+# 主实验里读 Step 7 的最后一行：pass@1 的提高与最大 k 处 pass@k 的提高相比如何？差得越多，越说明 RL 主要是把概率质量
+# 从“I do not know.”挪到了模型本来就会的答案上，而不是教会了它新的加法。

@@ -44,7 +44,7 @@ REWARDS = ("integer-answer-v1", "contains-answer-loophole")
 
 # SFT warm start: 600 generated examples (8 per training prompt); in 60 % of them the assistant hedges with
 # HEDGE instead of answering, so the warm-started policy answers only sometimes (a prediction the lesson
-# measures: held-out pass@1 about 0.2). SFT_STEPS optimizer steps of SFT_BATCH examples.
+# measures: held-out pass@1 about 0.1). SFT_STEPS optimizer steps of SFT_BATCH examples.
 HEDGE = "I do not know."
 SFT_COPIES = 8
 SFT_HEDGE_FRACTION = 0.6
@@ -454,7 +454,7 @@ ABLATIONS = [
     ("μ = 4", "mu4", "--num-iterations 4"),
     ("loss_type = dr_grpo", "dr_grpo", "--loss-type dr_grpo"),
     ("loss_type = dapo", "dapo", "--loss-type dapo"),
-    ("ε_high = 0.28（clip-higher）", "clip_higher", "--epsilon-high 0.28"),
+    ("μ = 4, ε_high = 0.28（clip-higher；对照 μ = 4）", "mu4_clip_higher", "--num-iterations 4 --epsilon-high 0.28"),
     ("奖励投机：包含即得分", "loophole", "--reward contains-answer-loophole"),
 ]
 
