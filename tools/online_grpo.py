@@ -643,3 +643,45 @@ def ablation_table(records: dict) -> str:
                      f"{mean('clip_ratio_high'):.4f} | {mean('approx_kl'):.5f} | {mean('completion_length'):.2f} | "
                      f"{mean('entropy'):.3f} | {mean('reward_mean'):.3f} | {mean('strict_accuracy'):.3f} |")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------- grading policy
+GRADING_SFT_STEPS = 40
+
+
+def grading_policy(seed: int = 0):
+    """(model, tokenizer) built in memory, without any cache: the tiny Qwen2 architecture, seeded random init, then
+    GRADING_SFT_STEPS steps of SFT on ``a+b=`` -> answer<EOS> so that sampled completions end with EOS often.
+
+    For the lesson's grading oracle (autograde/grpo_grader/oracles/nb07_online_grpo.py): the grader and the
+    learner-side driver build the same weights (one torch thread), a few seconds on a CPU.
+    """
+    import torch
+
+    from tools import tiny_model
+
+    tokenizer = tiny_model.build_tokenizer()
+    tokenizer.padding_side = "left"
+    model = tiny_model._build_model(dict(tiny_model.TINY_ARCHITECTURE, vocab_size=len(tokenizer)), tokenizer, seed,
+                                    torch.float32)
+    rows = []
+    for problem in arithmetic_problems():
+        prompt_ids = tokenizer(chat_prompt(tokenizer, problem["prompt"]), add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(f"{problem['answer']}{tokenizer.eos_token}", add_special_tokens=False)["input_ids"]
+        rows.append(prompt_ids + answer_ids)
+    order = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(GRADING_SFT_STEPS):
+        batch = [rows[order.randrange(len(rows))] for _ in range(16)]
+        width = max(len(r) for r in batch)
+        ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)  # [B, T]
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)  # [B, T]
+        for i, row in enumerate(batch):
+            ids[i, :len(row)] = torch.tensor(row)
+            labels[i, len(row) - 3:len(row)] = torch.tensor(row[-3:])
+        model(input_ids=ids, attention_mask=(labels != -100) | (ids != tokenizer.pad_token_id), labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    return model, tokenizer
