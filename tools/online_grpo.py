@@ -301,7 +301,8 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
 
     from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
-    enc = encode_prompts(tokenizer, [p["prompt"] for p in problems])
+    device = next(model.parameters()).device
+    enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, [p["prompt"] for p in problems]).items()}
     width = enc["input_ids"].shape[1]
     common = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                   eos_token_id=tokenizer.eos_token_id)

@@ -37,13 +37,15 @@ def _quiet():
 
 def grpo_config(config=None, **overrides):
     """A GRPOConfig for CPU whose settings mirror an ``OnlineConfig`` (TRL's names map one to one)."""
+    import torch
     from trl import GRPOConfig
 
     from tools.online_grpo import OnlineConfig
 
     config = config or OnlineConfig()
     base = dict(
-        output_dir=os.path.join(tempfile.gettempdir(), "grpo-course-online-trl"), use_cpu=True, report_to="none",
+        output_dir=os.path.join(tempfile.gettempdir(), "grpo-course-online-trl"),
+        use_cpu=not torch.cuda.is_available(), report_to="none",
         save_strategy="no", logging_steps=1, disable_tqdm=True,
         per_device_train_batch_size=config.prompts_per_step * config.num_generations, gradient_accumulation_steps=1,
         num_generations=config.num_generations, num_iterations=config.num_iterations, loss_type=config.loss_type,
