@@ -13,7 +13,7 @@ LAB_FLAGS ?=
 export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build release check-release demo test lab lab-instructor workspace autograde feedback grades experiment \
+.PHONY: help setup build release check-release demo test lab lab-instructor workspace autograde merge-shards feedback grades experiment online \
         bench tiny-model qwen-shaped-checkpoint gpu-wheelhouse preflight clean
 
 help: ## list the targets
@@ -66,17 +66,23 @@ lab-instructor: $(VENV)/.setup-stamp ## instructor JupyterLab: formgrader on aut
 workspace: $(VENV)/.setup-stamp ## copy notebooks/ into your git-ignored work/ (UPDATE="nb01_... ..." takes new versions, old copy kept)
 	@$(PY) -m tools.cli.workspace $(if $(UPDATE),--update $(UPDATE))
 
-autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel
-	@$(PY) autograde/pipeline.py autograde
+autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel (SHARD=k/N: 1/N of the learners)
+	@$(PY) -m autograde.pipeline autograde $(if $(SHARD),--shard $(SHARD)) $(ARGS)
+
+merge-shards: $(VENV)/.setup-stamp ## merge the results of `make autograde SHARD=k/N` runs into the course gradebook
+	@$(PY) -m autograde.pipeline merge-shards
 
 feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feedback/
-	@$(PY) autograde/pipeline.py feedback
+	@$(PY) -m autograde.pipeline feedback
 
 grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and print the table
-	@$(PY) autograde/pipeline.py grades
+	@$(PY) -m autograde.pipeline grades
 
 experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
 	@$(PY) -m tools.cli.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)
+
+online: $(VENV)/.setup-stamp ## lesson 7's online GRPO run -> benchmarks/results/online/online-grpo_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ...")
+	@$(PY) -m tools.cli.online --label $(RUN_LABEL) $(ONLINE_ARGS)
 
 bench: $(VENV)/.setup-stamp ## run the benchmarks, write benchmarks/results/latest.json
 	@$(PY) benchmarks/run.py

@@ -1,10 +1,9 @@
 """nbgrader configuration of the course (the course root is this folder).
 
-`make autograde|feedback|grades` run `autograde/pipeline.py`, which reads this file too: the
+`make autograde|feedback|grades` run `python -m autograde.pipeline`, which reads this file too: the
 ``GradingPipeline`` section below holds its settings (nbgrader itself ignores that section).
 """
 import os
-import sys
 
 c = get_config()  # noqa: F821  (provided by nbgrader)
 
@@ -24,30 +23,16 @@ c.ClearSolutions.text_stub = "在这里写下你的回答。"
 
 # ----------------------------------------------------------------------------- autograding
 
-def _grader_package_folder():
-    """The folder holding the `grader` package: beside this file, or (for a copy of this file in a
-    temporary course, e.g. `tools.chain.notebooks check`) in the checkout that `tools` is imported from."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if os.path.isdir(os.path.join(here, "grader")):
-        return here
-    import tools  # noqa: PLC0415
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tools.__file__))), "autograde")
-
-
-try:
-    import grader.preprocessors  # noqa: F401  (already importable: the pipeline puts autograde/ on PYTHONPATH)
-except ImportError:
-    sys.path.insert(0, _grader_package_folder())
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor  # noqa: E402
-from nbgrader.preprocessors import (  # noqa: E402
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (
     AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades, IgnorePattern, LimitOutput,
     OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
 
-from grader.preprocessors import HideHiddenTests, RestoreBootstrap, RestoreTrusted, SafeExecute  # noqa: E402
+from autograde.grpo_grader.preprocessors import HideHiddenTests, RestoreBootstrap, RestoreTrusted, SafeExecute
 
 # nbgrader's own steps, plus: the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
 # rebound are put back before each test cell (RestoreTrusted), and execution survives floods of output and
-# dead kernels (SafeExecute, a subclass of nbgrader's Execute). See autograde/grader/preprocessors.py.
+# dead kernels (SafeExecute, a subclass of nbgrader's Execute). See autograde/grpo_grader/preprocessors.py.
 c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                       RestoreBootstrap, RestoreTrusted, CheckCellMetadata]
 c.Autograde.autograde_preprocessors = [SafeExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
@@ -79,5 +64,6 @@ c.GradingPipeline.sandbox = "auto"         # auto | isolated (root) | userns | n
 c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: kernels run as free uids from here on, one per slot
                                             # (locked per run, so concurrent runs never share one)
 # files of the course checkout the kernel may read (copied into each slot's read-only course copy)
-c.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments"]
+# (.cache/tiny-qwen2-seed0: the tiny checkpoint nb05 loads; built before grading when missing)
+c.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments", ".cache/tiny-qwen2-seed0"]
 c.GradingPipeline.hidden_paths = []        # more folders to hide from kernels (other clones, data with answers)

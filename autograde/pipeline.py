@@ -1,10 +1,11 @@
 """The instructor pipeline around nbgrader: parallel sandboxed autograding, feedback, grade export.
 
-    python autograde/pipeline.py autograde [--sample] [--workers N] [--force] [--learner ID ...]
-    python autograde/pipeline.py feedback
-    python autograde/pipeline.py grades
-    python autograde/pipeline.py sample --rebuild | --check
-    python autograde/pipeline.py probe
+    python -m autograde.pipeline autograde [--sample] [--workers N] [--force] [--learner ID ...] [--shard k/N]
+    python -m autograde.pipeline merge-shards
+    python -m autograde.pipeline feedback
+    python -m autograde.pipeline grades
+    python -m autograde.pipeline sample --rebuild | --check
+    python -m autograde.pipeline probe
 
 `make autograde|feedback|grades` call the first three. Every command takes ``--course DIR`` (the nbgrader
 course root; default: this folder). Settings: ``GradingPipeline`` in ``nbgrader_config.py``. Details and
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
+import json
 import os
 import queue
 import shutil
@@ -24,19 +27,15 @@ import tempfile
 import time
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-if str(HERE.parent) not in sys.path:  # `tools` of this checkout (for the sample builder)
-    sys.path.insert(1, str(HERE.parent))
-
-from grader import sample as sample_class  # noqa: E402
-from grader.course import Settings, load_settings, venv_env  # noqa: E402
-from grader.gradebook import export_rows, load_course_info, make_template, merge, read_report  # noqa: E402
-from grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner  # noqa: E402
-from grader.slots import Slot, choose_sandbox, mount_socket_tmpfs, unmount  # noqa: E402
+from autograde.grpo_grader import sample as sample_class
+from autograde.grpo_grader.course import Settings, load_settings, prepare_kernel_files, venv_env
+from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
+from autograde.grpo_grader.oracle import grading_seed
+from autograde.grpo_grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner
+from autograde.grpo_grader.slots import Slot, choose_sandbox, mount_socket_tmpfs, unmount
 
 GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
                 "timestamp"]
@@ -50,7 +49,16 @@ def _say(message: str) -> None:
 
 
 # ----------------------------------------------------------------------------- autograde
-def collect_work(settings: Settings, course_info: dict, force: bool, only: list[str] | None):
+def in_shard(learner: str, shard: tuple[int, int] | None) -> bool:
+    """Whether ``learner`` belongs to shard k of N (1-based): a stable hash of the id, the same on every machine."""
+    if shard is None:
+        return True
+    k, n = shard
+    return int(hashlib.sha256(learner.encode()).hexdigest(), 16) % n == k - 1
+
+
+def collect_work(settings: Settings, course_info: dict, force: bool, only: list[str] | None,
+                 shard: tuple[int, int] | None = None):
     """[(learner, [(assignment, folder, fingerprint)])] to grade, and the folders that were not graded."""
     submitted = settings.dir("submitted")
     todo, ignored, unchanged = [], [], 0
@@ -58,7 +66,7 @@ def collect_work(settings: Settings, course_info: dict, force: bool, only: list[
         return todo, ignored, unchanged
     for learner_dir in sorted(p for p in submitted.iterdir() if p.is_dir()):
         learner = learner_dir.name
-        if only and learner not in only:
+        if (only and learner not in only) or not in_shard(learner, shard):
             continue
         if learner_dir.is_symlink():
             ignored.append(f"{learner_dir}: 是符号链接，不评分（symbolic link）")
@@ -95,24 +103,111 @@ def _crash_results(learner: str, work, error: BaseException, course_info: dict) 
     return results
 
 
-def autograde(settings: Settings, force: bool = False, only: list[str] | None = None, keep: bool = False) -> int:
-    from tqdm import tqdm
+SUBMITTED_LAYOUT = """提交应放在（submissions go here）：
+  {submitted}/<学号>/<作业名>/<作业名>.ipynb
+例如（for example）：
+  {submitted}/alice/nb01_group_advantages/nb01_group_advantages.ipynb
+学号只能含字母、数字和 _.@+-；作业名：{assignments}
+（nbgrader collect 会按这个布局放好；也可以手动复制。试一试：make autograde ARGS=--sample 会先放入示例班级）"""
 
+
+def _check_course(settings: Settings) -> dict | None:
+    """The course's assignments, or None after saying what is missing (release, submissions)."""
     if not settings.db_path.exists():
         print(f"没有 {settings.db_path}：请先运行 `make release`（no gradebook: run `make release` first）",
               file=sys.stderr)
-        return 2
+        return None
     course_info = load_course_info(settings)
     if not course_info:
         print("gradebook 中没有作业：请先运行 `make release`（no assignment in the gradebook）", file=sys.stderr)
+        return None
+    return course_info
+
+
+def _no_submissions(settings: Settings, course_info: dict) -> bool:
+    submitted = settings.dir("submitted")
+    if submitted.is_dir() and any(p.is_dir() for p in submitted.iterdir()):
+        return False
+    state = "是空的（is empty）" if submitted.is_dir() else "不存在（does not exist）"
+    print(f"[autograde] {submitted} {state}：没有可以评分的提交（nothing to grade）。\n"
+          + SUBMITTED_LAYOUT.format(submitted=submitted, assignments=", ".join(sorted(course_info))))
+    return True
+
+
+def _open_sandbox(settings: Settings, base: Path, workers: int):
+    """The probed sandbox (or None after printing why there is none)."""
+    try:
+        sandbox = choose_sandbox(settings, base, slots=workers)
+    except RuntimeError as error:
+        print(f"[autograde] {error}", file=sys.stderr)
+        return None
+    print(f"[autograde] sandbox {sandbox.describe()}")
+    for problem in sandbox.problems:
+        print(f"[autograde]   (not available: {problem})")
+    if sandbox.mode == "none":
+        readable = [p for p, ok in sandbox.probe.get("readable", {}).items() if ok]
+        print("[autograde] WARNING 内核可以读取这些文件（含答案或隐藏测试）：" + ", ".join(readable)
+              + "。以 root 运行或启用 user namespaces 才能隔离；见 autograde/README.md。")
+    return sandbox
+
+
+def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slot], template: Path,
+                    staging: Path, statuses: dict[str, int], sink) -> None:
+    """Grade every learner of ``todo`` on the free slots; hand each one's results to ``sink`` as it finishes."""
+    from tqdm import tqdm
+
+    free: queue.Queue[Slot] = queue.Queue()
+    for slot in slots:
+        free.put(slot)
+
+    def job(learner: str, work):
+        slot = free.get()
+        try:
+            return grade_learner(slot, settings, course_info, learner, work, staging, template)
+        finally:
+            free.put(slot)
+
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool, \
+            tqdm(total=len(todo), unit="learner", desc="autograde", file=sys.stdout,
+                 disable=None, dynamic_ncols=True) as bar:
+        futures = {pool.submit(job, learner, work): (learner, work) for learner, work in todo}
+        try:
+            for future in as_completed(futures):
+                learner, work = futures[future]
+                try:
+                    results = future.result()
+                except Exception as error:  # a bug in the pipeline must not stop the class
+                    results = _crash_results(learner, work, error, course_info)
+                sink(results)
+                for result in results:
+                    statuses[result.status] = statuses.get(result.status, 0) + 1
+                    mark = "" if result.status == "graded" else f" [{result.status}]"
+                    _say(f"  {learner:<30} {result.assignment:<24} {result.score:g}/{result.max_score:g}{mark}")
+                bar.update(1)
+        except KeyboardInterrupt:
+            _say("[autograde] stopped: killing the running notebooks; learners merged so far are kept")
+            for slot in slots:
+                slot.abort()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def autograde(settings: Settings, force: bool = False, only: list[str] | None = None, keep: bool = False,
+              shard: tuple[int, int] | None = None) -> int:
+    course_info = _check_course(settings)
+    if course_info is None:
         return 2
-    todo, ignored, unchanged = collect_work(settings, course_info, force, only)
+    if _no_submissions(settings, course_info):
+        return 0
+    settings.grading_seed = grading_seed(create=True, announce=print, course=settings.course)
+    todo, ignored, unchanged = collect_work(settings, course_info, force, only, shard)
     for line in ignored:
         print(f"[autograde] 跳过 {line}")
     if not todo:
         print(f"[autograde] 没有需要评分的新提交（{unchanged} 份未变化，用 --force 重新评分）"
               f"(nothing new to grade; {unchanged} unchanged)")
         return 0
+    prepare_kernel_files(settings)
     workers = min(settings.worker_count(), len(todo))
     threads = max(1, (os.cpu_count() or 1) // workers)
     started = time.monotonic()
@@ -122,18 +217,9 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     sandbox = None
     statuses: dict[str, int] = {}
     try:
-        try:
-            sandbox = choose_sandbox(settings, base, slots=workers)
-        except RuntimeError as error:
-            print(f"[autograde] {error}", file=sys.stderr)
+        sandbox = _open_sandbox(settings, base, workers)
+        if sandbox is None:
             return 2
-        print(f"[autograde] sandbox {sandbox.describe()}")
-        for problem in sandbox.problems:
-            print(f"[autograde]   (not available: {problem})")
-        if sandbox.mode == "none":
-            readable = [p for p, ok in sandbox.probe.get("readable", {}).items() if ok]
-            print("[autograde] WARNING 内核可以读取这些文件（含答案或隐藏测试）：" + ", ".join(readable)
-                  + "。以 root 运行或启用 user namespaces 才能隔离；见 autograde/README.md。")
         template = make_template(settings, base / "template.db")
         sockets = base / "sockets"
         if sandbox.mode == "isolated" and mount_socket_tmpfs(sockets):
@@ -141,45 +227,17 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[k] if sandbox.uids else None,
                       threads=threads, ipc=(sockets / f"slot{k}") if mounted else None)
                  for k in range(workers)]
-        free: queue.Queue[Slot] = queue.Queue()
-        for slot in slots:
-            free.put(slot)
-        staging = base / "staging"
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         print(f"[autograde] {len(todo)} learner(s), {total_notebooks} notebook(s), {workers} worker(s), "
               f"cell timeout {settings.cell_timeout} s, notebook limit {settings.notebook_timeout} s, "
               f"memory limit {settings.memory_limit_bytes() / 2**30:.1f} GiB per kernel")
-
-        def job(learner: str, work):
-            slot = free.get()
-            try:
-                return grade_learner(slot, settings, course_info, learner, work, staging, template)
-            finally:
-                free.put(slot)
-
-        with ThreadPoolExecutor(max_workers=workers) as pool, \
-                tqdm(total=len(todo), unit="learner", desc="autograde", file=sys.stdout,
-                     disable=None, dynamic_ncols=True) as bar:
-            futures = {pool.submit(job, learner, work): (learner, work) for learner, work in todo}
-            try:
-                for future in as_completed(futures):
-                    learner, work = futures[future]
-                    try:
-                        results = future.result()
-                    except Exception as error:  # a bug in the pipeline must not stop the class
-                        results = _crash_results(learner, work, error, course_info)
-                    merge(settings, results)
-                    for result in results:
-                        statuses[result.status] = statuses.get(result.status, 0) + 1
-                        mark = "" if result.status == "graded" else f" [{result.status}]"
-                        _say(f"  {learner:<30} {result.assignment:<24} {result.score:g}/{result.max_score:g}{mark}")
-                    bar.update(1)
-            except KeyboardInterrupt:
-                _say("[autograde] stopped: killing the running notebooks; learners merged so far are kept")
-                for slot in slots:
-                    slot.abort()
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        if shard is None:
+            sink = lambda results: merge(settings, results)  # noqa: E731
+        else:
+            shard_dir = shard_folder(settings, shard)
+            print(f"[autograde] shard {shard[0]}/{shard[1]}: results go to {shard_dir} (then `make merge-shards`)")
+            sink = lambda results: save_shard_results(shard_dir, results)  # noqa: E731
+        _grade_in_slots(settings, course_info, todo, slots, template, base / "staging", statuses, sink)
     finally:
         for slot in slots:
             slot.kill_kernels()
@@ -195,6 +253,68 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     summary = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
     print(f"[autograde] done in {seconds:.1f} s: {summary}; {unchanged} unchanged submission(s) kept")
     return 1 if statuses.get("error") else 0
+
+
+# ----------------------------------------------------------------------------- shards
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """"k/N" (1 <= k <= N) -> (k, N); None or "" -> None."""
+    if not text:
+        return None
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"SHARD 应写成 k/N，例如 2/8（got {text!r}）") from None
+    if not 1 <= k <= n:
+        raise SystemExit(f"SHARD 应满足 1 <= k <= N（got {text!r}）")
+    return k, n
+
+
+def shard_folder(settings: Settings, shard: tuple[int, int]) -> Path:
+    return settings.dir("shards") / f"{shard[0]}-of-{shard[1]}"
+
+
+def save_shard_results(folder: Path, results: list[AssignmentResult]) -> None:
+    """A shard's results as plain files: the staged folders and one JSON line per assignment result."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for result in results:
+        if result.staged:
+            target = folder / "staged" / result.learner / result.assignment
+            shutil.rmtree(target, ignore_errors=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(result.staged, target)
+            result.staged = str(target.relative_to(folder))
+        data = asdict(result)
+        lines.append(json.dumps(data, ensure_ascii=False))
+    with open(folder / "results.jsonl", "a", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
+def merge_shards(settings: Settings) -> int:
+    """Merge every shard folder under ``shards/`` into the course gradebook (one writer), then remove it."""
+    root = settings.dir("shards")
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not folders:
+        print(f"[merge-shards] {root} 下没有分片结果（no shard results; run `make autograde SHARD=k/N` first）")
+        return 0
+    merged = 0
+    for folder in folders:
+        by_learner: dict[str, list[AssignmentResult]] = {}
+        path = folder / "results.jsonl"
+        for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+            data = json.loads(line)
+            notebooks = [NotebookResult(**n) for n in data.pop("notebooks")]
+            result = AssignmentResult(**data, notebooks=notebooks)
+            if result.staged:
+                result.staged = str(folder / result.staged)
+            by_learner.setdefault(result.learner, []).append(result)
+        for learner in sorted(by_learner):
+            merge(settings, by_learner[learner])
+            merged += len(by_learner[learner])
+        shutil.rmtree(folder)
+        print(f"[merge-shards] merged {folder.name}")
+    print(f"[merge-shards] {merged} assignment result(s) from {len(folders)} shard(s) -> {settings.db_path}")
+    return 0
 
 
 # ----------------------------------------------------------------------------- feedback
@@ -266,7 +386,8 @@ def grades(settings: Settings) -> int:
 # ----------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["autograde", "feedback", "grades", "sample", "probe"])
+    parser.add_argument("command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe"])
+    parser.add_argument("--shard", default=None, help="autograde: grade only shard k of N learners (k/N), into shards/")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course root (default: autograde/)")
     parser.add_argument("--sample", action="store_true", help="autograde: add the bundled sample class first")
     parser.add_argument("--force", action="store_true", help="autograde: regrade unchanged submissions too")
@@ -282,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {"workers": args.workers, "cell_timeout": args.cell_timeout,
                  "notebook_timeout": args.notebook_timeout, "sandbox": args.sandbox}
     if args.command == "autograde" and args.sample:
-        for key, value in sample_class.TIMEOUTS.items():
+        for key, value in sample_class.machine_timeouts().items():
             if overrides.get(key) is None:
                 overrides[key] = value
     settings = load_settings(args.course, **overrides)
@@ -290,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.sample:
             learners = sample_class.install(settings.dir("submitted"))
             print(f"[autograde] sample class: {len(learners)} learner(s) copied into {settings.dir('submitted')}")
-        return autograde(settings, force=args.force, only=args.learner, keep=args.keep)
+        return autograde(settings, force=args.force, only=args.learner, keep=args.keep, shard=parse_shard(args.shard))
+    if args.command == "merge-shards":
+        return merge_shards(settings)
     if args.command == "feedback":
         return feedback(settings)
     if args.command == "grades":
@@ -303,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         stale = sample_class.check()
         for line in stale:
             print(f"STALE {line}")
-        print("sample class up to date" if not stale else "run `python autograde/pipeline.py sample --rebuild`")
+        print("sample class up to date" if not stale else "run `python -m autograde.pipeline sample --rebuild`")
         return 1 if stale else 0
     if args.command == "probe":
         base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))

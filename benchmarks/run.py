@@ -601,6 +601,127 @@ def bench_series(tiny: bool) -> list[dict]:
     })]
 
 
+# ----------------------------------------------------------------------------- class-scale grading
+_CLASS_RUNS: dict = {}
+
+
+def _lesson_imports(assignment: str) -> str:
+    """The top-level import lines of a lesson's released code cells (what its floor notebook imports)."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+    lines = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade_id") == "bootstrap":
+            continue
+        for line in cell.source.splitlines():
+            if re.match(r"^(import |from \S+ import )", line) and not line.rstrip().endswith(("(", "\\")):
+                lines.append(line)
+    return "\n".join(dict.fromkeys(lines)) or "pass"
+
+
+def _class_run(tiny: bool) -> dict:
+    """One synthetic class graded by `python -m autograde.pipeline autograde` (default workers), shared by
+    both class-scale metrics: 30 learners over every graded lesson of the sample class, each notebook a copy
+    of a sample learner's worked (s01), wrong (s04) or untouched (s03) submission in rotation; tiny: 2
+    learners, nb01 only. The floors (kernel start + each lesson's imports) are measured in the same run."""
+    if tiny in _CLASS_RUNS:
+        return _CLASS_RUNS[tiny]
+    from autograde.grpo_grader import sample as sample_class
+
+    chain = _chain()
+    lessons = sample_class.LESSONS[:1] if tiny else list(sample_class.LESSONS)
+    kinds = ["s01_worked_answers", "s04_bug_only_hidden_tests_catch", "s03_untouched"]
+    learners = 2 if tiny else 30
+    with tempfile.TemporaryDirectory(prefix="grpo-bench-class-") as tmp:
+        course = Path(tmp) / "autograde"
+        course.mkdir()
+        shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", course / "nbgrader_config.py")
+        chain.release_into(course, Path(tmp) / "notebooks", lessons)
+        for i in range(learners):
+            for j, lesson in enumerate(lessons):
+                source = sample_class.SUBMITTED / kinds[(i + j) % len(kinds)] / lesson
+                shutil.copytree(source, course / "submitted" / f"learner{i:03d}" / lesson)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                   TQDM_DISABLE="1", GRPO_GRADING_SEED="bench-" + str(time.time_ns()))
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "autograde.pipeline", "autograde", "--course", str(course)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wall = time.perf_counter() - started
+        plan = re.search(r"\[autograde\] (\d+) learner\(s\), (\d+) notebook\(s\), (\d+) worker\(s\)", done.stdout)
+        summary = re.search(r"\[autograde\] done in ([\d.]+) s: (.*?);", done.stdout)
+        if plan is None or summary is None or done.returncode != 0:
+            raise RuntimeError(f"class run failed (rc {done.returncode}):\n{done.stdout[-3000:]}")
+        phases: dict[str, list] = {lesson: [] for lesson in lessons}
+        for report in course.glob("autograded/*/*/grading_report.json"):
+            data = json.loads(report.read_text())
+            for nb in data["notebooks"]:
+                phases[data["assignment"]].append({"seconds": nb["seconds"], **nb.get("phases", {})})
+    floors = {lesson: median(kernel_floor(chain, _lesson_imports(lesson), 1 if tiny else 2)) for lesson in lessons}
+    run = {"wall_s": wall, "pipeline_reported_s": float(summary.group(1)), "statuses": summary.group(2),
+           "learners": int(plan.group(1)), "notebooks": int(plan.group(2)), "workers": int(plan.group(3)),
+           "lessons": lessons, "floors_s": floors, "phases": phases}
+    _CLASS_RUNS[tiny] = run
+    return run
+
+
+def bench_autograde_vs_floor(tiny: bool) -> list[dict]:
+    """autograde_seconds_per_notebook_vs_floor: worker-seconds per graded notebook / the floor."""
+    name = "autograde_seconds_per_notebook_vs_floor"
+    baseline = {"what": "floor: a one-cell notebook with the lesson's imports, kernel start included (nbclient)",
+                "unit": "s"}
+    goal = "<= 2.0"
+    try:
+        run = _class_run(tiny)
+    except (Unavailable, RuntimeError, ImportError) as error:
+        return [unavailable(name, "x floor", baseline, str(error), goal)]
+    per_lesson = {}
+    for lesson, rows in run["phases"].items():
+        mean = statistics.fmean(r["seconds"] for r in rows)
+        per_lesson[lesson] = {"notebooks": len(rows), "mean_in_slot_s": mean, "floor_s": run["floors_s"][lesson],
+                              "in_slot_vs_floor": mean / run["floors_s"][lesson],
+                              "mean_nbgrader_s": statistics.fmean(r.get("nbgrader", 0.0) for r in rows),
+                              "mean_oracle_s": statistics.fmean(r.get("oracle", 0.0) for r in rows)}
+    per_notebook = run["pipeline_reported_s"] * run["workers"] / run["notebooks"]
+    mean_floor = statistics.fmean(run["floors_s"][lesson] for lesson, rows in run["phases"].items() for _ in rows)
+    value = per_notebook / mean_floor
+    return [metric(name, value, "x floor", dict(baseline, value=mean_floor), {
+        "goal": goal, "goal_met": None if tiny else _goal(value, "<=", 2.0),
+        "seconds_per_notebook_per_worker": per_notebook, "per_lesson": per_lesson,
+        "workers": run["workers"], "notebooks": run["notebooks"],
+        "formula": ("value = (pipeline seconds x workers / graded notebooks) / mean floor over those notebooks; "
+                    "a notebook's floor = kernel start + its lesson's imports, measured in the same run; "
+                    "per_lesson splits the in-slot time into nbgrader's execution and the oracle run"),
+        "repeats": 1,
+    })]
+
+
+def bench_autograde_class(tiny: bool) -> list[dict]:
+    """autograde_class_seconds: wall time of grading a synthetic class of 30 learners over every lesson."""
+    name = "autograde_class_seconds"
+    baseline = {"what": "the same notebooks at the floor (kernel start + imports), one after another, per worker",
+                "unit": "s"}
+    goal = "<= 2.0 x the floor per notebook"
+    try:
+        run = _class_run(tiny)
+    except (Unavailable, RuntimeError, ImportError) as error:
+        return [unavailable(name, "s", baseline, str(error), goal)]
+    floor_total = sum(run["floors_s"][lesson] for lesson, rows in run["phases"].items() for _ in rows)
+    per_notebook_vs_floor = (run["pipeline_reported_s"] * run["workers"]) / floor_total
+    return [metric(name, run["wall_s"], "s", dict(baseline, value=floor_total / run["workers"]), {
+        "goal": goal, "goal_met": None if tiny else _goal(per_notebook_vs_floor, "<=", 2.0),
+        "learners": run["learners"], "notebooks": run["notebooks"], "workers": run["workers"],
+        "statuses": run["statuses"], "lessons": run["lessons"],
+        "notebooks_per_minute": 60.0 * run["notebooks"] / run["wall_s"],
+        "seconds_per_notebook_vs_floor": per_notebook_vs_floor,
+        "pipeline_reported_s": run["pipeline_reported_s"], "floors_s": run["floors_s"],
+        "formula": ("value = wall seconds of `python -m autograde.pipeline autograde` on the synthetic class "
+                    "(release excluded); notebooks per minute = notebooks / wall; vs floor = pipeline seconds x "
+                    "workers / sum of the notebooks' floors"),
+        "repeats": 1,
+    })]
+
+
 # ----------------------------------------------------------------------------- machine & report
 def machine() -> dict:
     import torch
@@ -652,6 +773,8 @@ BENCHMARKS = {
     "logprobs_bf16": bench_logprobs_bf16,
     "grpo_loss": bench_grpo_loss,
     "autograde": bench_autograde,
+    "autograde_floor": bench_autograde_vs_floor,
+    "autograde_class": bench_autograde_class,
     "series": bench_series,
 }
 

@@ -94,6 +94,10 @@ print(f"词表大小 V = {model.config.vocab_size}；eos = {tokenizer.eos_token!
 # 形状或 dtype 不对时抛出带中文说明的 `ValueError`。提示：`cumsum` 可以数出“到目前为止见过几个 EOS”。
 
 # %% nbgrader={"solution": true, "grade_id": "completion_mask_from_eos"}
+#@save
+import torch
+
+
 def completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None):
     """Boolean [B, T] mask: real tokens up to and including the first real EOS of each row."""
     ### BEGIN SOLUTION

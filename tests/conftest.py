@@ -18,10 +18,17 @@ import hashlib
 import json
 from pathlib import Path
 
+import os
+
 import nbformat
 import pytest
 
 import tools.chain.notebooks as chain
+
+# Lesson 7 trains for real; every notebook execution in the test session (kernels inherit the environment) runs
+# its short RUN_MODE and writes its record under a scratch label (tests/test_nb07_online.py removes it).
+os.environ.setdefault("GRPO_ONLINE_RUN_MODE", "smoke")
+os.environ.setdefault("GRPO_ONLINE_RUN_LABEL", "pytest-scratch")
 
 
 class NotebookRuns:

@@ -26,6 +26,8 @@ METRICS = {
     "logprobs_peak_memory_vs_logits_bf16": ["tools/post_training_runtime.py"],
     "grpo_loss_fwd_bwd_ms": ["solutions/nb02_grpo_objective.py"],
     "autograde_parallel_speedup": ["autograde/pipeline.py", "tools/chain/notebooks.py"],
+    "autograde_seconds_per_notebook_vs_floor": ["autograde/pipeline.py", "tools/chain/notebooks.py"],
+    "autograde_class_seconds": ["autograde/pipeline.py", "tools/chain/notebooks.py"],
     "series_execution_s": ["tools/chain/notebooks.py"],
 }
 

@@ -32,9 +32,9 @@ def main() -> int:
                                              "--save", str(executed)]),
         ("learner release (nbgrader generate_assignment)", [PY, "-m", "tools.chain.notebooks", "release"]),
         ("release check (stale / leaks)", [PY, "-m", "tools.chain.notebooks", "check"]),
-        ("autograde the sample class", [PY, "autograde/pipeline.py", "autograde", "--sample"]),
-        ("feedback per learner", [PY, "autograde/pipeline.py", "feedback"]),
-        ("grade export", [PY, "autograde/pipeline.py", "grades"]),
+        ("autograde the sample class", [PY, "-m", "autograde.pipeline", "autograde", "--sample"]),
+        ("feedback per learner", [PY, "-m", "autograde.pipeline", "feedback"]),
+        ("grade export", [PY, "-m", "autograde.pipeline", "grades"]),
         ("final experiment, dry_run", [PY, "-m", "tools.cli.experiment", "--mode", "dry_run", "--label", "demo_dry_run"]),
         ("final experiment, tiny_cpu", [PY, "-m", "tools.cli.experiment", "--mode", "tiny_cpu", "--label", "demo_tiny_cpu"]),
     ]

@@ -4,6 +4,10 @@ nb01: compute_group_advantages shifts `rewards` in place (the result is right, t
       test_compute_group_advantages_hidden (5 points) checks that inputs are left alone.
 nb02: compute_grpo_loss clips the ratio only from above: the visible fixtures never go below 1 - epsilon,
       the random ratios of test_compute_grpo_loss_hidden (6 points) do.
+nb04: verify_integer_response accepts ``True`` as a weight (bool is an int): only the hidden part of
+      test_verify_integer_response_visible (3 points) passes bool weights.
+nb05: shifted_token_logps does not check the token range (gather fails with a RuntimeError, not ValueError):
+      only the hidden part of test_shifted_token_logps_visible (3 points) passes out-of-range ids.
 """
 CASE = {
     "nb01_group_advantages": {"base": "solution", "edit": {"compute_group_advantages": [
@@ -11,5 +15,13 @@ CASE = {
     ]}},
     "nb02_grpo_objective": {"base": "solution", "edit": {"compute_grpo_loss": [
         ("ratio.clamp(1.0 - clip_range, 1.0 + clip_range)", "ratio.clamp(max=1.0 + clip_range)"),
+    ]}},
+    "nb04_verifiable_rewards": {"base": "solution", "edit": {"verify_integer_response": [
+        ("    if isinstance(value, bool) or not isinstance(value, (int, float)):",
+         "    if not isinstance(value, (int, float)):"),
+    ]}},
+    "nb05_logprobs_masks": {"base": "solution", "edit": {"shifted_token_logps": [
+        ("    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= logits.shape[-1]):\n"
+         "        raise ValueError(f\"input_ids 的取值必须在 [0, V={logits.shape[-1]}) 内\")\n", ""),
     ]}},
 }

@@ -1,7 +1,8 @@
 """Visible test cells edited to `pass` and the hidden test cell deleted (nb02), with a wrong
 compute_grpo_loss (token mean instead of per-candidate mean). nbgrader restores the edited cells by checksum
-and the deleted one from the gradebook, so no credit is gained: token_kl_penalty 2 + 2, and the
-advantages/value test, which the token mean happens to pass (one token per candidate): 6 of 16."""
+and the deleted one from the gradebook (for the feedback), and the oracle grades every test cell anyway
+(editing or deleting a test changes nothing): token_kl_penalty 2 + 2; every compute_grpo_loss test draws
+ragged masks, where the token mean is wrong: 4 of 16."""
 CASE = {
     "nb02_grpo_objective": {
         "base": "solution",

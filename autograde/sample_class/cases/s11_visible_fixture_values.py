@@ -1,5 +1,6 @@
-"""Answers that return the visible tests' expected values whatever the input (nb01): the visible tests pass,
-every hidden test fails: 3 + 2 + 1 = 6 of 17."""
+"""Answers that return the visible tests' expected values whatever the input (nb01). The oracle draws the
+visible tests' inputs too, so only the conventions question's format test (a fixed question whose visible
+test checks the shape of the answer) passes: 1 of 17."""
 CASE = {
     "nb01_group_advantages": {"base": "release", "cells": {
         "compute_group_advantages": '''

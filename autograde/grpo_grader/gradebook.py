@@ -109,14 +109,42 @@ def read_report(settings: Settings, learner: str, assignment: str) -> dict | Non
         return None
 
 
+def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, str], list[str]]:
+    """{(learner, assignment): other learners of the batch with an identical or near-identical answer cell}
+    (same normalised tokens: renamed variables, comments and layout do not hide a copy)."""
+    owners: dict[tuple[str, str, str], set[str]] = {}
+    for (learner, assignment), report in reports.items():
+        for nb in report.get("notebooks", []):
+            for gid, digest in (nb.get("answers") or {}).items():
+                owners.setdefault((assignment, gid, digest), set()).add(learner)
+    out: dict[tuple[str, str], set[str]] = {}
+    for (assignment, _, _), learners in owners.items():
+        if len(learners) < 2:
+            continue
+        for learner in learners:
+            out.setdefault((learner, assignment), set()).update(learners - {learner})
+    return {key: sorted(value) for key, value in out.items()}
+
+
+def _similar_flags(others: list[str], limit: int = 5) -> list[str]:
+    flags = [f"similar:{o}" for o in others[:limit]]
+    if len(others) > limit:
+        flags.append(f"similar:+{len(others) - limit}")
+    return flags
+
+
 def export_rows(settings: Settings) -> tuple[list[dict], list[dict]]:
     """Rows of grades.csv (learner x assignment) and grades_by_test.csv (learner x test cell)."""
     rows, test_rows = [], []
     with Gradebook(settings.db_url, settings.course_id) as gb:
+        pairs = [(s.id, a.name) for s in gb.students for a in gb.assignments]
+    reports = {pair: read_report(settings, *pair) or {} for pair in pairs}
+    similar = similar_learners(reports)
+    with Gradebook(settings.db_url, settings.course_id) as gb:
         assignments = sorted(gb.assignments, key=lambda a: a.name)
         for student in sorted(gb.students, key=lambda s: s.id):
             for assignment in assignments:
-                report = read_report(settings, student.id, assignment.name) or {}
+                report = reports.get((student.id, assignment.name)) or {}
                 try:
                     submission = gb.find_submission(assignment.name, student.id)
                 except MissingEntry:
@@ -134,6 +162,7 @@ def export_rows(settings: Settings) -> tuple[list[dict], list[dict]]:
                 if penalty:
                     reason = "；".join(p for p in [reason, f"迟交扣分 {penalty:g}（late penalty）"] if p)
                 flags = sorted({f for n in report.get("notebooks", []) for f in n.get("flags", [])})
+                flags += _similar_flags(similar.get((student.id, assignment.name), []))
                 rows.append({"learner": student.id, "assignment": assignment.name, "score": round(score, 4),
                              "max_score": submission.max_score, "status": status, "reason": reason,
                              "flags": " ".join(flags), "needs_manual_grade": bool(submission.needs_manual_grade),

@@ -15,7 +15,17 @@ A case is a dict ``{assignment: spec}``; a spec may hold:
 - ``delete``: grade_ids of cells the learner deleted;
 - ``insert_after``: ``[(grade_id, source)]``: new code cells the learner added;
 - ``filename``: the file name the learner used (default ``<assignment>.ipynb``);
-- ``corrupt``: ``"truncate"``: the file is cut in half (not valid JSON).
+- ``metadata``: ``{grade_id: {key: value}}``: edits of a cell's nbgrader metadata (points, checksum, grade, ...);
+  a ``grade_id`` key renames the cell's id; ``cell_type`` changes the cell's type;
+- ``duplicate``: ``[(grade_id, source)]``: a copy of that cell (same nbgrader metadata) with new source after it;
+- ``inject``: ``[(grade_id, source, nbgrader)]``: a new code cell with that nbgrader metadata after the cell;
+- ``kernelspec``: the notebook's kernelspec replaced by this dict;
+- ``nbformat``: ``3``: the notebook written in the nbformat 3 layout;
+- ``corrupt``: ``"truncate"``: the file is cut in half (not valid JSON); ``"deep"``: valid JSON nested 100 000
+  levels deep inside a cell's metadata.
+
+The lessons of the sample class are ``LESSONS``: adding a lesson = its name there, its entries in the cases
+(at least s01-s04), and its rows in ``expected.json``.
 """
 from __future__ import annotations
 
@@ -36,7 +46,30 @@ EXPECTED = SAMPLE / "expected.json"
 # The sample class runs with short limits so that its infinite loops cost little time in CI.
 # The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
 TIMEOUTS = {"cell_timeout": 20, "notebook_timeout": 60, "memory_limit_mb": 4096}
+# every lesson the sample class grades (a learner's row for a lesson it did not submit is "missing")
+LESSONS = ["nb01_group_advantages", "nb02_grpo_objective", "nb04_verifiable_rewards", "nb05_logprobs_masks"]
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+REFERENCE_IMPORT_S = 2.0   # `python -c "import torch"` on an idle 2-core machine, about
+
+
+def machine_timeouts(say=print) -> dict:
+    """TIMEOUTS scaled to this machine's speed right now: one timed ``import torch`` in a fresh interpreter
+    against REFERENCE_IMPORT_S, the factor clamped to [1, 4] (a busy machine gets longer limits, an idle one
+    the short ones). The memory limit is not scaled."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch"], check=False, capture_output=True)
+    took = time.monotonic() - started
+    factor = min(4.0, max(1.0, took / REFERENCE_IMPORT_S))
+    say(f"[autograde] sample class: `import torch` took {took:.1f} s -> time limits x{factor:.1f}")
+    return {"cell_timeout": int(TIMEOUTS["cell_timeout"] * factor),
+            "notebook_timeout": int(TIMEOUTS["notebook_timeout"] * factor),
+            "memory_limit_mb": TIMEOUTS["memory_limit_mb"]}
 
 
 def load_cases() -> dict[str, dict]:
@@ -44,14 +77,6 @@ def load_cases() -> dict[str, dict]:
     for path in sorted(CASES.glob("*.py")):
         cases[path.stem] = runpy.run_path(str(path))["CASE"]
     return cases
-
-
-def descriptions() -> dict[str, str]:
-    out = {}
-    for path in sorted(CASES.glob("*.py")):
-        doc = runpy.run_path(str(path)).get("__doc__") or ""
-        out[path.stem] = doc.strip().splitlines()[0] if doc.strip() else ""
-    return out
 
 
 def worked_answers(assignment: str) -> dict[str, str]:
@@ -101,14 +126,41 @@ def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[
         if _grade_id(cell) in sources:
             cell.source = sources[_grade_id(cell)]
     nb.cells = [c for c in nb.cells if _grade_id(c) not in set(spec.get("delete", []))]
+    for gid, source in spec.get("duplicate", []):
+        position = next(i for i, c in enumerate(nb.cells) if _grade_id(c) == gid)
+        twin = copy.deepcopy(nb.cells[position])
+        twin.source, twin["id"] = source, f"duplicate-{position}"
+        nb.cells.insert(position + 1, twin)
+    for index, (after, source, meta) in enumerate(spec.get("inject", [])):
+        position = next(i for i, c in enumerate(nb.cells) if _grade_id(c) == after) + 1
+        new = nbformat.v4.new_code_cell(source, metadata={"nbgrader": meta})
+        new["id"] = f"learner-injected-{index}"
+        nb.cells.insert(position, new)
+    for gid, edits in spec.get("metadata", {}).items():
+        cell = next(c for c in nb.cells if _grade_id(c) == gid)
+        edits = dict(edits)
+        if "cell_type" in edits:
+            cell.cell_type = edits.pop("cell_type")
+            if cell.cell_type == "markdown":
+                cell.pop("outputs", None)
+                cell.pop("execution_count", None)
+        cell.metadata.nbgrader.update(edits)
+    if "kernelspec" in spec:
+        nb.metadata["kernelspec"] = spec["kernelspec"]
     for index, (after, source) in enumerate(spec.get("insert_after", [])):
         position = next(i for i, c in enumerate(nb.cells) if _grade_id(c) == after) + 1
         new = nbformat.v4.new_code_cell(source)
         new["id"] = f"learner-added-{index}"
         nb.cells.insert(position, new)
-    text = nbformat.writes(nb) + "\n"
+    if spec.get("nbformat") == 3:
+        text = nbformat.writes(nbformat.convert(copy.deepcopy(nb), 3)) + "\n"
+    else:
+        text = nbformat.writes(nb) + "\n"
     if spec.get("corrupt") == "truncate":
         text = text[: len(text) // 2]
+    elif spec.get("corrupt") == "deep":
+        depth = 100_000
+        text = text.replace('"metadata": {', '"metadata": {"nested": ' + "[" * depth + "]" * depth + ", ", 1)
     return spec.get("filename", f"{assignment}.ipynb"), text.encode("utf-8")
 
 
@@ -154,6 +206,12 @@ def install(submitted: Path) -> list[str]:
     return learners
 
 
-def expected() -> dict[str, dict[str, float]]:
+def expected() -> dict[str, dict[str, dict]]:
+    """{learner: {lesson: {"score", "status", ...}}} for every lesson of LESSONS (unlisted rows: missing, 0)."""
     data = json.loads(EXPECTED.read_text(encoding="utf-8"))
-    return {k: v for k, v in data.items() if not k.startswith("_")}
+    out = {}
+    for learner, rows in data.items():
+        if learner.startswith("_"):
+            continue
+        out[learner] = {lesson: rows.get(lesson, {"score": 0, "status": "missing"}) for lesson in LESSONS}
+    return out

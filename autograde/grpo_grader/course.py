@@ -21,9 +21,12 @@ class Settings:
     max_submission_mb: int = 25
     sandbox: str = "auto"
     sandbox_uid_base: int = 61000
-    kernel_files: list[str] = field(default_factory=lambda: ["course.toml", "pyproject.toml", "tools", "environments"])
+    kernel_files: list[str] = field(default_factory=lambda: ["course.toml", "pyproject.toml", "tools", "environments",
+                                                             ".cache/tiny-qwen2-seed0"])
     hidden_paths: list[str] = field(default_factory=list)
     course_id: str = "grpo-in-practice"
+    grading_seed: str = ""            # the instructor's secret (oracle.grading_seed); never stored
+    oracle_flags: dict = field(default_factory=dict)   # {assignment: {flag: bool}} extra case families
 
     @property
     def config_file(self) -> Path:
@@ -62,7 +65,7 @@ def load_settings(course: Path | None = None, **overrides) -> Settings:
         config = PyFileConfigLoader(config_file.name, path=str(course)).load_config()
         pipeline = config.get("GradingPipeline", {})
         for key in ("notebook_timeout", "workers", "memory_limit_mb", "max_submission_mb", "sandbox",
-                    "sandbox_uid_base", "kernel_files", "hidden_paths"):
+                    "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags"):
             if key in pipeline:
                 setattr(settings, key, pipeline[key])
         if "timeout" in config.get("Execute", {}):
@@ -79,7 +82,27 @@ def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment with the interpreter's bin folder first on PATH (nbgrader runs `alembic`)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    # nbgrader imports the course config, which imports this checkout's `grader` (and `tools`)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(AUTOGRADE), str(ROOT), env.get("PYTHONPATH", "")] if p)
+    # nbgrader imports the course config, which imports this checkout's `autograde.grpo_grader` (and `tools`);
+    # the editable install provides both, PYTHONPATH keeps a subprocess on this checkout even without it
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), env.get("PYTHONPATH", "")] if p)
     env.update(extra or {})
     return env
+
+
+# Kernel files that are built, not committed: made here (in the grader's process, before any slot copies the
+# kernel files) when missing, so that no notebook builds them inside the read-only sandbox.
+PREPARE = {".cache/tiny-qwen2-seed0": "tools.tiny_model:tiny_checkpoint_path"}
+
+
+def prepare_kernel_files(settings: Settings, say=print) -> None:
+    """Build what ``kernel_files`` names and ``PREPARE`` knows how to build (e.g. the tiny checkpoint)."""
+    import importlib
+
+    for name in settings.kernel_files:
+        recipe = PREPARE.get(name)
+        if recipe is None:
+            continue
+        module, function = recipe.split(":")
+        if not (ROOT / name).exists():
+            say(f"[autograde] 准备评分所需的文件 {name}（preparing {name} for the kernels; once）")
+        getattr(importlib.import_module(module), function)()  # returns at once when it is up to date

@@ -7,12 +7,16 @@ import json
 import os
 import re
 import shutil
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
 
 from .course import GRADER_VERSION, ROOT, Settings
+from .oracle import load_oracle, oracle_digest, seed_digest
+from .submission import answer_hashes, read_notebook, rebuild_metadata
+from .oracle_run import run_oracle
 from .slots import Slot
 
 STUB_MESSAGE = "请先完成这个 TODO"  # the text of nbgrader's ClearSolutions stub (autograde/nbgrader_config.py)
@@ -43,7 +47,9 @@ class NotebookResult:
     late_penalty: float | None = None
     tests: list[dict] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    answers: dict = field(default_factory=dict)     # answer grade_id -> hash of its normalised tokens (copies)
     seconds: float = 0.0
+    phases: dict = field(default_factory=dict)      # seconds per step: nbgrader, oracle
     score: float = 0.0
     max_score: float = 0.0
 
@@ -93,6 +99,7 @@ def fingerprint(folder: Path, settings: Settings, course_info: dict, assignment:
     if settings.config_file.exists():
         digest.update(settings.config_file.read_bytes())
     digest.update(json.dumps(course_info[assignment]["checksums"], sort_keys=True).encode())
+    digest.update(f"oracle {oracle_digest(assignment)} seed {seed_digest(settings.grading_seed)}".encode())
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
         digest.update(str(path.relative_to(folder)).encode())
         digest.update(path.read_bytes())
@@ -136,17 +143,7 @@ def check_notebook_file(path: Path, max_mb: int) -> str | None:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         return f"不是 UTF-8 文本，无法作为 notebook 读取：{error}（not a notebook）"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        return f"不是有效的 notebook JSON：第 {error.lineno} 行第 {error.colno} 列 {error.msg}（invalid JSON）"
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or "nbformat" not in data:
-        return "JSON 不是 notebook 格式（缺少 cells / nbformat）（not a notebook）"
-    try:
-        nbformat.reads(text, as_version=4)
-    except Exception as error:  # nbformat raises many kinds of errors for damaged notebooks
-        return f"notebook 结构损坏：{type(error).__name__}: {str(error)[:200]}（broken notebook）"
-    return None
+    return read_notebook(text)[1]
 
 
 def compare_with_release(submitted: nbformat.NotebookNode, release: nbformat.NotebookNode) -> tuple[list[str], list[str], str]:
@@ -333,20 +330,23 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             shutil.copy2(timestamp_file, target / "timestamp.txt")
         except Exception:  # unreadable timestamp: graded without one
             notes.append("timestamp.txt 无法解析，已忽略（bad timestamp）")
-    usable = {}
+    usable, rebuilt, rebuild_notes = {}, {}, {}
     for name, path in chosen.items():
         problem = check_notebook_file(path, settings.max_submission_mb)
         if problem:
             problems[name] = problem
-        else:
-            shutil.copyfile(path, target / f"{name}.ipynb")
-            usable[name] = path
+            continue
+        # submission metadata is never trusted: the release's nbgrader metadata, by grade_id and position
+        nb, _ = read_notebook(path.read_text(encoding="utf-8"))
+        rebuilt[name], rebuild_notes[name] = rebuild_metadata(nb, placeholder(settings, assignment, name))
+        nbformat.write(rebuilt[name], target / f"{name}.ipynb")
+        usable[name] = path
 
     for name in notebooks:
         cells = info["notebooks"][name]["cells"]
         max_score = sum(c["max_score"] for c in cells.values())
         nres = NotebookResult(notebook=name, status="graded", max_score=max_score,
-                              notes=list(notes) if name in usable else [])
+                              notes=[*notes, *rebuild_notes.get(name, [])] if name in usable else [])
         out_path = slot.nbgrader / "autograded" / learner / assignment / f"{name}.ipynb"
         executed = None
         if name in problems:
@@ -354,13 +354,15 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             nres.reason = f"得 0 分：{problems[name]}"
         else:
             slot.reset_work()
+            slot.show_lessons(assignment)
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
             nres.seconds = round(seconds, 1)
+            nres.phases["nbgrader"] = round(seconds, 2)
+            nres.answers = answer_hashes(rebuilt[name], placeholder(settings, assignment, name))
             edited, deleted = [], []
             try:
-                edited, deleted, written = compare_with_release(nbformat.read(usable[name], as_version=4),
-                                                                placeholder(settings, assignment, name))
+                edited, deleted, written = compare_with_release(rebuilt[name], placeholder(settings, assignment, name))
                 nres.flags = scan_flags(written)
             except Exception:  # checked readable above; this review never blocks grading
                 nres.flags = []
@@ -388,10 +390,20 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
                 if any("输出超过" in o.get("text", "") for c in executed.cells for o in c.get("outputs", [])
                        if o.get("output_type") == "stream"):
                     nres.notes.append("某些单元输出过多，已截断（output capped）")
+        oracle_messages = {}
+        if nres.status == "graded":
+            try:
+                oracle_messages = apply_oracle(slot, settings, assignment, name, cells, nres, rebuilt[name])
+            except Exception as error:  # a fault of the grader's oracle: this notebook only, status error
+                nres.status = "error"
+                nres.reason = f"得 0 分：评分器的 oracle 出错（grader error）：{type(error).__name__}: {error}"[:500]
         if nres.status != "graded":
             nres.grades = {gid: {"auto_score": 0.0, "needs_manual_grade": False} for gid in cells}
             nres.comments = {}
         nres.tests = test_outcomes(executed, cells, nres.grades, settings.cell_timeout)
+        for t in nres.tests:
+            if t["grade_id"] in oracle_messages and t["outcome"] != "passed":
+                t["message"] = oracle_messages[t["grade_id"]]
         for t in nres.tests:  # a not-graded notebook's tests carry its reason
             if nres.status != "graded":
                 t["outcome"], t["message"] = "not run", nres.reason
@@ -414,6 +426,51 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
         result.notebooks.append(nres)
     (stage / "grading_report.json").write_text(json.dumps(result.report(), ensure_ascii=False, indent=1))
     return result
+
+
+_CASES: dict = {}
+_CASES_LOCK = threading.Lock()
+
+
+def oracle_cases(oracle, settings: Settings):
+    """The cases of an assignment for this run's seed (drawn once, shared by the slots)."""
+    key = (oracle.assignment, settings.grading_seed)
+    with _CASES_LOCK:
+        if key not in _CASES:
+            _CASES[key] = oracle.cases(settings.grading_seed, settings.oracle_flags.get(oracle.assignment, {}))
+        return _CASES[key]
+
+
+def apply_oracle(slot: Slot, settings: Settings, assignment: str, notebook: str, cells: dict, nres: NotebookResult,
+                 rebuilt: nbformat.NotebookNode) -> dict[str, str]:
+    """Replace the in-kernel scores of the oracle's test cells by the oracle's verdicts; {grade_id: message}."""
+    oracle = load_oracle(assignment)
+    if oracle is None:
+        nres.flags = sorted({*nres.flags, "no-oracle"})
+        return {}
+    cases = oracle_cases(oracle, settings)
+    outcome = run_oracle(slot, oracle, cases, placeholder(settings, assignment, notebook), rebuilt,
+                         settings.cell_timeout, settings.notebook_timeout)
+    nres.seconds = round(nres.seconds + outcome.seconds, 1)
+    nres.phases["oracle"] = outcome.seconds
+    if outcome.problem:
+        nres.notes.append(outcome.problem)
+    messages, comments = {}, {}
+    for gid, verdict in outcome.verdicts.items():
+        if gid not in cells:
+            continue
+        nres.grades[gid] = {"auto_score": cells[gid]["max_score"] if verdict.passed else 0.0,
+                            "needs_manual_grade": False}
+        messages[gid] = verdict.message
+        answer = oracle.tests[gid]
+        line = f"{gid}：{'通过' if verdict.passed else '未通过'}（{verdict.cases - verdict.failed}/{verdict.cases} 个用例）"
+        comments.setdefault(answer, []).append(line + (f"：{verdict.message}" if verdict.message else ""))
+    for gid, info in cells.items():
+        if info["kind"] == "test" and gid not in outcome.verdicts:
+            nres.flags = sorted({*nres.flags, "in-kernel-test"})
+    for answer, lines in comments.items():
+        nres.comments[answer] = "评分器（在学员内核之外、用评分时抽取的输入）的判定：\n" + "\n".join(lines)
+    return messages
 
 
 def grade_learner(slot: Slot, settings: Settings, course_info: dict, learner: str,

@@ -1,0 +1,47 @@
+"""Helpers for oracle modules: drawing inputs from the case generator (never from a fixed seed)."""
+from __future__ import annotations
+
+import torch
+
+
+def uniform(gen: torch.Generator, low: float, high: float) -> float:
+    return low + (high - low) * float(torch.rand((), generator=gen, dtype=torch.float64))
+
+
+def randint(gen: torch.Generator, low: int, high: int) -> int:
+    """An int in [low, high]."""
+    return int(torch.randint(low, high + 1, (), generator=gen))
+
+
+def choice(gen: torch.Generator, options):
+    options = list(options)
+    return options[randint(gen, 0, len(options) - 1)]
+
+
+def normal(gen: torch.Generator, shape, scale: float = 1.0, shift: float = 0.0, dtype=torch.float64) -> torch.Tensor:
+    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift).to(dtype)
+
+
+def distinct_ids(gen: torch.Generator, k: int, spread: int = 1000) -> torch.Tensor:
+    """``k`` distinct integer ids, negatives included, in a random order."""
+    return torch.randperm(2 * spread, generator=gen)[:k] - spread
+
+
+def group_ids(gen: torch.Generator, n: int, k: int) -> torch.Tensor:
+    """[n] unsorted ids drawn from ``k`` distinct (possibly negative) labels; every label used at least once."""
+    k = max(1, min(k, n))
+    labels = distinct_ids(gen, k)
+    index = torch.cat([torch.arange(k), torch.randint(0, k, (n - k,), generator=gen)])
+    return labels[index[torch.randperm(n, generator=gen)]]
+
+
+def ragged_mask(gen: torch.Generator, rows: int, cols: int, prefix: bool = False, min_valid: int = 1) -> torch.Tensor:
+    """[rows, cols] bool mask with at least ``min_valid`` true per row; non-prefix (holes) unless ``prefix``."""
+    if prefix:
+        lengths = torch.randint(min_valid, cols + 1, (rows,), generator=gen)
+        return torch.arange(cols).unsqueeze(0) < lengths.unsqueeze(1)
+    mask = torch.rand(rows, cols, generator=gen) < uniform(gen, 0.4, 0.8)
+    for r in range(rows):
+        if int(mask[r].sum()) < min_valid:
+            mask[r, torch.randperm(cols, generator=gen)[:min_valid]] = True
+    return mask

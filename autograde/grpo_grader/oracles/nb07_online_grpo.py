@@ -1,0 +1,371 @@
+"""Oracle of lesson 7 (nb07_online_grpo): sample_group, grpo_step, log_step_metrics.
+
+The two model-backed functions cannot receive a model over the wire, so the prelude defines two harness calls in
+the learner-side namespace, ``_oracle_sample`` and ``_oracle_step``: they build ``tools.online_grpo.grading_policy()``
+(an in-memory tiny Qwen2, seeded, a few seconds, no cache) and call the learner's function on it with the inputs
+the grader sends. The grader builds the same policy in its own process and computes every expectation itself:
+float64 log-probs of the returned tokens at the given temperature, the EOS mask of the returned ids, the sampled
+first-token frequency against the softmax, and for grpo_step a float64 re-derivation of the whole update (losses,
+clip ratios, approx KL, parameters after AdamW). log_step_metrics is pure data. The setup cells that load the SFT
+warm start and run the experiments are skipped.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from ..oracle import Case, Close, Mismatch, Raises, Satisfies
+from ._common import choice, randint, uniform
+
+TESTS = {
+    "test_sample_group_visible": "sample_group",
+    "test_grpo_step_visible": "grpo_step",
+    "test_log_step_metrics_visible": "log_step_metrics",
+}
+SKIP_SETUP = ("og.sft_checkpoint_path(", "demo = sample_group(", "run_online_experiment(", "og.plot_steps(",
+              "plot_pass_maj(", "og.load_records(", "online_trl.step0_agreement(", "check_accelerate_configs(")
+PRELUDE = '''import copy, json, math, os, time
+import torch
+
+_ORACLE_STATE = {}
+
+
+def _oracle_policy():
+    if "policy" not in _ORACLE_STATE:
+        from tools import online_grpo as _og
+        torch.set_num_threads(1)
+        _ORACLE_STATE["policy"], _ORACLE_STATE["tokenizer"] = _og.grading_policy()
+    return _ORACLE_STATE["policy"], _ORACLE_STATE["tokenizer"]
+
+
+def _oracle_sample(prompts, num_generations, temperature, top_p, max_new_tokens, seed, with_ref):
+    model, tok = _oracle_policy()
+    ref = None
+    if with_ref:
+        ref = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in ref.parameters():
+                p.mul_(0.9)
+    return sample_group(model, tok, prompts, num_generations, temperature=temperature, top_p=top_p,
+                        max_new_tokens=max_new_tokens, seed=seed, ref_model=ref)
+
+
+def _oracle_step(rollout, advantages, settings, lr):
+    model, _ = _oracle_policy()
+    model = copy.deepcopy(model).double()
+    metrics = grpo_step(model, torch.optim.AdamW(model.parameters(), lr=lr), rollout, advantages, **settings)
+    return {"metrics": metrics, "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
+'''
+FLAGS: dict = {}
+
+
+@lru_cache(maxsize=1)
+def _policy():
+    root = Path(__file__).resolve().parents[3]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from tools import online_grpo
+
+    torch.set_num_threads(1)
+    return online_grpo.grading_policy()
+
+
+def _encode_prompts(tokenizer, prompts):
+    rows = [tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                    add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+            for p in prompts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def _logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature):
+    """float64 log-probs [N, C] of the completion tokens (logits / temperature), 0 outside the mask."""
+    m = copy.deepcopy(model).double()
+    ids = torch.cat([prompt_ids, completion_ids], 1)
+    att = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
+    with torch.no_grad():
+        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -completion_ids.shape[1] - 1:-1]
+        out = torch.log_softmax(logits / temperature, -1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    return torch.where(completion_mask, out, torch.zeros_like(out))
+
+
+def _eos_mask(ids, eos):
+    rows = []
+    for row in ids.tolist():
+        keep, stopped = [], False
+        for token in row:
+            keep.append(not stopped)
+            stopped = stopped or token == eos
+        rows.append(keep)
+    return torch.tensor(rows, dtype=torch.bool).reshape(ids.shape)
+
+
+def _sample_check(prompts, g, temperature, with_ref):
+    def check(got):
+        model, tok = _policy()
+        if not isinstance(got, dict):
+            return f"应返回 dict，实际 {type(got).__name__}"
+        for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "old_per_token_logps",
+                    "ref_per_token_logps", "completions", "group_ids"):
+            if key not in got:
+                return f"返回的字典缺少 {key!r}"
+        n = len(prompts) * g
+        ids, mask, old = got["completion_ids"], got["completion_mask"], got["old_per_token_logps"]
+        if not all(torch.is_tensor(t) for t in (ids, mask, old, got["prompt_ids"], got["group_ids"])):
+            return "张量字段应为 torch.Tensor"
+        if ids.dim() != 2 or ids.shape[0] != n or mask.dtype != torch.bool or tuple(mask.shape) != tuple(ids.shape):
+            return f"completion_ids / completion_mask 应为 [N={n}, C]，掩码为 bool"
+        p_ids, p_mask = _encode_prompts(tok, prompts)
+        if got["prompt_ids"].tolist() != p_ids.repeat_interleave(g, 0).tolist():
+            return "prompt_ids 应为左填充的提示，每个重复 G 次（TRL 排列）"
+        if got["group_ids"].tolist() != torch.arange(len(prompts)).repeat_interleave(g).tolist():
+            return "group_ids 应为 [0]*G + [1]*G + …"
+        if mask.tolist() != _eos_mask(ids, tok.eos_token_id).tolist():
+            return "completion_mask 应保留到第一个 EOS（含）"
+        want = _logps(model, p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0), ids.long(), mask,
+                      temperature)
+        if old.shape != want.shape or (old.double() - want).abs().max().item() > 2e-5:
+            return f"old_per_token_logps 与温度 {temperature} 下重算的对数概率不一致（掩码外应为 0）"
+        if with_ref:
+            ref_model = copy.deepcopy(model)
+            with torch.no_grad():
+                for p in ref_model.parameters():
+                    p.mul_(0.9)
+            ref_want = _logps(ref_model, p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0), ids.long(),
+                              mask, temperature)
+            ref = got["ref_per_token_logps"]
+            if not torch.is_tensor(ref) or (ref.double() - ref_want).abs().max().item() > 2e-5:
+                return "ref_per_token_logps 应为参考模型的对数概率"
+        elif got["ref_per_token_logps"] is not None:
+            return "没有 ref_model 时 ref_per_token_logps 应为 None"
+        texts = [tok.decode(row[keep].tolist(), skip_special_tokens=True) for row, keep in zip(ids, mask)]
+        if got["completions"] != texts:
+            return "completions 应为掩码内词元的解码（skip_special_tokens=True）"
+        return None
+    return check
+
+
+def _frequency_check(prompt):
+    def check(got):
+        model, tok = _policy()
+        if not isinstance(got, dict) or not torch.is_tensor(got.get("completion_ids")):
+            return "应返回含 completion_ids 的 dict"
+        ids, mask = _encode_prompts(tok, [prompt])
+        with torch.no_grad():
+            probs = torch.softmax(model(input_ids=ids, attention_mask=mask).logits[0, -1].double(), -1)
+        first = got["completion_ids"][:, 0]
+        top = int(probs.argmax())
+        freq = float((first == top).double().mean())
+        if abs(freq - float(probs[top])) > 0.1:
+            return f"首词元的采样频率 {freq:.3f} 与模型概率 {float(probs[top]):.3f} 相差太大（do_sample / top_k=0？）"
+        return None
+    return check
+
+
+def _step_reference(rollout, advantages, settings, lr):
+    model, _ = _policy()
+    m = copy.deepcopy(model).double()
+    opt = torch.optim.AdamW(m.parameters(), lr=lr)
+    mask = rollout["completion_mask"] != 0
+    w = mask.double()
+    old = rollout["old_per_token_logps"].double()
+    adv = advantages.double()[:, None]
+    n, width = rollout["completion_ids"].shape
+    eps, beta, loss_type = settings["epsilon"], settings["beta"], settings["loss_type"]
+    eps_high = settings["epsilon_high"] if settings["epsilon_high"] is not None else eps
+    losses, lows, highs, kls = [], [], [], []
+    for _ in range(settings["num_iterations"]):
+        ids = torch.cat([rollout["prompt_ids"], rollout["completion_ids"]], 1)
+        att = torch.cat([rollout["prompt_mask"].long(), mask.long()], 1)
+        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -width - 1:-1] / settings["temperature"]
+        logps = torch.log_softmax(logits, -1).gather(-1, rollout["completion_ids"].unsqueeze(-1)).squeeze(-1)
+        lr_ = torch.where(mask, logps - old, torch.zeros_like(logps))
+        ratio = torch.exp(lr_)
+        ptl = -torch.min(ratio * adv, torch.clamp(ratio, 1 - eps, 1 + eps_high) * adv)
+        if beta > 0:
+            d = torch.where(mask, rollout["ref_per_token_logps"].double() - logps, torch.zeros_like(logps))
+            ptl = ptl + beta * (torch.exp(d) - d - 1)
+        if loss_type == "grpo":
+            loss = ((ptl * w).sum(-1) / w.sum(-1).clamp(min=1)).mean()
+        elif loss_type in ("bnpo", "dapo"):
+            loss = (ptl * w).sum() / w.sum().clamp(min=1)
+        else:
+            loss = (ptl * w).sum() / (n * (settings.get("max_completion_length") or width))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(m.parameters()), settings["max_grad_norm"])
+        opt.step()
+        tot = w.sum().clamp(min=1)
+        losses.append(float(loss.detach()))
+        lows.append(float((((ratio < 1 - eps) & (adv < 0)).double() * w).sum() / tot))
+        highs.append(float((((ratio > 1 + eps_high) & (adv > 0)).double() * w).sum() / tot))
+        kls.append(float(((ratio - 1 - lr_).detach() * w).sum() / tot))
+    params = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    return losses, lows, highs, kls, params
+
+
+def _step_check(rollout, advantages, settings, lr):
+    def check(got):
+        if not isinstance(got, dict) or not isinstance(got.get("metrics"), dict):
+            return "grpo_step 应返回指标 dict"
+        metrics = got["metrics"]
+        losses, lows, highs, kls, params = _step_reference(rollout, advantages, settings, lr)
+        for key in ("loss", "losses", "clip_ratio_low", "clip_ratio_high", "approx_kl", "kl_ref", "entropy", "grad_norm"):
+            if key not in metrics:
+                return f"返回的指标缺少 {key!r}"
+        got_losses = metrics["losses"]
+        if not isinstance(got_losses, list) or len(got_losses) != len(losses) or not all(
+                isinstance(x, (int, float)) and math.isfinite(x) and abs(x - y) <= 1e-6 + 1e-6 * abs(y)
+                for x, y in zip(got_losses, losses)):
+            return f"逐轮次损失应为 {[round(v, 6) for v in losses]}，实际 {got_losses!r}"[:300]
+        for key, values in (("clip_ratio_low", lows), ("clip_ratio_high", highs), ("approx_kl", kls)):
+            want = sum(values) / len(values)
+            if not isinstance(metrics[key], (int, float)) or abs(metrics[key] - want) > 1e-6:
+                return f"{key} 应为 {want:.6f}，实际 {metrics[key]!r}"
+        if (metrics["kl_ref"] is None) != (settings["beta"] == 0):
+            return "kl_ref 只在 beta > 0 时有值"
+        got_params = got.get("params")
+        if not torch.is_tensor(got_params) or got_params.shape != params.shape:
+            return "更新后的参数形状不对"
+        if (got_params.double() - params).abs().max().item() > 1e-6:
+            return "更新后的参数与参考实现不一致（μ 轮次、裁剪、KL、归约、梯度裁剪或优化器步骤有误）"
+        return None
+    return check
+
+
+def _random_rollout(gen, model, tok, n_prompts, g, temperature):
+    problems = [f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}=" for _ in range(n_prompts)]
+    p_ids, p_mask = _encode_prompts(tok, problems)
+    n, width = n_prompts * g, randint(gen, 3, 6)
+    ids = torch.randint(3, len(tok), (n, width), generator=gen)
+    for row in range(n):  # EOS at a random place in most rows
+        if float(torch.rand((), generator=gen)) < 0.7:
+            ids[row, randint(gen, 0, width - 1)] = tok.eos_token_id
+    mask = _eos_mask(ids, tok.eos_token_id)
+    mask[randint(gen, 0, n - 1)] = False  # one fully masked row (C5)
+    prompt_ids, prompt_mask = p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0)
+    old = _logps(model, prompt_ids, prompt_mask, ids, mask, temperature)
+    old = torch.where(mask, old + 0.3 * torch.randn(old.shape, generator=gen, dtype=torch.float64), old)
+    big = randint(gen, 0, n - 1)
+    old[big] = torch.where(mask[big], old[big], torch.full_like(old[big], -800.0))  # large masked log-ratio (C3)
+    ref = _logps(model, prompt_ids, prompt_mask, ids, mask, temperature) + 0.2
+    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": ids, "completion_mask": mask,
+            "old_per_token_logps": old, "ref_per_token_logps": torch.where(mask, ref, torch.zeros_like(ref))}
+
+
+def _metrics_reference(rewards, g, mask, update, correct, step, seconds):
+    values = rewards.double().tolist()
+    n = len(values)
+    mean = sum(values) / n
+    groups = [values[i:i + g] for i in range(0, n, g)]
+    out = {"step": step, "reward_mean": mean,
+           "reward_std": math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)),
+           "frac_reward_zero_std": sum(1 for grp in groups if max(grp) == min(grp)) / len(groups),
+           "completion_length": sum(sum(r) for r in mask.long().tolist()) / n,
+           "strict_accuracy": sum(correct) / n, "seconds": seconds}
+    out.update({k: update[k] for k in ("loss", "clip_ratio_low", "clip_ratio_high", "approx_kl", "entropy",
+                                       "grad_norm", "kl_ref")})
+    return out
+
+
+def _metrics_check(want):
+    def check(got):
+        if not isinstance(got, dict):
+            return f"应返回 dict，实际 {type(got).__name__}"
+        for key, value in want.items():
+            if key not in got:
+                return f"缺少 {key!r}"
+            if value is None:
+                if got[key] is not None:
+                    return f"{key} 应为 None"
+                continue
+            if not isinstance(got[key], (int, float)) or isinstance(got[key], bool) or abs(got[key] - value) > 1e-6:
+                return f"{key} 应为 {value!r}，实际 {got[key]!r}"
+        return None
+    return check
+
+
+def cases(gen: torch.Generator, flags: dict) -> list[Case]:
+    model, tok = _policy()
+    out: list[Case] = []
+    test = "test_sample_group_visible"
+    for temperature, with_ref in ((1.0, False), (uniform(gen, 0.5, 1.8), False), (1.0, True)):
+        prompts = [f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}=" for _ in range(randint(gen, 1, 4))]
+        g, new_tokens = randint(gen, 2, 5), randint(gen, 2, 6)
+        out.append(Case(test, "_oracle_sample", (prompts, g, temperature, 1.0, new_tokens, randint(gen, 0, 10 ** 6),
+                                                  with_ref), {}, Satisfies(_sample_check(prompts, g, temperature, with_ref)),
+                        what=f"{len(prompts)} 个提示 × G={g}，温度 {temperature:.2f}，参考模型 {with_ref}"))
+    prompt = f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}="
+    out.append(Case(test, "_oracle_sample", ([prompt] * 50, 8, 1.0, 1.0, 1, randint(gen, 0, 10 ** 6), False), {},
+                    Satisfies(_frequency_check(prompt)), what="采样分布：首词元频率接近模型概率"))
+    for bad, what in (((["1+1="], 1, 1.0, 1.0, 3, 0, False), "num_generations < 2"),
+                      (([], 4, 1.0, 1.0, 3, 0, False), "prompts 为空"),
+                      ((["1+1="], 4, 0.0, 1.0, 3, 0, False), "temperature 为 0"),
+                      ((["1+1="], 4, 1.0, 1.5, 3, 0, False), "top_p > 1"),
+                      ((["1+1="], 4, 1.0, 1.0, 0, 0, False), "max_new_tokens 为 0")):
+        out.append(Case(test, "_oracle_sample", bad, {}, Raises("ValueError"), what=what))
+
+    test = "test_grpo_step_visible"
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
+        temperature = choice(gen, [1.0, uniform(gen, 0.7, 1.5)])
+        rollout = _random_rollout(gen, model, tok, randint(gen, 2, 3), randint(gen, 2, 4), temperature)
+        n = rollout["completion_ids"].shape[0]
+        advantages = torch.randn(n, generator=gen, dtype=torch.float64)
+        beta = choice(gen, [0.0, uniform(gen, 0.01, 0.3)])
+        settings = {"num_iterations": randint(gen, 1, 3), "epsilon": uniform(gen, 0.05, 0.3),
+                    "epsilon_high": choice(gen, [None, uniform(gen, 0.2, 0.4)]), "beta": beta, "loss_type": loss_type,
+                    "max_grad_norm": uniform(gen, 0.3, 2.0), "temperature": temperature,
+                    "max_completion_length": choice(gen, [None, 8])}
+        if choice(gen, [False, True]):
+            rollout = dict(rollout, completion_mask=rollout["completion_mask"].to(choice(gen, [torch.float32, torch.int64])))
+        lr = uniform(gen, 1e-4, 3e-3)
+        out.append(Case(test, "_oracle_step", (rollout, advantages, settings, lr), {},
+                        Satisfies(_step_check(dict(rollout), advantages, settings, lr)),
+                        what=f"loss_type={loss_type}，μ={settings['num_iterations']}，beta={beta:.3f} 的一次更新"))
+    rollout = _random_rollout(gen, model, tok, 2, 2, 1.0)
+    advantages = torch.randn(4, generator=gen, dtype=torch.float64)
+    base = {"num_iterations": 1, "epsilon": 0.2, "epsilon_high": None, "beta": 0.0, "loss_type": "grpo",
+            "max_grad_norm": 1.0, "temperature": 1.0}
+    for change, what in (({"beta": 0.1}, "beta > 0 而没有参考对数概率"), ({"loss_type": "ppo"}, "未知的 loss_type"),
+                         ({"num_iterations": 0}, "num_iterations 为 0"), ({"epsilon": -0.1}, "epsilon 为负")):
+        ro = dict(rollout, ref_per_token_logps=None) if "beta" in change else rollout
+        out.append(Case(test, "_oracle_step", (ro, advantages, dict(base, **change), 1e-3), {}, Raises("ValueError"),
+                        what=what))
+    out.append(Case(test, "_oracle_step", (dict(rollout, completion_mask=rollout["completion_mask"].double() * 2),
+                                           advantages, base, 1e-3), {}, Raises("ValueError"),
+                    what="completion_mask 含 0/1 之外的值"))
+
+    test = "test_log_step_metrics_visible"
+    for _ in range(4):
+        g = randint(gen, 2, 6)
+        n = g * randint(gen, 1, 4)
+        dtype = choice(gen, [torch.float32, torch.float64])
+        rewards = (torch.randint(0, 3, (n,), generator=gen).to(dtype) * choice(gen, [0.55, 1.1]))
+        rewards[:g] = choice(gen, [1.1, 0.1])  # an equal-reward group in float32 (C4)
+        mask = torch.rand((n, randint(gen, 2, 7)), generator=gen) < 0.6
+        correct = torch.randint(0, 2, (n,), generator=gen).tolist()
+        update = {"loss": uniform(gen, -1, 1), "clip_ratio_low": uniform(gen, 0, 0.3), "clip_ratio_high": uniform(gen, 0, 0.3),
+                  "approx_kl": uniform(gen, 0, 0.05), "kl_ref": choice(gen, [None, uniform(gen, 0, 0.1)]),
+                  "entropy": uniform(gen, 0, 2), "grad_norm": uniform(gen, 0, 5)}
+        step, seconds = randint(gen, 0, 99), uniform(gen, 0, 3)
+        mask_arg = mask if choice(gen, [False, True]) else mask.to(choice(gen, [torch.float32, torch.int64]))
+        want = _metrics_reference(rewards, g, mask, update, correct, step, seconds)
+        out.append(Case(test, "log_step_metrics", (step, rewards, g, mask_arg, update, correct), {"seconds": seconds},
+                        Satisfies(_metrics_check(want)), what=f"N={n}、G={g}、{dtype} 的指标"))
+    upd = {"loss": 0.0, "clip_ratio_low": 0.0, "clip_ratio_high": 0.0, "approx_kl": 0.0, "kl_ref": None,
+           "entropy": 0.0, "grad_norm": 0.0}
+    for args, what in (((0, torch.tensor([1.0, float("nan")]), 2, torch.ones(2, 3), upd, [0, 0]), "奖励含 NaN"),
+                       ((0, torch.tensor([1.0, 0.0, 1.0]), 2, torch.ones(3, 3), upd, [0, 0, 0]), "N 不是 G 的整数倍"),
+                       ((0, torch.tensor([1.0, 0.0]), 2, torch.ones(2, 3) * 3, upd, [0, 0]), "掩码含 0/1 之外的值")):
+        out.append(Case(test, "log_step_metrics", args, {}, Raises("ValueError"), what=what))
+    return out

@@ -1,0 +1,195 @@
+"""Reading a submitted notebook without trusting it.
+
+``read_notebook`` turns a file into an nbformat-4 notebook (nbformat 3 is upgraded) or a reason why it cannot
+be graded (status ``invalid``). ``rebuild_metadata`` gives the submission the release's nbgrader metadata:
+a cell keeps its nbgrader identity only if its ``grade_id`` is one of the release's (the first cell with that
+id wins), and that identity (points, checksum, locked, cell type) is the release's, never the submission's;
+answer cells whose id was renamed or removed are found again by position (the cell just before the locked
+cell that follows the answer in the release); every other nbgrader metadata (unknown, duplicated, injected
+graded cells) is dropped, and the notebook metadata (kernelspec included) is the release's.
+"""
+from __future__ import annotations
+
+import copy
+import json
+
+import nbformat
+
+MAX_NESTING = 64
+
+
+def _depth(value, limit: int) -> int:
+    """Nesting depth of a JSON value, computed without recursion (stops at ``limit``)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def read_notebook(text: str) -> tuple[nbformat.NotebookNode | None, str | None]:
+    """(notebook as nbformat 4, None) or (None, Chinese reason)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, f"不是有效的 notebook JSON：第 {error.lineno} 行第 {error.colno} 列 {error.msg}（invalid JSON）"
+    except RecursionError:
+        return None, "notebook JSON 嵌套过深，无法读取（nested too deep）"
+    if _depth(data, MAX_NESTING) > MAX_NESTING:
+        return None, f"notebook JSON 嵌套超过 {MAX_NESTING} 层，无法读取（nested too deep）"
+    if not isinstance(data, dict) or "nbformat" not in data or not (
+            isinstance(data.get("cells"), list) or isinstance(data.get("worksheets"), list)):
+        return None, "JSON 不是 notebook 格式（缺少 cells / nbformat）（not a notebook）"
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nb = nbformat.reads(nbformat.writes(nb), as_version=4)  # a plain v4 tree (an upgraded v3 too)
+    except Exception as error:  # nbformat raises many kinds of errors for damaged notebooks
+        return None, f"notebook 结构损坏：{type(error).__name__}: {str(error)[:200]}（broken notebook）"
+    for cell in nb.cells:
+        if not isinstance(cell.get("source"), str) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            return None, "notebook 单元格式不对（broken cell）"
+    return nb, None
+
+
+def _gid(cell) -> str | None:
+    meta = cell.get("metadata", {})
+    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+    gid = nbg.get("grade_id") if isinstance(nbg, dict) else None
+    return gid if isinstance(gid, str) else None
+
+
+def _plain(cell, cell_type: str):
+    """A copy of ``cell`` without nbgrader metadata, as ``cell_type``."""
+    meta = {k: v for k, v in dict(cell.get("metadata", {})).items() if k != "nbgrader"} \
+        if isinstance(cell.get("metadata"), dict) else {}
+    source = cell.get("source", "")
+    new = nbformat.v4.new_code_cell(source) if cell_type == "code" else (
+        nbformat.v4.new_markdown_cell(source) if cell_type == "markdown" else nbformat.v4.new_raw_cell(source))
+    if cell_type == "code" and cell.get("cell_type") == "code":
+        new.outputs = cell.get("outputs", [])
+        new.execution_count = cell.get("execution_count")
+    new.metadata = nbformat.from_dict(meta)
+    return new
+
+
+def rebuild_metadata(submitted: nbformat.NotebookNode,
+                     release: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
+    """The submission with the release's nbgrader metadata (see the module docstring) and notes on what changed."""
+    released = {}
+    order = []
+    for cell in release.cells:
+        gid = _gid(cell)
+        if gid and gid not in released:
+            released[gid] = cell
+            order.append(gid)
+    notes: list[str] = []
+    cells, used = [], {}
+    ignored = []
+    for cell in submitted.cells:
+        gid = _gid(cell)
+        if gid in released and gid not in used:
+            source_cell = released[gid]
+            new = _plain(cell, source_cell.cell_type)
+            new.metadata["nbgrader"] = copy.deepcopy(source_cell.metadata["nbgrader"])
+            for key in ("editable", "deletable"):
+                if key in source_cell.metadata:
+                    new.metadata[key] = source_cell.metadata[key]
+            if cell.get("cell_type") != source_cell.cell_type:
+                notes.append(f"单元 {gid} 的类型被改成了 {cell.get('cell_type')}，已按发布版本恢复为 {source_cell.cell_type}")
+            used[gid] = len(cells)
+            cells.append(new)
+        else:
+            if gid is not None or (isinstance(cell.get("metadata"), dict) and "nbgrader" in cell.metadata):
+                ignored.append(gid or "?")
+            cells.append(_plain(cell, cell.get("cell_type", "code")))
+    # answers whose grade_id was renamed or removed: the cell just before the next release cell found
+    for index, gid in enumerate(order):
+        meta = released[gid].metadata["nbgrader"]
+        if gid in used or not meta.get("solution"):
+            continue
+        after = next((g for g in order[index + 1:] if g in used), None)
+        position = used[after] - 1 if after is not None else len(cells) - 1
+        if position < 0 or _gid(cells[position]) or cells[position].cell_type != released[gid].cell_type:
+            continue
+        previous = next((g for g in reversed(order[:index]) if g in used), None)
+        if previous is not None and used[previous] >= position:
+            continue
+        cells[position].metadata["nbgrader"] = copy.deepcopy(meta)
+        used[gid] = position
+        notes.append(f"答案单元 {gid} 的 nbgrader 元数据被改动或删除，已按位置找回")
+    if ignored:
+        notes.append("忽略了提交中不属于发布版本（未知、重复或新加）的评分元数据：" + ", ".join(sorted(set(ignored)))[:300])
+    nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(release.metadata))
+    nb.nbformat, nb.nbformat_minor = 4, max(5, int(release.get("nbformat_minor", 5)))
+    seen = set()
+    for index, cell in enumerate(nb.cells):
+        cid = cell.get("id")
+        if not isinstance(cid, str) or cid in seen or not cid:
+            cell["id"] = f"cell-{index}"
+        seen.add(cell["id"])
+    return nb, notes
+
+
+def answer_sources(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """{answer grade_id: source} of a notebook whose metadata has been rebuilt."""
+    out = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") and cell.cell_type == "code":
+            out.setdefault(meta["grade_id"], cell.source)
+    return out
+
+
+_KNOWN = {"torch", "math", "numbers", "np", "numpy", "F", "nn", "self", "True", "False", "None"}
+
+
+def normalised_tokens(source: str) -> list[str]:
+    """The code's tokens without comments, layout and string contents, local names replaced by ``N``
+    (attribute names, keywords and well-known modules kept): renaming variables or reformatting does not
+    change them."""
+    import builtins
+    import io
+    import keyword
+    import tokenize
+
+    out: list[str] = []
+    previous = ""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind, text = token.type, token.string
+            if kind in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                        tokenize.ENDMARKER):
+                continue
+            if kind == tokenize.STRING:
+                text = "S"
+            elif kind == tokenize.NUMBER:
+                text = "0"
+            elif kind == tokenize.NAME and not keyword.iskeyword(text) and previous != "." \
+                    and text not in _KNOWN and not hasattr(builtins, text):
+                text = "N"
+            out.append(text)
+            previous = token.string
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        out = source.split()
+    return out
+
+
+def answer_hashes(nb: nbformat.NotebookNode, release: nbformat.NotebookNode, min_tokens: int = 40) -> dict[str, str]:
+    """{answer grade_id: hash of its normalised tokens} for answers that differ from the released stub and are
+    long enough to mean something (the copy detector compares these across learners)."""
+    import hashlib
+
+    stubs = {gid: normalised_tokens(source) for gid, source in answer_sources(release).items()}
+    out = {}
+    for gid, source in answer_sources(nb).items():
+        tokens = normalised_tokens(source)
+        if len(tokens) < min_tokens or tokens == stubs.get(gid):
+            continue
+        out[gid] = hashlib.sha256(" ".join(tokens).encode()).hexdigest()[:20]
+    return out

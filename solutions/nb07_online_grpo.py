@@ -1,0 +1,882 @@
+# ---
+# jupyter:
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+#   course: {profile: PT-CPU}
+# ---
+
+# %% [markdown]
+# # 第 7 课 · 在线 GRPO：采样 → 验证 → 优势 → 更新，让奖励在笔记本电脑的 CPU 上真的涨起来
+#
+# ## 导读
+#
+# 前六课从来没有让模型**自己生成**过一个回答：第 6 课的候选是写好的固定文本。真正的 GRPO 是一个循环
+# （MiniMind 教程 §0 与 §8 描述的就是它）：
+#
+# 1. 对每个提示用 `model.generate` **采样** `num_generations` 个回答（`do_sample`、`temperature`、`top_p`、`max_new_tokens`）；
+# 2. 用第 5 课的规则从 EOS 得到 `completion_mask`；
+# 3. 第 4 课的验证器 `integer-answer-v1` 给每个回答打分；
+# 4. 第 1 课的组内优势；
+# 5. 采样的同时记下旧策略的逐词元对数概率 `old_per_token_logps`；
+# 6. 对同一批 rollout 做 μ 个优化轮次（TRL 的 `num_iterations`），损失是第 2、3 课的逐词元裁剪损失；
+# 7. 可选的 β·KL（到冻结的参考模型）；
+# 8. AdamW + 梯度裁剪；然后回到第 1 步——这时采样用的已经是更新后的策略。
+#
+# 这一课你写其中三块：`sample_group`（第 1、2、5 步）、`grpo_step`（第 6–8 步）和每一步的指标记录
+# `log_step_metrics`。其余（任务、热启动、评测、循环本身）由课程提供。最后用 TRL 的 `GRPOTrainer` 跑同一个任务，
+# 逐项对照参数名和指标，并在同一批数据上核对第 0 步的损失；再讲同一份配置怎样放到多张 GPU 上。
+#
+# **任务**：一位数加法 `"3+5="`，回答一个整数。课程的微型 Qwen2 模型（2 层、隐藏维 64）先做一次很短的监督微调
+# （SFT，热启动），数据里 60% 的回答是“I do not know.”——所以热启动后的策略**只是有时候回答**，
+# 在留出的提示上 pass@1 只有一到两成（预测；下面实测）。强化学习要做的，是从验证器的奖励里学会“该回答就回答”。
+
+# %% [markdown]
+# ## 运行环境
+#
+# - Profile：**PT-CPU**（torch + transformers；TRL 对照一节需要 trl 1.16）。不需要 GPU，不下载任何权重。
+# - 第一次运行会在课程目录的 `.cache/` 下构建微型检查点和 SFT 热启动（2 核 CPU 上不超过一分钟），之后直接复用。
+# - `RUN_MODE`（下面的单元格，或环境变量 `GRPO_ONLINE_RUN_MODE`）：
+#   - `tiny_cpu`（默认）：完整的主实验，2 核 CPU 上不超过 180 秒（预算；每次运行的实测值写在结果里）；
+#   - `smoke`：只跑 3 步、少量评测，用于测试与评分（几秒钟）；
+#   - `real_gpu`：一张 CUDA 卡，`Qwen/Qwen2.5-0.5B-Instruct`（或 `GRPO_MODEL_ID` 指向的本地文件夹），走同一份代码。
+#     本课程的开发机器没有 GPU，这条路径**没有在这里运行过**。
+# - 无界面运行：`make online RUN_LABEL=my_run`（`python -m tools.cli.online --label my_run`），结果写到
+#   `benchmarks/results/online/online-grpo_<RUN_LABEL>.json`。
+#
+# ## 前置阅读
+#
+# - 第 1 课：`compute_group_advantages`（下限版本，全组奖励相同时优势恰为 0）。本课直接从
+#   `tools.lessons.nb01_group_advantages` 导入你在第 1 课写的那个函数（“一个函数只有一个家”）。
+# - 第 2、3 课：比率 $\rho = \exp(\log\pi_\theta - \log\pi_{old})$、裁剪 $[1-\epsilon, 1+\epsilon_{high}]$、
+#   `loss_type`（grpo / bnpo / dr_grpo / dapo）的归约方式、k3 形式的 KL。
+# - 第 4 课：`verify_integer_response`；第 5 课：`completion_mask_from_eos`（同样从 `tools.lessons` 导入）。
+
+# %%
+import copy
+import json
+import math
+import os
+import time
+
+import torch
+from IPython.display import Image, Markdown, display
+
+from tools import online_grpo as og
+from tools.grading import assert_close, expect_value_error
+from tools.project_runtime import resolve_project_root
+
+torch.set_num_threads(1)  # one thread: on a busy 2-core machine more threads than free cores slow torch down
+REPO_ROOT = resolve_project_root()
+
+RUN_MODE = "tiny_cpu"  # "tiny_cpu" | "smoke" | "real_gpu"
+RUN_LABEL = "notebook"  # 结果写到 benchmarks/results/online/online-grpo_<RUN_LABEL>.json
+RUN_MODE = os.environ.get("GRPO_ONLINE_RUN_MODE", RUN_MODE)
+RUN_LABEL = og.check_run_label(os.environ.get("GRPO_ONLINE_RUN_LABEL", RUN_LABEL))
+if RUN_MODE not in ("tiny_cpu", "smoke", "real_gpu"):
+    raise ValueError(f"RUN_MODE 必须是 tiny_cpu / smoke / real_gpu 之一，收到 {RUN_MODE!r}")
+DEVICE = torch.device("cuda" if RUN_MODE == "real_gpu" else "cpu")
+if RUN_MODE == "real_gpu" and not torch.cuda.is_available():
+    raise ValueError("RUN_MODE = real_gpu 需要一张 CUDA 卡：本机没有可用的 CUDA 设备")
+print(f"RUN_MODE = {RUN_MODE}   RUN_LABEL = {RUN_LABEL}   device = {DEVICE}   torch 线程 = {torch.get_num_threads()}")
+
+# %% [markdown]
+# ## Step 1 · 任务、留出集与 SFT 热启动
+#
+# 100 道一位数加法题按固定种子打乱，前 25 道留作评测（**留出集与训练提示不相交**），其余 75 道用于 SFT 和强化学习。
+# 提示按 ChatML 渲染成一个用户轮次，再打开助手轮次：
+
+# %%
+TRAIN_PROBLEMS, HELDOUT_PROBLEMS = og.split_problems()
+print(f"训练提示 {len(TRAIN_PROBLEMS)} 个，留出提示 {len(HELDOUT_PROBLEMS)} 个，交集 "
+      f"{len({p['prompt'] for p in TRAIN_PROBLEMS} & {p['prompt'] for p in HELDOUT_PROBLEMS})} 个")
+print("留出的前 5 题：", [p["prompt"] for p in HELDOUT_PROBLEMS[:5]])
+
+if RUN_MODE == "real_gpu":
+    MODEL_PATH = os.environ.get("GRPO_MODEL_ID", "Qwen/Qwen2.5-0.5B-Instruct")  # no SFT warm start: an instruct model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(MODEL_PATH, padding_side="left")
+    policy = AutoModelForCausalLM.from_pretrained(MODEL_PATH, dtype=torch.bfloat16).to(DEVICE).eval()
+    WARM_START = {"path": MODEL_PATH, "cached": True, "build_seconds": None}
+else:
+    started = time.perf_counter()
+    sft_path, was_cached, build_seconds = og.sft_checkpoint_path(seed=0)  # built once (<= 60 s), then cached
+    policy, tokenizer = og.load_policy(sft_path)
+    WARM_START = {"path": str(sft_path.relative_to(REPO_ROOT)), "cached": was_cached, "build_seconds": build_seconds}
+    print(f"SFT 热启动：{WARM_START['path']}（{'缓存' if was_cached else f'刚刚构建，{build_seconds:.1f} s'}）")
+print("一个渲染好的提示：", repr(og.chat_prompt(tokenizer, HELDOUT_PROBLEMS[0]["prompt"])))
+print("EOS =", repr(tokenizer.eos_token), tokenizer.eos_token_id, "  pad =", repr(tokenizer.pad_token), tokenizer.pad_token_id)
+
+# %% [markdown]
+# ## Step 2 · 采样一组回答
+#
+# GRPO 的“组”就是同一个提示的 `num_generations`（记作 G）个**采样**回答。排列沿用 TRL：第 i 个提示的 G 个回答
+# 占第 `i*G … i*G+G-1` 行，`group_ids` 记录每行属于哪个提示。
+#
+# 采样时要注意：
+#
+# - `do_sample=True`，`temperature`、`top_p` 照传；`top_k=0`（关掉 transformers 默认的 top-k=50，
+#   否则采样分布不是你以为的那个分布）；`max_new_tokens` 是回答长度上限（TRL 叫 `max_completion_length`）。
+# - `generate` 在所有行都生成了 EOS 后会提前停下，回答的宽度 `C` 可能小于 `max_new_tokens`；某一行生成 EOS 之后，
+#   它后面的位置由 `pad_token_id` 填充。
+# - **completion_mask**：第 5 课的规则——保留到第一个 EOS（含）为止；没有 EOS 的行（写到长度上限）整行保留。
+# - **old_per_token_logps**：采样之后立刻、在不求梯度的情况下，用同一个模型前向一次，记下每个回答词元的对数概率。
+#   它是后面所有比率的分母。logits 要先除以 `temperature`（TRL 也这样做）：这样算出来的才是“真正被采样的那个分布”
+#   下的概率。课程提供 `og.completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)`。
+#   掩码之外的位置填 0。
+# - 可选的 `ref_model`（β > 0 时需要）：同样记下参考模型的 `ref_per_token_logps`；没有参考模型时为 `None`。
+#
+# ### TODO 1：实现 `sample_group`
+#
+# 返回一个字典：
+#
+# | 键 | 形状 / 类型 | 含义 |
+# | --- | --- | --- |
+# | `prompt_ids`、`prompt_mask` | `[N, P]`，N = 提示数 × G | 左侧填充的提示（每个提示重复 G 次）；`og.encode_prompts` 可以用 |
+# | `completion_ids` | `[N, C]` long | 生成的词元（不含提示） |
+# | `completion_mask` | `[N, C]` bool | 第 5 课的 EOS 规则 |
+# | `old_per_token_logps` | `[N, C]` float | 采样时的对数概率，掩码外为 0，不带梯度 |
+# | `ref_per_token_logps` | `[N, C]` 或 `None` | 参考模型的对数概率 |
+# | `completions` | `list[str]`，长度 N | 掩码内词元解码成的文本（`skip_special_tokens=True`） |
+# | `group_ids` | `[N]` long | 第几个提示 |
+#
+# 给定 `seed` 时，在调用 `generate` 之前 `torch.manual_seed(seed)`，同一个种子得到同样的样本。
+# 输入契约（`ValueError`）：`prompts` 为空或不是字符串列表；`num_generations` 不是 ≥ 2 的整数；
+# `temperature` 不是正的有限数；`top_p` 不在 `(0, 1]`；`max_new_tokens` 不是正整数。
+
+# %% nbgrader={"solution": true, "grade_id": "sample_group"}
+#@save
+import math
+import numbers
+
+import torch
+
+from tools.lessons.nb05_logprobs_masks import completion_mask_from_eos
+from tools.online_grpo import completion_logps, encode_prompts
+
+
+def sample_group(model, tokenizer, prompts, num_generations, temperature=1.0, top_p=1.0, max_new_tokens=6,
+                 seed=None, ref_model=None):
+    """Sample num_generations completions per prompt (TRL layout) with their masks and old log-probs."""
+    ### BEGIN SOLUTION
+    if not isinstance(prompts, (list, tuple)) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise ValueError("prompts 必须是非空的字符串列表")
+    if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 2:
+        raise ValueError(f"num_generations 必须是 >= 2 的整数（一组至少两个回答才有组内比较），收到 {num_generations!r}")
+    if (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature)
+            or temperature <= 0):
+        raise ValueError(f"temperature 必须是正的有限数，收到 {temperature!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p 必须在 (0, 1] 内，收到 {top_p!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens 必须是正整数，收到 {max_new_tokens!r}")
+    device = next(model.parameters()).device
+    encoded = encode_prompts(tokenizer, list(prompts))
+    prompt_ids = encoded["input_ids"].repeat_interleave(num_generations, dim=0).to(device)  # [N, P]
+    prompt_mask = encoded["attention_mask"].repeat_interleave(num_generations, dim=0).to(device)  # [N, P]
+    group_ids = torch.arange(len(prompts), device=device).repeat_interleave(num_generations)  # [N]
+    if seed is not None:
+        torch.manual_seed(seed)
+    with torch.no_grad():
+        sequences = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True,
+                                   temperature=float(temperature), top_p=float(top_p), top_k=0,
+                                   max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                   eos_token_id=tokenizer.eos_token_id)  # [N, P+C]
+        completion_ids = sequences[:, prompt_ids.shape[1]:]  # [N, C]
+        completion_mask = completion_mask_from_eos(completion_ids, int(tokenizer.eos_token_id))  # [N, C] bool
+        old = completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                               temperature=float(temperature))  # [N, C]
+        old = old.masked_fill(~completion_mask, 0.0)  # [N, C]
+        ref = None
+        if ref_model is not None:
+            ref = completion_logps(ref_model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                   temperature=float(temperature)).masked_fill(~completion_mask, 0.0)  # [N, C]
+    completions = [tokenizer.decode(row[keep].tolist(), skip_special_tokens=True)
+                   for row, keep in zip(completion_ids, completion_mask)]
+    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+            "completion_mask": completion_mask, "old_per_token_logps": old, "ref_per_token_logps": ref,
+            "completions": completions, "group_ids": group_ids}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_sample_group_visible", "points": 3}
+"""检查：sample_group 的形状与排列、EOS 掩码、旧对数概率与重算一致、同一种子可复现、输入契约（可见测试）。"""
+_prompts = [p["prompt"] for p in TRAIN_PROBLEMS[:3]]
+_roll = sample_group(policy, tokenizer, _prompts, 4, temperature=1.0, max_new_tokens=6, seed=7)
+_n = 3 * 4
+assert _roll["prompt_ids"].shape[0] == _n and _roll["completion_ids"].shape[0] == _n, "行数应为 提示数 × G"
+assert 1 <= _roll["completion_ids"].shape[1] <= 6, "回答宽度应在 1 与 max_new_tokens 之间"
+assert _roll["completion_mask"].dtype == torch.bool, "completion_mask 应为 bool 张量"
+assert _roll["group_ids"].tolist() == [0] * 4 + [1] * 4 + [2] * 4, "排列应与 TRL 相同：同一提示的 G 行相邻"
+assert len(_roll["completions"]) == _n and all(isinstance(t, str) for t in _roll["completions"])
+_eos = _roll["completion_ids"] == tokenizer.eos_token_id  # [N, C]
+_expected_mask = (torch.cumsum(_eos.long(), 1) - _eos.long()) == 0  # [N, C]
+assert _roll["completion_mask"].tolist() == _expected_mask.tolist(), "completion_mask 应保留到第一个 EOS（含）"
+with torch.no_grad():
+    _again = og.completion_logps(policy, _roll["prompt_ids"], _roll["prompt_mask"], _roll["completion_ids"],
+                                 _roll["completion_mask"], temperature=1.0).masked_fill(~_roll["completion_mask"], 0.0)
+assert_close(_roll["old_per_token_logps"], _again, atol=1e-5, what="old_per_token_logps 与重算的对数概率")
+assert not _roll["old_per_token_logps"].requires_grad, "old_per_token_logps 不应带梯度"
+assert _roll["ref_per_token_logps"] is None, "没有 ref_model 时 ref_per_token_logps 应为 None"
+_same = sample_group(policy, tokenizer, _prompts, 4, max_new_tokens=6, seed=7)
+assert _same["completion_ids"].tolist() == _roll["completion_ids"].tolist(), "同一个 seed 应得到同样的样本"
+expect_value_error(lambda: sample_group(policy, tokenizer, [], 4), "prompts 为空")
+expect_value_error(lambda: sample_group(policy, tokenizer, _prompts, 1), "num_generations < 2")
+expect_value_error(lambda: sample_group(policy, tokenizer, _prompts, 4, temperature=0.0), "temperature 不为正")
+expect_value_error(lambda: sample_group(policy, tokenizer, _prompts, 4, top_p=1.5), "top_p 超出 (0, 1]")
+print("示例回答：", _roll["completions"][:8])
+print("可见测试通过")
+### BEGIN HIDDEN TESTS
+# Temperature enters the recorded log-probs, the sampled distribution is the model's (top_k off, do_sample on),
+# the reference model's log-probs are recorded, different seeds give different samples, contracts.
+_hp = [p["prompt"] for p in TRAIN_PROBLEMS[5:9]]
+_hr = sample_group(policy, tokenizer, _hp, 3, temperature=1.7, max_new_tokens=5, seed=11)
+assert _hr["prompt_ids"].shape[0] == 12 and _hr["group_ids"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+_henc = og.encode_prompts(tokenizer, _hp)
+assert _hr["prompt_ids"].tolist() == _henc["input_ids"].repeat_interleave(3, 0).tolist(), "prompt_ids 应为每个提示重复 G 次"
+_heos = _hr["completion_ids"] == tokenizer.eos_token_id
+assert _hr["completion_mask"].tolist() == ((torch.cumsum(_heos.long(), 1) - _heos.long()) == 0).tolist()
+with torch.no_grad():
+    _h_t = og.completion_logps(policy, _hr["prompt_ids"], _hr["prompt_mask"], _hr["completion_ids"],
+                               _hr["completion_mask"], temperature=1.7).masked_fill(~_hr["completion_mask"], 0.0)
+assert_close(_hr["old_per_token_logps"], _h_t, atol=1e-5, what="temperature=1.7 时的 old_per_token_logps（logits 要除以温度）")
+for _row, _keep, _text in zip(_hr["completion_ids"], _hr["completion_mask"], _hr["completions"]):
+    assert _text == tokenizer.decode(_row[_keep].tolist(), skip_special_tokens=True), "completions 应为掩码内词元的解码"
+_hs = [sample_group(policy, tokenizer, _hp, 3, temperature=1.7, max_new_tokens=5, seed=s)["completion_ids"].tolist()
+       for s in (1, 2)]
+assert _hs[0] != _hs[1], "不同的 seed 应得到不同的样本（是否用了 do_sample=True？）"
+# the empirical first-token distribution follows the model's softmax at temperature 1 (no top-k, no greedy)
+_one = sample_group(policy, tokenizer, [HELDOUT_PROBLEMS[0]["prompt"]] * 50, 8, temperature=1.0, max_new_tokens=1,
+                    seed=5)
+with torch.no_grad():
+    _enc1 = og.encode_prompts(tokenizer, [HELDOUT_PROBLEMS[0]["prompt"]])
+    _probs = torch.softmax(policy(**{k: v.to(DEVICE) for k, v in _enc1.items()}).logits[0, -1].float(), -1)  # [V]
+_first = _one["completion_ids"][:, 0]
+_top = int(_probs.argmax())
+_freq = float((_first == _top).float().mean())
+assert abs(_freq - float(_probs[_top])) < 0.1, f"首词元的采样频率 {_freq:.3f} 应接近模型概率 {float(_probs[_top]):.3f}"
+_rare = int((_probs > 1e-4).sum())
+assert len(set(_first.tolist())) >= min(3, _rare), "采样应覆盖多个词元"
+_ref = copy.deepcopy(policy)
+with torch.no_grad():
+    for _p in _ref.parameters():
+        _p.mul_(0.9)
+_rr = sample_group(policy, tokenizer, _hp[:2], 2, max_new_tokens=4, seed=3, ref_model=_ref)
+with torch.no_grad():
+    _h_ref = og.completion_logps(_ref, _rr["prompt_ids"], _rr["prompt_mask"], _rr["completion_ids"],
+                                 _rr["completion_mask"], temperature=1.0).masked_fill(~_rr["completion_mask"], 0.0)
+assert _rr["ref_per_token_logps"] is not None
+assert_close(_rr["ref_per_token_logps"], _h_ref, atol=1e-5, what="ref_per_token_logps")
+del _ref
+expect_value_error(lambda: sample_group(policy, tokenizer, "3+5=", 4), "prompts 不是列表")
+expect_value_error(lambda: sample_group(policy, tokenizer, _hp, True), "num_generations 是 bool")
+expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, temperature=float("inf")), "temperature 为 inf")
+expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, top_p=0.0), "top_p 为 0")
+expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, max_new_tokens=0), "max_new_tokens 为 0")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Step 3 · 验证器奖励与组内优势
+#
+# 奖励来自第 4 课的 `integer-answer-v1`（正确 1.0，格式恰好是一个整数再加 0.1），优势来自第 1 课的
+# `compute_group_advantages`——两个函数都从 `tools.lessons` 导入，正是你在那两课写并通过评分的版本。
+# 全组奖励相同的组（全答对、全部“不知道”）优势恰为 0：这组不提供学习信号。
+
+# %%
+from tools.lessons.nb01_group_advantages import compute_group_advantages
+
+demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8, max_new_tokens=6, seed=0)
+demo_answers = [p["answer"] for p in TRAIN_PROBLEMS[:2] for _ in range(8)]
+demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers), dtype=torch.float32)  # [N]
+demo_advantages = compute_group_advantages(demo_rewards, demo["group_ids"].cpu())  # [N]
+display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
+    f"| {int(g)} | `{TRAIN_PROBLEMS[int(g)]['prompt']}` | `{c!r}` | {r:.1f} | {a:+.3f} |"
+    for g, c, r, a in zip(demo["group_ids"].tolist(), demo["completions"], demo_rewards.tolist(),
+                          demo_advantages.tolist()))))
+
+# %% [markdown]
+# ## Step 4 · 一次更新：μ 个轮次、逐词元裁剪损失、可选 KL、梯度裁剪
+#
+# 一批 rollout 只采样一次，但可以在上面优化 μ 次（TRL 的 `num_iterations`）。每个轮次：
+#
+# 1. 用当前模型重算 `per_token_logps`（同样除以 `temperature`，`og.completion_logps(..., with_entropy=True)`
+#    同时给出逐词元熵）；
+# 2. **先掩码再取指数**（课程约定 C3）：`log_ratio = (per_token_logps − old).masked_fill(~mask, 0)`，`ratio = exp(log_ratio)`；
+# 3. 逐词元损失 $-\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon_{high}) A)$，$A$ 按行广播；
+# 4. β > 0 时加上 $\beta\,\mathrm{KL}$，k3 形式 $e^{d} - d - 1$，$d = \log\pi_{ref} - \log\pi_\theta$（同样先掩码）；
+#    β > 0 却没有 `ref_per_token_logps` → `ValueError`（约定 C2）；β = 0 时忽略参考；
+# 5. 按 `loss_type` 归约（与 TRL 1.16 相同；完全被掩码的行贡献 0，分母 `clamp(min=1)`，约定 C5）：
+#    - `grpo`：每行掩码平均，再对行平均；
+#    - `bnpo`、`dapo`：整批掩码词元求和 ÷ 掩码词元总数（单进程时两者相同）；
+#    - `dr_grpo`：整批求和 ÷ (N × `max_completion_length`)，`max_completion_length` 为 `None` 时用回答宽度 `C`；
+# 6. `optimizer.zero_grad()` → `backward()` → `torch.nn.utils.clip_grad_norm_(可训练参数, max_grad_norm)`（记下它返回的范数）→ `optimizer.step()`。
+#
+# 返回这次更新的指标（各轮次的平均，除非另有说明）：
+#
+# | 键 | 含义（掩码内词元上的平均） |
+# | --- | --- |
+# | `loss` | 各轮次损失的平均；`losses` 是逐轮次的列表 |
+# | `clip_ratio_low` / `clip_ratio_high` | TRL 的定义：`ratio < 1−ε` 且 `A < 0` / `ratio > 1+ε_high` 且 `A > 0` 的词元比例 |
+# | `approx_kl` | 旧策略 → 当前策略的近似 KL：$\rho - 1 - \log\rho$ 的平均（每个轮次更新前测） |
+# | `kl_ref` | 到参考模型的 k3 KL 的平均；β = 0 时为 `None` |
+# | `entropy` | **第一个轮次**（即采样时的策略）的平均逐词元熵 |
+# | `grad_norm` | 各轮次裁剪前梯度范数的平均 |
+#
+# 为什么 μ = 1 时裁剪**从不**触发：唯一的一个轮次在任何更新之前计算比率，当前策略就是采样策略，比率恰好为 1。
+#
+# ### TODO 2：实现 `grpo_step`
+#
+# `completion_mask` 接受 bool 或任意实数 dtype 的 0/1 张量（约定 C1），其他值 → `ValueError`。
+# 其余输入契约：`advantages` 必须是长度为 N 的一维有限浮点张量；`num_iterations` 为正整数；`epsilon`、`max_grad_norm` 为正数；
+# `epsilon_high` 为 `None`（= `epsilon`）或正数；`beta` 非负；`loss_type` 是上面四种之一。
+
+# %% nbgrader={"solution": true, "grade_id": "grpo_step"}
+#@save
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def _as_bool_mask(mask, shape):
+    """C1: a bool mask or a 0/1 mask of any real dtype -> bool; anything else raises ValueError."""
+    if not torch.is_tensor(mask) or tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"completion_mask 必须是形状为 {tuple(shape)} 的张量")
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("completion_mask 只能是 bool 或只含 0/1 的实数张量")
+    return mask != 0
+
+
+def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
+              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+    """One GRPO update from one rollout batch: num_iterations epochs of the clipped token-level loss."""
+    ### BEGIN SOLUTION
+    completion_ids = rollout["completion_ids"]  # [N, C]
+    n, width = completion_ids.shape
+    mask = _as_bool_mask(rollout["completion_mask"], (n, width))  # [N, C]
+    if not torch.is_tensor(advantages) or advantages.dim() != 1 or advantages.shape[0] != n:
+        raise ValueError(f"advantages 必须是长度为 N={n} 的一维张量")
+    if not advantages.is_floating_point() or not bool(torch.isfinite(advantages).all()):
+        raise ValueError("advantages 必须是有限的浮点张量")
+    if isinstance(num_iterations, bool) or not isinstance(num_iterations, int) or num_iterations < 1:
+        raise ValueError(f"num_iterations 必须是正整数，收到 {num_iterations!r}")
+    epsilon_high = epsilon if epsilon_high is None else epsilon_high
+    for name, value in (("epsilon", epsilon), ("epsilon_high", epsilon_high), ("max_grad_norm", max_grad_norm),
+                        ("temperature", temperature)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} 必须是正的有限数，收到 {value!r}")
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not math.isfinite(beta) or beta < 0:
+        raise ValueError(f"beta 必须是非负的有限数，收到 {beta!r}")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type 必须是 {LOSS_TYPES} 之一，收到 {loss_type!r}")
+    ref = rollout.get("ref_per_token_logps") if beta > 0 else None
+    if beta > 0 and ref is None:
+        raise ValueError("beta > 0 需要参考模型的对数概率 ref_per_token_logps（约定 C2）")
+    if max_completion_length is None:
+        max_completion_length = width
+    old = rollout["old_per_token_logps"].detach()  # [N, C]
+    adv = advantages.detach().to(old.dtype).unsqueeze(1)  # [N, 1]
+    weights = mask.to(old.dtype)  # [N, C]
+    tokens = weights.sum().clamp(min=1.0)
+
+    def masked_mean(values):  # [N, C] -> scalar, over the completion tokens of the whole batch
+        return float((values * weights).sum() / tokens)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    losses, lows, highs, kls, ref_kls, norms, entropy = [], [], [], [], [], [], None
+    for epoch in range(num_iterations):
+        logps, entropies = completion_logps(model, rollout["prompt_ids"], rollout["prompt_mask"], completion_ids,
+                                            mask, temperature=float(temperature), with_entropy=True)  # [N, C]
+        log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C] masked before exp (C3)
+        ratio = torch.exp(log_ratio)  # [N, C]
+        clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)  # [N, C]
+        per_token_loss = -torch.min(ratio * adv, clipped * adv)  # [N, C]
+        if beta > 0:
+            d = (ref - logps).masked_fill(~mask, 0.0)  # [N, C]
+            per_token_kl = torch.exp(d) - d - 1  # [N, C] k3
+            per_token_loss = per_token_loss + beta * per_token_kl
+        if loss_type == "grpo":
+            loss = ((per_token_loss * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)).mean()
+        elif loss_type in ("bnpo", "dapo"):
+            loss = (per_token_loss * weights).sum() / tokens
+        else:  # dr_grpo
+            loss = (per_token_loss * weights).sum() / (n * max_completion_length)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        with torch.no_grad():
+            losses.append(float(loss.detach()))
+            lows.append(masked_mean(((ratio < 1 - epsilon) & (adv < 0)).to(old.dtype)))
+            highs.append(masked_mean(((ratio > 1 + epsilon_high) & (adv > 0)).to(old.dtype)))
+            kls.append(masked_mean(ratio - 1 - log_ratio))
+            if beta > 0:
+                ref_kls.append(masked_mean(per_token_kl))
+            if epoch == 0:
+                entropy = masked_mean(entropies.to(old.dtype))
+            norms.append(float(norm))
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    return {"loss": mean(losses), "losses": losses, "clip_ratio_low": mean(lows), "clip_ratio_high": mean(highs),
+            "approx_kl": mean(kls), "kl_ref": mean(ref_kls) if ref_kls else None, "entropy": entropy,
+            "grad_norm": mean(norms), "num_iterations": num_iterations}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_grpo_step_visible", "points": 4}
+"""检查：grpo_step 在 μ=1 时不裁剪、损失与参考实现一致、参数被更新、μ=2 时第二轮比率偏离 1、输入契约（可见测试）。"""
+
+
+def _fresh(model):
+    clone = copy.deepcopy(model)
+    return clone, torch.optim.AdamW(clone.parameters(), lr=1e-3)
+
+
+_vr = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:4]], 4, max_new_tokens=6, seed=21)
+_vadv = compute_group_advantages(torch.tensor(og.strict_rewards(_vr["completions"], [p["answer"] for p in TRAIN_PROBLEMS[:4] for _ in range(4)])) + torch.linspace(0, 0.3, 16), _vr["group_ids"])  # [N]
+_m, _opt = _fresh(policy)
+_before = [p.detach().clone() for p in _m.parameters()]
+_out = grpo_step(_m, _opt, _vr, _vadv, num_iterations=1)
+for _key in ("loss", "losses", "clip_ratio_low", "clip_ratio_high", "approx_kl", "kl_ref", "entropy", "grad_norm"):
+    assert _key in _out, f"返回的指标缺少 {_key!r}"
+assert _out["clip_ratio_low"] == 0.0 and _out["clip_ratio_high"] == 0.0, "μ=1 时比率恰为 1，裁剪不应触发"
+assert abs(_out["approx_kl"]) < 1e-6, "μ=1 时 approx_kl 应为 0"
+assert _out["kl_ref"] is None, "beta=0 时 kl_ref 应为 None"
+_w = _vr["completion_mask"].float()
+_ref_loss = float((-(_vadv[:, None] * _w).sum(-1) / _w.sum(-1).clamp(min=1)).mean())  # ratio == 1 at epoch 0
+assert_close(_out["losses"][0], _ref_loss, atol=1e-5, what="μ=1、grpo 时第 0 轮的损失")
+assert any(not torch.equal(a, b) for a, b in zip(_before, _m.parameters())), "参数应被更新"
+assert _out["entropy"] > 0 and _out["grad_norm"] > 0
+_m2, _opt2 = _fresh(policy)
+_out2 = grpo_step(_m2, _opt2, _vr, _vadv, num_iterations=2, epsilon=0.01)
+assert len(_out2["losses"]) == 2 and _out2["approx_kl"] > 0, "μ=2 时第二轮的比率已偏离 1"
+_m3, _opt3 = _fresh(policy)
+expect_value_error(lambda: grpo_step(_m3, _opt3, _vr, _vadv, beta=0.1), "beta > 0 却没有参考对数概率")
+expect_value_error(lambda: grpo_step(_m3, _opt3, _vr, _vadv, loss_type="ppo"), "未知的 loss_type")
+expect_value_error(lambda: grpo_step(_m3, _opt3, _vr, _vadv[:3]), "advantages 长度不对")
+expect_value_error(lambda: grpo_step(_m3, _opt3, dict(_vr, completion_mask=_vr["completion_mask"].float() * 2), _vadv),
+                   "completion_mask 含 0/1 之外的值")
+print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in _out.items() if k != "losses"})
+print("可见测试通过")
+### BEGIN HIDDEN TESTS
+from tools.grading import trusted as _trusted
+
+_h_tensor_equal = _trusted("torch.equal")
+
+
+def _h_reference_step(model, rollout, advantages, num_iterations, epsilon, epsilon_high, beta, loss_type,
+                      max_grad_norm, temperature, lr, max_completion_length=None):
+    """Float64 re-derivation of one update; returns (per-epoch losses, parameters after, lows, highs, kls)."""
+    clone = copy.deepcopy(model).double()
+    opt = torch.optim.AdamW(clone.parameters(), lr=lr)
+    mask = rollout["completion_mask"] != 0
+    w = mask.double()
+    old = rollout["old_per_token_logps"].double()
+    adv = advantages.double()[:, None]
+    ref = rollout["ref_per_token_logps"]
+    n, width = rollout["completion_ids"].shape
+    lmax = width if max_completion_length is None else max_completion_length
+    losses, lows, highs, kls = [], [], [], []
+    for _ in range(num_iterations):
+        ids = torch.cat([rollout["prompt_ids"], rollout["completion_ids"]], 1)
+        att = torch.cat([rollout["prompt_mask"].long(), mask.long()], 1)
+        logits = clone(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -width - 1:-1] / temperature
+        logps = torch.log_softmax(logits, -1).gather(-1, rollout["completion_ids"].unsqueeze(-1)).squeeze(-1)
+        lr_ = torch.where(mask, logps - old, torch.zeros_like(logps))
+        ratio = torch.exp(lr_)
+        ptl = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
+        if beta > 0:
+            d = torch.where(mask, ref.double() - logps, torch.zeros_like(logps))
+            ptl = ptl + beta * (torch.exp(d) - d - 1)
+        if loss_type == "grpo":
+            loss = ((ptl * w).sum(-1) / w.sum(-1).clamp(min=1)).mean()
+        elif loss_type in ("bnpo", "dapo"):
+            loss = (ptl * w).sum() / w.sum().clamp(min=1)
+        else:
+            loss = (ptl * w).sum() / (n * lmax)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(clone.parameters()), max_grad_norm)
+        opt.step()
+        losses.append(float(loss.detach()))
+        tot = w.sum().clamp(min=1)
+        lows.append(float((((ratio < 1 - epsilon) & (adv < 0)).double() * w).sum() / tot))
+        highs.append(float((((ratio > 1 + epsilon_high) & (adv > 0)).double() * w).sum() / tot))
+        kls.append(float(((ratio - 1 - lr_) * w).sum() / tot))
+    return losses, [p.detach() for p in clone.parameters()], lows, highs, kls
+
+
+_hroll = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[10:13]], 4, max_new_tokens=6, seed=33,
+                      ref_model=policy)
+# a row with a fully masked completion (C5) and a big masked log-ratio (C3)
+_hroll["completion_mask"] = _hroll["completion_mask"].clone()
+_hroll["completion_mask"][5] = False
+_hroll["old_per_token_logps"] = _hroll["old_per_token_logps"].clone()
+_hroll["old_per_token_logps"][5] = -800.0
+_hadv = torch.randn(12, generator=torch.Generator().manual_seed(4))
+_cases = [
+    dict(num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0, loss_type="grpo"),
+    dict(num_iterations=3, epsilon=0.05, epsilon_high=0.1, beta=0.0, loss_type="dapo"),
+    dict(num_iterations=2, epsilon=0.1, epsilon_high=0.3, beta=0.2, loss_type="dr_grpo"),
+    dict(num_iterations=2, epsilon=0.1, epsilon_high=None, beta=0.0, loss_type="bnpo"),
+]
+for _case in _cases:
+    _mm = copy.deepcopy(policy).double()
+    _ro = dict(_hroll, old_per_token_logps=_hroll["old_per_token_logps"].double(),
+               ref_per_token_logps=_hroll["ref_per_token_logps"].double())
+    _o = grpo_step(_mm, torch.optim.AdamW(_mm.parameters(), lr=2e-3), _ro, _hadv.double(), max_grad_norm=0.5,
+                   temperature=1.0, **_case)
+    _eh = _case["epsilon"] if _case["epsilon_high"] is None else _case["epsilon_high"]
+    _rl, _rp, _rlow, _rhigh, _rkl = _h_reference_step(policy, _ro, _hadv, _case["num_iterations"], _case["epsilon"], _eh,
+                                                      _case["beta"], _case["loss_type"], 0.5, 1.0, 2e-3)
+    assert_close(_o["losses"], _rl, atol=1e-6, what=f"{_case} 的逐轮次损失")
+    assert all(math.isfinite(v) for v in _o["losses"]), "被掩码的大对数比率不应产生 inf/NaN（先掩码再取指数）"
+    assert_close(_o["clip_ratio_low"], sum(_rlow) / len(_rlow), atol=1e-6, what=f"{_case} 的 clip_ratio_low")
+    assert_close(_o["clip_ratio_high"], sum(_rhigh) / len(_rhigh), atol=1e-6, what=f"{_case} 的 clip_ratio_high")
+    assert_close(_o["approx_kl"], sum(_rkl) / len(_rkl), atol=1e-6, what=f"{_case} 的 approx_kl")
+    for _a, _b in zip(_mm.parameters(), _rp):
+        assert_close(_a.detach(), _b, atol=1e-6, what=f"{_case} 更新后的参数")
+    assert (_o["kl_ref"] is None) == (_case["beta"] == 0), "kl_ref 只在 beta > 0 时有值"
+# 0/1 float mask gives the same update as the bool mask (C1); beta == 0 ignores a given reference (C2)
+_ma, _mb = copy.deepcopy(policy), copy.deepcopy(policy)
+_oa = grpo_step(_ma, torch.optim.AdamW(_ma.parameters(), lr=1e-3), _hroll, _hadv, num_iterations=2, epsilon=0.05)
+_ob = grpo_step(_mb, torch.optim.AdamW(_mb.parameters(), lr=1e-3),
+                dict(_hroll, completion_mask=_hroll["completion_mask"].to(torch.float16), ref_per_token_logps=None),
+                _hadv, num_iterations=2, epsilon=0.05)
+assert_close(_oa["losses"], _ob["losses"], atol=1e-6, what="bool 掩码与 0/1 掩码的损失")
+for _a, _b in zip(_ma.parameters(), _mb.parameters()):
+    assert _h_tensor_equal(_a, _b), "bool 掩码与 0/1 掩码应给出完全相同的更新"
+expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv, num_iterations=0), "num_iterations 为 0")
+expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv, epsilon=-0.1), "epsilon 为负")
+expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv, beta=-1.0), "beta 为负")
+expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv.clone().fill_(float("nan"))), "advantages 含 NaN")
+expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), dict(_hroll, ref_per_token_logps=None), _hadv, beta=0.1), "beta > 0 无参考")
+del _ma, _mb, _mm
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Step 5 · 每一步记录什么
+#
+# 训练时真正要盯的是这些数（名字沿用 TRL 的日志）：
+#
+# | 键 | 定义 |
+# | --- | --- |
+# | `reward_mean` / `reward_std` | 这一步全部 N 个奖励的均值与**无偏**标准差（TRL 的 `reward` / `reward_std`） |
+# | `frac_reward_zero_std` | 组内奖励全部相同的组所占比例（TRL 的 `frac_reward_zero_std`）；这样的组优势为 0，没有学习信号。TRL 用 `isclose(std, 0)` 判断；这里用“组内最大值 == 最小值”，对 float32 也是精确的（约定 C4） |
+# | `completion_length` | 平均回答长度：每行掩码内词元数的平均 |
+# | `clip_ratio_low` / `clip_ratio_high`、`approx_kl`、`kl_ref`、`entropy`、`loss`、`grad_norm` | 照抄 `grpo_step` 返回的值 |
+# | `strict_accuracy` | 这一步的回答里被 `integer-answer-v1` 判对的比例（无论训练用的是哪个验证器） |
+# | `step`、`seconds` | 步号（int）与这一步的耗时 |
+#
+# 所有值都是 Python 的 `int` / `float`（`kl_ref` 可以是 `None`），可以直接写进 JSON。
+#
+# ### TODO 3：实现 `log_step_metrics`
+#
+# 输入契约（`ValueError`）：`rewards` 是一维有限浮点张量，长度 N 是 `num_generations` 的整数倍且 N ≥ 2；
+# `completion_mask` 是 `[N, C]`（约定 C1）；`strict_correct` 长度为 N。
+
+# %% nbgrader={"solution": true, "grade_id": "log_step_metrics"}
+#@save
+def log_step_metrics(step, rewards, num_generations, completion_mask, update, strict_correct, seconds=0.0):
+    """One row of the training log (TRL's metric names), JSON-ready."""
+    ### BEGIN SOLUTION
+    if not torch.is_tensor(rewards) or rewards.dim() != 1 or not rewards.is_floating_point():
+        raise ValueError("rewards 必须是一维浮点张量")
+    n = rewards.shape[0]
+    if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
+        raise ValueError(f"num_generations 必须是正整数，收到 {num_generations!r}")
+    if n < 2 or n % num_generations != 0:
+        raise ValueError(f"rewards 的长度 {n} 必须 >= 2 且是 num_generations={num_generations} 的整数倍")
+    if not bool(torch.isfinite(rewards).all()):
+        raise ValueError("rewards 必须全部是有限数")
+    if not torch.is_tensor(completion_mask) or completion_mask.dim() != 2 or completion_mask.shape[0] != n:
+        raise ValueError(f"completion_mask 必须是 [N={n}, C] 的张量")
+    mask = _as_bool_mask(completion_mask, tuple(completion_mask.shape))  # [N, C]
+    if len(strict_correct) != n:
+        raise ValueError(f"strict_correct 的长度必须是 N={n}")
+    values = rewards.detach().double().cpu()  # [N]
+    grouped = values.view(-1, num_generations)  # [B, G]
+    zero_std = (grouped.max(dim=1).values == grouped.min(dim=1).values).double()  # [B] exact, even in float32
+    row = {
+        "step": int(step),
+        "reward_mean": float(values.mean()),
+        "reward_std": float(values.std(unbiased=True)),
+        "frac_reward_zero_std": float(zero_std.mean()),
+        "completion_length": float(mask.sum(dim=1).double().mean()),
+        "strict_accuracy": float(sum(float(c) for c in strict_correct) / n),
+        "seconds": float(seconds),
+    }
+    for key in ("loss", "clip_ratio_low", "clip_ratio_high", "approx_kl", "entropy", "grad_norm"):
+        row[key] = float(update[key])
+    row["kl_ref"] = None if update.get("kl_ref") is None else float(update["kl_ref"])
+    return row
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_log_step_metrics_visible", "points": 2}
+"""检查：log_step_metrics 的奖励统计、零方差组比例（含 float32 的 1.1）、回答长度与 JSON 可写（可见测试）。"""
+_upd = {"loss": 0.5, "clip_ratio_low": 0.0, "clip_ratio_high": 0.25, "approx_kl": 0.01, "kl_ref": None,
+        "entropy": 1.5, "grad_norm": 2.0}
+_rw = torch.tensor([1.1, 1.1, 1.1, 1.1, 0.0, 1.0, 0.0, 1.1], dtype=torch.float32)  # [N] two groups of 4
+_msk = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]] * 2, dtype=torch.bool)  # [N, C]
+_row = log_step_metrics(3, _rw, 4, _msk, _upd, [1, 1, 1, 1, 0, 1, 0, 1], seconds=0.2)
+assert _row["step"] == 3 and isinstance(_row["step"], int)
+assert_close(_row["reward_mean"], float(_rw.double().mean()), atol=1e-6, what="reward_mean")
+assert_close(_row["reward_std"], float(_rw.double().std()), atol=1e-6, what="reward_std（无偏）")
+assert _row["frac_reward_zero_std"] == 0.5, "四个 float32 的 1.1 是一个零方差组：比例应为 0.5"
+assert_close(_row["completion_length"], 1.75, what="completion_length")
+assert_close(_row["strict_accuracy"], 0.75, what="strict_accuracy")
+assert _row["clip_ratio_high"] == 0.25 and _row["kl_ref"] is None and _row["grad_norm"] == 2.0
+json.dumps(_row)
+expect_value_error(lambda: log_step_metrics(0, _rw[:7], 4, _msk[:7], _upd, [1] * 7), "N 不是 G 的整数倍")
+expect_value_error(lambda: log_step_metrics(0, _rw, 4, _msk.float() * 3, _upd, [1] * 8), "掩码含 0/1 之外的值")
+print("可见测试通过")
+### BEGIN HIDDEN TESTS
+_hg = torch.Generator().manual_seed(9)
+for _hn, _hgsize, _hdt in ((12, 3, torch.float64), (16, 8, torch.float32), (10, 2, torch.float32)):
+    _hrw = torch.randint(0, 3, (_hn,), generator=_hg).to(_hdt) * 0.55  # [N] ties are common
+    _hrw[:_hgsize] = 0.1  # one equal-reward group of float32 0.1's
+    _hm = torch.rand((_hn, 5), generator=_hg) > 0.3  # [N, C]
+    _hc = torch.randint(0, 2, (_hn,), generator=_hg).tolist()
+    _hu = {"loss": float(torch.rand(1, generator=_hg)), "clip_ratio_low": 0.125, "clip_ratio_high": 0.0625,
+           "approx_kl": 0.003, "kl_ref": 0.02, "entropy": 0.7, "grad_norm": 1.25}
+    _hrow = log_step_metrics(7, _hrw, _hgsize, _hm.to(torch.int64), _hu, _hc, seconds=1.5)
+    _hv = [float(x) for x in _hrw.tolist()]
+    _hmean = sum(_hv) / _hn
+    _hstd = math.sqrt(sum((x - _hmean) ** 2 for x in _hv) / (_hn - 1))
+    _hgroups = [_hv[i:i + _hgsize] for i in range(0, _hn, _hgsize)]
+    _hzero = sum(1 for g in _hgroups if max(g) == min(g)) / len(_hgroups)
+    assert_close(_hrow["reward_mean"], _hmean, atol=1e-6, what="reward_mean")
+    assert_close(_hrow["reward_std"], _hstd, atol=1e-6, what="reward_std")
+    assert_close(_hrow["frac_reward_zero_std"], _hzero, atol=1e-12, what="frac_reward_zero_std")
+    assert_close(_hrow["completion_length"], sum(sum(r) for r in _hm.long().tolist()) / _hn, atol=1e-9, what="completion_length")
+    assert_close(_hrow["strict_accuracy"], sum(_hc) / _hn, atol=1e-9, what="strict_accuracy")
+    for _k in ("loss", "clip_ratio_low", "clip_ratio_high", "approx_kl", "kl_ref", "entropy", "grad_norm"):
+        assert_close(_hrow[_k], _hu[_k], atol=1e-12, what=_k)
+    assert _hrow["seconds"] == 1.5 and _hrow["step"] == 7
+    assert all(isinstance(v, (int, float)) for v in _hrow.values()), "所有值都应是 Python 数字"
+    json.dumps(_hrow)
+expect_value_error(lambda: log_step_metrics(0, torch.tensor([1.0, float("nan")]), 2, torch.ones(2, 3), _upd, [0, 0]), "奖励含 NaN")
+expect_value_error(lambda: log_step_metrics(0, torch.tensor([1, 0]), 2, torch.ones(2, 3), _upd, [0, 0]), "奖励不是浮点")
+expect_value_error(lambda: log_step_metrics(0, torch.tensor([1.0, 0.0]), 2, torch.ones(3, 3), _upd, [0, 0]), "掩码行数不对")
+expect_value_error(lambda: log_step_metrics(0, torch.tensor([1.0, 0.0]), 2, torch.ones(2, 3), _upd, [0]), "strict_correct 长度不对")
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Step 6 · 把循环接起来
+#
+# 下面的循环（课程提供，`#@save` 存进 `tools/lessons/nb07_online_grpo.py`，`make online` 用的就是它）把前面的零件按
+# 导读里的顺序接起来。每一步都从训练提示里（按固定种子）抽 `prompts_per_step` 个，采样种子是
+# `seed * 1000003 + step`，所以同一个种子、同样的线程数，整条训练曲线可以复现。
+# β > 0 时参考模型是训练开始前的策略的一份冻结拷贝。
+
+# %% nbgrader={"locked": true, "grade_id": "training_loop"}
+#@save
+import random
+import time
+
+from tools.lessons.nb01_group_advantages import compute_group_advantages
+from tools.online_grpo import reward_function, strict_correct
+
+
+def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, progress=None):
+    """Online GRPO: sample -> verify -> group advantages -> grpo_step, config.num_steps times; returns the log."""
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    rng = random.Random(config.seed)
+    reward_fn = reward_function(config.reward)
+    history = []
+    for step in range(config.num_steps):
+        started = time.perf_counter()
+        batch = [train_problems[rng.randrange(len(train_problems))] for _ in range(config.prompts_per_step)]
+        rollout = sample_group(model, tokenizer, [p["prompt"] for p in batch], config.num_generations,
+                               temperature=config.temperature, top_p=config.top_p,
+                               max_new_tokens=config.max_new_tokens, seed=config.seed * 1000003 + step,
+                               ref_model=ref_model if config.beta > 0 else None)
+        answers = [p["answer"] for p in batch for _ in range(config.num_generations)]
+        rewards = torch.tensor(reward_fn(rollout["completions"], answers), dtype=torch.float32)  # [N]
+        advantages = compute_group_advantages(rewards, rollout["group_ids"].cpu())  # [N]
+        update = grpo_step(model, optimizer, rollout, advantages.to(rollout["completion_ids"].device),
+                           num_iterations=config.num_iterations, epsilon=config.epsilon,
+                           epsilon_high=config.epsilon_high, beta=config.beta, loss_type=config.loss_type,
+                           max_grad_norm=config.max_grad_norm, temperature=config.temperature,
+                           max_completion_length=config.max_new_tokens)
+        row = log_step_metrics(step, rewards, config.num_generations, rollout["completion_mask"], update,
+                               strict_correct(rollout["completions"], answers), seconds=time.perf_counter() - started)
+        history.append(row)
+        if progress is not None:
+            progress(row)
+    return history
+
+
+# %% [markdown]
+# ### 主实验
+#
+# `tiny_cpu` 用课程的默认配置（`og.OnlineConfig()`：16 个提示 × G = 8、μ = 1、`loss_type="grpo"`、ε = 0.2、β = 0、
+# 温度 1.0、学习率 1e-3、50 步）。训练前后各在 25 个留出提示上评测一次：每个提示采样 16 次，pass@1 是采样正确率的平均。
+# `og.run_online_experiment` 负责加载、评测、计时、记录机器负载，并把记录校验后原子地写出；训练本身用的是上面的
+# `train_online_grpo`（也就是你写的三个函数）。
+
+# %%
+if RUN_MODE == "smoke":
+    CONFIG = og.OnlineConfig(num_steps=3, prompts_per_step=4, eval_k=4)
+else:
+    CONFIG = og.OnlineConfig()
+print(CONFIG)
+RECORD = None
+RECORD = og.run_online_experiment(train_online_grpo, CONFIG, RUN_LABEL, model=policy, tokenizer=tokenizer,
+                                  warm_start=WARM_START, heldout=HELDOUT_PROBLEMS if RUN_MODE != "smoke" else HELDOUT_PROBLEMS[:8],
+                                  train=TRAIN_PROBLEMS, root=REPO_ROOT, progress=og.print_progress)
+print(og.headline(RECORD))
+
+# %% [markdown]
+# ### 曲线
+#
+# 每一步的指标都画在这里（全部来自刚才的运行）。读图顺序：奖励均值在涨吗？零方差组的比例（没有学习信号的组）怎样变化？
+# 回答长度——热启动的“I do not know.”要 6 个词元，一个数字只要 2 个——在变短吗？熵在下降吗（策略越来越确定）？
+# μ = 1 时两条裁剪比例恒为 0，approx_kl 也恒为 0：这不是 bug，见 Step 4。
+
+# %%
+if RECORD is None:
+    print("先完成上面的 TODO，再运行主实验。")
+else:
+    display(Image(og.plot_steps(RECORD["steps"], title=f"online GRPO / {RECORD['run_label']}")))
+
+# %% [markdown]
+# ## Step 7 · 训练前后：pass@1、pass@k 与 maj@k
+#
+# pass@k：k 次采样里**至少一次**答对的概率（无偏估计）；maj@k：k 次采样里出现最多的那个整数答对的比例。
+# DeepSeekMath 的观察是：RL 之后 maj@k 和 pass@1 明显上升，而 k 较大时的 pass@k 提高得少得多——RL 主要是把模型
+# **已经会**的答案变得更可能被采到，而不是教会新答案。下表和图给出本次运行的实测值，最后一行把“pass@1 的提高”
+# 与“最大 k 处 pass@k 的提高”直接放在一起比较。
+
+# %%
+if RECORD is None:
+    print("先完成上面的 TODO，再运行主实验。")
+else:
+    before, after = RECORD["eval"]["before"], RECORD["eval"]["after"]
+    rows = [f"| {k} | {before['pass_at_k'][k]:.3f} | {after['pass_at_k'][k]:.3f} | {before['maj_at_k'][k]:.3f} | "
+            f"{after['maj_at_k'][k]:.3f} |" for k in before["pass_at_k"]]
+    display(Markdown(f"留出集 pass@1：**{before['pass_at_1']:.3f} → {after['pass_at_1']:.3f}**"
+                     f"（贪心解码 {before['greedy_accuracy']:.2f} → {after['greedy_accuracy']:.2f}）；训练 "
+                     f"{RECORD['train_seconds']:.1f} s，全程 {RECORD['wall_seconds']:.1f} s，"
+                     f"机器负载（1 分钟平均）{RECORD['hardware']['load_average_before'][0]} → "
+                     f"{RECORD['hardware']['load_average_after'][0]}，{RECORD['hardware']['cpu_count']} 核\n\n"
+                     "| k | pass@k 前 | pass@k 后 | maj@k 前 | maj@k 后 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows)))
+    display(Image(og.plot_pass_maj(RECORD)))
+    k_max = max(before["pass_at_k"], key=int)
+    gain_1 = after["pass_at_1"] - before["pass_at_1"]
+    gain_k = after["pass_at_k"][k_max] - before["pass_at_k"][k_max]
+    print(f"pass@1 提高 {gain_1:+.3f}；pass@{k_max} 提高 {gain_k:+.3f}；maj@{k_max} 提高 "
+          f"{after['maj_at_k'][k_max] - before['maj_at_k'][k_max]:+.3f}")
+
+# %% [markdown]
+# ## Step 8 · 消融：μ、`loss_type`、clip-higher 与奖励投机
+#
+# 这些对照每个都要完整训练一次，不在笔记本里现场跑；它们是 `make online` 加参数得到的记录
+# （命令见表格），存放在 `benchmarks/results/online/`。下面的单元格**读取这些文件并作图**；文件不存在时只打印运行命令。
+#
+# - **μ = 1 对 μ = 4**（`--num-iterations 4`）：μ = 1 时裁剪从不触发；μ = 4 时后面的轮次已经离策略，裁剪比例与 approx_kl 随之变大。
+# - **`loss_type`**（`--loss-type grpo|dr_grpo|dapo`）：看回答长度的漂移。`grpo` 每行先按长度平均，长回答里每个词元的权重更小；
+#   `dr_grpo` 与 `dapo` 按词元计。这个任务的回答最长只有 6 个词元，三者的差别预计很小（预测）——读表格里的实测值。
+# - **ε_high 0.2 对 0.28**（DAPO 的 clip-higher）：μ = 1 时裁剪从不触发，ε_high 改了也**完全没有作用**；所以这一对照放在
+#   μ = 4 上（`--num-iterations 4 --epsilon-high 0.28`，与 `mu4` 比）。上界放宽，正优势的低概率词元能涨得更多，熵下降得更慢（预测）。
+# - **奖励投机**（`--reward contains-answer-loophole`）：第 4 课的“包含即得分”验证器。只有当策略**采样得到**钻空子的回答
+#   （例如把几个数都写出来）时，漏洞才会给出奖励、被强化。热启动的策略只会写一个数或“I do not know.”，如果 50 步里
+#   从没采到这样的回答，训练奖励就和严格准确率一起涨，看不到投机——读表格里“训练奖励”与“strict”两列是否分开，
+#   并与主实验（修复后的验证器）比较。奖励投机需要“漏洞在采样可达的范围内”，这本身就是一个结论。
+#
+# 表格只写记录里的数：训练奖励、`strict`（严格验证器判对的比例）、长度、熵都是最后 10 步的平均。
+
+# %%
+ABLATIONS = og.ABLATIONS
+display(Markdown("| 对照 | 命令 | 记录 |\n| --- | --- | --- |\n" + "\n".join(
+    f"| {name} | `make online RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
+    f"{'有' if (REPO_ROOT / og.output_relative_path(label)).exists() else '没有（先运行命令）'} |"
+    for name, label, args in ABLATIONS)))
+_records = og.load_records(REPO_ROOT, [label for _, label, _ in ABLATIONS])
+if _records:
+    display(Image(og.plot_ablations(_records)))
+    display(Markdown(og.ablation_table(_records)))
+
+# %% [markdown]
+# ## Step 9 · 同一个任务交给 TRL 的 `GRPOTrainer`
+#
+# 名字的对应（左边是本课的 `OnlineConfig` / 函数参数，右边是 `trl.GRPOConfig`）：
+#
+# | 本课 | TRL 1.16 | 说明 |
+# | --- | --- | --- |
+# | `num_generations` | `num_generations` | 每个提示的回答数 G |
+# | `prompts_per_step × num_generations` | `per_device_train_batch_size × gradient_accumulation_steps`（× 进程数） | 每步的回答总数 |
+# | `loss_type` | `loss_type` | TRL 1.16 的默认是 `dapo`；本课默认 `grpo` |
+# | `beta` | `beta` | 默认都是 0 |
+# | `num_iterations` | `num_iterations` | μ |
+# | `epsilon` / `epsilon_high` | `epsilon` / `epsilon_high` | |
+# | `temperature`、`top_p`、`max_new_tokens` | `temperature`、`top_p`、`max_completion_length` | TRL 的 `top_k` 默认 0 |
+# | `max_grad_norm`、`learning_rate` | `max_grad_norm`、`learning_rate` | TRL 还有学习率调度与 warmup，这里设为常数 |
+# | `compute_group_advantages`（std 下限，总体 std） | `scale_rewards="group"`：`(r − mean) / (std + 1e-4)`，无偏 std | 优势的数值略有不同 |
+# | 验证器 `integer-answer-v1` | `reward_funcs=[函数]` | 同一个函数 |
+#
+# 先做**同一批数据上的第 0 步损失核对**：把我们采样的一批 rollout 原样交给 TRL 的 `_compute_loss`，
+# 与 `grpo_step` 第 0 轮的损失比较（设置一致的地方必须相差不到 1e-5）。然后用 `GRPOTrainer.train()`
+# 在同一个热启动模型上真的训练几十步（`smoke` 模式只训练 2 步），并把它的日志与上面的曲线放在一起。
+
+# %%
+from tools import online_trl
+
+if RECORD is None:
+    print("先完成上面的 TODO，再做 TRL 对照。")
+else:
+    agreement = online_trl.step0_agreement(sample_group, grpo_step, policy, tokenizer, TRAIN_PROBLEMS)
+    display(Markdown(online_trl.agreement_table(agreement)))
+    assert all(row["abs_diff"] <= 1e-5 for row in agreement), "第 0 步损失与 TRL 相差超过 1e-5"
+    trl_run = online_trl.train_with_trl(og.sft_checkpoint_path(seed=0)[0] if RUN_MODE != "real_gpu" else MODEL_PATH,
+                                        CONFIG, TRAIN_PROBLEMS, max_steps=2 if RUN_MODE == "smoke" else 30)
+    display(Markdown(online_trl.comparison_table(trl_run, RECORD)))
+    display(Image(online_trl.plot_comparison(trl_run, RECORD)))
+
+# %% [markdown]
+# ## Step 10 · 放到多张 GPU 上（现成的引擎）
+#
+# 本机没有 GPU，这一节**只检查不需要 GPU 就能检查的部分**，其余是命令与配置，没有在这里测量过。
+#
+# **accelerate / DeepSpeed ZeRO。** `environments/accelerate/` 里有三份配置：`multi_gpu.yaml`（2 卡 DDP）、
+# `zero2.yaml`（8 卡 ZeRO-2：切分优化器状态与梯度）、`zero3.yaml`（8 卡 ZeRO-3：连参数也切分，模型一张卡放不下时用）。
+# 同一份 `GRPOConfig` 脚本这样启动：
+#
+# ```bash
+# accelerate launch --config_file environments/accelerate/zero2.yaml train_grpo.py   # train_grpo.py 构造 GRPOTrainer
+# ```
+#
+# 多卡时每个进程各自生成 `per_device_train_batch_size` 个回答，TRL 要求全局批次能被 `num_generations` 整除，
+# 同一组的 G 个回答可以落在不同的卡上（组内均值与标准差在所有进程收集之后再算）。`loss_type="dapo"` 的分母是
+# **全局**的词元数，所以结果与进程数无关；`grpo` 则按每个进程的本地行平均。
+#
+# **vLLM 生成。** 采样是在线 RL 最慢的部分。TRL 用 `use_vllm=True` 把生成交给 vLLM：
+#
+# - `vllm_mode="colocate"`：vLLM 与训练在同一组 GPU 上，用 `vllm_gpu_memory_utilization` 分显存；
+# - `vllm_mode="server"`：先在单独的卡上 `trl vllm-serve --model Qwen/Qwen2.5-0.5B-Instruct`，
+#   训练进程通过 HTTP 取样本，每步之后把新权重同步过去。
+#
+# 用 vLLM 时采样的对数概率来自另一个引擎，与训练前向有数值差异；TRL 的 `vllm_importance_sampling_correction`
+# 用截断的重要性权重修正这一点（本机没有测量）。
+#
+# **单卡真实模型。** `RUN_MODE = "real_gpu"` 用同一份代码在一张 CUDA 卡上训练 `Qwen/Qwen2.5-0.5B-Instruct`（bf16，
+# 不做 SFT 热启动）。这里没有 GPU，这条路径**只是写好了，没有运行过**。
+#
+# 下面用 accelerate **自己的**解析器加载三份配置，并构造一份多卡的 `GRPOConfig`（只检查参数，不启动训练）：
+
+# %%
+accelerate_rows = online_trl.check_accelerate_configs(REPO_ROOT / "environments" / "accelerate")
+display(Markdown("| 配置 | distributed_type | num_processes | mixed_precision | ZeRO stage |\n| --- | --- | --- | --- | --- |\n"
+                 + "\n".join(f"| `{r['file']}` | {r['distributed_type']} | {r['num_processes']} | {r['mixed_precision']} | "
+                             f"{r['zero_stage']} |" for r in accelerate_rows)))
+print(online_trl.describe_vllm_config())
+
+# %% [markdown]
+# ## STOP HERE
+#
+# 三个 TODO 完成、可见测试通过之后，这本笔记就完成了。下面是参考解析（学员版中没有）。
+
+# %% [markdown]
+# ### 小结
+#
+# 你写的三个函数就是在线 GRPO 的全部“新”零件：采样时记下旧策略的对数概率与 EOS 掩码，在同一批 rollout 上做 μ 轮裁剪更新，
+# 并把每一步该看的数记下来。奖励、优势、对数概率与掩码的规则都来自前几课、从 `tools.lessons` 导入的同一份函数。
+# 主实验里读 Step 7 的最后一行：pass@1 的提高与最大 k 处 pass@k 的提高相比如何？差得越多，越说明 RL 主要是把概率质量
+# 从“I do not know.”挪到了模型本来就会的答案上，而不是教会了它新的加法。
