@@ -14,9 +14,9 @@
 #
 # 1. **概率比**：回答是旧策略 $\pi_{\text{old}}$ 采样的，更新的却是当前策略 $\pi_\theta$，用 $\rho = \pi_\theta/\pi_{\text{old}}$ 连接两者；
 # 2. **裁剪**：一次更新不能把概率比推得太远，超出 $[1-\epsilon, 1+\epsilon]$ 的部分不再给梯度；
-# 3. **参考 KL**：用一个非负的逐 token 估计量，把策略拴在冻结的参考模型附近，防止长期漂移；
-# 4. **回答掩码**：提示词与填充位置不属于回答，不能进入损失；
-# 5. **候选等权**：每个回答先在自己的有效 token 上求平均，再在回答之间平均——长回答不会因为 token 多而占更大权重。
+# 3. **参考 KL**：用一个非负的逐词元估计量，把策略拴在冻结的参考模型附近，防止长期漂移；
+# 4. **回答掩码**：提示与填充位置不属于回答，不能进入损失；
+# 5. **候选等权**：每个回答先在自己的有效词元上求平均，再在回答之间平均——长回答不会因为词元多而占更大权重。
 #
 # 你将实现两个计分函数：`token_kl_penalty`（k3 估计量）和 `compute_grpo_loss`（完整的 GRPO 目标），
 # 用两张在笔记本里计算出来的图看清裁剪和等权到底做了什么，并用蒙特卡洛实验看清 k1、k2、k3 三种 KL 估计量的值与**梯度**。
@@ -43,8 +43,6 @@
 # %%
 # %matplotlib inline
 import math
-import numbers
-
 import time
 
 import matplotlib.pyplot as plt
@@ -79,13 +77,13 @@ assert _adv.tolist() == [-1.0, 1.0, -1.0, 1.0, 0.0]
 # %% [markdown]
 # ## 第 1 步　概率比：把旧策略采的样本用于当前策略
 #
-# 第 $i$ 个回答的第 $t$ 个 token 由旧策略 $\pi_{\text{old}}$ 采样。更新时我们优化的是当前策略 $\pi_\theta$，
-# 两者之间用**逐 token 概率比**连接：
+# 第 $i$ 个回答的第 $t$ 个词元由旧策略 $\pi_{\text{old}}$ 采样。更新时我们优化的是当前策略 $\pi_\theta$，
+# 两者之间用**逐词元概率比**连接：
 #
 # $$\rho_{i,t} = \frac{\pi_\theta(y_{i,t}\mid x, y_{i,<t})}{\pi_{\text{old}}(y_{i,t}\mid x, y_{i,<t})}
 # = \exp\big(\log\pi_\theta(y_{i,t}) - \log\pi_{\text{old}}(y_{i,t})\big).$$
 #
-# 用对数概率之差再取指数，而不是直接相除：长回答里单个 token 的概率可能小到 $10^{-30}$，直接存概率会下溢，对数概率不会。
+# 用对数概率之差再取指数，而不是直接相除：长回答里单个词元的概率可能小到 $10^{-30}$，直接存概率会下溢，对数概率不会。
 #
 # **旧策略是数据，不是参数。** $\log\pi_{\text{old}}$ 是采样时记下的数，在这次更新里是常数，必须 `detach()`（或在 `torch.no_grad()` 下计算）。
 # 一个有启发性的事实：在第一次更新、$\theta = \theta_{\text{old}}$ 时 $\rho = 1$，但它的梯度不是 0：
@@ -118,7 +116,7 @@ assert grad_broken.abs().max().item() == 0.0
 # %% [markdown]
 # ## 第 2 步　裁剪：只在"还没走太远"的方向上给梯度
 #
-# GRPO 沿用 PPO 的裁剪目标。对每个有效 token：
+# GRPO 沿用 PPO 的裁剪目标。对每个有效词元：
 #
 # $$s_{i,t} = \min\big(\rho_{i,t} A_i,\ \operatorname{clip}(\rho_{i,t},\, 1-\epsilon,\, 1+\epsilon)\, A_i\big).$$
 #
@@ -133,7 +131,7 @@ assert grad_broken.abs().max().item() == 0.0
 #
 # 在 $[1-\epsilon, 1+\epsilon]$ 之内两项相等，梯度就是普通的策略梯度。
 # 裁剪只去掉"朝有利方向走得太远"的那一侧；朝不利方向偏离时，惩罚不受限制。
-# 下图在一个比率网格上用自动求导算出 $\partial s/\partial\rho$，把它恰好为 0 的区域涂成灰色。
+# 下图在一个概率比网格上用自动求导算出 $\partial s/\partial\rho$，把它恰好为 0 的区域涂成灰色。
 
 # %%
 clip_eps = 0.2
@@ -170,8 +168,8 @@ assert abs(zero_gradient_intervals[1.0][0] - (1 + clip_eps)) < 5e-3 and zero_gra
 assert abs(zero_gradient_intervals[-1.0][1] - (1 - clip_eps)) < 5e-3 and zero_gradient_intervals[-1.0][0] == 0.3
 
 # %% [markdown]
-# 注意梯度为 0 并不意味着损失里"没有"这些 token：它们仍然贡献一个常数值，只是不再推动参数。
-# 训练日志里的**裁剪比例**（clip fraction；TRL 把两侧分别记为 `clip_ratio/high_mean`、`clip_ratio/low_mean`，合计为 `clip_ratio/region_mean`）统计的就是落在灰色区域里的 token 所占的比例；
+# 注意梯度为 0 并不意味着损失里"没有"这些词元：它们仍然贡献一个常数值，只是不再推动参数。
+# 训练日志里的**裁剪比例**（clip fraction；TRL 把两侧分别记为 `clip_ratio/high_mean`、`clip_ratio/low_mean`，合计为 `clip_ratio/region_mean`）统计的就是落在灰色区域里的词元所占的比例；
 # 它持续偏高，说明每批数据被重复用得太多，或者学习率太大。
 
 # %% [markdown]
@@ -181,7 +179,7 @@ assert abs(zero_gradient_intervals[-1.0][1] - (1 - clip_eps)) < 5e-3 and zero_gr
 # 学会投机取巧地拿奖励（reward hacking）或丢掉原有能力。GRPO 因此可以再加一项：当前策略与冻结的**参考策略** $\pi_{\text{ref}}$
 # （通常是 RL 开始前的 SFT 模型）之间的 KL 散度，权重为 $\beta$（TRL 中的 `beta`）。
 #
-# 精确的 KL 要对整个词表求和；我们手里只有采样到的 token，于是用单样本估计量。记
+# 精确的 KL 要对整个词表求和；我们手里只有采样到的词元，于是用单样本估计量。记
 # $d_{i,t} = \log\pi_{\text{ref}}(y_{i,t}) - \log\pi_\theta(y_{i,t})$，三种常见估计是
 #
 # | 名称 | 表达式 | 期望（$y\sim\pi_\theta$） | 单个样本的值 |
@@ -202,7 +200,7 @@ assert abs(zero_gradient_intervals[-1.0][1] - (1 - clip_eps)) < 5e-3 and zero_gr
 # ### TODO 1　实现 `token_kl_penalty`
 #
 # - 输入：同形状的 `policy_logps`（当前策略，可能带梯度）与 `ref_logps`（参考策略）。
-# - 输出：同形状的逐 token 惩罚 $e^{d}-d-1$，$d$ = `ref_logps - policy_logps`。
+# - 输出：同形状的逐词元惩罚 $e^{d}-d-1$，$d$ = `ref_logps - policy_logps`。
 # - 参考策略不接收梯度：即使传入的 `ref_logps.requires_grad` 为真，反向传播后它的 `.grad` 也应为 `None`。
 # - 两个输入形状不同时抛出中文说明的 `ValueError`（不要依赖广播）。
 
@@ -212,7 +210,7 @@ import torch
 
 
 def token_kl_penalty(policy_logps, ref_logps):
-    """逐 token 的参考 KL 惩罚（k3 估计量）：exp(d) - d - 1，d = ref_logps - policy_logps；参考策略不接收梯度。"""
+    """逐词元的参考 KL 惩罚（k3 估计量）：exp(d) - d - 1，d = ref_logps - policy_logps；参考策略不接收梯度。"""
     ### BEGIN SOLUTION
     if not torch.is_tensor(policy_logps) or not torch.is_tensor(ref_logps):
         raise ValueError("输入契约：policy_logps 与 ref_logps 必须是 torch.Tensor")
@@ -233,7 +231,7 @@ kl = token_kl_penalty(policy, ref)
 d = [[0.0, math.log(2.0), -1.0], [0.0, -1.0, 0.0]]
 expected = torch.tensor([[math.exp(x) - x - 1.0 for x in row] for row in d], dtype=torch.float64)
 assert_close(kl, expected, atol=1e-12, what="k3 惩罚 exp(d) - d - 1（d = ref - policy）")
-assert (kl >= 0).all().item(), f"k3 惩罚对每个 token 都应非负，实际最小值 {kl.min().item():.3g}"
+assert (kl >= 0).all().item(), f"k3 惩罚对每个词元都应非负，实际最小值 {kl.min().item():.3g}"
 kl.sum().backward()
 assert ref.grad is None, "参考策略是冻结的，不应接收梯度（对 ref_logps 使用 detach）"
 assert policy.grad is not None, "当前策略应接收梯度"
@@ -277,7 +275,7 @@ print("✅ token_kl_penalty 隐藏测试通过")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 用你的实现做一次蒙特卡洛实验：从一个 4 个词的 $\pi_\theta$ 里采样 50,000 个 token，比较 k1 与 k3 的均值、标准差，
+# 用你的实现做一次蒙特卡洛实验：从一个 4 个词的 $\pi_\theta$ 里采样 50,000 个词元，比较 k1 与 k3 的均值、标准差，
 # 以及单个样本为负的比例，再与精确的 KL 对照。
 
 # %%
@@ -417,21 +415,21 @@ assert_close(grad_corrected * 30, bc_new.detach() - bc_ref, atol=1e-12, what="�
 # %% [markdown]
 # ## 第 4 步　回答掩码与候选等权
 #
-# 一批回答被填充（padding）到同一长度 $T$，`response_mask`（TRL 中叫 `completion_mask`）标出每个回答的有效 token：
-# 提示词、填充位置以及 EOS 之后的内容都是 `False`。第 5 课会在真实模型上从 EOS 构造这个掩码，这里它是输入。
+# 一批回答被填充（padding）到同一长度 $T$，`response_mask`（TRL 中叫 `completion_mask`）标出每个回答的有效词元：
+# 提示、填充位置以及 EOS 之后的内容都是 `False`。第 5 课会在真实模型上从 EOS 构造这个掩码，这里它是输入。
 #
-# 有效 token 上的逐 token 损失是 $\ell_{i,t} = -s_{i,t} + \beta\, \widehat{\mathrm{KL}}_{i,t}$（$\beta=0$ 或没有参考策略时 KL 项不存在）。
+# 有效词元上的逐词元损失是 $\ell_{i,t} = -s_{i,t} + \beta\, \widehat{\mathrm{KL}}_{i,t}$（$\beta=0$ 或没有参考策略时 KL 项不存在）。
 # 怎样把它们汇总成一个数？GRPO（也是 TRL 的 `loss_type="grpo"`、MiniMind 的做法）是**先在每个回答内部平均，再在回答之间平均**：
 #
 # $$\mathcal{L}_{\text{GRPO}} = \frac{1}{N}\sum_{i=1}^{N} \frac{1}{\sum_t m_{i,t}} \sum_{t} m_{i,t}\, \ell_{i,t}.$$
 #
-# 另一种看起来同样自然的做法是把批次里所有有效 token 放在一起平均（token 平均，TRL 的 `bnpo`、`dapo` 属于这一类）：
-# $\sum_{i,t} m_{i,t}\ell_{i,t} / \sum_{i,t} m_{i,t}$。两者给每个 token 的权重不同：
+# 另一种看起来同样自然的做法是把批次里所有有效词元放在一起平均（词元平均，TRL 的 `bnpo`、`dapo` 属于这一类）：
+# $\sum_{i,t} m_{i,t}\ell_{i,t} / \sum_{i,t} m_{i,t}$。两者给每个词元的权重不同：
 #
-# - 候选等权：回答 $i$ 的每个 token 权重 $\frac{1}{N\,|y_i|}$，每个回答的总权重都是 $\frac1N$；
-# - token 平均：每个 token 权重相同 $\frac{1}{\sum_j |y_j|}$，回答的总权重与它的长度成正比。
+# - 候选等权：回答 $i$ 的每个词元权重 $\frac{1}{N\,|y_i|}$，每个回答的总权重都是 $\frac1N$；
+# - 词元平均：每个词元权重相同 $\frac{1}{\sum_j |y_j|}$，回答的总权重与它的长度成正比。
 #
-# 下图用一组两个回答算出这两种权重：一个 3 个 token 的短回答，一个 12 个 token 的长回答。
+# 下图用一组两个回答算出这两种权重：一个 3 个词元的短回答，一个 12 个词元的长回答。
 
 # %%
 lengths = torch.tensor([3, 12])                                                   # [N] valid tokens per answer
@@ -463,18 +461,18 @@ ax_ans.legend(fontsize=7)
 fig.tight_layout()
 plt.show()
 
-print("候选等权：每个 token 的权重 =", [round(w, 4) for w in w_candidate.amax(dim=1).tolist()],
+print("候选等权：每个词元的权重 =", [round(w, 4) for w in w_candidate.amax(dim=1).tolist()],
       " 每个回答的总权重 =", w_candidate.sum(dim=1).tolist())
-print("token 平均：每个 token 的权重 =", [round(w, 4) for w in w_token.amax(dim=1).tolist()],
+print("词元平均：每个词元的权重 =", [round(w, 4) for w in w_token.amax(dim=1).tolist()],
       " 每个回答的总权重 =", w_token.sum(dim=1).tolist())
 
 # %% [markdown]
-# 候选等权下，短回答的每个 token 权重是长回答的 4 倍，但两个回答的总权重相同；token 平均下则反过来，长回答占了 80%。
+# 候选等权下，短回答的每个词元权重是长回答的 4 倍，但两个回答的总权重相同；词元平均下则反过来，长回答占了 80%。
 # 两种做法各有偏差：
 #
-# - 候选等权让"一个回答"成为学习单位，与优势 $A_i$ 是候选级的这一点一致；但同样的 $A_i$ 分摊到更多 token 上，
-#   **长的错误回答每个 token 受到的惩罚更轻**，短的正确回答每个 token 受到的鼓励更强——Dr. GRPO 指出这会助长错误回答越写越长。
-# - token 平均没有这种按长度摊薄的效应，但长回答在批次里的话语权更大。
+# - 候选等权让"一个回答"成为学习单位，与优势 $A_i$ 是候选级的这一点一致；但同样的 $A_i$ 分摊到更多词元上，
+#   **长的错误回答每个词元受到的惩罚更轻**，短的正确回答每个词元受到的鼓励更强——Dr. GRPO 指出这会助长错误回答越写越长。
+# - 词元平均没有这种按长度摊薄的效应，但长回答在批次里的话语权更大。
 #
 # 本课程（与 DeepSeekMath 的原始 GRPO、TRL 的 `loss_type="grpo"`、MiniMind 相同）使用候选等权。第 3 课会把 `bnpo`、`dr_grpo`、`dapo` 等变体放在一起比较。
 #
@@ -485,13 +483,13 @@ print("token 平均：每个 token 的权重 =", [round(w, 4) for w in w_token.a
 # | 组内优势 | 同一提示的候选奖励 | 去掉题目之间共同的基线与尺度 | 题目难度和奖励尺度主导更新方向 |
 # | 裁剪 | 当前策略与采样策略 | 限制一次更新的概率比 | 一步走得太远，旧样本上的估计失效 |
 # | 参考 KL | 当前策略与参考策略 | 限制多次更新后的长期漂移 | 奖励投机、原有能力退化 |
-# | 回答掩码 | 有效回答 token | 排除提示词与填充 | 无关位置污染目标与梯度 |
-# | 候选等权 | 回答之间 | 每个回答对损失的总贡献相同 | 长回答因为 token 多而主导更新 |
+# | 回答掩码 | 有效回答词元 | 排除提示与填充 | 无关位置污染目标与梯度 |
+# | 候选等权 | 回答之间 | 每个回答对损失的总贡献相同 | 长回答因为词元多而主导更新 |
 
 # %% [markdown]
 # ## 第 5 步　组装完整的 GRPO 损失
 #
-# 把前面的部分放在一起，对有效 token：
+# 把前面的部分放在一起，对有效词元：
 #
 # $$\rho_{i,t}=\exp(\log\pi_\theta-\log\pi_{\text{old}}),\quad
 # s_{i,t}=\min\big(\rho_{i,t}A_i,\ \operatorname{clip}(\rho_{i,t},1-\epsilon,1+\epsilon)A_i\big),\quad
@@ -577,10 +575,10 @@ def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response
 #@save
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
-    """GRPO 损失：组内优势 + 逐 token 裁剪目标 + 可选参考 KL，先在每个候选的有效 token 上求均值，再对候选求均值。
+    """GRPO 损失：组内优势 + 逐词元裁剪目标 + 可选参考 KL，先在每个候选的有效词元上求均值，再对候选求均值。
 
     Args:
-        log_probs_new: 当前策略的逐 token 对数概率 [N, T]（带梯度）。
+        log_probs_new: 当前策略的逐词元对数概率 [N, T]（带梯度）。
         log_probs_old: 采样时旧策略在同一位置的对数概率 [N, T]（不接收梯度）。
         rewards: 每个候选的奖励 [N]。
         group_ids: 每个候选所属提示的整数组号 [N]。
@@ -623,7 +621,7 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
 
 # %% [markdown]
 # 下面三个可见测试分别检查：组内优势与一个可以手算的损失值；裁剪、KL 与梯度隔离；候选等权与输入契约。
-# 固定的测试数据：5 个候选分成 3 组（最后一个是单元素组），长度 2 的回答中有两个只有 1 个有效 token。
+# 固定的测试数据：5 个候选分成 3 组（最后一个是单元素组），长度 2 的回答中有两个只有 1 个有效词元。
 
 # %%
 def grpo_fixture():
@@ -682,7 +680,7 @@ expect_value_error(lambda: compute_grpo_loss(new, old, rewards, group_ids, mask,
 kl_tokens = token_kl_penalty(new.detach(), ref.detach())  # [N, T]
 kl_per_candidate = (kl_tokens * mask).sum(dim=1) / mask.sum(dim=1)
 assert_close(loss_kl - loss_plain, 0.1 * kl_per_candidate.mean(), atol=1e-6,
-             what="加入的 KL 项应为 beta × (每个候选有效 token 上 KL 的均值，再对候选求均值)")
+             what="加入的 KL 项应为 beta × (每个候选有效词元上 KL 的均值，再对候选求均值)")
 assert loss_kl.item() >= loss_plain.item(), "非负的 KL 项不应降低损失"
 loss_kl.backward()
 assert new.grad is not None and torch.isfinite(new.grad).all().item(), "当前策略应接收有限的梯度"
@@ -929,7 +927,7 @@ _h_calls = {
     "beta > 0 时必须给出参考策略（约定卡 C2）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, beta=0.3),
     "每个候选至少一个有效词元（float 掩码的最后一行）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_bad_mask.float()),
     "response_mask 同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask[:-1]),
-    "每个候选至少一个有效 token（最后一行）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_bad_mask),
+    "每个候选至少一个有效词元（最后一行）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_bad_mask),
 }
 for _h_contract, _h_call in _h_calls.items():
     _h_value_error(_h_call, _h_contract)
@@ -940,7 +938,7 @@ print("✅ compute_grpo_loss 隐藏测试通过")
 # ## 第 6 步　用自动求导核对：一次完整的前向
 #
 # 最后把数字串起来看一遍，像读训练日志那样：分组奖励、组内优势、概率比的范围、裁剪比例、KL 的均值和损失。
-# 然后用自动求导核对第 4 步的权重：在 $\rho = 1$ 处，损失对第 $i$ 个回答每个有效 token 的梯度应该恰好是
+# 然后用自动求导核对第 4 步的权重：在 $\rho = 1$ 处，损失对第 $i$ 个回答每个有效词元的梯度应该恰好是
 # $-A_i \cdot \frac{1}{N\,|y_i|}$——这就是"候选等权"在梯度上的样子。
 
 # %%
@@ -974,7 +972,7 @@ loss_at_old, adv_at_old = compute_grpo_loss(at_old, trace_old, trace_rewards, tr
 loss_at_old.backward()
 expected_grad = -adv_at_old.unsqueeze(1) * trace_mask / (B * G * trace_lengths.unsqueeze(1))  # [B*G, T]
 assert_close(at_old.grad, expected_grad, atol=1e-7, what="rho = 1 处的梯度 -A_i / (N |y_i|)")
-print("每个回答第一个 token 的梯度 =", [round(g, 4) for g in at_old.grad[:, 0].tolist()])
+print("每个回答第一个词元的梯度 =", [round(g, 4) for g in at_old.grad[:, 0].tolist()])
 print("长度 =", trace_lengths.tolist(), "：同样的优势，越短的回答每个词元的梯度越大")
 
 # %%
@@ -994,7 +992,7 @@ print(f"本笔记从第一个代码单元运行到这里用了 {time.perf_counte
 #
 # 核心只有两行：`delta = ref_logps.detach() - policy_logps`，返回 `torch.exp(delta) - delta - 1`。
 # `detach()` 保证即使调用者传入了带梯度的参考对数概率，参考策略也不会被更新。
-# 对当前策略的梯度是 $1 - e^{d}$：当前策略给这个 token 的概率高于参考策略（$d<0$）时梯度为正，梯度下降把它往回拉。
+# 对当前策略的梯度是 $1 - e^{d}$：当前策略给这个词元的概率高于参考策略（$d<0$）时梯度为正，梯度下降把它往回拉。
 # 形状检查防止一个 `[N, T]` 与 `[N, 1]` 的输入被悄悄广播成一个看起来合理、实际错误的结果。
 #
 # ### TODO 2　`compute_grpo_loss`
@@ -1027,7 +1025,7 @@ print(f"本笔记从第一个代码单元运行到这里用了 {time.perf_counte
 # | `clip_range` | `epsilon`（上界可用 `epsilon_high` 单独设置） | `args.epsilon` |
 # | `beta` | `beta` | `args.beta` |
 # | `response_mask` | `completion_mask` | `completion_mask` |
-# | 候选等权 | `loss_type="grpo"`（注意：TRL 当前的默认值是 `"dapo"`，一种 token 平均） | 默认做法 |
+# | 候选等权 | `loss_type="grpo"`（注意：TRL 当前的默认值是 `"dapo"`，一种词元平均） | 默认做法 |
 # | `beta` 的默认值 | 0.0（此时不加载参考模型） | 训练脚本参数 `args.beta`，KL 项总是计算 |
 # | k3 KL | `per_token_kl`（`beta != 0` 时；默认 `use_bias_correction_kl=True`，乘以概率比） | `per_token_kl`（不乘概率比） |
 #

@@ -11,7 +11,7 @@ import torch
 
 
 def token_kl_penalty(policy_logps, ref_logps):
-    """逐 token 的参考 KL 惩罚（k3 估计量）：exp(d) - d - 1，d = ref_logps - policy_logps；参考策略不接收梯度。"""
+    """逐词元的参考 KL 惩罚（k3 估计量）：exp(d) - d - 1，d = ref_logps - policy_logps；参考策略不接收梯度。"""
     if not torch.is_tensor(policy_logps) or not torch.is_tensor(ref_logps):
         raise ValueError("输入契约：policy_logps 与 ref_logps 必须是 torch.Tensor")
     if policy_logps.shape != ref_logps.shape:
@@ -74,10 +74,10 @@ def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response
 
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
-    """GRPO 损失：组内优势 + 逐 token 裁剪目标 + 可选参考 KL，先在每个候选的有效 token 上求均值，再对候选求均值。
+    """GRPO 损失：组内优势 + 逐词元裁剪目标 + 可选参考 KL，先在每个候选的有效词元上求均值，再对候选求均值。
 
     Args:
-        log_probs_new: 当前策略的逐 token 对数概率 [N, T]（带梯度）。
+        log_probs_new: 当前策略的逐词元对数概率 [N, T]（带梯度）。
         log_probs_old: 采样时旧策略在同一位置的对数概率 [N, T]（不接收梯度）。
         rewards: 每个候选的奖励 [N]。
         group_ids: 每个候选所属提示的整数组号 [N]。
