@@ -49,6 +49,7 @@
 
 # %%
 # %matplotlib inline
+import math
 import time
 
 import matplotlib.pyplot as plt
@@ -334,7 +335,7 @@ assert group_sum.tolist() == [2.0, 6.0, 5.0] and group_count.tolist() == [2.0, 3
 
 # %% nbgrader={"solution": true, "grade_id": "compute_group_advantages"}
 #@save
-import math
+import math  # noqa: F811 (a saved cell imports what it uses)
 import numbers
 
 import torch

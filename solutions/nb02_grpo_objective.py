@@ -551,6 +551,8 @@ def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response
         raise ValueError(f"输入契约：rewards 必须是长度为候选数 {num_candidates} 的一维张量")
     if not torch.is_tensor(group_ids) or group_ids.shape != rewards.shape:
         raise ValueError("输入契约：group_ids 必须与 rewards 同形状 [N]")
+    if not rewards.is_floating_point() or not torch.isfinite(rewards).all():
+        raise ValueError("输入契约：rewards 必须是浮点张量，且全部是有限数（不含 NaN / inf）")
     clip_range = finite_number(clip_range, "clip_range")
     beta = finite_number(beta, "beta")
     finite_number(eps, "eps", positive=True)
@@ -721,9 +723,9 @@ full = torch.ones(5, 2, dtype=torch.bool)
 assert_close(compute_grpo_loss(new, old, rewards, group_ids)[0], compute_grpo_loss(new, old, rewards, group_ids, full)[0],
              atol=1e-7, what="response_mask=None 应等同于全部有效")
 new, old, ref, rewards, group_ids, mask = grpo_fixture()
-loss_bool, _ = compute_grpo_loss(new, old, rewards, group_ids, mask, log_probs_ref=ref, beta=0.1)
+loss_bool, _ = compute_grpo_loss(new, old, rewards, group_ids, mask)
 for mask_dtype in (torch.float32, torch.float64, torch.long):
-    loss_numeric, _ = compute_grpo_loss(new, old, rewards, group_ids, mask.to(mask_dtype), log_probs_ref=ref, beta=0.1)
+    loss_numeric, _ = compute_grpo_loss(new, old, rewards, group_ids, mask.to(mask_dtype))
     assert_close(loss_numeric, loss_bool, atol=0.0, rtol=0.0, what=f"{mask_dtype} 的 0/1 掩码与布尔掩码的结果应相同（约定卡 C1）")
 
 new, old, ref, rewards, group_ids, mask = grpo_fixture()
@@ -850,8 +852,10 @@ for _h_n, _h_t, _h_k, _h_dtype, _h_prefix, _h_clip, _h_beta in _h_settings:
              what=f"对 log_probs_new 的梯度（{_h_label}）")
     # Values at masked positions must not matter, even large finite ones (C3): loss and gradient unchanged.
     for _h_scale in (1.0, 700.0):
-        _h_noise = (torch.randn(_h_n, _h_t, generator=_h_gen, dtype=torch.float64).sign() * _h_scale).to(_h_dtype)
-        _h_moved = [x.detach() + torch.where(_h_mask, 0.0, _h_noise) for x in (_h_new, _h_old, _h_ref)]
+        _h_moved = []
+        for _h_x in (_h_new, _h_old, _h_ref):  # independent noise per tensor: the log-ratio and d change too
+            _h_noise = (torch.randn(_h_n, _h_t, generator=_h_gen, dtype=torch.float64).sign() * _h_scale).to(_h_dtype)
+            _h_moved.append(_h_x.detach() + torch.where(_h_mask, 0.0, _h_noise))
         _h_moved[0].requires_grad_(True)
         _h_loss2, _ = compute_grpo_loss(_h_moved[0], _h_moved[1], _h_r, _h_ids, _h_mask, clip_range=_h_clip,
                                         log_probs_ref=_h_moved[2], beta=_h_beta)

@@ -42,6 +42,8 @@
 # - 这一点决定了本课的关注点：只要验证器把错误回答排在正确回答前面，或者把分数间距定错，后面的优化就会忠实地放大这个错误。
 
 # %%
+import math
+import re
 import subprocess
 import sys
 import time
@@ -95,8 +97,8 @@ assert (one_group(same_order) - one_group(base)).abs().max().item() > 0.5, "same
 
 # %% nbgrader={"solution": true, "grade_id": "verify_integer_response"}
 #@save
-import math
-import re
+import math  # noqa: F811 (a saved cell imports what it uses)
+import re  # noqa: F811
 
 VERIFIER_ID = "integer-answer-v1"
 INTEGER_PATTERN = re.compile(r"-?\d+")

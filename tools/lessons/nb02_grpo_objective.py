@@ -51,6 +51,8 @@ def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response
         raise ValueError(f"输入契约：rewards 必须是长度为候选数 {num_candidates} 的一维张量")
     if not torch.is_tensor(group_ids) or group_ids.shape != rewards.shape:
         raise ValueError("输入契约：group_ids 必须与 rewards 同形状 [N]")
+    if not rewards.is_floating_point() or not torch.isfinite(rewards).all():
+        raise ValueError("输入契约：rewards 必须是浮点张量，且全部是有限数（不含 NaN / inf）")
     clip_range = finite_number(clip_range, "clip_range")
     beta = finite_number(beta, "beta")
     finite_number(eps, "eps", positive=True)
