@@ -313,10 +313,31 @@ for t_far in (0.1, 0.5, 1.0, 2.0, 3.0):
     print(f"  {t_far:4.1f} | {mean1.item():20.4f} | {std1:7.4f} | {std3:7.4f}")
 assert std_ratio[0.1] < 0.2 and std_ratio[3.0] > 1.0, "k3 is low-variance only near pi_ref"
 
+# The same quantities on a fine grid of distances, for the figure.
+t_grid = torch.linspace(0.0, 3.0, 61, dtype=torch.float64)                       # [D]
+ref_grid = torch.log_softmax(p_theta.log() + t_grid[:, None] * direction, dim=-1)  # [D, V]
+d_grid = ref_grid - p_theta.log()                                                # [D, V]
+k1_grid, k3_grid = -d_grid, torch.exp(d_grid) - d_grid - 1                       # [D, V]
+kl_grid = (p_theta * k1_grid).sum(dim=-1)                                        # [D]
+std1_grid = (p_theta * (k1_grid - kl_grid[:, None]) ** 2).sum(dim=-1).sqrt()     # [D]
+std3_grid = (p_theta * (k3_grid - (p_theta * k3_grid).sum(dim=-1, keepdim=True)) ** 2).sum(dim=-1).sqrt()  # [D]
+crossing = t_grid[int(torch.nonzero(std3_grid > std1_grid)[0])].item()
+fig, ax = plt.subplots(figsize=(7, 3.6))
+ax.plot(t_grid, std1_grid, "--", label="std of k1 (one sample)")
+ax.plot(t_grid, std3_grid, "-", label="std of k3 (one sample)")
+ax.plot(t_grid, kl_grid, ":", color="black", label="exact KL(pi_theta || pi_ref)")
+ax.axvline(crossing, color="grey", linewidth=0.8)
+ax.set(xlabel="t: how far pi_ref has moved from pi_theta", ylabel="value", title="k3 is low-variance only near pi_ref")
+ax.legend(fontsize=8)
+ax.grid(alpha=0.3)
+fig.tight_layout()
+plt.show()
+print(f"k3 的标准差在 t ≈ {crossing:.2f}（KL ≈ {kl_grid[int(torch.nonzero(std3_grid > std1_grid)[0])].item():.2f}）处超过 k1")
+
 # %% [markdown]
 # k1 与 k3 的均值都落在精确值附近，但 k1 有相当一部分样本是负的——把它逐词元加进损失，会在一些词元上"奖励"偏离参考策略；
 # k3 每个样本都非负，在这对相距不远的分布上标准差也小得多；k2 同样非负，但均值偏离了精确值（有偏）。
-# 第二张表说明 k3 的"低方差"只在 $\pi_\theta \approx \pi_{\text{ref}}$ 时成立：参考策略越走越远，k3 的标准差先是远小于 k1，
+# 第二张表和图说明 k3 的"低方差"只在 $\pi_\theta \approx \pi_{\text{ref}}$ 时成立（图中灰线是两条标准差曲线的交点）：参考策略越走越远，k3 的标准差先是远小于 k1，
 # 最后反超——参考策略把大量概率放在当前策略很少采到的词元上，这些词元一旦被采到，$e^{d}$ 就非常大。
 
 # %% [markdown]

@@ -369,7 +369,7 @@ def _graded(results, kind):
 
 
 # ----------------------------------------------------------------------------- (a) solutions run green
-@pytest.mark.parametrize("assignment, figures", [(NB1, 2), (NB2, 2)])
+@pytest.mark.parametrize("assignment, figures", [(NB1, 2), (NB2, 3)])
 def test_solution_notebook_runs_green(notebook_runs, assignment, figures):
     done, seconds = notebook_runs.solution_timed(assignment)
     results = chain.cell_results(done)

@@ -279,7 +279,8 @@ class Slot:
         for name in self.settings.kernel_files:
             source = ROOT / name
             if source.is_dir():
-                # tools/lessons/ holds the lessons' saved answers (#@save): never in a grading kernel's view
+                # tools/lessons/ holds the lessons' saved answers (#@save): install_lessons() puts only the
+                # modules of earlier lessons into the kernel's view, per graded assignment
                 shutil.copytree(source, self.kernel / name, symlinks=False,
                                 ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "lessons"))
             elif source.is_file():
@@ -385,10 +386,29 @@ class Slot:
             subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), "--kill-uid",
                             str(self.uid), str(self.uid)], timeout=30, check=False)
 
+    def install_lessons(self, assignment: str) -> list[str]:
+        """Put into the kernel's course copy the ``tools/lessons/`` modules of the lessons *before* ``assignment``
+        (a later lesson imports an earlier lesson's graded function from there), never the module of the lesson
+        being graded nor of a later one: those hold answers this learner has to write. Returns the module names."""
+        target = self.kernel / "tools" / "lessons"
+        if target.exists():
+            shutil.rmtree(target)
+        source = ROOT / "tools" / "lessons"
+        if not (self.kernel / "tools").is_dir() or not source.is_dir():
+            return []
+        target.mkdir()
+        installed = []
+        for module in sorted(source.glob("*.py")):
+            if module.name == "__init__.py" or module.stem < assignment:
+                shutil.copy2(module, target / module.name)
+                installed.append(module.stem)
+        return installed
+
     def run_nbgrader(self, assignment: str, learner: str, notebook: str, log: Path) -> tuple[int, bool, float]:
         """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit."""
         if self.stopped:
             raise RuntimeError("grading was stopped")
+        self.install_lessons(assignment)
         command = [sys.executable, "-m", "nbgrader", "autograde", assignment, f"--student={learner}",
                    f"--notebook={notebook}", "--force", "--log-level=INFO"]
         started = time.monotonic()
