@@ -436,7 +436,7 @@ def bench_grpo_loss(tiny: bool) -> list[dict]:
     baseline = {"what": "seed's reference formulation (per-group loop advantages + the same objective)", "unit": "ms"}
     try:
         course = _load("nb02_grpo_objective", ["provided_group_advantages", "token_kl_penalty",
-                                               "compute_grpo_loss"])["compute_grpo_loss"]
+                                               "provided_grpo_input_checks", "compute_grpo_loss"])["compute_grpo_loss"]
     except Unavailable as error:
         return [unavailable(name, "ms", baseline, str(error))]
     candidates, length, group_size = (8, 16, 4) if tiny else (64, 1024, 8)

@@ -22,7 +22,7 @@
 # 2. 判断哪些组是**退化组**（没有学习信号），并估计它们在一个批次里占多少；
 # 3. 实现 `compute_group_advantages`：任意整数组号、无 Python 循环、对全等奖励给出严格的 0；
 # 4. 实现 MiniMind 平铺布局的 `group_relative_advantages`，并看懂它依赖的排列约定；
-# 5. 比较实际在用的五种归一化约定（本课程、MiniMind、TRL、CS336、Dr. GRPO），并回答一道计分问题。
+# 5. 比较实际在用的七种归一化约定（本课程、MiniMind、TRL 的三种 `scale_rewards`、CS336、Dr. GRPO），并回答一道计分问题。
 
 # %% [markdown]
 # ## 运行环境
@@ -30,7 +30,9 @@
 # - 环境配置：**BASE-CPU**。只用到 PyTorch 与 matplotlib，不下载任何模型，也不需要 GPU。
 # - 笔记本最上方那个锁定的代码单元由课程自动生成：它把课程根目录加入 `sys.path`，在你的任何代码之前导入评分辅助模块
 #   `tools.grading`，并打印 BASE-CPU 的环境检查表。表中若有未通过的项目，先按提示修好环境再往下做。
-# - 整本笔记在 2 核 CPU 上从头运行到尾不超过 20 秒（不含内核启动）。
+# - 运行时间：在**空闲的** 2 核 CPU 上约 10 秒量级（`make bench` 测量，不含内核启动）；机器繁忙时可能慢 2–4 倍。
+#   笔记本最后一个代码单元会打印这次运行实际用了多少秒。
+# - 掩码、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 # - 写着 `TODO` 的单元由你补全；紧跟其后的测试单元会立刻指出哪里不对。测试单元不要修改。
 #
 # ## 前置阅读
@@ -41,21 +43,67 @@
 #   本课只用到"PPO 需要一个价值网络"这一点，概率比和裁剪是下一课的内容。
 # - GRPO 的原始定义：Shao et al., 2024, *DeepSeekMath*（arXiv:2402.03300）第 4.1 节。
 # - 对标准差归一化的批评：Liu et al., 2025, *Understanding R1-Zero-Like Training*（Dr. GRPO，arXiv:2503.20783）。
+# - 留一法基线（RLOO）：Ahmadian et al., 2024, *Back to Basics: Revisiting REINFORCE Style Optimization for Learning
+#   from Human Feedback in LLMs*（arXiv:2402.14740）；TRL 以 `RLOOTrainer` 提供。
 # - 工程实现：Hugging Face TRL 的 `GRPOTrainer` 文档，以及 MiniMind 的 `trainer/train_grpo.py`。
 
 # %%
 # %matplotlib inline
 import math
-import numbers
 import time
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from tools.grading import assert_close, expect_value_error
+from tools.grading import assert_close, expect_value_error, max_abs_diff
 
+_lesson_started = time.perf_counter()
 torch.manual_seed(0)
 print("torch", torch.__version__)
+
+# %% [markdown]
+# ## 准备　全景图：GRPO 的一次迭代
+#
+# 整门课沿着同一条主线走：**候选组 → 验证器奖励 → 组内优势 → 受约束的更新**。下面这张图由代码画出，
+# 图里的数字也是当场算出来的：一道题采样 $G=4$ 个回答，验证器判两个对、两个错，组内优势把它们变成 $\pm1$，
+# 更新时把每个回答的概率比限制在 $[1-\epsilon, 1+\epsilon]$ 之内。本课讲前三段，第 2、3 课讲最后一段，第 4 课讲验证器。
+
+# %%
+pipeline_answers = ["19", "19", "18", "20"]                    # G = 4 candidates for the prompt "12 + 7 = ?"
+pipeline_rewards = torch.tensor([1.0 if a == "19" else 0.0 for a in pipeline_answers])  # [G] verifier
+pipeline_centered = pipeline_rewards - pipeline_rewards.mean()  # [G]
+pipeline_adv = pipeline_centered / pipeline_centered.pow(2).mean().sqrt().clamp_min(1e-6)  # [G] population std
+assert pipeline_adv.tolist() == [1.0, 1.0, -1.0, -1.0]
+
+stages = [
+    ("1. candidate group", "prompt: 12 + 7 = ?\n" + "\n".join(f"y{i + 1}: {a}" for i, a in enumerate(pipeline_answers)),
+     "sample G answers\nfrom pi_old"),
+    ("2. verifier rewards", "\n".join(f"r{i + 1} = {r:.0f}" for i, r in enumerate(pipeline_rewards.tolist())),
+     "rule: answer == 19"),
+    ("3. group advantages", "\n".join(f"A{i + 1} = {a:+.0f}" for i, a in enumerate(pipeline_adv.tolist())),
+     "(r - mean) / std\nwithin the group"),
+    ("4. constrained update", "min(rho*A,\n clip(rho, 1-eps, 1+eps)*A)\n- beta*KL (optional)",
+     "rho = pi_theta / pi_old"),
+]
+fig, ax = plt.subplots(figsize=(12, 3.4))
+box_w, gap = 2.4, 0.6
+for k, (title, body, note) in enumerate(stages):
+    x = k * (box_w + gap)
+    ax.add_patch(FancyBboxPatch((x, 0.0), box_w, 2.2, boxstyle="round,pad=0.05", facecolor=plt.get_cmap("Pastel1")(k),
+                                edgecolor="black"))
+    ax.text(x + box_w / 2, 2.0, title, ha="center", va="top", fontsize=10, fontweight="bold")
+    ax.text(x + box_w / 2, 1.05, body, ha="center", va="center", fontsize=9, family="monospace")
+    ax.text(x + box_w / 2, -0.25, note, ha="center", va="top", fontsize=8, style="italic")
+    if k < len(stages) - 1:
+        ax.add_patch(FancyArrowPatch((x + box_w + 0.05, 1.1), (x + box_w + gap - 0.05, 1.1), arrowstyle="-|>",
+                                     mutation_scale=18, color="black"))
+ax.set_xlim(-0.2, len(stages) * (box_w + gap) - gap + 0.2)
+ax.set_ylim(-0.9, 2.4)
+ax.axis("off")
+ax.set_title("One GRPO iteration (numbers computed in this cell)")
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## 第 1 步　同一提示的候选为什么组成一组
@@ -67,11 +115,22 @@ print("torch", torch.__version__)
 # 基线 $b(x)$ 可以是任何**不依赖于回答 $y$** 的量：它不改变梯度的期望，却决定了方差。
 # 最理想的基线接近"这个提示上的期望奖励"$V(x)$——回答比该提示的平均水平好，就提高它的概率；比平均差，就降低。
 #
-# - **PPO** 训练一个价值网络（critic）去预测 $V$，再用 GAE 把它变成逐 token 的优势。
+# - **PPO** 训练一个价值网络（critic）去预测 $V$，再用 GAE 把它变成逐词元的优势。
 #   critic 通常与策略模型一样大，要单独训练、单独占显存，而且它的预测误差会直接变成优势的误差。
 # - **GRPO** 不训练 critic。它对同一个提示采样 $G$ 个回答，把这 $G$ 个奖励的均值当作 $V(x)$ 的估计。
 #   这个估计是免费的（回答本来就要采样），但**只有同一提示的回答才能放在一起平均**：
 #   把不同提示的奖励混在一起，得到的是"整个批次有多难"，而不是"这道题有多难"。
+# **组均值真的"不依赖于 $y$"吗？** 严格地说不是：$\bar r = \frac1G\sum_j r_j$ 里包含了 $r_i$ 自己。把它拆开，
+#
+# $$r_i - \bar r = \frac{G-1}{G}\Big(r_i - \bar r_{-i}\Big),\qquad \bar r_{-i} = \frac{1}{G-1}\sum_{j\neq i} r_j .$$
+#
+# 括号里的基线 $\bar r_{-i}$ 是**其余** $G-1$ 个候选的平均（留一法，leave-one-out）：它与 $y_i$ 独立，是合法的基线；
+# 前面的 $\frac{G-1}{G}$ 是与 $i$ 无关的常数，只把梯度整体缩小，不引入偏差。所以"减去组均值"等价于 RLOO
+# （REINFORCE Leave-One-Out）的优势再乘一个常数；TRL 把 RLOO 单独实现为 `RLOOTrainer`。
+# 真正让 GRPO 的梯度有偏的是另一步：**除以组内标准差**。$\sigma_g$ 由这一组的全部奖励算出、因题而异，
+# 它给每道题的梯度乘上权重 $1/\sigma_g$，于是得到的不再是原目标的策略梯度（Dr. GRPO 的论点，见第 6 步）。
+# 下面的单元格会用数字核对这个恒等式。
+#
 # - **DPO** 根本不在线采样，也不需要奖励数值：它读取离线的偏好对（更好的回答, 更差的回答），
 #   直接提高更好回答相对于参考策略的对数概率比、降低更差回答的，因而也不需要基线。
 #
@@ -80,7 +139,7 @@ print("torch", torch.__version__)
 # | 训练数据 | 在线采样 | 在线采样，每个提示 $G$ 个候选 | 离线偏好对 |
 # | 训练信号 | 奖励减去 critic 的价值估计 | 奖励减去同组候选的平均奖励 | 两个回答谁更好 |
 # | 除策略外要训练的网络 | critic（价值网络） | 无 | 无 |
-# | 优势的粒度 | 逐 token（GAE） | 逐候选，广播到该候选的每个 token | 不使用优势 |
+# | 优势的粒度 | 逐词元（GAE） | 逐候选，广播到该候选的每个词元 | 不使用优势 |
 #
 # **RLVR 不是第四种算法。** RLVR（reinforcement learning with verifiable rewards）说的是奖励**从哪里来**：
 # 答案比对、单元测试、环境终态这类可以复现、可以检查的规则。它可以给 GRPO 供奖励，也可以给 PPO 供奖励；
@@ -91,7 +150,7 @@ print("torch", torch.__version__)
 # | 候选怎么组织 | 哪些回答属于同一组（同一提示） | 哪些结果能被规则或环境判定 | 组大小、采样设置、每个候选属于哪一组 |
 # | 奖励从哪来 | 只接收候选级的标量，不关心是谁给的 | 由答案比对、测试或环境终态算出 | 验证器版本、输入输出、失败类型 |
 # | 基线 | 组内均值与尺度 | 不涉及 | 组内奖励的离散程度、零方差组所占比例 |
-# | 参数更新 | 概率比、裁剪、有效 token 范围（第 2 课） | 不涉及；同样可以接 PPO | 策略版本、裁剪比例、更新是否稳定 |
+# | 参数更新 | 概率比、裁剪、有效词元范围（第 2 课） | 不涉及；同样可以接 PPO | 策略版本、裁剪比例、更新是否稳定 |
 # | 质量是否真的提高 | 只优化它收到的相对信号 | 只检查已经写进规则的东西 | 独立评测、失败样本、奖励投机（reward hacking）检查 |
 #
 # 组内归一化消除了"题目难度不同导致奖励尺度不同"的影响，但它不能证明奖励规则覆盖了真实的任务质量——那是第 4 课的话题。
@@ -113,6 +172,15 @@ easy_centered = easy - easy.mean()  # [G]
 hard_centered = hard - hard.mean()  # [G]
 print("  简单题 r - mean:", easy_centered.tolist())
 print("  难题   r - mean:", hard_centered.tolist())
+
+# Leave-one-out identity: r_i - mean = (G - 1) / G * (r_i - mean of the other G - 1 rewards).
+loo_rewards = torch.tensor([0.2, 0.9, 0.4, 0.9, 0.0], dtype=torch.float64)   # [G]
+group_size_loo = loo_rewards.numel()
+others_mean = (loo_rewards.sum() - loo_rewards) / (group_size_loo - 1)       # [G] baseline without r_i
+print("r - mean                     :", [round(v, 4) for v in (loo_rewards - loo_rewards.mean()).tolist()])
+print("(G-1)/G * (r - mean(others)) :", [round(v, 4) for v in ((group_size_loo - 1) / group_size_loo * (loo_rewards - others_mean)).tolist()])
+assert_close(loo_rewards - loo_rewards.mean(), (group_size_loo - 1) / group_size_loo * (loo_rewards - others_mean),
+             atol=1e-12, what="留一法恒等式")
 
 # Sanity checks: a group baseline makes every group sum to zero, a batch baseline does not.
 assert abs(easy_centered.sum().item()) < 1e-7 and abs(hard_centered.sum().item()) < 1e-7
@@ -267,7 +335,7 @@ assert group_sum.tolist() == [2.0, 6.0, 5.0] and group_count.tolist() == [2.0, 3
 
 # %% nbgrader={"solution": true, "grade_id": "compute_group_advantages"}
 #@save
-import math
+import math  # noqa: F811 (a saved cell imports what it uses)
 import numbers
 
 import torch
@@ -329,6 +397,13 @@ rewards = torch.tensor([1.0, 0.0, 0.5, 0.5, 3.0, 0.7, 1.5, 0.5], dtype=torch.flo
 group_ids = torch.tensor([5, -2, 9, 5, -2, 42, -2, 9])
 advantages = compute_group_advantages(rewards, group_ids)
 s = math.sqrt(1.5)  # population std of [0, 3, 1.5]
+# Classic mistake: the sample (Bessel, unbiased) std divides by n - 1 instead of n.
+# Compared on the candidates of the two non-degenerate groups (a singleton has no sample std at all).
+checked = torch.tensor([0, 1, 3, 4, 6])
+unbiased = torch.tensor([1 / math.sqrt(2.0), -1.0, -1 / math.sqrt(2.0), 1.0, 0.0], dtype=torch.float64)
+if max_abs_diff(advantages[checked], unbiased) < 1e-6:
+    raise AssertionError("你的结果与用样本标准差（unbiased std，除以 n-1）算出的完全一致：是否用了 unbiased std？"
+                         "本课程用总体标准差（除以 n），见第 3 步")
 assert_close(advantages, torch.tensor([1.0, -1.5 / s, 0.0, -1.0, 1.5 / s, 0.0, 0.0, 0.0], dtype=torch.float64),
              atol=1e-9, what="多组组内优势（组号 5、-2、9、42）")
 assert advantages.dtype == torch.float64, f"输出 dtype 应与 rewards 相同：期望 torch.float64，实际 {advantages.dtype}"
@@ -341,6 +416,14 @@ assert (equal == 0).all().item(), (
     f"全等奖励组（10 个 float32 的 2.2）的优势应严格为 0，实际最大绝对值 {equal.abs().max().item():.3g}；"
     "舍入误差被 eps 下限放大了——见第 3 步陷阱 1"
 )
+
+# eps is a floor, not an addend: rewards [0, 1] have std 0.5; with eps = 0.8 the floor divides by 0.8.
+floor_case = compute_group_advantages(torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([3, 3]), eps=0.8)
+if max_abs_diff(floor_case, torch.tensor([-0.5 / 1.3, 0.5 / 1.3], dtype=torch.float64)) < 1e-9:
+    raise AssertionError("eps=0.8 时你的结果等于 (r - mean) / (std + eps)：是否用了 std + eps？"
+                         "本课程用下限 max(std, eps)（MiniMind 的 std + eps 是 TODO 2 的约定）")
+assert_close(floor_case, torch.tensor([-0.5 / 0.8, 0.5 / 0.8], dtype=torch.float64), atol=1e-9,
+             what="eps=0.8 大于 std=0.5 时应除以 eps（下限 max(std, eps)）")
 
 # Near-zero variance: centred values are +-1e-8 and sigma = 1e-8 < eps, so the floor divides by eps itself.
 tiny = compute_group_advantages(torch.tensor([3.0, 3.0 + 2e-8], dtype=torch.float64), torch.tensor([1, 1]), eps=1e-6)
@@ -631,7 +714,7 @@ print("✅ group_relative_advantages 隐藏测试通过")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 第 6 步　五种在用的归一化约定
+# ## 第 6 步　七种在用的归一化约定
 #
 # "组内优势"在不同代码库里并不是同一个数。它们都减去**组均值**，区别在于除以什么：
 #
@@ -768,7 +851,7 @@ def answer_conventions_0001():
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_conventions_question_visible", "points": 1}
-"""检查计分问题的答案格式：七个键、每个值是两个有限的数，且每种约定下组内优势之和为 0（可见测试，不检查具体数值）。"""
+"""检查计分问题的答案格式：七个键、每个值是两个有限的数，每种约定下组内优势之和为 0；并核对一个已知条目 dr_grpo（可见测试，其余数值由隐藏测试检查）。"""
 answers = answer_conventions_0001()
 assert isinstance(answers, dict), f"应返回 dict，实际 {type(answers).__name__}"
 missing = sorted(set(CONVENTIONS) - set(answers))
@@ -782,7 +865,10 @@ for name, pair in answers.items():
         f"{name}：所有约定都减去组均值，三个答错与一个答对的优势之和应为 0，实际 3×{wrong:.6g} + {right:.6g} = {3 * wrong + right:.3g}"
     )
     assert right > 0 > wrong, f"{name}：答对的回答高于组均值，优势应为正，答错的应为负；实际 {pair!r}"
-print("✅ 计分问题的答案格式正确（具体数值由隐藏测试检查）")
+# One known entry: Dr. GRPO only subtracts the group mean 0.25.
+assert_close(torch.tensor([float(v) for v in answers["dr_grpo"]], dtype=torch.float64),
+             torch.tensor([-0.25, 0.75], dtype=torch.float64), atol=1e-5, what="已知条目 dr_grpo：(0 - 0.25, 1 - 0.25)")
+print("✅ 计分问题的答案格式正确，已知条目 dr_grpo 正确（其余数值由隐藏测试检查）")
 
 # %% nbgrader={"grade": true, "grade_id": "test_conventions_question_hidden", "points": 3}
 """隐藏测试：七种约定对 [0, 0, 0, 1] 的优势，对照 float64 参考值（误差 1e-5）。评分时才会出现测试内容。"""
@@ -814,12 +900,15 @@ for _h_name, _h_pair in _h_expected.items():
 print("✅ 计分问题隐藏测试通过")
 ### END HIDDEN TESTS
 
+# %%
+print(f"本笔记从第一个代码单元运行到这里用了 {time.perf_counter() - _lesson_started:.1f} 秒（本机此刻的负载下实测，不含内核启动）")
+
 # %% [markdown]
 # ---
 #
 # # 🛑 STOP HERE 🛑
 #
-# 先独立完成上面的三个 TODO 并让所有测试通过，再往下看。下面是参考实现的解析（发布给学习者的版本中没有这一部分）。
+# 本课到此结束：完成上面的三个 TODO 并让所有可见测试通过后提交。隐藏测试在评分时运行。
 
 # %% [markdown] tags=["solution-only"]
 # ## 解析

@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 第 4 课 · 可验证奖励（RLVR）：验证器、奖励分量与奖励投机
+# # 第 4 课　可验证奖励（RLVR）：验证器、奖励分量与奖励投机
 #
 # ## 导读
 #
@@ -29,16 +29,19 @@
 #
 # - Profile：**BASE-CPU**（只需要 torch，不加载模型，不需要 GPU）。
 # - 上面的启动单元格已经把课程目录放进 `sys.path`，并打印了本 Profile 的预检表；表里有缺失项时先按提示修好环境。
-# - 整本笔记在 2 核 CPU 上应在 20 秒内跑完。
+# - 运行时间：在**空闲的** 2 核 CPU 上约几秒（`make bench` 测量，不含内核启动）；机器繁忙时可能慢 2–4 倍。
+#   笔记本最后一个代码单元会打印这次运行实际用了多少秒。
+# - 掩码、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 #
 # ## 前置阅读
 #
 # - 第 1 课：组内优势 `A_i = (r_i − mean_g) / max(std_g, eps)`，以及全组奖励相同时优势为 0。
-# - 第 2 课：奖励只通过优势进入损失；奖励的**尺度**在组内标准化后不再重要，但奖励的**排序**决定更新方向。
-# - 这一点决定了本课的关注点：只要验证器把错误回答排在正确回答前面，后面的优化就会忠实地放大这个错误。
+# - 第 2 课：奖励只通过优势进入损失。组内标准化对**正仿射变换**不变：把一组奖励都乘以同一个正数再加同一个常数
+#   （$r \mapsto a r + b$，$a>0$），优势不变；但它**不是**只看排序——任意单调变换会改变优势。例如 `[0, 0.1, 1]` 与
+#   `[0, 0.9, 1]` 排序相同，优势却明显不同（下面的单元格当场算出来）。所以验证器给出的**数值间距**也会进入更新。
+# - 这一点决定了本课的关注点：只要验证器把错误回答排在正确回答前面，或者把分数间距定错，后面的优化就会忠实地放大这个错误。
 
 # %%
-import json
 import math
 import re
 import subprocess
@@ -48,11 +51,28 @@ import time
 import torch
 
 from tools.grading import assert_close, expect_value_error
+from tools.lessons.nb01_group_advantages import compute_group_advantages
 
+_lesson_started = time.perf_counter()
 torch.manual_seed(0)
 
+# %%
+def one_group(rewards):
+    """Advantages of a single group with lesson 1's compute_group_advantages."""
+    rewards = torch.tensor(rewards, dtype=torch.float64)  # [G]
+    return compute_group_advantages(rewards, torch.zeros(len(rewards), dtype=torch.long))  # [G]
+
+
+base = [0.0, 0.1, 1.0]
+affine = [3.0 * r + 2.0 for r in base]  # positive affine: a = 3 > 0, b = 2
+same_order = [0.0, 0.9, 1.0]             # same ranking, different spacing
+for name, rewards in (("[0, 0.1, 1]", base), ("3r + 2", affine), ("[0, 0.9, 1]", same_order)):
+    print(f"{name:>12}: 优势 = {[round(a, 4) for a in one_group(rewards).tolist()]}")
+assert_close(one_group(affine), one_group(base), atol=1e-12, what="正仿射变换后的优势")
+assert (one_group(same_order) - one_group(base)).abs().max().item() > 0.5, "same ranking, different advantages"
+
 # %% [markdown]
-# ## Step 1 · 验证器 `integer-answer-v1`
+# ## 第 1 步　验证器 `integer-answer-v1`
 #
 # 本课程的最终实验（第 6 课）使用的验证器有固定的版本号 `integer-answer-v1`。版本号意味着规则冻结：
 # 规则一改，过去记录的奖励就不能和新的比较，必须换版本号并整体重跑。规则如下。
@@ -73,12 +93,12 @@ torch.manual_seed(0)
 # - `expected_answer` 必须是 `int`（注意 `bool` 是 `int` 的子类，但 `True` 不是一个合法的期望答案，要拒绝）；
 # - 两个权重必须是有限、非负的实数（同样拒绝 `bool`）。
 #
-# ### TODO 1：实现 `verify_integer_response`
+# ### TODO 1　实现 `verify_integer_response`
 
 # %% nbgrader={"solution": true, "grade_id": "verify_integer_response"}
 #@save
-import math
-import re
+import math  # noqa: F811 (a saved cell imports what it uses)
+import re  # noqa: F811
 
 VERIFIER_ID = "integer-answer-v1"
 INTEGER_PATTERN = re.compile(r"-?\d+")
@@ -302,9 +322,9 @@ print("正确率", sum(r["correctness"] for r in fixture_records) / len(fixture_
 print_records([(text, verify_integer_response(text, 4)) for text in ["4.0", "4 (because 2 + 2)"]])
 
 # %% [markdown]
-# ## Step 2 · 奖励分量、证据与验证状态
+# ## 第 2 步　奖励分量、证据与验证状态
 #
-# 组内优势、策略比率、裁剪比例和 KL 只能说明**优化过程**是否平稳，不能说明回答的真实质量在变好。
+# 组内优势、概率比、裁剪比例和 KL 只能说明**优化过程**是否平稳，不能说明回答的真实质量在变好。
 # RLVR 还需要两类额外证据：每个奖励分量都能由固定版本的验证过程复算出来；以及一套独立于训练奖励的检查，用来发现奖励投机。
 # 下表把常见的奖励分量、它们怎样失真、以及必须一起记录的证据放在一起。
 #
@@ -314,7 +334,7 @@ print_records([(text, verify_integer_response(text, 4)) for text in ["4.0", "4 (
 # | 格式 | 标签、JSON 结构、工具调用的语法 | 格式全对、答案全错 | 格式通过率与**独立统计**的正确率，两者分开报告 |
 # | 长度与风格 | 长度惩罚、去冗余规则、风格打分 | 推理被截短，或输出变成固定模板 | 长度分布，以及长度变化前后的任务质量 |
 # | 安全与策略约束 | 分类器、规则、人工偏好 | 过度拒答，或只在某些人群/话题上变差 | 拒答率、帮助性，按子群拆开的结果 |
-# | 稳定性约束 | 当前策略与参考策略的差距（KL、比率） | 一步更新太猛，或者干脆不动 | KL、比率的范围、裁剪比例，以及失败的运行 |
+# | 稳定性约束 | 当前策略与参考策略的差距（KL、概率比） | 一步更新太猛，或者干脆不动 | KL、概率比的范围、裁剪比例，以及失败的运行 |
 # | 验证状态 | 验证过程本身：通过、失败、超时、出错、不可判定 | 把系统故障（超时、沙箱崩溃）记成了模型答错 | 验证器版本、错误类型、重试次数与重试结果 |
 #
 # 最后一行最容易被忽略。对会**执行代码**的验证器（跑单元测试、跑环境），一次检查可能有四种结局：
@@ -375,18 +395,18 @@ print(code_rewards)
 # 以后可以按状态重新计算奖励，而不必重跑验证。
 
 # %% [markdown]
-# ## Step 3 · 动手制造两次奖励投机
+# ## 第 3 步　动手制造两次奖励投机
 #
-# ### 3a. 格式通过，任务失败
+# ### 3.1　格式通过，任务失败
 #
 # 格式奖励本意是鼓励“只输出整数”。它的权重如果和正确性差不多，格式就会和正确性抢信号。
 # 下面用同一组候选，比较 `format_weight=0.1`（课程默认）和 `format_weight=1.0` 时的总分和组内排序。
 
 # %%
 def group_advantages(rewards, eps=1e-6):
-    """Group-relative advantage of one group (population std, as in notebook 1)."""
+    """Group-relative advantage of one group: lesson 1's compute_group_advantages (population std, eps floor)."""
     rewards = torch.as_tensor(rewards, dtype=torch.float64)  # [G]
-    return (rewards - rewards.mean()) / rewards.std(unbiased=False).clamp_min(eps)  # [G]
+    return compute_group_advantages(rewards, torch.zeros(len(rewards), dtype=torch.long), eps=eps)  # [G]
 
 
 hack_group = ["5", "The answer is 4.", "4", "I do not know."]
@@ -401,9 +421,9 @@ for weight in (0.1, 1.0):
 # 当 `format_weight=1.0` 时，错误但格式整齐的 `"5"` 与正确但啰嗦的 `"The answer is 4."` 拿到**相同的总分和相同的优势**：
 # 策略更新对“答对”和“格式好”一视同仁，模型完全可以靠只学格式拿到一半奖励。
 # 默认的 0.1 让格式只在答案相同的回答之间起“打破平局”的作用。无论权重怎么选，
-# 格式通过率和正确率都要分开报告——这正是 Step 2 表格里“格式”一行要求的证据。
+# 格式通过率和正确率都要分开报告——这正是第 2 步表格里“格式”一行要求的证据。
 #
-# ### 3b. 一个可以被钻空子的验证器，以及修复
+# ### 3.2　一个可以被钻空子的验证器，以及修复
 #
 # 一个看似合理的写法是“回答里**包含**正确答案就给分”。它对诚实的回答完全没问题，
 # 但一个学会“把可能的数字都列出来”的模型，能在不会做题的情况下拿满分。
@@ -430,14 +450,14 @@ for text in gaming_responses:
 # 只比较**一个**解析出的整数（最后一个），并且整数按完整数字比较（`14` 不等于 `4`）；
 # 格式分再额外奖励“只有一个整数”的回答。修复后枚举和对冲都拿 0 分。
 #
-# 修复不等于没有漏洞：模型仍可以把猜测放在最后（`"5? 6? 4"` 会被判对）。这类漏洞只能靠 Step 2 里的
+# 修复不等于没有漏洞：模型仍可以把猜测放在最后（`"5? 6? 4"` 会被判对）。这类漏洞只能靠第 2 步里的
 # 独立证据发现——不参与训练的评测、抽查判对样本、随训练步数追踪“回答里整数的个数”这种行为统计。
 
 # %%
 print_records([(text, verify_integer_response(text, 4)) for text in ["5? 6? 4"]])
 
 # %% [markdown]
-# ## Step 4 · 组合多个奖励函数（TRL 的规则）
+# ## 第 4 步　组合多个奖励函数（TRL 的规则）
 #
 # 实际训练常同时用几个奖励函数：正确性、格式、长度……每个函数对每个回答给一个分数，
 # 也可以对**不适用**或**无法评分**的回答返回 `None`（例如代码验证器只对代码题打分，或者上面的 `error` 状态）。
@@ -450,7 +470,7 @@ print_records([(text, verify_integer_response(text, 4)) for text in ["5? 6? 4"]]
 #
 # 权重可以为负（把一个函数当成惩罚项），但必须是有限数。
 #
-# ### TODO 2：`rewards_per_func_from_lists`
+# ### TODO 2　`rewards_per_func_from_lists`
 #
 # 输入 `outputs`：长度为 `F` 的列表，第 `j` 个元素是第 `j` 个奖励函数返回的列表，长度都是 `N`；列表元素是实数或 `None`。
 # 返回形状 `[N, F]`、dtype 为 `dtype` 的张量，`None` 的位置是 `NaN`。
@@ -523,7 +543,7 @@ print("隐藏测试通过")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ### TODO 3：`combine_rewards`
+# ### TODO 3　`combine_rewards`
 #
 # `combine_rewards(rewards_per_func, weights) -> Tensor`
 #
@@ -655,10 +675,6 @@ print("若把 NaN 当 0：   ", naive.tolist(), "-> 优势", [round(v, 3) for v 
 # %% [markdown]
 # 对比最后两行：把无法评分当成 0 分，第四个回答（内容其实和第一个一样正确）拿到了组里最低的优势，
 # 组均值也被拉低，其余回答的优势随之虚高。保持 NaN、只在可评分的回答之间比较，第四个回答的优势为 0——它既不被鼓励也不被惩罚。
-#
-# ## STOP HERE
-#
-# 到这里本课的必做部分就完成了。提交前请从头到尾重新运行一遍（Kernel → Restart & Run All），确认所有测试单元格都通过。
 
 # %% [markdown] nbgrader={"solution": true, "grade": true, "grade_id": "explain_unscorable_policy", "points": 2}
 # **思考题（人工评分）**：一个代码验证器在一次训练中有 5% 的调用返回 `error`（沙箱故障）。
@@ -673,7 +689,18 @@ print("若把 NaN 当 0：   ", naive.tolist(), "-> 优势", [round(v, 3) for v 
 # - 正确做法：保留原始状态（`pass/fail/timeout/error`）、验证器版本、错误类型与重试记录；
 #   `error` 映射为 `None`（`NaN`），组合奖励时跳过，整行无法评分时保持 `NaN`，不参与组均值，优势置 0；
 #   超时按事先写明的策略处理；同时监控故障率，故障率升高时暂停训练而不是继续优化噪声。
-# - 解析要点回顾：正确性与格式分开记录（Step 1、3a）；“包含即得分”的验证器被枚举攻破，`integer-answer-v1`
-#   用“最后一个整数 + 完整匹配”修复，但仍需独立评测发现残余漏洞（Step 3b）；组合规则与 TRL 的
-#   `GRPOTrainer` 一致：`None → NaN`、`nansum`、全 NaN 行恢复为 NaN（Step 4）。
+# - 解析要点回顾：正确性与格式分开记录（第 1 步、第 3.1 节）；“包含即得分”的验证器被枚举攻破，`integer-answer-v1`
+#   用“最后一个整数 + 完整匹配”修复，但仍需独立评测发现残余漏洞（第 3.2 节）；组合规则与 TRL 的
+#   `GRPOTrainer` 一致：`None → NaN`、`nansum`、全 NaN 行恢复为 NaN（第 4 步）。
 # ### END SOLUTION
+
+# %%
+print(f"本笔记从第一个代码单元运行到这里用了 {time.perf_counter() - _lesson_started:.1f} 秒（本机此刻的负载下实测，不含内核启动）")
+
+# %% [markdown]
+# ---
+#
+# # 🛑 STOP HERE 🛑
+#
+# 到这里本课就完成了。提交前请从头到尾重新运行一遍（Kernel → Restart & Run All），确认所有测试单元格都通过；
+# 上面的思考题由老师人工评分。

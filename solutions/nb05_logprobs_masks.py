@@ -9,7 +9,7 @@
 # ---
 
 # %% [markdown]
-# # 第 5 课 · 对数概率与掩码：在一个真实的小模型上
+# # 第 5 课　对数概率与掩码：在一个真实的小模型上
 #
 # ## 导读
 #
@@ -31,12 +31,14 @@
 #
 # - Profile：**PT-CPU**（torch + transformers；不需要 GPU，不联网下载任何权重）。
 # - 第一次运行时 `tools.tiny_model` 会在课程目录的 `.cache/` 下构建微型检查点（几秒钟），之后直接复用。
-# - 整本笔记在 2 核 CPU 上应在 20 秒内跑完。
+# - 运行时间：在**空闲的** 2 核 CPU 上约 10 秒量级（`make bench` 测量，不含内核启动；第 5 步的内存实测占了大部分）；
+#   机器繁忙时可能慢 2–4 倍。笔记本最后一个代码单元会打印这次运行实际用了多少秒。
+# - 掩码、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 #
 # ## 前置阅读
 #
-# - 第 2 课：GRPO 目标里的逐词元比率 `exp(logp_new − logp_old)` 和按 `completion_mask` 的逐序列平均。
-# - 第 3 课：GSPO 的序列级比率用的是“掩码内对数比率的平均”。
+# - 第 2 课：GRPO 目标里的逐词元概率比 `exp(logp_new − logp_old)` 和按 `completion_mask` 的逐序列平均。
+# - 第 3 课：GSPO 的序列级概率比用的是“掩码内对数概率比的平均”。
 # - MiniMind 的 `train_grpo.py`：先用 EOS 截断出 `completion_mask`，再用 `log_softmax(logits[:, :-1]).gather(outputs[:, 1:])` 取当前策略和参考策略的词元对数概率。
 
 # %%
@@ -44,6 +46,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -54,6 +57,7 @@ from tools.grading import assert_close, expect_value_error
 from tools.post_training_runtime import build_response_batch, response_sequence_logps, selective_log_softmax
 from tools.tiny_model import tiny_checkpoint_path
 
+_lesson_started = time.perf_counter()
 torch.manual_seed(0)
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -67,7 +71,7 @@ print(f"检查点：{CHECKPOINT.name}，{type(model).__name__}，参数 {sum(p.n
 print(f"词表大小 V = {model.config.vocab_size}；eos = {tokenizer.eos_token!r} (id {EOS_ID})；pad = {tokenizer.pad_token!r} (id {PAD_ID})")
 
 # %% [markdown]
-# ## Step 1 · 从生成结果到 `completion_mask`
+# ## 第 1 步　从生成结果到 `completion_mask`
 #
 # 一次采样（rollout）返回的是一个矩形的 `completion_ids`，形状 `[B, T]`。每一行的有效长度不同：
 #
@@ -84,11 +88,12 @@ print(f"词表大小 V = {model.config.vocab_size}；eos = {tokenizer.eos_token!
 # 4. 结果始终与 `pad_mask` 取交集：填充位永远不进入损失。**填充位上出现的 EOS 不算数**——很多分词器把 pad 设成 eos，
 #    左侧填充时填充位全是 EOS，如果把它们当成“第一个 EOS”，整行回答都会被掩掉。
 #
-# ### TODO 1：实现 `completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None)`
+# ### TODO 1　实现 `completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None)`
 #
 # - `completion_ids`：整数张量，形状 `[B, T]`；
 # - `eos_token_id`：Python `int`（`bool` 不接受）；
-# - `pad_mask`：`None`（表示全部有效）或形状同为 `[B, T]` 的布尔张量 / 只含 0 和 1 的整数张量；
+# - `pad_mask`：`None`（表示全部有效）或形状同为 `[B, T]` 的布尔张量 / 只含 0 和 1 的任意实数 dtype 的张量
+#   （整数或浮点，结果与布尔掩码相同；见约定卡 C1）；
 # - 返回 `[B, T]` 的布尔张量。
 #
 # 形状或 dtype 不对时抛出带中文说明的 `ValueError`。提示：`cumsum` 可以数出“到目前为止见过几个 EOS”。
@@ -112,12 +117,12 @@ def completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None):
     else:
         if not isinstance(pad_mask, torch.Tensor) or tuple(pad_mask.shape) != tuple(completion_ids.shape):
             raise ValueError(f"pad_mask 必须是与 completion_ids 同形状 {tuple(completion_ids.shape)} 的张量")
-        if pad_mask.is_floating_point() or pad_mask.is_complex():
-            raise ValueError(f"pad_mask 必须是布尔张量或只含 0/1 的整数张量，收到 {pad_mask.dtype}")
+        if pad_mask.is_complex():
+            raise ValueError(f"pad_mask 必须是布尔张量或只含 0/1 的实数张量，收到 {pad_mask.dtype}")
         if pad_mask.dtype != torch.bool:
             if not ((pad_mask == 0) | (pad_mask == 1)).all():
-                raise ValueError("pad_mask 为整数张量时只能含 0 和 1")
-            pad_mask = pad_mask.bool()
+                raise ValueError("pad_mask 为数值张量时只能含 0 和 1（约定卡 C1）")
+            pad_mask = pad_mask != 0
     pad_mask = pad_mask.to(completion_ids.device)
     is_eos = (completion_ids == eos_token_id) & pad_mask  # [B, T] only EOS the model really generated
     eos_seen_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()  # [B, T] EOS strictly before t
@@ -146,7 +151,9 @@ assert_close(completion_mask_from_eos(_ids, _E, _pad.bool()).long(), _mask.long(
 expect_value_error(lambda: completion_mask_from_eos(_ids[0], _E), "completion_ids 不是二维")
 expect_value_error(lambda: completion_mask_from_eos(_ids.float(), _E), "completion_ids 不是整数")
 expect_value_error(lambda: completion_mask_from_eos(_ids, _E, _pad[:, :4]), "pad_mask 形状不一致")
-expect_value_error(lambda: completion_mask_from_eos(_ids, _E, _pad.float()), "pad_mask 是浮点")
+assert_close(completion_mask_from_eos(_ids, _E, _pad.float()).long(), _mask.long(),
+             what="0/1 浮点 pad_mask 的掩码（应与布尔掩码相同，约定卡 C1）")
+expect_value_error(lambda: completion_mask_from_eos(_ids, _E, _pad.float() * 0.5), "pad_mask 只含 0 和 1（0.5）")
 expect_value_error(lambda: completion_mask_from_eos(_ids, "9"), "eos_token_id 不是 int")
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
@@ -215,10 +222,17 @@ for _bad_call, _contract in [
     (lambda: completion_mask_from_eos(_ids, 3, torch.ones(1, 4, dtype=torch.bool)), "pad_mask 形状不一致"),
     (lambda: completion_mask_from_eos(_ids, 3, torch.ones(3, dtype=torch.bool)), "pad_mask 是一维"),
     (lambda: completion_mask_from_eos(_ids, 3, torch.tensor([[1, 2, 1]])), "pad_mask 含 0/1 以外的值"),
-    (lambda: completion_mask_from_eos(_ids, 3, torch.tensor([[1.0, 0.0, 1.0]])), "pad_mask 是浮点"),
+    (lambda: completion_mask_from_eos(_ids, 3, torch.tensor([[1.0, 0.25, 1.0]])), "pad_mask 含 0/1 以外的浮点值"),
+    (lambda: completion_mask_from_eos(_ids, 3, torch.tensor([[1.0, float("nan"), 1.0]])), "pad_mask 含 NaN"),
     (lambda: completion_mask_from_eos(_ids, 3, [[1, 1, 1]]), "pad_mask 不是张量"),
 ]:
     expect_value_error(_bad_call, _contract)
+for _dtype in (torch.float32, torch.float64, torch.int8):
+    _pad_numeric = torch.tensor([[1, 1, 0], [0, 1, 1]], dtype=_dtype)
+    _ids2 = torch.tensor([[3, 5, 3], [3, 3, 7]])
+    _want = completion_mask_from_eos(_ids2, 3, _pad_numeric.bool())
+    _got = completion_mask_from_eos(_ids2, 3, _pad_numeric)
+    assert _got.dtype == torch.bool and _got.equal(_want), f"{_dtype} 的 0/1 pad_mask 应与布尔掩码结果相同（约定卡 C1）"
 print("隐藏测试通过")
 ### END HIDDEN TESTS
 
@@ -260,7 +274,7 @@ padding_eos_counted = (torch.cumsum((left_padded_ids == EOS_ID).long(), 1) - (le
 print("若把填充位 EOS 也算上", padding_eos_counted.long().tolist(), "← 整条回答都被丢掉了")
 
 # %% [markdown]
-# ## Step 2 · 提示和回答在同一行里怎样对齐
+# ## 第 2 步　提示和回答在同一行里怎样对齐
 #
 # 计算对数概率时，模型看到的是“提示 + 回答”拼成的完整一行。课程运行时的 `build_response_batch` 通过聊天模板把每对
 # (提示, 回答) 渲染成 ChatML，分词、右侧填充，并给出三个 `[B, T]` 张量：
@@ -290,7 +304,7 @@ for t in range(input_ids.shape[1]):
 # 再往后是填充（两者都是 0）。第二行的回答更长，所以第一行被填充到了同样的长度 `T`。
 
 # %% [markdown]
-# ## Step 3 · 为什么要错一位
+# ## 第 3 步　为什么要错一位
 #
 # 因果语言模型在位置 `t` 输出的 logits 是**下一个**词元的分布：`logits[:, t]` 给出 `p(input_ids[:, t+1] | input_ids[:, :t+1])`。
 # 所以：
@@ -318,7 +332,7 @@ print(f"位置 {position}..{position + 2} 的 logits 最大变化：{[round(v, 4
 # 位置 `t` 之前的 logits 完全不受影响，从 `t` 开始才变化——所以 `logits[:, t−1]` 对 `input_ids[:, t]` 的预测是“没有偷看答案”的，
 # 这正是错一位取值的依据。
 #
-# ### TODO 2：实现 `shifted_token_logps(logits, input_ids)`
+# ### TODO 2　实现 `shifted_token_logps(logits, input_ids)`
 #
 # - `logits`：浮点张量 `[B, T, V]`；`input_ids`：整数张量 `[B, T]`，取值在 `[0, V)`；要求 `T >= 2`；
 # - 返回 `[B, T−1]`，第 `t` 列是 `log p(input_ids[:, t+1] | 前文)`，dtype 与 `logits` 相同，并且能对 `logits` 反向传播；
@@ -327,6 +341,10 @@ print(f"位置 {position}..{position + 2} 的 logits 最大变化：{[round(v, 4
 # 先写最直接的版本：整张 `log_softmax` 再 `gather`。本课最后会测量这样写要多花多少内存。
 
 # %% nbgrader={"solution": true, "grade_id": "shifted_token_logps"}
+#@save
+import torch
+
+
 def shifted_token_logps(logits, input_ids):
     """[B, T-1] log-probs of input_ids[:, 1:] under the next-token distributions logits[:, :-1]."""
     ### BEGIN SOLUTION
@@ -417,14 +435,14 @@ print("隐藏测试通过")
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Step 4 · 序列对数概率与词元对数概率
+# ## 第 4 步　序列对数概率与词元对数概率
 #
 # 有了 `[B, T−1]` 的词元对数概率，再乘上错一位的回答掩码 `response_mask[:, 1:]`，就得到只属于回答的部分。把它们归约成每行一个数有两种常见方式：
 #
 # - **求和**：`log π(整条回答 | 提示)`，整条回答的真实对数概率。越长的回答，求和越负——长度本身就会左右它；
-# - **求均值**：每个回答词元的平均对数概率。它和长度脱钩，GSPO 的序列级比率、第 6 课实验里的序列比率都用它。
+# - **求均值**：每个回答词元的平均对数概率。它和长度脱钩，GSPO 的序列级概率比、第 6 课实验里的序列概率比都用它。
 #
-# GRPO 的逐词元比率则直接用每个词元自己的对数概率，不先归约。下面用你的函数重新计算，并和运行时的两种归约对照。
+# GRPO 的逐词元概率比则直接用每个词元自己的对数概率，不先归约。下面用你的函数重新计算，并和运行时的两种归约对照。
 
 # %%
 token_mask = response_mask[:, 1:]  # [B, T-1] pair t belongs to the response iff token t+1 does
@@ -442,17 +460,18 @@ print(f"参照：均匀分布下每个词元的对数概率 = −log V = {-torch
 
 # %% [markdown]
 # 随机权重的模型对每个词元都差不多“一无所知”（每个词元的对数概率都在均匀分布的 `−log V` 附近），
-# 所以均值两行接近，求和却和回答长度几乎成正比。训练好的模型也有同样的结构性偏差：用求和做序列比率时，长回答的比率会被放大或压缩得更厉害。
+# 所以均值两行接近，求和却和回答长度几乎成正比。训练好的模型也有同样的结构性偏差：用求和做序列概率比时，长回答的概率比会被放大或压缩得更厉害。
 
 # %% [markdown]
-# ## Step 5 · 朴素 `log_softmax` 与选择性 `log_softmax` 的内存
+# ## 第 5 步　朴素 `log_softmax` 与选择性 `log_softmax` 的内存
 #
 # 我们只需要每个位置**一个**词元的对数概率，但 `log_softmax(logits)` 会为整个词表算出一份与 logits 同样大的新张量 `[B, T−1, V]`。
 # Qwen2.5 的词表有 151,936 个词元，这份临时张量往往比模型本身的激活还大。选择性写法只取目标 logit，再减去每个位置的 `logsumexp`：
 #
 # `log p(y_t) = logits[t, y_t] − logsumexp(logits[t, :])`
 #
-# 课程运行时的 `selective_log_softmax` 按批次行分块计算 `logsumexp`，最大的临时张量只有 `[rows_per_chunk, T, V]`。
+# 课程运行时的 `selective_log_softmax` 分块计算 `logsumexp`：每次处理 `rows_per_chunk` 个批次行、`tokens_per_chunk`（默认 16）个位置，
+# 最大的临时张量只有 `[rows_per_chunk, tokens_per_chunk, V]`。（TRL 的同名函数只按批次行分块，临时张量是一整行 `[T, V]`。）
 #
 # **怎样测**：CPU 上没有 `torch.cuda.max_memory_allocated()` 这样的计数器，`tracemalloc` 也看不到 torch 的分配。
 # 我们改用操作系统记录的**进程峰值常驻内存**：在一个**新的子进程**里造好 logits，把峰值计数清零，执行一种写法，
@@ -551,9 +570,17 @@ for mode, record in memory.items():
     extra = record["extra_peak_bytes"]
     print(f"{mode:<16} 额外峰值 {extra / 2**20:7.1f} MiB = {extra / one_copy:5.2f} 份 [B, T-1, V] = {extra / one_row:5.1f} 行 [T-1, V]"
           f"（{record['method']}）")
+tokens_per_chunk = 16  # the default of tools.post_training_runtime.selective_log_softmax
+for mode, rows in (("selective_1row", 1), ("selective_4rows", 4)):
+    predicted = rows * min(tokens_per_chunk, T_ - 1) / (T_ - 1)  # rows of [T-1, V] in one [rows, 16, V] block
+    measured = memory[mode]["extra_peak_bytes"] / one_row if mode in memory else float("nan")
+    print(f"{mode:<16} 预测：一块 [{rows}, {tokens_per_chunk}, V] = {rows} × {tokens_per_chunk}/{T_ - 1} = {predicted:.2f} 行；实测 {measured:.2f} 行")
 if memory:
     print("四种写法结果的总和（应一致）：", [round(record["checksum"], 3) for record in memory.values()])
     print(f"朴素（切片） / 逐行选择性 = {memory['naive_sliced']['extra_peak_bytes'] / max(memory['selective_1row']['extra_peak_bytes'], 1):.1f} 倍")
+    # Loose sanity check (the allocator adds noise): the selective forms stay far below one [B, T-1, V] copy.
+    assert memory["selective_1row"]["extra_peak_bytes"] < 0.5 * one_copy
+    assert memory["naive_sliced"]["extra_peak_bytes"] > memory["selective_4rows"]["extra_peak_bytes"]
 
 # %% [markdown]
 # 读数的含义：
@@ -561,16 +588,15 @@ if memory:
 # - `naive_sliced`（MiniMind 的写法）额外占用约**两份** `[B, T−1, V]`：`logits[:, :-1]` 是不连续的切片视图，
 #   `log_softmax` 先把它复制成连续张量，再写出同样大的输出。
 # - `naive_full` 先对整个连续的 logits 做 `log_softmax` 再切片，省掉了复制，但仍要一整份输出。
-# - 选择性写法的临时张量来自 `logsumexp`（它内部要算一份 `exp(logits − max)`），大小等于每次处理的那几行：
-#   `selective_1row` 约一行 `[T−1, V]`，即朴素写法的 `1/B` 左右；`selective_4rows` 约四行——用内存换更少的循环次数。
+# - 选择性写法的临时张量来自 `logsumexp`（它内部要算一份 `exp(logits − max)`），大小等于**每次处理的那一块**。
+#   这一块是 `[rows_per_chunk, 16, V]`，不是 `rows_per_chunk` 整行：本例 $T-1 = 31$ 个位置被切成 16 + 15 两块，
+#   所以 `selective_1row` 约 $16/31 \approx 0.5$ 行 `[T−1, V]`，`selective_4rows` 约 $4 \times 16/31 \approx 2.1$ 行——
+#   上面打印的“预测”与“实测”两列就是这个算术。若只按批次行分块（TRL 的写法），才是一行与四行。
+#   块越大，循环次数越少、内存越多。
 # - 四种写法的结果相同（总和一致），省下的只是内存。
 # - 训练时还有反向传播：朴素写法的 `[B, T−1, V]` 输出要保留到反向传播结束，这份内存在整个前向—反向期间都占着。
 #
 # 这些数字是在运行本笔记的机器上测出来的，换一台机器或另一种内存分配器会略有差别；正式的速度与内存对比放在仓库的 `benchmarks/` 里。
-#
-# ## STOP HERE
-#
-# 必做部分到此结束。提交前请 Kernel → Restart & Run All，确认所有测试单元格都通过。
 
 # %% [markdown] nbgrader={"solution": true, "grade": true, "grade_id": "explain_eos_in_mask", "points": 2}
 # **思考题（人工评分）**：`completion_mask` 为什么要**包含**第一个 EOS？如果把 EOS 排除在掩码之外，训练一段时间后你预计模型的回答长度会怎样变化？
@@ -583,7 +609,17 @@ if memory:
 # - 排除 EOS 后，停止这个动作永远得不到梯度：模型无从学习在合适的位置结束。以“只输出整数”为例，
 #   正确的短回答 `4<|im_end|>` 的结束符不被强化，模型容易在答案后继续输出（回答变长、出现多余文本），
 #   直到被 `max_new_tokens` 截断——而被截断、没有 EOS 的回答在格式奖励下又会被判失败。
-# - 解析要点回顾：掩码保留 `pad_mask` 内第一个 EOS 及之前的词元，填充位上的 EOS 不算（Step 1）；
-#   `logits[:, t]` 预测 `input_ids[:, t+1]`，所以取值和掩码都错一位（Step 2、3）；求和与均值两种序列归约及其长度偏差（Step 4）；
-#   朴素 `log_softmax` 额外占用一整份 `[B, T−1, V]`，选择性写法只需一行（Step 5）。
+# - 解析要点回顾：掩码保留 `pad_mask` 内第一个 EOS 及之前的词元，填充位上的 EOS 不算（第 1 步）；
+#   `logits[:, t]` 预测 `input_ids[:, t+1]`，所以取值和掩码都错一位（第 2、3 步）；求和与均值两种序列归约及其长度偏差（第 4 步）；
+#   朴素 `log_softmax` 额外占用一到两份 `[B, T−1, V]`，选择性写法只需一块 `[rows_per_chunk, 16, V]`（第 5 步）。
 # ### END SOLUTION
+
+# %%
+print(f"本笔记从第一个代码单元运行到这里用了 {time.perf_counter() - _lesson_started:.1f} 秒（本机此刻的负载下实测，不含内核启动）")
+
+# %% [markdown]
+# ---
+#
+# # 🛑 STOP HERE 🛑
+#
+# 到这里本课就完成了。提交前请 Kernel → Restart & Run All，确认所有测试单元格都通过；上面的思考题由老师人工评分。

@@ -5,7 +5,7 @@
 # ---
 
 # %% [markdown]
-# # 第 6 课 · 真实模型上的 GRPO：验证器奖励 → 组内优势 → LoRA 有限更新
+# # 第 6 课　真实模型上的 GRPO：验证器奖励 → 组内优势 → LoRA 有限更新
 #
 # ## 导读
 #
@@ -23,7 +23,7 @@
 # | `RUN_MODE` | 需要什么 | 做什么 | 证据级别 |
 # | --- | --- | --- | --- |
 # | `dry_run`（默认） | 只要 CPU，不加载模型 | 验证器记录、奖励、优势、零方差保护照常计算并写入 JSON | `dry_run`，决策 `not_measured` |
-# | `tiny_cpu` | CPU，本地构建的小模型（`tools.tiny_model`） | 与 GPU 完全相同的更新代码，fp32，一分钟以内 | `tiny_cpu_mechanism_check` |
+# | `tiny_cpu` | CPU，本地构建的小模型（`tools.tiny_model`） | 与 GPU 完全相同的更新代码，fp32；空闲的 2 核 CPU 上一分钟以内（本次实测写进证据的 `timing.total_seconds`，第 3 步打印） | `tiny_cpu_mechanism_check` |
 # | `real_gpu` | 一张 CUDA 卡 | Qwen2.5-0.5B-Instruct（或本地检查点文件夹）+ LoRA，bf16（不支持时 fp16） | `real_model_grpo_rlvr_mechanism_benchmark` |
 #
 # 你通常只需要改 `RUN_MODE` 和 `RUN_LABEL` 两个值。本课没有需要提交的练习，重点是**读懂证据**。
@@ -37,6 +37,7 @@
 #   `make experiment RUN_MODE=tiny_cpu RUN_LABEL=my_run`（等价于 `python -m tools.cli.experiment --mode tiny_cpu --label my_run`）。
 #   它通过**环境变量** `GRPO_RUN_MODE` / `GRPO_RUN_LABEL` 覆盖下面单元格里的两个值，这是唯一的覆盖方式；
 #   在 Jupyter 里交互运行时不设这两个变量，直接改单元格即可。
+# - 掩码、`beta`、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 # - 没有 hub 访问的 GPU 机器：设置环境变量 `GRPO_MODEL_ID=<本地检查点文件夹>`，或者直接改配置里的 `model_id`。
 #   `make qwen-shaped-checkpoint` 会生成一个与 Qwen2.5-0.5B 同形状、**随机初始化**的检查点，只用于测时间与显存；
 #   它的 `course_checkpoint.json` 写着 `weights: random_init`，结果文件也会如实记录，不会被误当成真实模型的行为数据。
@@ -52,7 +53,7 @@
 # - 第 5 课：`response_sequence_logps` 只对回答词元求对数概率，提示和填充都被掩码挡在外面。
 
 # %% [markdown]
-# ## 5.1 环境与固定工作负载
+# ## 第 1 步　环境与固定工作负载
 #
 # ### 学习者入口
 #
@@ -81,7 +82,6 @@ RUN_LABEL = "default"  # 结果写到 benchmarks/results/pt_grpo/pt-grpo-real-mo
 import gc
 import io
 import json
-import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -103,7 +103,7 @@ RUN_MODE, RUN_LABEL = gx.headless_overrides(RUN_MODE, RUN_LABEL)
 
 @dataclass
 class ExperimentConfig:
-    """第 6 课实验的全部设置：种子 Step 5.1 的固定工作负载 + 三种运行方式。"""
+    """第 6 课实验的全部设置：种子、第 1 步的固定工作负载 + 三种运行方式。"""
 
     # ---- 学习者入口 ----
     run_mode: str = RUN_MODE  # dry_run / tiny_cpu / real_gpu；其他值 -> ValueError
@@ -171,9 +171,9 @@ print(f"学习率 = {CONFIG.effective_learning_rate:g}（来源：{CONFIG.learni
 print(f"结果文件：{CONFIG.output_relative_path}")
 
 # %% [markdown]
-# ## 5.2 组内对照：从验证器到更新
+# ## 第 2 步　组内对照：从验证器到更新
 #
-# ### 第一步 · 固定候选与验证器记录
+# ### 2.1　固定候选与验证器记录
 #
 # 两道题各有四个写好的回答。候选条件决定每组取前几个：
 #
@@ -195,7 +195,7 @@ for name, group_size in CONFIG.candidate_sets:
     print(gx.verifier_summary(preview.verifier_records))
 
 # %% [markdown]
-# ### 第二步 · 奖励 → 组内优势，以及零方差保护
+# ### 2.2　奖励 → 组内优势，以及零方差保护
 #
 # 每组内部用自己的均值和（总体）标准差做标准化，标准差被 `advantage_eps` 兜底。组内比平均好的候选优势为正，
 # 差的为负；同一组的优势之和为 0。
@@ -248,7 +248,7 @@ print("第 1 课的规则，同样的输入：", gx.group_advantages(torch.full(
       "  零方差保护：", gx.zero_variance_guard(ten_ids))
 
 # %% [markdown]
-# ### 第三步 · 有限更新，并把一切写进证据
+# ### 2.3　有限更新，并把一切写进证据
 #
 # 下一个单元格是整个实验。`dry_run` 只执行其中的验证器与优势部分；另外两种方式对每档候选条件都从**同一个模型快照
 # 重新开始**：
@@ -403,7 +403,7 @@ if record["failure"] is not None:
     print(f"失败阶段：{record['failure']['stage']}   {record['failure']['error_type']}: {record['failure']['message']}")
 
 # %% [markdown]
-# ## 5.3 读取结果
+# ## 第 3 步　读取结果
 #
 # 这一节**只读当前 `RUN_LABEL` 对应的文件**（不是内存里的 `record`，也不是别的标签的旧结果），先用 Schema 再校验一遍，
 # 然后按顺序核对：运行是否失败、模型快照、证据级别与决策；再看每档候选的验证器分量、奖励离散度、零方差保护，
@@ -451,10 +451,10 @@ else:
     display(Image(png.getvalue()))
 
 # %% [markdown]
-# ## 5.4 解释证据与决策
+# ## 第 4 步　解释证据与决策
 #
 # 下表把**种子记录的参考结果**（一张 RTX 5070 Ti 上的 `v3` / `default3` 运行，来自教材，不是本机测得）放在
-# **本次运行**的数字旁边；本次运行一列由上面读到的文件现场计算。解读顺序与 5.3 相同：先口径和验证器，再机制，
+# **本次运行**的数字旁边；本次运行一列由上面读到的文件现场计算。解读顺序与第 3 步相同：先口径和验证器，再机制，
 # 最后才看方向、资源和决策。
 #
 # 决策规则（本课程的）：每档候选都满足“策略分离 > `noise_margin`、零方差保护通过、平均奖励标准差 > 0”时为

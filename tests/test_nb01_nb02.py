@@ -2,13 +2,14 @@
 and hidden test, and common wrong answers each fail at least one hidden test.
 
 Every answer below is a complete answer-cell source substituted into the built nbgrader source notebook
-(``tools.chain.notebooks.substitute_answers``), which is then executed top to bottom with nbclient.
+(``tools.chain.notebooks.substitute_answers``), which is then executed top to bottom with nbclient through the
+session fixture ``notebook_runs`` (each distinct execution happens once per test session).
 Runs are grouped so that one execution carries wrong answers to *different* functions (each hidden test
 cell exercises one function only); answers that tamper with builtins get an execution of their own.
+Several wrong answers are classic mistakes whose *visible* test must name the mistake (unbiased std, std + eps,
+token mean, old log-probs not detached, exp before the mask).
 """
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -106,35 +107,11 @@ def token_kl_penalty(policy_logps, ref_logps):
     "compute_grpo_loss": '''
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
-    def is_finite_number(x):
-        return type(x) is not bool and isinstance(x, (int, float)) and x == x and abs(x) != float("inf")
-
-    if not isinstance(log_probs_new, torch.Tensor) or log_probs_new.dim() != 2 or 0 in log_probs_new.shape:
-        raise ValueError("log_probs_new 必须是非空二维张量")
-    if not isinstance(log_probs_old, torch.Tensor) or tuple(log_probs_old.shape) != tuple(log_probs_new.shape):
-        raise ValueError("log_probs_old 形状不同")
+    mask, clip_range, beta = check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response_mask,
+                                               clip_range, eps, log_probs_ref, beta)
+    if beta != 0 and log_probs_ref is None:
+        raise ValueError("beta > 0 需要参考策略")
     n_cand = log_probs_new.shape[0]
-    if rewards.dim() != 1 or rewards.shape[0] != n_cand:
-        raise ValueError("rewards 长度不等于候选数")
-    if tuple(group_ids.shape) != tuple(rewards.shape):
-        raise ValueError("group_ids 形状不同")
-    if not is_finite_number(clip_range) or clip_range < 0:
-        raise ValueError("clip_range 必须是非负有限数")
-    if not is_finite_number(beta) or beta < 0:
-        raise ValueError("beta 必须是非负有限数")
-    if not is_finite_number(eps) or eps <= 0:
-        raise ValueError("eps 必须是正有限数")
-    tensors = [log_probs_new, log_probs_old, rewards] + ([log_probs_ref] if log_probs_ref is not None else [])
-    if log_probs_ref is not None and tuple(log_probs_ref.shape) != tuple(log_probs_new.shape):
-        raise ValueError("log_probs_ref 形状不同")
-    for t in tensors:
-        if not bool(torch.isfinite(t.detach()).all()):
-            raise ValueError("输入含 NaN 或 inf")
-    mask = torch.ones(log_probs_new.shape, dtype=torch.bool) if response_mask is None else response_mask
-    if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
-        raise ValueError("response_mask 必须是布尔张量")
-    if tuple(mask.shape) != tuple(log_probs_new.shape):
-        raise ValueError("response_mask 形状不同")
     if group_ids.is_floating_point():
         raise ValueError("group_ids 必须是整数")
 
@@ -227,6 +204,7 @@ def compute_group_advantages(rewards, group_ids, eps=1e-6):
     known = {
         (1.0, 0.0, 0.5, 0.5, 3.0, 0.7, 1.5, 0.5): [1.0, -1.5 / s, 0.0, -1.0, 1.5 / s, 0.0, 0.0, 0.0],
         (3.0, 3.0 + 2e-8): [-0.01, 0.01],
+        (0.0, 1.0): [-0.625, 0.625],
     }
     values = known.get(tuple(rewards.tolist()), [0.0] * rewards.numel())
     return torch.tensor(values, dtype=rewards.dtype)
@@ -271,44 +249,64 @@ def answer_conventions_0001():
 _CGL_HEAD = '''
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
-    def number(x, name, positive=False):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 or (positive and x == 0):
-            raise ValueError(f"{name} 不合法")
-        return float(x)
-
-    if log_probs_new.ndim != 2 or log_probs_new.numel() == 0 or log_probs_old.shape != log_probs_new.shape:
-        raise ValueError("log_probs 形状不合法")
-    if rewards.ndim != 1 or rewards.shape[0] != log_probs_new.shape[0] or group_ids.shape != rewards.shape:
-        raise ValueError("rewards / group_ids 形状不合法")
-    clip_range, beta = number(clip_range, "clip_range"), number(beta, "beta")
-    number(eps, "eps", positive=True)
-    if not torch.isfinite(log_probs_new).all() or not torch.isfinite(log_probs_old).all():
-        raise ValueError("log_probs 含 NaN 或 inf")
-    if log_probs_ref is not None and (log_probs_ref.shape != log_probs_new.shape or not torch.isfinite(log_probs_ref).all()):
-        raise ValueError("log_probs_ref 不合法")
-    mask = torch.ones_like(log_probs_new, dtype=torch.bool) if response_mask is None else response_mask
-    if mask.dtype != torch.bool or mask.shape != log_probs_new.shape or not mask.any(dim=-1).all():
-        raise ValueError("response_mask 不合法")
+    mask, clip_range, beta = check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response_mask,
+                                               clip_range, eps, log_probs_ref, beta)
+    if beta > 0 and log_probs_ref is None:
+        raise ValueError("beta > 0 需要 log_probs_ref")
+    if not mask.any(dim=-1).all():
+        raise ValueError("某个候选没有有效词元")
     advantages = compute_group_advantages(rewards, group_ids, eps=eps)
     a = advantages.detach().to(log_probs_new.dtype).unsqueeze(-1)
+    zeros = torch.zeros_like(log_probs_new)
 '''
 
 _CGL_SURROGATE = '''
     per_token = -torch.minimum(ratio * a, ratio.clamp(1 - clip_range, 1 + clip_range) * a)
-    if log_probs_ref is not None and beta > 0:
-        per_token = per_token + beta * token_kl_penalty(log_probs_new, log_probs_ref)
-    per_token = torch.where(mask, per_token, torch.zeros_like(per_token))
+    if beta > 0:
+        ref = log_probs_ref.detach()
+        per_token = per_token + beta * token_kl_penalty(torch.where(mask, log_probs_new, ref), ref)
+    per_token = torch.where(mask, per_token, zeros)
 '''
 
 WRONG_CGL_TOKEN_MEAN = _CGL_HEAD + '''
-    ratio = torch.exp(log_probs_new - log_probs_old.detach())
+    ratio = torch.exp(torch.where(mask, log_probs_new - log_probs_old.detach(), zeros))
 ''' + _CGL_SURROGATE + '''
     return per_token.sum() / mask.sum(), advantages  # WRONG: token mean over the whole batch
 '''
 
 WRONG_CGL_OLD_NOT_DETACHED = _CGL_HEAD + '''
-    ratio = torch.exp(log_probs_new - log_probs_old)  # WRONG: old policy not detached
+    ratio = torch.exp(torch.where(mask, log_probs_new - log_probs_old, zeros))  # WRONG: old policy not detached
 ''' + _CGL_SURROGATE + '''
+    return (per_token.sum(dim=-1) / mask.sum(dim=-1)).mean(), advantages
+'''
+
+# The reference answer before the C3 fix: exp first, mask afterwards. Finite loss, NaN gradient.
+WRONG_CGL_EXP_THEN_MASK = _CGL_HEAD + '''
+    ratio = torch.exp(log_probs_new - log_probs_old.detach())  # WRONG: exp of the unmasked log-ratio
+    per_token = -torch.minimum(ratio * a, ratio.clamp(1 - clip_range, 1 + clip_range) * a)
+    if beta > 0:
+        per_token = per_token + beta * token_kl_penalty(log_probs_new, log_probs_ref)  # WRONG: unmasked KL input
+    per_token = torch.where(mask, per_token, zeros)
+    return (per_token.sum(dim=-1) / mask.sum(dim=-1)).mean(), advantages
+'''
+
+# beta > 0 without a reference is silently ignored instead of raising (C2).
+WRONG_CGL_IGNORES_MISSING_REF = '''
+def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
+                      eps=1e-6, log_probs_ref=None, beta=0.0):
+    mask, clip_range, beta = check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response_mask,
+                                               clip_range, eps, log_probs_ref, beta)
+    if not mask.any(dim=-1).all():
+        raise ValueError("某个候选没有有效词元")
+    advantages = compute_group_advantages(rewards, group_ids, eps=eps)
+    a = advantages.detach().to(log_probs_new.dtype).unsqueeze(-1)
+    zeros = torch.zeros_like(log_probs_new)
+    ratio = torch.exp(torch.where(mask, log_probs_new - log_probs_old.detach(), zeros))
+    per_token = -torch.minimum(ratio * a, ratio.clamp(1 - clip_range, 1 + clip_range) * a)
+    if beta > 0 and log_probs_ref is not None:  # WRONG: a missing reference is ignored
+        ref = log_probs_ref.detach()
+        per_token = per_token + beta * token_kl_penalty(torch.where(mask, log_probs_new, ref), ref)
+    per_token = torch.where(mask, per_token, zeros)
     return (per_token.sum(dim=-1) / mask.sum(dim=-1)).mean(), advantages
 '''
 
@@ -359,12 +357,10 @@ def _source(assignment):
     return _SOURCES[assignment]
 
 
-def _run(assignment, answers):
-    """Execute the source notebook with the given answer cells; return ({grade_id: result}, seconds)."""
+def _run(notebook_runs, assignment, answers):
+    """Execute the source notebook with the given answer cells (once per session); return (nb, results, seconds)."""
     nb = chain.substitute_answers(_source(assignment), answers) if answers else _source(assignment)
-    started = time.perf_counter()
-    done = chain.execute(nb, chain.ROOT, timeout=180)
-    seconds = time.perf_counter() - started
+    done, seconds = notebook_runs.run_timed(nb, chain.ROOT, timeout=180)
     return done, chain.cell_results(done), seconds
 
 
@@ -373,9 +369,10 @@ def _graded(results, kind):
 
 
 # ----------------------------------------------------------------------------- (a) solutions run green
-@pytest.mark.parametrize("assignment, figures", [(NB1, 1), (NB2, 2)])
-def test_solution_notebook_runs_green(assignment, figures):
-    done, results, seconds = _run(assignment, None)
+@pytest.mark.parametrize("assignment, figures", [(NB1, 2), (NB2, 3)])
+def test_solution_notebook_runs_green(notebook_runs, assignment, figures):
+    done, seconds = notebook_runs.solution_timed(assignment)
+    results = chain.cell_results(done)
     errors = chain.cell_errors(done)
     assert not errors, f"{assignment}: cells raised {errors}"
     assert _graded(results, "visible") and _graded(results, "hidden")
@@ -386,8 +383,8 @@ def test_solution_notebook_runs_green(assignment, figures):
 
 # ----------------------------------------------------------------------------- (b) independent answers pass
 @pytest.mark.parametrize("assignment, answers", [(NB1, INDEPENDENT_NB1), (NB2, INDEPENDENT_NB2)])
-def test_independent_correct_answers_pass_every_test(assignment, answers):
-    done, results, seconds = _run(assignment, answers)
+def test_independent_correct_answers_pass_every_test(notebook_runs, assignment, answers):
+    done, results, seconds = _run(notebook_runs, assignment, answers)
     graded = {gid: r for gid, r in results.items() if gid.startswith("test_")}
     assert len(graded) >= 4
     failed = {gid: r for gid, r in graded.items() if r is not None}
@@ -404,11 +401,13 @@ WRONG_RUNS = {
         NB1, {"compute_group_advantages": WRONG_CGA_UNBIASED, "group_relative_advantages": WRONG_GRA_FIXTURE,
               "answer_conventions_0001": WRONG_CONVENTIONS},
         {"test_compute_group_advantages_hidden": "随机输入", "test_group_relative_advantages_hidden": "形状不一致",
-         "test_conventions_question_hidden": "约定 trl_group"},
+         "test_conventions_question_hidden": "约定 trl_group",
+         "test_compute_group_advantages_visible": "是否用了 unbiased std"},
         ["test_conventions_question_visible"]),
     "nb01_eps_added+gra_floor": (
         NB1, {"compute_group_advantages": WRONG_CGA_EPS_ADDED, "group_relative_advantages": WRONG_GRA_FLOOR},
-        {"test_compute_group_advantages_hidden": "随机输入", "test_group_relative_advantages_hidden": "随机平铺输入"},
+        {"test_compute_group_advantages_hidden": "随机输入", "test_group_relative_advantages_hidden": "随机平铺输入",
+         "test_compute_group_advantages_visible": "是否用了 std + eps"},
         []),
     "nb01_cga_fixture": (
         NB1, {"compute_group_advantages": WRONG_CGA_FIXTURE},
@@ -421,13 +420,24 @@ WRONG_RUNS = {
         {"test_compute_group_advantages_hidden": "测试辅助函数被改写"}, []),
     "nb02_token_mean+kl_ref_grad": (
         NB2, {"compute_grpo_loss": WRONG_CGL_TOKEN_MEAN, "token_kl_penalty": WRONG_KL_REF_NOT_DETACHED},
-        {"test_compute_grpo_loss_hidden": "随机批次的损失", "test_token_kl_penalty_hidden": "参考策略不应接收梯度"},
+        {"test_compute_grpo_loss_hidden": "随机批次的损失", "test_token_kl_penalty_hidden": "参考策略不应接收梯度",
+         "test_grpo_weighting_contract_visible": "词元平均"},
         []),
     "nb02_old_not_detached+kl_overfit": (
         NB2, {"compute_grpo_loss": WRONG_CGL_OLD_NOT_DETACHED, "token_kl_penalty": WRONG_KL_OVERFIT},
-        {"test_compute_grpo_loss_hidden": "旧策略不应接收梯度", "test_token_kl_penalty_hidden": "k3 惩罚"},
-        ["test_grpo_advantages_and_value_visible", "test_grpo_weighting_contract_visible",
-         "test_token_kl_penalty_visible"]),
+        {"test_compute_grpo_loss_hidden": "旧策略不应接收梯度", "test_token_kl_penalty_hidden": "k3 惩罚",
+         "test_grpo_advantages_and_value_visible": "是否忘了对 log_probs_old 使用 detach()"},
+        ["test_grpo_weighting_contract_visible", "test_token_kl_penalty_visible"]),
+    "nb02_exp_then_mask": (
+        NB2, {"compute_grpo_loss": WRONG_CGL_EXP_THEN_MASK},
+        {"test_compute_grpo_loss_hidden": "梯度含 NaN",
+         "test_grpo_clip_kl_gradient_visible": "是否先 exp 再用掩码清零"},
+        ["test_grpo_advantages_and_value_visible", "test_grpo_weighting_contract_visible"]),
+    "nb02_ignores_missing_ref": (
+        NB2, {"compute_grpo_loss": WRONG_CGL_IGNORES_MISSING_REF},
+        {"test_compute_grpo_loss_hidden": "beta > 0 时必须给出参考策略",
+         "test_grpo_clip_kl_gradient_visible": "beta > 0 时必须给出 log_probs_ref"},
+        ["test_grpo_advantages_and_value_visible"]),
     "nb02_cgl_fixture": (
         NB2, {"compute_grpo_loss": WRONG_CGL_FIXTURE},
         {"test_compute_grpo_loss_hidden": "随机批次的损失"}, []),
@@ -438,9 +448,9 @@ WRONG_RUNS = {
 
 
 @pytest.mark.parametrize("name", list(WRONG_RUNS))
-def test_wrong_answers_fail_hidden_tests(name):
+def test_wrong_answers_fail_hidden_tests(notebook_runs, name):
     assignment, answers, expected_failures, passes_visible = WRONG_RUNS[name]
-    _, results, seconds = _run(assignment, answers)
+    _, results, seconds = _run(notebook_runs, assignment, answers)
     for grade_id, phrase in expected_failures.items():
         outcome = results[grade_id]
         assert outcome is not None, f"{name}: hidden test {grade_id} passed a wrong answer"

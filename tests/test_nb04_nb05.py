@@ -4,9 +4,11 @@
 * an independently written correct implementation (below, not copied from the solutions) passes every
   visible and hidden test;
 * common wrong answers each fail at least one *hidden* test: they run against a copy of the notebook whose
-  test cells hold only their hidden part, so a failure there cannot come from the visible tests.
+  test cells hold only their hidden part, so a failure there cannot come from the visible tests. Wrong answers
+  to different functions share one execution (each hidden test cell exercises one function only).
 
-Each case executes a real notebook with nbclient through the course harness (``tools.chain.notebooks``).
+Each case executes a real notebook with nbclient through the session fixture ``notebook_runs`` (one execution
+per distinct notebook per test session; the reference run is shared with tests/test_notebooks.py).
 """
 from __future__ import annotations
 
@@ -111,8 +113,8 @@ def completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None):
     elif not torch.is_tensor(pad_mask) or pad_mask.shape != completion_ids.shape:
         raise ValueError("pad_mask 形状不对")
     elif pad_mask.dtype != torch.bool:
-        if pad_mask.dtype not in integer_types or ((pad_mask != 0) & (pad_mask != 1)).any():
-            raise ValueError("pad_mask 只能是布尔或 0/1 整数")
+        if pad_mask.is_complex() or not bool(((pad_mask == 0) | (pad_mask == 1)).all()):
+            raise ValueError("pad_mask 只能是布尔或 0/1 数值张量")
         pad_mask = pad_mask != 0
     batch, length = completion_ids.shape
     is_eos = (completion_ids == eos_token_id) & pad_mask
@@ -168,7 +170,7 @@ WRONG_NB5 = {
     "logps_not_shifted": _wrong(INDEPENDENT_NB5, "shifted_token_logps",
                                 "predictors.gather(2, input_ids[:, 1:]", "predictors.gather(2, input_ids[:, :-1]"),
 }
-# Which graded test each wrong answer targets (the notebook is cut after that cell to save time).
+# Which graded test each wrong answer targets (the notebook is cut after the last target of a run).
 TARGET_TEST = {
     "first_integer_instead_of_last": "test_verify_integer_response_visible",
     "format_without_strip": "test_verify_integer_response_visible",
@@ -178,6 +180,15 @@ TARGET_TEST = {
     "eos_inside_padding_counted": "test_completion_mask_from_eos_visible",
     "logps_not_shifted": "test_shifted_token_logps_visible",
 }
+# Wrong answers to different functions run together: one execution per group.
+WRONG_GROUPS = {
+    "nb04_first_integer+transposed+unscorable": (NB4, ["first_integer_instead_of_last", "reward_table_transposed",
+                                                       "unscorable_row_becomes_zero"]),
+    "nb04_format_without_strip": (NB4, ["format_without_strip"]),
+    "nb05_eos_excluded+not_shifted": (NB5, ["eos_excluded_from_mask", "logps_not_shifted"]),
+    "nb05_eos_inside_padding": (NB5, ["eos_inside_padding_counted"]),
+}
+assert sorted(n for _, names in WRONG_GROUPS.values() for n in names) == sorted(TARGET_TEST)
 
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n(.*?)^[ \t]*### END HIDDEN TESTS[ \t]*$",
                      re.MULTILINE | re.DOTALL)
@@ -208,17 +219,19 @@ def _hidden_only(nb, stop_after: str | None = None):
     return out
 
 
-def _run(nb):
-    return chain.cell_results(chain.execute(nb, cwd=chain.ROOT, timeout=600))
+def _run(notebook_runs, nb):
+    return chain.cell_results(notebook_runs.run(nb, cwd=chain.ROOT, timeout=600))
 
 
-def _assert_all_tests_pass(assignment, answers):
+def _assert_all_tests_pass(notebook_runs, assignment, answers):
     nb = chain.build_notebook(assignment)
     if answers:
         nb = chain.substitute_answers(nb, answers)
+        results = _run(notebook_runs, nb)
+    else:
+        results = chain.cell_results(notebook_runs.solution(assignment))  # shared with test_notebooks.py
     tests = _test_cells(nb)
     assert len(tests) >= 2
-    results = _run(nb)
     failed = {grade_id: results.get(grade_id, "not executed") for grade_id in tests if results.get(grade_id) is not None}
     assert not failed, f"{assignment}: graded tests failed: {failed}"
     errors = {grade_id: error for grade_id, error in results.items() if error is not None}
@@ -228,36 +241,41 @@ def _assert_all_tests_pass(assignment, answers):
 # ----------------------------------------------------------------------------- tests
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", [NB4, NB5])
-def test_reference_solution_passes_every_test(assignment):
-    _assert_all_tests_pass(assignment, None)
+def test_reference_solution_passes_every_test(notebook_runs, assignment):
+    _assert_all_tests_pass(notebook_runs, assignment, None)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment,answers", [(NB4, INDEPENDENT_NB4), (NB5, INDEPENDENT_NB5)], ids=[NB4, NB5])
-def test_independent_correct_answers_pass_every_visible_and_hidden_test(assignment, answers):
-    _assert_all_tests_pass(assignment, answers)
+def test_independent_correct_answers_pass_every_visible_and_hidden_test(notebook_runs, assignment, answers):
+    _assert_all_tests_pass(notebook_runs, assignment, answers)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment,name,wrong", [(NB4, n, w) for n, w in WRONG_NB4.items()]
-                         + [(NB5, n, w) for n, w in WRONG_NB5.items()], ids=list(WRONG_NB4) + list(WRONG_NB5))
-def test_wrong_answer_fails_a_hidden_test(assignment, name, wrong):
+@pytest.mark.parametrize("group", list(WRONG_GROUPS))
+def test_wrong_answer_fails_a_hidden_test(notebook_runs, group):
+    assignment, names = WRONG_GROUPS[group]
+    wrong_answers = WRONG_NB4 if assignment == NB4 else WRONG_NB5
     answers = dict(INDEPENDENT_NB4 if assignment == NB4 else INDEPENDENT_NB5)
-    answers.update(wrong)
-    target = TARGET_TEST[name]
-    nb = _hidden_only(chain.substitute_answers(chain.build_notebook(assignment), answers), stop_after=target)
-    results = _run(nb)
-    assert results.get(target) is not None, f"wrong answer {name!r} passed the hidden tests of {target}"
-    assert "AssertionError" in results[target], f"{name}: expected a failed assertion, got {results[target]}"
+    for name in names:
+        answers.update(wrong_answers[name])
+    nb = chain.substitute_answers(chain.build_notebook(assignment), answers)
+    order = _test_cells(nb)
+    last = max((TARGET_TEST[name] for name in names), key=order.index)
+    results = _run(notebook_runs, _hidden_only(nb, stop_after=last))
+    for name in names:
+        target = TARGET_TEST[name]
+        assert results.get(target) is not None, f"wrong answer {name!r} passed the hidden tests of {target}"
+        assert "AssertionError" in results[target], f"{name}: expected a failed assertion, got {results[target]}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment,answers", [(NB4, INDEPENDENT_NB4), (NB5, INDEPENDENT_NB5)], ids=[NB4, NB5])
-def test_hidden_tests_alone_accept_the_independent_answers(assignment, answers):
+def test_hidden_tests_alone_accept_the_independent_answers(notebook_runs, assignment, answers):
     """Guard for the check above: the hidden-only cut of each notebook passes with correct answers."""
     nb = chain.substitute_answers(chain.build_notebook(assignment), answers)
     last_test = _test_cells(nb)[-1]
-    results = _run(_hidden_only(nb, stop_after=last_test))
+    results = _run(notebook_runs, _hidden_only(nb, stop_after=last_test))
     assert last_test in results
     failed = {grade_id: error for grade_id, error in results.items() if error is not None}
     assert not failed, failed

@@ -4,7 +4,7 @@ included; later lessons, tools/ and benchmarks/ import them from here (one home 
 # ruff: noqa
 
 
-import math
+import math  # noqa: F811 (a saved cell imports what it uses)
 import numbers
 
 import torch

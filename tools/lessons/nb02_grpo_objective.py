@@ -4,11 +4,14 @@ included; later lessons, tools/ and benchmarks/ import them from here (one home 
 # ruff: noqa
 
 
+from tools.lessons.nb01_group_advantages import compute_group_advantages
+
+
 import torch
 
 
 def token_kl_penalty(policy_logps, ref_logps):
-    """逐 token 的参考 KL 惩罚（k3 估计量）：exp(d) - d - 1，d = ref_logps - policy_logps；参考策略不接收梯度。"""
+    """逐词元的参考 KL 惩罚（k3 估计量）：exp(d) - d - 1，d = ref_logps - policy_logps；参考策略不接收梯度。"""
     if not torch.is_tensor(policy_logps) or not torch.is_tensor(ref_logps):
         raise ValueError("输入契约：policy_logps 与 ref_logps 必须是 torch.Tensor")
     if policy_logps.shape != ref_logps.shape:
@@ -17,3 +20,99 @@ def token_kl_penalty(policy_logps, ref_logps):
         )
     delta = ref_logps.detach() - policy_logps  # [..., T] frozen reference
     return torch.exp(delta) - delta - 1.0       # [..., T] >= 0
+
+
+import math
+import numbers
+
+import torch
+
+
+def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
+                      eps=1e-6, log_probs_ref=None, beta=0.0):
+    """提供的输入检查（只读）：返回 (布尔掩码 [N, T], clip_range, beta)，违反契约时抛出中文 ValueError。
+
+    不检查两条契约（由 compute_grpo_loss 自己检查）：beta > 0 时必须给出 log_probs_ref（约定卡 C2），
+    以及每个候选至少一个有效词元（约定卡 C5）。beta == 0 时不检查 log_probs_ref（它被忽略）。
+    """
+    def finite_number(value, name, positive=False):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"输入契约：{name} 必须是有限的实数，实际为 {value!r}")
+        if value < 0 or (positive and value == 0):
+            raise ValueError(f"输入契约：{name} 必须是{'正' if positive else '非负'}数，实际为 {value!r}")
+        return float(value)
+
+    if not torch.is_tensor(log_probs_new) or log_probs_new.ndim != 2 or log_probs_new.numel() == 0:
+        raise ValueError("输入契约：log_probs_new 必须是非空的二维张量 [N, T]")
+    if not torch.is_tensor(log_probs_old) or log_probs_old.shape != log_probs_new.shape:
+        raise ValueError("输入契约：log_probs_old 必须与 log_probs_new 同形状 [N, T]")
+    num_candidates = log_probs_new.shape[0]
+    if not torch.is_tensor(rewards) or rewards.ndim != 1 or rewards.shape[0] != num_candidates:
+        raise ValueError(f"输入契约：rewards 必须是长度为候选数 {num_candidates} 的一维张量")
+    if not torch.is_tensor(group_ids) or group_ids.shape != rewards.shape:
+        raise ValueError("输入契约：group_ids 必须与 rewards 同形状 [N]")
+    if not rewards.is_floating_point() or not torch.isfinite(rewards).all():
+        raise ValueError("输入契约：rewards 必须是浮点张量，且全部是有限数（不含 NaN / inf）")
+    clip_range = finite_number(clip_range, "clip_range")
+    beta = finite_number(beta, "beta")
+    finite_number(eps, "eps", positive=True)
+    if not torch.isfinite(log_probs_new).all() or not torch.isfinite(log_probs_old).all():
+        raise ValueError("输入契约：log_probs_new 与 log_probs_old 必须全部是有限数（无效位置请填 0，而不是 -inf）")
+    if beta > 0 and log_probs_ref is not None:
+        if not torch.is_tensor(log_probs_ref) or log_probs_ref.shape != log_probs_new.shape:
+            raise ValueError("输入契约：log_probs_ref 必须与 log_probs_new 同形状 [N, T]")
+        if not torch.isfinite(log_probs_ref).all():
+            raise ValueError("输入契约：log_probs_ref 必须全部是有限数")
+    if response_mask is None:
+        return torch.ones_like(log_probs_new, dtype=torch.bool), clip_range, beta  # [N, T]
+    if not torch.is_tensor(response_mask) or response_mask.shape != log_probs_new.shape:
+        raise ValueError("输入契约：response_mask 必须是与 log_probs_new 同形状 [N, T] 的张量")
+    if response_mask.dtype == torch.bool:
+        return response_mask, clip_range, beta
+    if response_mask.is_complex() or not ((response_mask == 0) | (response_mask == 1)).all():
+        raise ValueError("输入契约：response_mask 必须是布尔掩码或只含 0 与 1 的数值掩码（约定卡 C1）")
+    return response_mask != 0, clip_range, beta  # [N, T] bool
+
+
+def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
+                      eps=1e-6, log_probs_ref=None, beta=0.0):
+    """GRPO 损失：组内优势 + 逐词元裁剪目标 + 可选参考 KL，先在每个候选的有效词元上求均值，再对候选求均值。
+
+    Args:
+        log_probs_new: 当前策略的逐词元对数概率 [N, T]（带梯度）。
+        log_probs_old: 采样时旧策略在同一位置的对数概率 [N, T]（不接收梯度）。
+        rewards: 每个候选的奖励 [N]。
+        group_ids: 每个候选所属提示的整数组号 [N]。
+        response_mask: 有效回答词元的掩码 [N, T]，布尔或 0/1 数值；None 表示全部有效。
+        clip_range: 概率比的裁剪半径 epsilon（非负有限数）。
+        eps: 组内标准差的下限（正的有限数）。
+        log_probs_ref: 参考策略的对数概率 [N, T]（可选，不接收梯度）。
+        beta: 参考 KL 的权重（非负有限数）；为 0 时不加 KL，> 0 时必须给出 log_probs_ref。
+
+    Returns:
+        (loss, advantages)：0 维损失张量与 [N] 的组内优势。
+    """
+    mask, clip_range, beta = check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response_mask,
+                                               clip_range, eps, log_probs_ref, beta)  # mask: [N, T] bool
+    if beta > 0 and log_probs_ref is None:
+        raise ValueError("输入契约：beta > 0 时必须给出参考策略的对数概率 log_probs_ref（约定卡 C2）")
+    lengths = mask.sum(dim=-1)                                                    # [N] valid tokens per candidate
+    if not (lengths > 0).all():
+        raise ValueError("输入契约：每个候选至少要有一个有效词元（response_mask 某一行全为 0；约定卡 C5）")
+
+    advantages = compute_group_advantages(rewards, group_ids, eps=eps)            # [N] (also checks rewards)
+
+    zeros = torch.zeros_like(log_probs_new)                                       # [N, T]
+    log_ratio = torch.where(mask, log_probs_new - log_probs_old.detach(), zeros)  # [N, T] masked BEFORE exp
+    ratio = torch.exp(log_ratio)                                                  # [N, T] exactly 1 where masked
+    clipped_ratio = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)               # [N, T]
+    token_advantages = advantages.detach().to(ratio.dtype).unsqueeze(-1)          # [N, 1]
+    per_token_loss = -torch.minimum(ratio * token_advantages, clipped_ratio * token_advantages)  # [N, T]
+    if beta > 0:
+        ref = log_probs_ref.detach()                                              # [N, T] frozen
+        policy_for_kl = torch.where(mask, log_probs_new, ref)                     # [N, T] d = 0 where masked
+        per_token_loss = per_token_loss + beta * token_kl_penalty(policy_for_kl, ref)  # [N, T]
+
+    per_token_loss = torch.where(mask, per_token_loss, zeros)                     # [N, T]
+    per_candidate = per_token_loss.sum(dim=-1) / lengths.to(per_token_loss.dtype)  # [N] mean over valid tokens
+    return per_candidate.mean(), advantages

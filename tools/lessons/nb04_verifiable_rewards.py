@@ -4,8 +4,8 @@ included; later lessons, tools/ and benchmarks/ import them from here (one home 
 # ruff: noqa
 
 
-import math
-import re
+import math  # noqa: F811 (a saved cell imports what it uses)
+import re  # noqa: F811
 
 VERIFIER_ID = "integer-answer-v1"
 INTEGER_PATTERN = re.compile(r"-?\d+")

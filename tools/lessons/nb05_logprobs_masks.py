@@ -20,13 +20,35 @@ def completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None):
     else:
         if not isinstance(pad_mask, torch.Tensor) or tuple(pad_mask.shape) != tuple(completion_ids.shape):
             raise ValueError(f"pad_mask 必须是与 completion_ids 同形状 {tuple(completion_ids.shape)} 的张量")
-        if pad_mask.is_floating_point() or pad_mask.is_complex():
-            raise ValueError(f"pad_mask 必须是布尔张量或只含 0/1 的整数张量，收到 {pad_mask.dtype}")
+        if pad_mask.is_complex():
+            raise ValueError(f"pad_mask 必须是布尔张量或只含 0/1 的实数张量，收到 {pad_mask.dtype}")
         if pad_mask.dtype != torch.bool:
             if not ((pad_mask == 0) | (pad_mask == 1)).all():
-                raise ValueError("pad_mask 为整数张量时只能含 0 和 1")
-            pad_mask = pad_mask.bool()
+                raise ValueError("pad_mask 为数值张量时只能含 0 和 1（约定卡 C1）")
+            pad_mask = pad_mask != 0
     pad_mask = pad_mask.to(completion_ids.device)
     is_eos = (completion_ids == eos_token_id) & pad_mask  # [B, T] only EOS the model really generated
     eos_seen_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()  # [B, T] EOS strictly before t
     return (eos_seen_before == 0) & pad_mask  # [B, T]
+
+
+import torch
+
+
+def shifted_token_logps(logits, input_ids):
+    """[B, T-1] log-probs of input_ids[:, 1:] under the next-token distributions logits[:, :-1]."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or not logits.is_floating_point():
+        raise ValueError("logits 必须是形状为 [B, T, V] 的浮点张量")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        raise ValueError("input_ids 必须是形状为 [B, T] 的二维张量")
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids 必须是整数张量，收到 {input_ids.dtype}")
+    if tuple(input_ids.shape) != tuple(logits.shape[:2]):
+        raise ValueError(f"input_ids 形状 {tuple(input_ids.shape)} 必须等于 logits 的前两维 {tuple(logits.shape[:2])}")
+    if logits.shape[1] < 2:
+        raise ValueError("T 必须至少为 2：错一位之后才有预测—答案配对")
+    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= logits.shape[-1]):
+        raise ValueError(f"input_ids 的取值必须在 [0, V={logits.shape[-1]}) 内")
+    next_token_logps = torch.log_softmax(logits[:, :-1, :], dim=-1)  # [B, T-1, V]
+    targets = input_ids[:, 1:].long().unsqueeze(-1)  # [B, T-1, 1]
+    return next_token_logps.gather(-1, targets).squeeze(-1)  # [B, T-1]

