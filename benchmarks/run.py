@@ -151,9 +151,9 @@ def bench_group_advantages(tiny: bool) -> list[dict]:
         reshaped = reshape_advantages(rewards, group_size)
         loop_repeats = 1 if tiny else (3 if n >= 65536 else 5)
         fast_repeats = 1 if tiny else 31
-        t_loop = median(timed(lambda: seed_loop_advantages(rewards, group_ids), loop_repeats))
-        t_course = median(timed(lambda: course(rewards, group_ids, eps=EPS), fast_repeats))
-        t_reshape = median(timed(lambda: reshape_advantages(rewards, group_size), fast_repeats))
+        t_loop = median(timed(lambda r=rewards, g=group_ids: seed_loop_advantages(r, g), loop_repeats))
+        t_course = median(timed(lambda r=rewards, g=group_ids: course(r, g, eps=EPS), fast_repeats))
+        t_reshape = median(timed(lambda r=rewards: reshape_advantages(r, group_size), fast_repeats))
         per_size[n] = {
             "candidates": n, "groups": n // group_size, "group_size": group_size,
             "course_ms": 1e3 * t_course, "loop_ms": 1e3 * t_loop, "reshape_ms": 1e3 * t_reshape,
@@ -272,7 +272,7 @@ def _run_logprobs_worker(variant: str, shape: tuple[int, int, int], repeats: int
                # same code in repeated runs); a fixed threshold returns freed tensors to the OS at once
                # and the peak measures the tensors that are really alive together.
                MALLOC_MMAP_THRESHOLD_="65536")
-    done = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"log-prob worker ({variant}) failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -370,8 +370,6 @@ def _grpo_case(candidates: int, length: int, group_size: int):
 
 
 def bench_grpo_loss(tiny: bool) -> list[dict]:
-    import torch
-
     name = "grpo_loss_fwd_bwd_ms"
     baseline = {"what": "seed's reference formulation (per-group loop advantages + the same objective)", "unit": "ms"}
     try:
@@ -573,7 +571,7 @@ def machine() -> dict:
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _default_threads() -> int | None:
     """torch's intra-op thread count in a fresh interpreter (what a notebook kernel gets)."""
     done = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],

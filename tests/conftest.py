@@ -11,6 +11,7 @@ Results are cached by the notebook's JSON, the working directory and the extra e
 ask for the same execution share one kernel run. Executed notebooks are returned as deep copies: a test may
 modify what it gets. ``notebook_runs.count(key)`` says how often a given execution really ran (always 0 or 1).
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,8 +35,9 @@ class NotebookRuns:
         text = json.dumps(nb, sort_keys=True) + "\0" + str(cwd) + "\0" + json.dumps(env or {}, sort_keys=True)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def run_timed(self, nb: nbformat.NotebookNode, cwd: Path = chain.ROOT, timeout: int = 600,
-                  env: dict[str, str] | None = None) -> tuple[nbformat.NotebookNode, float]:
+    def run_timed(
+        self, nb: nbformat.NotebookNode, cwd: Path = chain.ROOT, timeout: int = 600, env: dict[str, str] | None = None
+    ) -> tuple[nbformat.NotebookNode, float]:
         """(executed copy, seconds of the one real execution, kernel start included)."""
         import time
 
@@ -48,8 +50,9 @@ class NotebookRuns:
         done, seconds = self._done[key]
         return copy.deepcopy(done), seconds
 
-    def run(self, nb: nbformat.NotebookNode, cwd: Path = chain.ROOT, timeout: int = 600,
-            env: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    def run(
+        self, nb: nbformat.NotebookNode, cwd: Path = chain.ROOT, timeout: int = 600, env: dict[str, str] | None = None
+    ) -> nbformat.NotebookNode:
         return self.run_timed(nb, cwd, timeout, env)[0]
 
     def solution_timed(self, assignment: str) -> tuple[nbformat.NotebookNode, float]:

@@ -9,6 +9,7 @@ the "内容" / "环境" prose of an existing row is kept as written, a new assig
 source (first heading, header profile). The badges are restamped from ``course.toml`` every time, so a
 fork edits ``repository`` / ``branch`` there and runs ``make release``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,10 @@ def render(root: Path = ROOT, readme: str | None = None) -> str:
         path = f"notebooks/{name}/{name}.ipynb"
         if (root / path).is_file():
             cell = f"[`{name}`]({path})"
-            badges = (f"[![Colab]({COLAB_SMALL})]({colab_url(name, settings)}) "
-                      f"[![ModelScope]({MODELSCOPE_SMALL})]({modelscope_url(name, settings)})")
+            badges = (
+                f"[![Colab]({COLAB_SMALL})]({colab_url(name, settings)}) "
+                f"[![ModelScope]({MODELSCOPE_SMALL})]({modelscope_url(name, settings)})"
+            )
         else:
             cell, badges = f"`{name}`", "（尚未发布）"
         lines.append(f"| {cell} | {teaches} | {profile} | {badges} |")
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check:
         readme = (ROOT / "README.md").read_text(encoding="utf-8")
-        current = readme[readme.index(BEGIN): readme.index(END) + len(END)]
+        current = readme[readme.index(BEGIN) : readme.index(END) + len(END)]
         if current != render(ROOT, readme):
             print("README.md: the notebook table is stale - run `python -m tools.chain.readme_table`", file=sys.stderr)
             return 1

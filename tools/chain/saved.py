@@ -13,6 +13,7 @@ lesson's own module from the kernel that grades that lesson (the module holds it
 Rules for a saved cell: it holds only imports and definitions (no top-level work, no prints), it has no
 hidden tests, and it imports what it uses (or a cell saved before it in the same lesson does).
 """
+
 from __future__ import annotations
 
 import re
@@ -66,8 +67,10 @@ def expected_modules(names: list[str]) -> dict[Path, str]:
     return out
 
 
-_PACKAGE_DOC = ('"""Functions saved (`#@save`) from the lessons\' solutions, one module per lesson; generated '
-                'by `make release`."""\n')
+_PACKAGE_DOC = (
+    '"""Functions saved (`#@save`) from the lessons\' solutions, one module per lesson; generated '
+    'by `make release`."""\n'
+)
 
 
 def write(names: list[str], prune: bool) -> list[Path]:

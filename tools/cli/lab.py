@@ -80,7 +80,7 @@ class LabServer:
     def url(self, path: str = "lab") -> str:
         return f"{self.base_url}/{path.lstrip('/')}?token={self.token}"
 
-    def start(self, timeout: float = 120.0) -> "LabServer":
+    def start(self, timeout: float = 120.0) -> LabServer:
         command = lab_command(self.root, self.port, self.token, ip=self.ip, open_browser=self.open_browser)
         env = dict(os.environ if self.env is None else self.env)
         # cwd = the nbgrader course folder: the formgrader reads ./nbgrader_config.py from the server's cwd.
@@ -118,7 +118,7 @@ class LabServer:
         except ProcessLookupError:
             pass
 
-    def __enter__(self) -> "LabServer":
+    def __enter__(self) -> LabServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
