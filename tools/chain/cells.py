@@ -15,14 +15,14 @@ from tools.preflight import PROFILES
 ROOT = Path(__file__).resolve().parents[2]
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 MODELSCOPE_BADGE = "https://img.shields.io/badge/ModelScope-%E5%9C%A8%E7%BA%BF%E8%BF%90%E8%A1%8C-624aff"
+MODELSCOPE_BADGE_SHORT = "https://img.shields.io/badge/ModelScope-Notebook-624aff"  # README table (narrow column)
 
 
 def load_settings(root: Path | None = None) -> dict:
     """The ``[course]`` table of ``course.toml`` (repository, branch, ...)."""
-    import tomllib
+    from tools.project_runtime import course_settings
 
-    with open(Path(root or ROOT) / "course.toml", "rb") as handle:
-        return tomllib.load(handle)["course"]
+    return course_settings(Path(root or ROOT))
 
 
 def _course(settings: dict) -> tuple[str, str]:

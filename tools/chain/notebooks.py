@@ -26,12 +26,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.project_runtime import course_settings as _course_settings
+from tools.project_runtime import resolve_project_root
+
+ROOT = resolve_project_root(Path(__file__))  # the checkout this chain belongs to (build-time root)
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "autograde"
 NOTEBOOKS = ROOT / "notebooks"
@@ -44,8 +46,8 @@ _REGION = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n(.*?)^[ \
 
 # ----------------------------------------------------------------------------- discovery & settings
 def course_settings() -> dict:
-    with open(ROOT / "course.toml", "rb") as handle:
-        return tomllib.load(handle)["course"]
+    """The ``[course]`` table of this course's ``course.toml`` (see ``tools.project_runtime.course_settings``)."""
+    return _course_settings(ROOT)
 
 
 def assignments(names: list[str] | None = None) -> list[str]:
@@ -157,10 +159,15 @@ def build(names: list[str] | None = None, course: Path = COURSE) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- release
-def venv_env() -> dict[str, str]:
-    """The environment with this interpreter's bin folder first on PATH (nbgrader shells out to `alembic`)."""
+def venv_env(extra: dict[str, str] | None = None, pythonpath: list[Path] | tuple[Path, ...] = ()) -> dict[str, str]:
+    """The environment for a subprocess of this interpreter (the one definition: the grader uses it too): this
+    interpreter's bin folder first on PATH (nbgrader shells out to `alembic`), the ``pythonpath`` folders first
+    on PYTHONPATH, then ``extra``."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [*map(str, pythonpath), env.get("PYTHONPATH", "")] if p)
+    env.update(extra or {})
     return env
 
 
@@ -198,7 +205,7 @@ def release_into(course: Path, out_dir: Path, names: list[str] | None = None) ->
 def release(names: list[str] | None = None) -> list[Path]:
     from tools.chain import saved
 
-    saved.write(assignments(names), prune=not names)
+    saved.write(assignments(names), prune=not names, solutions=SOLUTIONS, lessons=ROOT / "tools" / "lessons")
     paths = release_into(COURSE, NOTEBOOKS, names)
     if not names:  # learner folders whose source is gone are stale
         keep = {p.parent.name for p in paths}
@@ -250,7 +257,8 @@ def leaks(source_nb: nbformat.NotebookNode, learner_nb: nbformat.NotebookNode) -
 def check(names: list[str] | None = None) -> int:
     from tools.chain import saved
 
-    failures = list(saved.problems(assignments(names), complete=not names))
+    failures = list(saved.problems(assignments(names), complete=not names, solutions=SOLUTIONS,
+                                   lessons=ROOT / "tools" / "lessons"))
     with tempfile.TemporaryDirectory(prefix="grpo-release-check-") as tmp:
         course = Path(tmp) / "autograde"
         course.mkdir()

@@ -17,14 +17,15 @@ import re
 import sys
 from pathlib import Path
 
-from tools.chain.cells import colab_url, load_settings, modelscope_url
+from tools.chain.cells import COLAB_BADGE, MODELSCOPE_BADGE_SHORT, colab_url, load_settings, modelscope_url
+from tools.project_runtime import resolve_project_root
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = resolve_project_root(Path(__file__))  # the checkout this chain belongs to (build-time root)
 BEGIN, END = "<!-- notebooks:begin -->", "<!-- notebooks:end -->"
 HEADER = ("笔记本", "内容", "环境", "在线运行")
 _NAME = re.compile(r"nb\d{2}_[a-z0-9_]+")
-COLAB_SMALL = "https://colab.research.google.com/assets/colab-badge.svg"
-MODELSCOPE_SMALL = "https://img.shields.io/badge/ModelScope-Notebook-624aff"
+COLAB_SMALL = COLAB_BADGE
+MODELSCOPE_SMALL = MODELSCOPE_BADGE_SHORT
 
 
 def _cells(line: str) -> list[str]:
