@@ -4,8 +4,9 @@ Commands (``python -m tools.chain.notebooks <command>``):
 
 - ``build``   : jupytext percent sources -> ``autograde/source/<a>/<a>.ipynb`` (nbgrader metadata completed,
                 badge and bootstrap cells inserted, deterministic cell ids).
-- ``release`` : ``build`` + ``nbgrader generate_assignment`` -> ``notebooks/<a>/<a>.ipynb`` (cells tagged
-                ``solution-only`` dropped, outputs cleared), and the ``#@save`` modules ``tools/lessons/<a>.py``
+- ``release`` : ``build`` + ``nbgrader generate_assignment`` (nbgrader's API, in process) ->
+                ``notebooks/<a>/<a>.ipynb`` (cells tagged ``solution-only`` dropped, outputs cleared), and the
+                ``#@save`` modules ``tools/lessons/<a>.py``
                 (see ``tools.chain.saved``).
 - ``check``   : rebuild the release in a temporary course and fail when ``notebooks/`` or ``tools/lessons/``
                 differs (stale) or when a learner version contains a solution marker, an answer line or a hidden test line.
@@ -22,7 +23,6 @@ import copy
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -172,12 +172,25 @@ def venv_env(extra: dict[str, str] | None = None, pythonpath: list[Path] | tuple
 
 
 def _generate_assignment(course: Path, assignment: str) -> None:
-    command = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
-               "--log-level=WARN"]
-    done = subprocess.run(command, cwd=course, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=venv_env())
-    if done.returncode != 0:
-        raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout}")
+    """``nbgrader generate_assignment <assignment> --force`` in ``course``, through nbgrader's API in this process
+    (the course's ``nbgrader_config.py`` is loaded as the command would; no interpreter start per notebook)."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    config.CourseDirectory.root = str(course)
+    config.GenerateAssignment.log_level = "WARN"
+    bin_dir = str(Path(sys.executable).parent)
+    old_path = os.environ.get("PATH", "")
+    if bin_dir not in old_path.split(os.pathsep):  # nbgrader's gradebook shells out to `alembic`
+        os.environ["PATH"] = os.pathsep.join([bin_dir, old_path])
+    try:
+        result = NbGraderAPI(config=config).generate_assignment(assignment, force=True, create=True)
+    finally:
+        os.environ["PATH"] = old_path
+    if not result["success"]:
+        raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{result.get('error') or ''}"
+                           f"{result.get('log') or ''}")
 
 
 def learner_version(released: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -254,17 +267,26 @@ def leaks(source_nb: nbformat.NotebookNode, learner_nb: nbformat.NotebookNode) -
     return problems
 
 
-def check(names: list[str] | None = None) -> int:
+def check(names: list[str] | None = None, released: tuple[Path, Path] | None = None) -> int:
+    """0 when ``notebooks/`` and ``tools/lessons/`` are up to date and nothing leaks, else 1 (FAIL lines printed).
+
+    ``released``: (course, notebooks) of a release of this checkout made by ``release_into`` (all assignments)
+    in this run, compared instead of releasing again (the tests share one).
+    """
     from tools.chain import saved
 
     failures = list(saved.problems(assignments(names), complete=not names, solutions=SOLUTIONS,
                                    lessons=ROOT / "tools" / "lessons"))
     with tempfile.TemporaryDirectory(prefix="grpo-release-check-") as tmp:
-        course = Path(tmp) / "autograde"
-        course.mkdir()
-        shutil.copy2(COURSE / "nbgrader_config.py", course / "nbgrader_config.py")
-        out = Path(tmp) / "notebooks"
-        expected = release_into(course, out, names)
+        if released is not None:
+            course, out = Path(released[0]), Path(released[1])
+            expected = [out / a / f"{a}.ipynb" for a in assignments(names)]
+        else:
+            course = Path(tmp) / "autograde"
+            course.mkdir()
+            shutil.copy2(COURSE / "nbgrader_config.py", course / "nbgrader_config.py")
+            out = Path(tmp) / "notebooks"
+            expected = release_into(course, out, names)
         for path in expected:
             assignment = path.parent.name
             committed = NOTEBOOKS / assignment / path.name
