@@ -11,7 +11,7 @@ RUN_LABEL ?= default
 export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build release check-release demo test lint format lab autograde feedback grades experiment \
+.PHONY: help setup build release check-release demo test test-fast lint format lab autograde feedback grades experiment \
         bench tiny-model qwen-shaped-checkpoint preflight clean
 
 help: ## list the targets
@@ -45,8 +45,20 @@ tiny-model: $(VENV)/.setup-stamp ## build (once) the tiny Qwen2-architecture che
 qwen-shaped-checkpoint: $(VENV)/.setup-stamp ## random-init checkpoint with Qwen2.5-0.5B's shape (offline GPU timing)
 	@$(PY) -m tools.tiny_model --qwen-shaped
 
+# `make test` runs on 2 workers (pytest-xdist; a module's tests stay together so its module fixtures run once);
+# notebook executions are shared across workers by tests/conftest.py. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, release check, grading, benchmarks at tiny size)
-	@$(PY) -m pytest -q tests
+	@start=$$(date +%s); status=0; \
+	$(PY) -m pytest -q $(PYTEST_XDIST) --durations=10 tests || status=$$?; \
+	echo "[test] make test: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
+
+test-fast: $(VENV)/.setup-stamp ## the inner loop: the tests not marked slow (no notebook execution), on 2 workers
+	@start=$$(date +%s); status=0; \
+	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow" --durations=10 tests || status=$$?; \
+	echo "[test] make test-fast: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
 
 # ruff check covers tools/, tests/, benchmarks/, solutions/ and autograde/ (rules in pyproject.toml). The format
 # check covers only the files below, formatted by maintainers; the rest keeps its hand-aligned style for now, so
