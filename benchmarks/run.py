@@ -436,6 +436,9 @@ def _grade_sample_class(course: Path, workers: int | None, learners: list[str] |
             "returncode": done.returncode}
 
 
+_RELEASED_COURSE: Path | None = None  # --released-course: reuse a released course instead of releasing one
+
+
 def bench_autograde(tiny: bool) -> list[dict]:
     name = "autograde_parallel_speedup"
     baseline = {"what": "the sample class graded with 1 worker (wall-clock seconds)", "unit": "s"}
@@ -450,9 +453,12 @@ def bench_autograde(tiny: bool) -> list[dict]:
     learners = ["s10_tests_edited_and_deleted", "s11_visible_fixture_values"] if tiny else None
     with tempfile.TemporaryDirectory(prefix="grpo-bench-grade-") as tmp:
         first = Path(tmp) / "course1"
-        first.mkdir()
-        shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", first / "nbgrader_config.py")
-        chain.release_into(first, Path(tmp) / "notebooks")  # source, release and gradebook of this checkout
+        if _RELEASED_COURSE is not None:  # the tests' one released course of this checkout (copied, not modified)
+            shutil.copytree(_RELEASED_COURSE, first)
+        else:
+            first.mkdir()
+            shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", first / "nbgrader_config.py")
+            chain.release_into(first, Path(tmp) / "notebooks")  # source, release and gradebook of this checkout
         second = Path(tmp) / "course2"
         shutil.copytree(first, second)  # the same starting state for the second run
         serial = _grade_sample_class(first, 1, learners)
@@ -674,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads for the tensor benchmarks (default 1: stable ratios on a shared "
                              "machine; 0 = torch's default). Notebooks and grading kernels keep their own setting.")
+    parser.add_argument("--released-course", type=Path, default=None, metavar="COURSE",
+                        help="autograde: copy this released course (e.g. the tests' shared one) instead of releasing")
     parser.add_argument("--markdown", type=Path, default=None, metavar="RESULTS",
                         help="print the markdown table of a results file and exit (for the README)")
     parser.add_argument("--logprobs-worker", nargs=5, metavar=("VARIANT", "B", "T", "V", "REPEATS"),
@@ -686,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown_table(json.loads(args.markdown.read_text(encoding="utf-8"))))
         return 0
+    global _RELEASED_COURSE
+    _RELEASED_COURSE = args.released_course
     results = run(args.tiny, args.only, threads=args.threads)
     print(table(results))
     out = args.out if args.out is not None else (None if args.tiny else RESULTS / "latest.json")
