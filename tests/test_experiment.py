@@ -596,13 +596,13 @@ def test_notebook_real_gpu_without_cuda_writes_a_failure_record(run_label, tmp_p
 
 
 @pytest.mark.slow
-def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path):
+def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path, notebook_runs):
     import nbformat
 
     import tools.chain.notebooks as chain
 
     nb = chain.build_notebook("nb06_real_model_grpo")
-    done = chain.execute(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})
+    done = notebook_runs.run(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})
     errors = chain.cell_errors(done)
     assert errors and errors[0][2] == "ValueError" and "RUN_MODE" in errors[0][3]
     assert not (ROOT / gx.output_relative_path(WORKLOAD_ID, run_label)).exists()

@@ -8,8 +8,6 @@ cell exercises one function only); answers that tamper with builtins get an exec
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import tools.chain.notebooks as chain
@@ -359,12 +357,15 @@ def _source(assignment):
     return _SOURCES[assignment]
 
 
-def _run(assignment, answers):
-    """Execute the source notebook with the given answer cells; return ({grade_id: result}, seconds)."""
-    nb = chain.substitute_answers(_source(assignment), answers) if answers else _source(assignment)
-    started = time.perf_counter()
-    done = chain.execute(nb, chain.ROOT, timeout=180)
-    seconds = time.perf_counter() - started
+def _run(notebook_runs, assignment, answers):
+    """Execute the source notebook with the given answer cells (once per test run, shared through the
+    ``notebook_runs`` fixture; no answers: the solution execution test_notebooks.py uses too); return
+    (executed notebook, {grade_id: result}, seconds)."""
+    if not answers:
+        done, seconds = notebook_runs.solution_timed(assignment)
+    else:
+        nb = chain.substitute_answers(_source(assignment), answers)
+        done, seconds = notebook_runs.run_timed(nb, chain.ROOT, timeout=180)
     return done, chain.cell_results(done), seconds
 
 
@@ -374,8 +375,8 @@ def _graded(results, kind):
 
 # ----------------------------------------------------------------------------- (a) solutions run green
 @pytest.mark.parametrize("assignment, figures", [(NB1, 1), (NB2, 2)])
-def test_solution_notebook_runs_green(assignment, figures):
-    done, results, seconds = _run(assignment, None)
+def test_solution_notebook_runs_green(assignment, figures, notebook_runs):
+    done, results, seconds = _run(notebook_runs, assignment, None)
     errors = chain.cell_errors(done)
     assert not errors, f"{assignment}: cells raised {errors}"
     assert _graded(results, "visible") and _graded(results, "hidden")
@@ -386,8 +387,8 @@ def test_solution_notebook_runs_green(assignment, figures):
 
 # ----------------------------------------------------------------------------- (b) independent answers pass
 @pytest.mark.parametrize("assignment, answers", [(NB1, INDEPENDENT_NB1), (NB2, INDEPENDENT_NB2)])
-def test_independent_correct_answers_pass_every_test(assignment, answers):
-    done, results, seconds = _run(assignment, answers)
+def test_independent_correct_answers_pass_every_test(assignment, answers, notebook_runs):
+    done, results, seconds = _run(notebook_runs, assignment, answers)
     graded = {gid: r for gid, r in results.items() if gid.startswith("test_")}
     assert len(graded) >= 4
     failed = {gid: r for gid, r in graded.items() if r is not None}
@@ -438,9 +439,9 @@ WRONG_RUNS = {
 
 
 @pytest.mark.parametrize("name", list(WRONG_RUNS))
-def test_wrong_answers_fail_hidden_tests(name):
+def test_wrong_answers_fail_hidden_tests(name, notebook_runs):
     assignment, answers, expected_failures, passes_visible = WRONG_RUNS[name]
-    _, results, seconds = _run(assignment, answers)
+    _, results, seconds = _run(notebook_runs, assignment, answers)
     for grade_id, phrase in expected_failures.items():
         outcome = results[grade_id]
         assert outcome is not None, f"{name}: hidden test {grade_id} passed a wrong answer"

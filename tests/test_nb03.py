@@ -12,7 +12,6 @@ import json
 import re
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -170,10 +169,9 @@ def _hidden_only(nb, grade_ids):
     return out
 
 
-def _run(nb):
-    started = time.perf_counter()
-    done = chain.execute(nb, chain.ROOT, timeout=300)
-    return done, time.perf_counter() - started
+def _run(nb, notebook_runs):
+    """(executed notebook, seconds), once per test run (shared through the ``notebook_runs`` fixture)."""
+    return notebook_runs.run_timed(nb, chain.ROOT, timeout=300)
 
 
 def _cell_stdout(nb, grade_id):
@@ -210,19 +208,19 @@ def _assert_trl_passed(result):
 
 # ----------------------------------------------------------------------------- tests
 @pytest.mark.slow
-def test_solution_runs_green_and_trl_conformance_passes():
+def test_solution_runs_green_and_trl_conformance_passes(notebook_runs):
     pytest.importorskip("trl")
-    done, seconds = _run(_source_notebook())
+    done, seconds = notebook_runs.solution_timed(ASSIGNMENT)  # the execution test_notebooks.py uses too
     assert chain.cell_errors(done) == []
     _assert_trl_passed(_trl_result(done))
     print(f"{ASSIGNMENT}: solution executed in {seconds:.1f} s (kernel start included)")
 
 
 @pytest.mark.slow
-def test_independent_implementation_passes_every_visible_and_hidden_test():
+def test_independent_implementation_passes_every_visible_and_hidden_test(notebook_runs):
     pytest.importorskip("trl")
     nb = chain.substitute_answers(_source_notebook(), {k: textwrap.dedent(v).strip() + "\n" for k, v in INDEPENDENT.items()})
-    done, _ = _run(nb)
+    done, _ = _run(nb, notebook_runs)
     results = chain.cell_results(done)
     assert {gid: results[gid] for gid in TEST_CELLS} == {gid: None for gid in TEST_CELLS}
     assert chain.cell_errors(done) == []
@@ -238,12 +236,12 @@ def test_independent_implementation_passes_every_visible_and_hidden_test():
     ("CISPO cap 1 + epsilon_high", WRONG_CISPO_ONE_PLUS_EPS,
      ["test_cispo_policy_loss", "test_per_token_policy_loss"]),
 ])
-def test_wrong_implementations_fail_the_hidden_tests(label, answers, caught_by):
+def test_wrong_implementations_fail_the_hidden_tests(label, answers, caught_by, notebook_runs):
     base = _without_trl_section(_source_notebook())
     base = chain.substitute_answers(base, {k: textwrap.dedent(v).strip() + "\n" for k, v in INDEPENDENT.items()})
     wrong = chain.substitute_answers(base, {k: textwrap.dedent(v).strip() + "\n" for k, v in answers.items()})
     assert wrong.cells != base.cells, f"{label}: the wrong variant did not change any answer"
-    done, _ = _run(_hidden_only(wrong, caught_by))
+    done, _ = _run(_hidden_only(wrong, caught_by), notebook_runs)
     results = chain.cell_results(done)
     for grade_id in caught_by:
         assert results[grade_id] is not None and results[grade_id].startswith("AssertionError"), \
