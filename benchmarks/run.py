@@ -437,6 +437,7 @@ def _grade_sample_class(course: Path, workers: int | None, learners: list[str] |
 
 
 _RELEASED_COURSE: Path | None = None  # --released-course: reuse a released course instead of releasing one
+_SERIES_FROM: Path | None = None  # --series-from: solution executions made in this test run, not repeated
 
 
 def bench_autograde(tiny: bool) -> list[dict]:
@@ -527,7 +528,13 @@ def bench_series(tiny: bool) -> list[dict]:
     kernel = median(kernel_floor(chain, "pass", 1 if tiny else 3))
     notebooks = {}
     for assignment in assignments:
-        nb, seconds = chain.execute_solution(assignment)
+        if _SERIES_FROM is not None:  # executed in this test run already (tests/conftest.py notebook_runs)
+            import nbformat
+
+            saved = json.loads((_SERIES_FROM / f"{assignment}.json").read_text(encoding="utf-8"))
+            nb, seconds = nbformat.from_dict(saved["notebook"]), float(saved["seconds"])
+        else:
+            nb, seconds = chain.execute_solution(assignment)
         errors = chain.cell_errors(nb)
         notebooks[assignment] = {
             "seconds_with_kernel_start": seconds,
@@ -541,6 +548,7 @@ def bench_series(tiny: bool) -> list[dict]:
     return [metric(name, total, "s", dict(baseline, value=kernel), {
         "goal": goal, "goal_met": all(n["goal_met"] for n in notebooks.values()),
         "notebooks": notebooks, "count": len(notebooks),
+        "executions_reused_from_tests": _SERIES_FROM is not None,
         "slowest_excluding_kernel_start_s": slowest,
         "total_excluding_kernel_start_s": sum(n["seconds_excluding_kernel_start"] for n in notebooks.values()),
         "formula": ("value = sum over solution notebooks of tools.chain.notebooks.execute_solution seconds "
@@ -682,6 +690,9 @@ def main(argv: list[str] | None = None) -> int:
                              "machine; 0 = torch's default). Notebooks and grading kernels keep their own setting.")
     parser.add_argument("--released-course", type=Path, default=None, metavar="COURSE",
                         help="autograde: copy this released course (e.g. the tests' shared one) instead of releasing")
+    parser.add_argument("--series-from", type=Path, default=None, metavar="DIR",
+                        help="series: read <assignment>.json ({notebook, seconds}: an execution of the solution "
+                             "made in this test run) instead of executing the solution again")
     parser.add_argument("--markdown", type=Path, default=None, metavar="RESULTS",
                         help="print the markdown table of a results file and exit (for the README)")
     parser.add_argument("--logprobs-worker", nargs=5, metavar=("VARIANT", "B", "T", "V", "REPEATS"),
@@ -694,8 +705,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown_table(json.loads(args.markdown.read_text(encoding="utf-8"))))
         return 0
-    global _RELEASED_COURSE
-    _RELEASED_COURSE = args.released_course
+    global _RELEASED_COURSE, _SERIES_FROM
+    _RELEASED_COURSE, _SERIES_FROM = args.released_course, args.series_from
     results = run(args.tiny, args.only, threads=args.threads)
     print(table(results))
     out = args.out if args.out is not None else (None if args.tiny else RESULTS / "latest.json")
