@@ -55,9 +55,9 @@ test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, r
 	$(PY) -m pytest -q $(PYTEST_XDIST) --durations=10 tests || status=$$?; \
 	echo "[test] make test: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
 
-test-fast: $(VENV)/.setup-stamp ## the inner loop: the tests not marked slow (no notebook execution), on 2 workers
+test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, grading or release (markers slow, release)
 	@start=$$(date +%s); status=0; \
-	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow" --durations=10 tests || status=$$?; \
+	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow and not release" --durations=10 tests || status=$$?; \
 	echo "[test] make test-fast: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
 
 # ruff check covers tools/, tests/, benchmarks/, solutions/ and autograde/ (rules in pyproject.toml). The format

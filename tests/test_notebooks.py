@@ -9,6 +9,7 @@ import tools.chain.notebooks as chain
 ASSIGNMENTS = chain.assignments()
 
 
+@pytest.mark.release
 def test_every_source_has_a_learner_version_and_nothing_leaks(released_course):
     assert ASSIGNMENTS, "solutions/ holds no notebook source"
     released = (released_course["course"], released_course["notebooks"])  # the test run's one release
