@@ -13,8 +13,9 @@ LAB_FLAGS ?=
 export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build release check-release demo test lab lab-instructor workspace autograde merge-shards feedback grades experiment online \
-        bench tiny-model qwen-shaped-checkpoint gpu-wheelhouse preflight clean
+.PHONY: help setup build release check-release demo test test-fast lint format lab lab-instructor workspace \
+        autograde merge-shards feedback grades experiment online bench tiny-model qwen-shaped-checkpoint \
+        gpu-wheelhouse preflight clean
 
 help: ## list the targets
 	@echo "GRPO in practice (组相对策略优化实战) - make targets:"
@@ -51,8 +52,34 @@ qwen-shaped-checkpoint: $(VENV)/.setup-stamp ## random-init checkpoint with Qwen
 gpu-wheelhouse: $(VENV)/.setup-stamp ## wheels for benchmarks/gpu_check.sh on a bare CUDA machine -> .cache/gpu-wheelhouse (GPU_PYTHONS="3.11 3.12")
 	@$(PY) benchmarks/gpu_wheelhouse.py $(foreach v,$(or $(GPU_PYTHONS),3.11 3.12),--python $(v))
 
+# `make test` runs on 2 workers (pytest-xdist; a module's tests stay together so its module fixtures run once);
+# notebook executions are shared across workers by tests/conftest.py. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, release check, grading, benchmarks at tiny size)
-	@$(PY) -m pytest -q tests
+	@start=$$(date +%s); status=0; \
+	$(PY) -m pytest -q $(PYTEST_XDIST) --durations=10 tests || status=$$?; \
+	echo "[test] make test: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
+
+test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, grading or release (markers slow, release)
+	@start=$$(date +%s); status=0; \
+	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow and not release" --durations=10 tests || status=$$?; \
+	echo "[test] make test-fast: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
+
+# ruff check covers tools/, tests/, benchmarks/, solutions/ and autograde/ (rules in pyproject.toml). The format
+# check covers only the files below, formatted by maintainers; the rest keeps its hand-aligned style for now, so
+# that parallel edits do not drown in reformatting (add a file here after `ruff format` on it).
+FORMAT_FILES := tests/conftest.py tools/__init__.py tools/chain/__init__.py tools/chain/saved.py \
+                tools/chain/readme_table.py benchmarks/__init__.py benchmarks/course_code.py
+
+lint: $(VENV)/.setup-stamp ## ruff check (tools, tests, benchmarks, solutions, autograde) + ruff format --check (FORMAT_FILES)
+	@$(PY) -m ruff check .
+	@$(PY) -m ruff format --check $(FORMAT_FILES)
+
+format: $(VENV)/.setup-stamp ## ruff check --fix, then ruff format on FORMAT_FILES
+	@$(PY) -m ruff check --fix .
+	@$(PY) -m ruff format $(FORMAT_FILES)
 
 demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the sample class, run the experiment
 	@GRPO_PROGRESS=1 $(PY) -m tools.cli.demo

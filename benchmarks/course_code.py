@@ -9,6 +9,7 @@ requested too, a test cell may not) in a fresh namespace, in the order given, an
 The ``### BEGIN/END SOLUTION`` markers are plain comments, so the answer cell runs as written. What the
 cells print while loading (a helper cell's demo line) is discarded.
 """
+
 from __future__ import annotations
 
 import ast
@@ -39,8 +40,9 @@ def _import_statements(source: str) -> list[str]:
         tree = ast.parse(source)
     except SyntaxError:  # anything else that is not plain Python contributes no imports
         return []
-    return [ast.get_source_segment(source, node) for node in tree.body
-            if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return [
+        ast.get_source_segment(source, node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
 
 
 def load_answers(assignment: str, grade_ids: list[str], solutions: Path = SOLUTIONS) -> dict:

@@ -372,7 +372,25 @@ def compute_group_advantages(rewards, group_ids, eps=1e-6):
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"输入契约：eps 必须是正的有限数，实际为 {eps!r}")
 
-    _, inverse = torch.unique(group_ids.to(rewards.device), return_inverse=True)  # [N] in 0..K-1
+    # Fast path: contiguous groups of one size G (the TRL / MiniMind layout) need no unique/scatter.
+    group_ids = group_ids.to(rewards.device)
+    n = rewards.numel()
+    other = group_ids != group_ids[0]  # [N] outside the first group
+    size = int(other.to(torch.uint8).argmax())  # first position outside it (0 when there is none)
+    size = size if bool(other[size]) else n
+    if n % size == 0:
+        blocks = group_ids.view(-1, size)  # [K, G]
+        starts = blocks[:, 0]  # [K]
+        if bool((blocks == starts.unsqueeze(1)).all()) and (
+            bool((starts[1:] > starts[:-1]).all()) or starts.unique().numel() == starts.numel()
+        ):
+            grouped = rewards.view(-1, size)  # [K, G]
+            shifted = grouped - grouped.amin(dim=1, keepdim=True)  # [K, G] exactly 0 in equal-reward groups
+            centered = shifted - shifted.mean(dim=1, keepdim=True)  # [K, G]
+            variance = (centered * centered).mean(dim=1, keepdim=True)  # [K, 1] population variance
+            return (centered / variance.sqrt().clamp_min(eps)).view(-1)  # [N]
+
+    _, inverse = torch.unique(group_ids, return_inverse=True)  # [N] in 0..K-1
     num_groups = int(inverse.max().item()) + 1
 
     def per_group_sum(values):  # [N] -> [K]

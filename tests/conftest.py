@@ -1,21 +1,54 @@
-"""Shared fixtures of the test suite.
+"""Shared fixtures of the test suite: every notebook execution happens at most once per test run.
 
-``notebook_runs`` (session scope) executes a notebook at most once per test run and shares the result:
+``notebook_runs`` (session scope) executes a notebook at most once per test run and shares the result::
 
     def test_something(notebook_runs):
         nb = notebook_runs.solution("nb01_group_advantages")      # executed solution (nbgrader source) version
         nb = notebook_runs.learner("nb01_group_advantages")       # executed learner version (notebooks/)
         nb = notebook_runs.run(variant_nb, cwd=ROOT, env={...})  # any notebook (e.g. substituted answers)
+        nb, seconds = notebook_runs.solution_timed(name)          # ... and the seconds of the one real run
 
 Results are cached by the notebook's JSON, the working directory and the extra environment, so two tests that
 ask for the same execution share one kernel run. Executed notebooks are returned as deep copies: a test may
-modify what it gets. ``notebook_runs.count(key)`` says how often a given execution really ran (always 0 or 1).
+modify what it gets. ``notebook_runs.count(key)`` says how often a given execution really ran in this process
+(always 0 or 1); ``notebook_runs.key(nb, cwd, env)`` gives that key.
+
+The cache is shared across pytest-xdist workers (``make test`` runs ``-n 2``): results live in a folder of the
+test run (beside the workers' temporary folders) and a file lock per key makes the first worker execute while
+the other waits and reads the result. Nothing is written into the repository: the solution version is built in
+memory (``tools.chain.notebooks.build_notebook``) and executed with ``autograde/source/<a>/`` as working
+directory, as nbgrader would.
+
+Shorter spellings (function-scoped fixtures returning a callable):
+
+- ``executed_solution(name)`` == ``notebook_runs.solution(name)``
+- ``executed_learner(name)`` == ``notebook_runs.learner(name)``
+- ``released_course`` (session): one released course per test run, ``{"course": Path, "notebooks": Path}``:
+  ``tools.chain.notebooks.release_into`` of the whole series into a temporary course (source, release and
+  gradebook), built once and shared by every test and worker. Copy it (``shutil.copytree``) before grading
+  into it.
+
+One execution per notebook, enforced: during the test run ``tools.chain.notebooks.execute`` is wrapped; a
+direct call that executes a notebook already executed in this run (same JSON, working directory and extra
+environment; by ``notebook_runs`` or by another direct call, in any worker) raises ``DuplicateExecution`` and so
+fails the calling test. Convert such a call to ``notebook_runs.run(...)``. (Executions inside subprocesses, e.g.
+``tools.cli.experiment`` or the grading pipeline, are not seen.)
+
+Converting a module: replace ``chain.execute(nb, cwd, ...)`` by ``notebook_runs.run(nb, cwd=cwd, ...)``, the
+solution executions (``chain.execute_solution`` or ``chain.execute(chain.build_notebook(a), ...)``) by
+``notebook_runs.solution(a)``, and put wrong-answer variants of one notebook into one execution (see
+``tests/test_nb04_nb05.py``: one warm kernel runs every variant, then restores the correct answers).
 """
+
 from __future__ import annotations
 
 import copy
+import fcntl
 import hashlib
 import json
+import os
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import os
@@ -31,39 +64,108 @@ os.environ.setdefault("GRPO_ONLINE_RUN_MODE", "smoke")
 os.environ.setdefault("GRPO_ONLINE_RUN_LABEL", "pytest-scratch")
 
 
+class DuplicateExecution(RuntimeError):
+    """A test executed a notebook that this test run had already executed: use ``notebook_runs``."""
+
+
+def _key(nb: nbformat.NotebookNode, cwd: Path, env: dict[str, str] | None) -> str:
+    text = json.dumps(nb, sort_keys=True) + "\0" + str(cwd) + "\0" + json.dumps(env or {}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class ExecutionRegistry:
+    """Which executions this test run has done (a folder shared by the xdist workers), and by which test."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def claim(self, key: str, owner: str) -> None:
+        """Record that ``owner`` executes ``key``; raise ``DuplicateExecution`` when it already ran."""
+        path = self.folder / f"{key}.owner"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            first = path.read_text(encoding="utf-8") or "another test"
+            raise DuplicateExecution(
+                f"this notebook was already executed in this test run (by {first}); {owner} executes it again: "
+                "use the session fixture `notebook_runs` (tests/conftest.py) to share one execution"
+            ) from None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(owner)
+
+
 class NotebookRuns:
-    def __init__(self) -> None:
+    def __init__(self, cache: Path | None = None, registry: ExecutionRegistry | None = None, execute=None) -> None:
         self._done: dict[str, tuple[nbformat.NotebookNode, float]] = {}
         self.executions: dict[str, int] = {}
+        self._cache = cache
+        self._registry = registry
+        self._execute = execute or chain.execute
+        self.current_test = "a test"
 
-    @staticmethod
-    def key(nb: nbformat.NotebookNode, cwd: Path, env: dict[str, str] | None) -> str:
-        text = json.dumps(nb, sort_keys=True) + "\0" + str(cwd) + "\0" + json.dumps(env or {}, sort_keys=True)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    key = staticmethod(_key)
 
-    def run_timed(self, nb: nbformat.NotebookNode, cwd: Path = chain.ROOT, timeout: int = 600,
-                  env: dict[str, str] | None = None) -> tuple[nbformat.NotebookNode, float]:
+    def count(self, key: str) -> int:
+        """How often the execution ``key`` really ran in this process (0 or 1)."""
+        return self.executions.get(key, 0)
+
+    def _really_run(self, key: str, nb, cwd: Path, timeout: int, env) -> tuple[nbformat.NotebookNode, float]:
+        if self._registry is not None:
+            self._registry.claim(key, f"notebook_runs ({self.current_test})")
+        started = time.perf_counter()
+        done = self._execute(nb, Path(cwd), timeout=timeout, env=env)
+        seconds = time.perf_counter() - started
+        self.executions[key] = self.executions.get(key, 0) + 1
+        return done, seconds
+
+    def run_timed(
+        self, nb: nbformat.NotebookNode, cwd: Path = chain.ROOT, timeout: int = 600, env: dict[str, str] | None = None
+    ) -> tuple[nbformat.NotebookNode, float]:
         """(executed copy, seconds of the one real execution, kernel start included)."""
-        import time
-
         key = self.key(nb, Path(cwd), env)
         if key not in self._done:
-            started = time.perf_counter()
-            done = chain.execute(nb, Path(cwd), timeout=timeout, env=env)
-            self._done[key] = (done, time.perf_counter() - started)
-            self.executions[key] = self.executions.get(key, 0) + 1
+            if self._cache is None:
+                self._done[key] = self._really_run(key, nb, cwd, timeout, env)
+            else:
+                result = self._cache / f"{key}.json"
+                with _locked(self._cache / f"{key}.lock"):
+                    if result.exists():  # another worker executed it
+                        saved = json.loads(result.read_text(encoding="utf-8"))
+                        self._done[key] = (nbformat.from_dict(saved["notebook"]), saved["seconds"])
+                    else:
+                        done, seconds = self._really_run(key, nb, cwd, timeout, env)
+                        _write_atomic(result, json.dumps({"notebook": done, "seconds": seconds}))
+                        self._done[key] = (done, seconds)
         done, seconds = self._done[key]
         return copy.deepcopy(done), seconds
 
-    def run(self, nb: nbformat.NotebookNode, cwd: Path = chain.ROOT, timeout: int = 600,
-            env: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    def run(
+        self, nb: nbformat.NotebookNode, cwd: Path = chain.ROOT, timeout: int = 600, env: dict[str, str] | None = None
+    ) -> nbformat.NotebookNode:
         return self.run_timed(nb, cwd, timeout, env)[0]
 
     def solution_timed(self, assignment: str) -> tuple[nbformat.NotebookNode, float]:
-        path = chain.COURSE / "source" / assignment / f"{assignment}.ipynb"
-        nb = chain.build_notebook(assignment)
-        chain.write_notebook(nb, path)
-        return self.run_timed(nbformat.read(path, as_version=4), path.parent)
+        folder = chain.COURSE / "source" / assignment
+        folder.mkdir(parents=True, exist_ok=True)  # the working directory nbgrader would use
+        return self.run_timed(chain.build_notebook(assignment), folder)
 
     def solution(self, assignment: str) -> nbformat.NotebookNode:
         return self.solution_timed(assignment)[0]
@@ -76,6 +178,64 @@ class NotebookRuns:
         return self.learner_timed(assignment)[0]
 
 
+def _run_folder(tmp_path_factory) -> Path:
+    """A folder of this test run that every xdist worker sees (the parent of the workers' base temp)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
-def notebook_runs() -> NotebookRuns:
-    return NotebookRuns()
+def notebook_runs(tmp_path_factory) -> NotebookRuns:
+    folder = _run_folder(tmp_path_factory) / "notebook-runs"
+    registry = ExecutionRegistry(folder / "registry")
+    original = chain.execute
+
+    def guarded_execute(nb, cwd, timeout=120, env=None):
+        if not getattr(guarded_execute, "inside", False):  # a direct call from a test
+            registry.claim(_key(nb, Path(cwd), env), runs.current_test)
+        return original(nb, cwd, timeout=timeout, env=env)
+
+    def inner_execute(nb, cwd, timeout=120, env=None):  # notebook_runs already claimed the key
+        guarded_execute.inside = True
+        try:
+            return original(nb, cwd, timeout=timeout, env=env)
+        finally:
+            guarded_execute.inside = False
+
+    runs = NotebookRuns(cache=folder / "cache", registry=registry, execute=inner_execute)
+    chain.execute = guarded_execute
+    try:
+        yield runs
+    finally:
+        chain.execute = original
+
+
+@pytest.fixture(autouse=True)
+def _name_current_test(request, notebook_runs):
+    """Installs the duplicate-execution guard for every test and names the test it reports."""
+    notebook_runs.current_test = request.node.nodeid
+    yield
+
+
+@pytest.fixture()
+def executed_solution(notebook_runs):
+    return notebook_runs.solution
+
+
+@pytest.fixture()
+def executed_learner(notebook_runs):
+    return notebook_runs.learner
+
+
+@pytest.fixture(scope="session")
+def released_course(tmp_path_factory) -> dict[str, Path]:
+    """One released course (source, release, gradebook) per test run, shared by all workers: do not modify it."""
+    folder = _run_folder(tmp_path_factory) / "released-course"
+    course, notebooks = folder / "autograde", folder / "notebooks"
+    with _locked(folder.with_suffix(".lock")):
+        if not (folder / "done").exists():
+            course.mkdir(parents=True, exist_ok=True)
+            (course / "nbgrader_config.py").write_bytes((chain.COURSE / "nbgrader_config.py").read_bytes())
+            chain.release_into(course, notebooks)
+            (folder / "done").write_text("ok", encoding="utf-8")
+    return {"course": course, "notebooks": notebooks}

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
+import tools.chain.notebooks as chain
 from benchmarks.course_code import CourseCodeUnavailable, load_answers
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # metric -> files whose absence alone may excuse `value: null` ("not available: ...")
 METRICS = {
-    "group_advantages_speedup_vs_loop_65536": ["solutions/nb01_group_advantages.py"],
-    "group_advantages_time_vs_reshape_65536": ["solutions/nb01_group_advantages.py"],
+    "group_advantages_speedup_vs_loop_65536": ["tools/lessons/nb01_group_advantages.py"],
+    "group_advantages_time_vs_reshape_65536": ["tools/lessons/nb01_group_advantages.py"],
     "logprobs_peak_memory_vs_logits": ["tools/post_training_runtime.py"],
     "logprobs_peak_memory_vs_logits_bf16": ["tools/post_training_runtime.py"],
     "grpo_loss_fwd_bwd_ms": ["solutions/nb02_grpo_objective.py"],
@@ -75,23 +76,43 @@ def test_loader_executes_imports_and_requested_cells_only(tmp_path, capsys):
         load_answers("absent", ["answer"], solutions=tmp_path)
 
 
-@pytest.mark.skipif(not (ROOT / "solutions/nb01_group_advantages.py").exists(), reason="notebook 1 not merged")
-def test_loader_gives_the_course_answer_matching_the_seed_loop():
+def test_benchmarked_group_advantages_match_the_seed_loop_on_both_paths():
+    """The graded function (tools.lessons, what the benchmark times) on ragged groups and on the contiguous
+    equal-size fast path, against the loop baseline; exact zeros for equal-reward groups on both paths."""
     import torch
 
     from benchmarks.run import _ragged_case, seed_loop_advantages
+    from tools.lessons.nb01_group_advantages import compute_group_advantages as course
 
-    course = load_answers("nb01_group_advantages", ["compute_group_advantages"])["compute_group_advantages"]
     rewards, group_ids, _ = _ragged_case(300, seed=3)
     torch.testing.assert_close(course(rewards, group_ids), seed_loop_advantages(rewards, group_ids),
                                rtol=1e-5, atol=1e-5)
+    rewards = torch.rand(64, generator=torch.Generator().manual_seed(5))  # [N]
+    rewards[8:16] = 1.1  # one equal-reward group of float32 values
+    for group_ids in (torch.arange(8).repeat_interleave(8), torch.arange(8).flip(0).repeat_interleave(8),
+                      torch.zeros(64, dtype=torch.long), torch.arange(64)):
+        got = course(rewards, group_ids)
+        torch.testing.assert_close(got, seed_loop_advantages(rewards, group_ids), rtol=1e-5, atol=1e-5)
+        same = rewards[group_ids == group_ids[8]] == rewards[8]
+        if bool(same.all()):
+            assert bool((got[group_ids == group_ids[8]] == 0).all())
+    # ids that repeat a block (0, 0, 1, 1, 0, 0) are one group of four, not two contiguous blocks
+    rewards = torch.tensor([1.0, 2.0, 3.0, 5.0, 4.0, 0.0])  # [N]
+    group_ids = torch.tensor([0, 0, 1, 1, 0, 0])  # [N]
+    torch.testing.assert_close(course(rewards, group_ids), seed_loop_advantages(rewards, group_ids))
 
 
 @pytest.fixture(scope="module")
-def tiny_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "tiny.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--tiny", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+def tiny_results(tmp_path_factory, released_course, notebook_runs):
+    folder = tmp_path_factory.mktemp("bench")
+    out = folder / "tiny.json"
+    first = chain.assignments()[0]  # the tiny series times the first solution: the run's shared execution
+    nb, seconds = notebook_runs.solution_timed(first)
+    (folder / f"{first}.json").write_text(json.dumps({"notebook": nb, "seconds": seconds}), encoding="utf-8")
+    command = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--tiny", "--out", str(out),
+               "--released-course", str(released_course["course"]),  # the test run's one release
+               "--series-from", str(folder)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text(encoding="utf-8")), done.stdout
 
@@ -125,25 +146,28 @@ def test_tiny_run_values_are_finite_unless_a_dependency_is_truly_missing(tiny_re
         assert m["detail"].get("goal_met") is None  # tiny sizes make no claim
 
 
+def _measured(by_name, name):
+    """The metric, which must carry a value: every benchmarked part is in this checkout."""
+    m = by_name[name]
+    assert m["value"] is not None, f"{name} reports no value: {m['detail']}"
+    return m
+
+
 @pytest.mark.slow
 def test_tiny_run_benchmarked_code_agrees_with_its_baseline(tiny_results):
     results, _ = tiny_results
     by_name = {m["name"]: m for m in results["metrics"]}
-    adv = by_name["group_advantages_speedup_vs_loop_65536"]
-    if adv["value"] is not None:
-        for size in adv["detail"]["sizes"].values():
-            assert size["max_abs_diff_vs_loop"] < 1e-4 and size["max_abs_diff_reshape_vs_loop"] < 1e-4
-        assert adv["detail"]["ragged_unsorted"]["max_abs_diff_vs_loop"] < 1e-4
-    logp = by_name["logprobs_peak_memory_vs_logits"]
-    if logp["value"] is not None:
-        assert logp["detail"]["max_abs_diff_runtime_vs_naive"] < 1e-4
-    logp_bf16 = by_name["logprobs_peak_memory_vs_logits_bf16"]
-    if logp_bf16["value"] is not None:
-        assert logp_bf16["detail"]["max_abs_diff_runtime_vs_previous"] < 1e-4
-        assert logp_bf16["value"] <= 1.05 < logp_bf16["baseline"]["value"]  # bytes, not time: exact at any size
-    loss = by_name["grpo_loss_fwd_bwd_ms"]
-    if loss["value"] is not None:
-        assert loss["detail"]["abs_diff_loss"] < 1e-5 and loss["detail"]["max_abs_diff_grad"] < 1e-6
-    series = by_name["series_execution_s"]
-    if series["value"] is not None:
-        assert all(not nb["errors"] for nb in series["detail"]["notebooks"].values())
+    adv = _measured(by_name, "group_advantages_speedup_vs_loop_65536")
+    for size in adv["detail"]["sizes"].values():
+        assert size["max_abs_diff_vs_loop"] < 1e-4 and size["max_abs_diff_reshape_vs_loop"] < 1e-4
+    assert adv["detail"]["ragged_unsorted"]["max_abs_diff_vs_loop"] < 1e-4
+    logp = _measured(by_name, "logprobs_peak_memory_vs_logits")
+    assert logp["detail"]["max_abs_diff_runtime_vs_naive"] < 1e-4
+    logp_bf16 = _measured(by_name, "logprobs_peak_memory_vs_logits_bf16")
+    assert logp_bf16["detail"]["max_abs_diff_runtime_vs_previous"] < 1e-4
+    assert logp_bf16["value"] <= 1.05 < logp_bf16["baseline"]["value"]  # bytes, not time: exact at any size
+    loss = _measured(by_name, "grpo_loss_fwd_bwd_ms")
+    assert loss["detail"]["abs_diff_loss"] < 1e-5 and loss["detail"]["max_abs_diff_grad"] < 1e-6
+    series = _measured(by_name, "series_execution_s")
+    assert series["detail"]["notebooks"], "the series benchmark executed no notebook"
+    assert all(not nb["errors"] for nb in series["detail"]["notebooks"].values())

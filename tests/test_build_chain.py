@@ -43,6 +43,7 @@ def test_build_completes_metadata_and_inserts_first_cells(course):
     assert [c["id"] for c in nb.cells][:2] == ["cell-000", "bootstrap"]
 
 
+@pytest.mark.release
 def test_release_is_byte_stable_strips_answers_and_passes_check(course):
     first = chain.release()[0].read_bytes()
     second = chain.release()[0].read_bytes()
@@ -54,6 +55,7 @@ def test_release_is_byte_stable_strips_answers_and_passes_check(course):
     assert chain.check() == 0
 
 
+@pytest.mark.release
 def test_check_fails_on_stale_and_on_leak(course, capsys):
     path = chain.release()[0]
     nb = nbformat.read(path, as_version=4)

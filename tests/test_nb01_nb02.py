@@ -358,9 +358,14 @@ def _source(assignment):
 
 
 def _run(notebook_runs, assignment, answers):
-    """Execute the source notebook with the given answer cells (once per session); return (nb, results, seconds)."""
-    nb = chain.substitute_answers(_source(assignment), answers) if answers else _source(assignment)
-    done, seconds = notebook_runs.run_timed(nb, chain.ROOT, timeout=180)
+    """Execute the source notebook with the given answer cells (once per test run, shared through the
+    ``notebook_runs`` fixture; no answers: the solution execution test_notebooks.py uses too); return
+    (executed notebook, {grade_id: result}, seconds)."""
+    if not answers:
+        done, seconds = notebook_runs.solution_timed(assignment)
+    else:
+        nb = chain.substitute_answers(_source(assignment), answers)
+        done, seconds = notebook_runs.run_timed(nb, chain.ROOT, timeout=180)
     return done, chain.cell_results(done), seconds
 
 

@@ -3,12 +3,13 @@
 * the reference solutions run green (every graded test cell passes);
 * an independently written correct implementation (below, not copied from the solutions) passes every
   visible and hidden test;
-* common wrong answers each fail at least one *hidden* test: they run against a copy of the notebook whose
-  test cells hold only their hidden part, so a failure there cannot come from the visible tests. Wrong answers
-  to different functions share one execution (each hidden test cell exercises one function only).
+* common wrong answers each fail at least one *hidden* test: they run against copies of the cells whose test
+  cells hold only their hidden part, so a failure there cannot come from the visible tests.
 
-Each case executes a real notebook with nbclient through the session fixture ``notebook_runs`` (one execution
-per distinct notebook per test session; the reference run is shared with tests/test_notebooks.py).
+Executions are shared through the ``notebook_runs`` fixture (tests/conftest.py): the reference solution is the
+one execution ``test_notebooks.py`` also uses, and every other case of a notebook runs in ONE warm kernel
+(``_warm_kernel_notebook``): the independent answers first, then each wrong variant on the cells from its
+answer through its target test, each followed by the correct answers again, then every hidden test alone.
 """
 from __future__ import annotations
 
@@ -200,82 +201,110 @@ def _test_cells(nb) -> list[str]:
             if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
 
 
-def _hidden_only(nb, stop_after: str | None = None):
-    """Copy of ``nb`` whose graded test cells contain only their hidden tests; cut after ``stop_after``."""
-    out = copy.deepcopy(nb)
-    cells = []
-    for cell in out.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("grade"):
-            regions = _HIDDEN.findall(cell.source)
-            assert regions, f"{meta['grade_id']} has no hidden tests"
-            cell.source = "\n".join(regions)
-        cells.append(cell)
-        if stop_after is not None and meta.get("grade_id") == stop_after:
-            break
-    else:
-        assert stop_after is None, f"no cell {stop_after!r}"
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _copy_cell(cell, tag: str, answers: dict[str, str]):
+    """A copy of ``cell`` for the appended part of the warm kernel: answer cells take ``answers``, graded test
+    cells keep only their hidden tests; the copy's grade_id is ``<grade_id>@<tag>``."""
+    out = copy.deepcopy(cell)
+    grade_id = _grade_id(cell)
+    if grade_id in answers:
+        out.source = answers[grade_id]
+    if out.metadata.get("nbgrader", {}).get("grade"):
+        regions = _HIDDEN.findall(out.source)
+        assert regions, f"{grade_id} has no hidden tests"
+        out.source = "\n".join(regions)
+    if grade_id:
+        out.metadata["nbgrader"] = dict(out.metadata["nbgrader"], grade_id=f"{grade_id}@{tag}")
+    out["id"] = re.sub(r"[^A-Za-z0-9-]", "-", f"{out.get('id', 'cell')}-{tag}")[:64]
+    out.outputs, out.execution_count = [], None
+    return out
+
+
+def _warm_kernel_notebook(assignment: str):
+    """One notebook that checks every answer variant of ``assignment`` in one kernel (one execution):
+
+    1. the notebook with the independent correct answers, visible and hidden tests (original grade_ids);
+    2. for each wrong answer ``name``: the cells from its answer cell through its target test cell, the answer
+       replaced by the wrong one and the test cells cut to their hidden tests (``<grade_id>@<name>``), then the
+       same cells with the correct answers again (``<grade_id>@restore-<name>``), so the next variant starts
+       from correct state;
+    3. every test cell cut to its hidden tests, with the correct answers in place (``<grade_id>@hidden-only``).
+    """
+    independent = INDEPENDENT_NB4 if assignment == NB4 else INDEPENDENT_NB5
+    wrong_answers = WRONG_NB4 if assignment == NB4 else WRONG_NB5
+    base = chain.substitute_answers(chain.build_notebook(assignment), independent)
+    index = {_grade_id(c): i for i, c in enumerate(base.cells) if _grade_id(c)}
+    cells = list(base.cells)
+    for name, wrong in wrong_answers.items():
+        first = min(index[grade_id] for grade_id in wrong)
+        last = index[TARGET_TEST[name]]
+        assert first < last, f"{name}: the target test {TARGET_TEST[name]} must come after the answer cell"
+        span = base.cells[first:last + 1]
+        cells += [_copy_cell(c, name, {**independent, **wrong}) for c in span]
+        cells += [_copy_cell(c, f"restore-{name}", independent) for c in span]
+    cells += [_copy_cell(c, "hidden-only", independent) for c in base.cells
+              if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
+    out = copy.deepcopy(base)
     out.cells = cells
     return out
 
 
-def _run(notebook_runs, nb):
-    return chain.cell_results(notebook_runs.run(nb, cwd=chain.ROOT, timeout=600))
-
-
-def _assert_all_tests_pass(notebook_runs, assignment, answers):
-    nb = chain.build_notebook(assignment)
-    if answers:
-        nb = chain.substitute_answers(nb, answers)
-        results = _run(notebook_runs, nb)
-    else:
-        results = chain.cell_results(notebook_runs.solution(assignment))  # shared with test_notebooks.py
-    tests = _test_cells(nb)
-    assert len(tests) >= 2
-    failed = {grade_id: results.get(grade_id, "not executed") for grade_id in tests if results.get(grade_id) is not None}
-    assert not failed, f"{assignment}: graded tests failed: {failed}"
-    errors = {grade_id: error for grade_id, error in results.items() if error is not None}
-    assert not errors, f"{assignment}: cells raised: {errors}"
+def _warm_results(notebook_runs, assignment: str) -> dict[str, str | None]:
+    """{grade_id: None or "EName: message"} of the one warm-kernel execution of ``assignment`` (shared)."""
+    return chain.cell_results(notebook_runs.run(_warm_kernel_notebook(assignment), cwd=chain.ROOT, timeout=900))
 
 
 # ----------------------------------------------------------------------------- tests
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", [NB4, NB5])
-def test_reference_solution_passes_every_test(notebook_runs, assignment):
-    _assert_all_tests_pass(notebook_runs, assignment, None)
+def test_reference_solution_passes_every_test(assignment, executed_solution):
+    results = chain.cell_results(executed_solution(assignment))
+    tests = [grade_id for grade_id in results if grade_id.startswith("test_")]
+    assert len(tests) >= 2
+    failed = {grade_id: results[grade_id] for grade_id in tests if results[grade_id] is not None}
+    assert not failed, f"{assignment}: graded tests failed: {failed}"
+    errors = {grade_id: error for grade_id, error in results.items() if error is not None}
+    assert not errors, f"{assignment}: cells raised: {errors}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment,answers", [(NB4, INDEPENDENT_NB4), (NB5, INDEPENDENT_NB5)], ids=[NB4, NB5])
-def test_independent_correct_answers_pass_every_visible_and_hidden_test(notebook_runs, assignment, answers):
-    _assert_all_tests_pass(notebook_runs, assignment, answers)
+@pytest.mark.parametrize("assignment", [NB4, NB5])
+def test_independent_correct_answers_pass_every_visible_and_hidden_test(assignment, notebook_runs):
+    results = _warm_results(notebook_runs, assignment)
+    original = {grade_id: error for grade_id, error in results.items() if "@" not in grade_id}
+    tests = _test_cells(chain.build_notebook(assignment))
+    assert len(tests) >= 2
+    failed = {grade_id: original.get(grade_id, "not executed") for grade_id in tests
+              if original.get(grade_id) is not None}
+    assert not failed, f"{assignment}: graded tests failed: {failed}"
+    errors = {grade_id: error for grade_id, error in original.items() if error is not None}
+    assert not errors, f"{assignment}: cells raised: {errors}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", list(WRONG_GROUPS))
-def test_wrong_answer_fails_a_hidden_test(notebook_runs, group):
-    assignment, names = WRONG_GROUPS[group]
-    wrong_answers = WRONG_NB4 if assignment == NB4 else WRONG_NB5
-    answers = dict(INDEPENDENT_NB4 if assignment == NB4 else INDEPENDENT_NB5)
-    for name in names:
-        answers.update(wrong_answers[name])
-    nb = chain.substitute_answers(chain.build_notebook(assignment), answers)
-    order = _test_cells(nb)
-    last = max((TARGET_TEST[name] for name in names), key=order.index)
-    results = _run(notebook_runs, _hidden_only(nb, stop_after=last))
-    for name in names:
-        target = TARGET_TEST[name]
-        assert results.get(target) is not None, f"wrong answer {name!r} passed the hidden tests of {target}"
-        assert "AssertionError" in results[target], f"{name}: expected a failed assertion, got {results[target]}"
+@pytest.mark.parametrize("assignment,name", [(NB4, n) for n in WRONG_NB4] + [(NB5, n) for n in WRONG_NB5],
+                         ids=list(WRONG_NB4) + list(WRONG_NB5))
+def test_wrong_answer_fails_a_hidden_test(assignment, name, notebook_runs):
+    results = _warm_results(notebook_runs, assignment)
+    target = f"{TARGET_TEST[name]}@{name}"
+    assert target in results, f"{target} was not executed"
+    assert results[target] is not None, f"wrong answer {name!r} passed the hidden tests of {TARGET_TEST[name]}"
+    assert "AssertionError" in results[target], f"{name}: expected a failed assertion, got {results[target]}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment,answers", [(NB4, INDEPENDENT_NB4), (NB5, INDEPENDENT_NB5)], ids=[NB4, NB5])
-def test_hidden_tests_alone_accept_the_independent_answers(notebook_runs, assignment, answers):
-    """Guard for the check above: the hidden-only cut of each notebook passes with correct answers."""
-    nb = chain.substitute_answers(chain.build_notebook(assignment), answers)
-    last_test = _test_cells(nb)[-1]
-    results = _run(notebook_runs, _hidden_only(nb, stop_after=last_test))
-    assert last_test in results
-    failed = {grade_id: error for grade_id, error in results.items() if error is not None}
+@pytest.mark.parametrize("assignment", [NB4, NB5])
+def test_hidden_tests_alone_accept_the_independent_answers(assignment, notebook_runs):
+    """Guard for the check above: the hidden-only cut of each test cell passes with correct answers, also right
+    after each wrong variant was put back (so a variant's failure comes from that variant alone)."""
+    results = _warm_results(notebook_runs, assignment)
+    tests = _test_cells(chain.build_notebook(assignment))
+    hidden_only = {f"{grade_id}@hidden-only" for grade_id in tests}
+    assert hidden_only <= set(results), sorted(hidden_only - set(results))
+    restored = {grade_id for grade_id in results if "@restore-" in grade_id}
+    assert restored, "no wrong variant was restored"
+    failed = {grade_id: results[grade_id] for grade_id in hidden_only | restored if results[grade_id] is not None}
     assert not failed, failed

@@ -49,3 +49,14 @@ def test_clear_error_without_marker(tmp_path):
     assert "course.toml" in message
     assert str(start) in message and str(tmp_path) in message  # the folders searched
     assert "Fix" in message and "修复" in message
+
+
+def test_course_settings_come_from_course_toml_only(tmp_path):
+    from tools.project_runtime import course_id, course_settings
+
+    (tmp_path / "course.toml").write_text('[course]\nid = "fork-course"\nrepository = "me/fork"\n', encoding="utf-8")
+    (tmp_path / "deep").mkdir()
+    assert course_id(tmp_path / "deep") == "fork-course"
+    assert course_settings(tmp_path)["repository"] == "me/fork"
+    # the checkout's own id, which nbgrader's config and the gradebook must use
+    assert course_id(Path(__file__)) == "grpo-in-practice"

@@ -13,9 +13,24 @@ from __future__ import annotations
 
 import builtins
 import math
-from builtins import (  # noqa: A004  module globals now, immune to later patches of builtins
-    AssertionError, Exception, NotImplementedError, ValueError, abs, all, any, enumerate, float, getattr,
-    isinstance, len, list, max, min, range, setattr, str, tuple, type, zip,
+from builtins import (  # noqa: A004, UP029  module globals now, immune to later patches of builtins
+    AssertionError,
+    Exception,
+    NotImplementedError,
+    ValueError,
+    abs,
+    enumerate,
+    float,
+    getattr,
+    isinstance,
+    len,
+    list,
+    max,
+    setattr,
+    str,
+    tuple,
+    type,
+    zip,
 )
 
 import torch

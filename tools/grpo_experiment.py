@@ -23,9 +23,10 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -435,7 +436,7 @@ class StepResult:
 def grpo_update_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], old_logps: torch.Tensor,
                      advantages: torch.Tensor, optimizer: torch.optim.Optimizer,
                      trainable: Sequence[torch.nn.Parameter], clip_range: float, precision: Precision,
-                     scaler: "torch.amp.GradScaler | None" = None) -> StepResult:
+                     scaler: torch.amp.GradScaler | None = None) -> StepResult:
     """One optimizer step of the clipped objective; the timing covers forward, backward and step.
 
     The gradient norm is taken on unscaled gradients (after ``scaler.unscale_`` in fp16). With a

@@ -1,4 +1,9 @@
-"""Find the course root (the folder holding ``course.toml``) from wherever a notebook runs."""
+"""Find the course root (the folder holding ``course.toml``) from wherever a notebook runs, and read that file.
+
+``course.toml`` is the one source of the course-wide settings (id, title, repository, branch):
+``course_settings()`` returns its ``[course]`` table and ``course_id()`` the course id (nbgrader's
+``CourseDirectory.course_id`` and the gradebook use it).
+"""
 
 from __future__ import annotations
 
@@ -43,3 +48,18 @@ def resolve_project_root(start=None) -> Path:
         "resolve_project_root(start=<a path inside the clone>); on Colab run the notebook's first cell, "
         "which clones the repository."
     )
+
+
+def course_settings(root=None) -> dict:
+    """The ``[course]`` table of ``course.toml`` (``id``, ``title``, ``repository``, ``branch``) of the course at
+    or above ``root`` (default: see ``resolve_project_root``)."""
+    import tomllib
+
+    folder = resolve_project_root(root)
+    with open(folder / MARKER, "rb") as handle:
+        return tomllib.load(handle)["course"]
+
+
+def course_id(root=None) -> str:
+    """The course id (``[course] id`` of ``course.toml``)."""
+    return str(course_settings(root)["id"])

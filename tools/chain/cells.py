@@ -34,10 +34,9 @@ STAMP_LENGTH = 12
 
 def load_settings(root: Path | None = None) -> dict:
     """The ``[course]`` table of ``course.toml`` (repository, branch, ...)."""
-    import tomllib
+    from tools.project_runtime import course_settings
 
-    with open(Path(root or ROOT) / "course.toml", "rb") as handle:
-        return tomllib.load(handle)["course"]
+    return course_settings(Path(root or ROOT))
 
 
 def _course(settings: dict) -> tuple[str, str]:

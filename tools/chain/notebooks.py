@@ -4,8 +4,9 @@ Commands (``python -m tools.chain.notebooks <command>``):
 
 - ``build``   : jupytext percent sources -> ``autograde/source/<a>/<a>.ipynb`` (nbgrader metadata completed,
                 badge and bootstrap cells inserted, deterministic cell ids).
-- ``release`` : ``build`` + ``nbgrader generate_assignment`` -> ``notebooks/<a>/<a>.ipynb`` (cells tagged
-                ``solution-only`` dropped, outputs cleared), and the ``#@save`` modules ``tools/lessons/<a>.py``
+- ``release`` : ``build`` + ``nbgrader generate_assignment`` (nbgrader's API, in process) ->
+                ``notebooks/<a>/<a>.ipynb`` (cells tagged ``solution-only`` dropped, outputs cleared), and the
+                ``#@save`` modules ``tools/lessons/<a>.py``
                 (see ``tools.chain.saved``).
 - ``check``   : rebuild the release in a temporary course and fail when ``notebooks/`` or ``tools/lessons/``
                 differs (stale) or when a learner version contains a solution marker, an answer line or a hidden test line.
@@ -19,20 +20,20 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.project_runtime import course_settings as _course_settings
+from tools.project_runtime import resolve_project_root
+
+ROOT = resolve_project_root(Path(__file__))  # the checkout this chain belongs to (build-time root)
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "autograde"
 NOTEBOOKS = ROOT / "notebooks"
@@ -45,8 +46,8 @@ _REGION = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n(.*?)^[ \
 
 # ----------------------------------------------------------------------------- discovery & settings
 def course_settings() -> dict:
-    with open(ROOT / "course.toml", "rb") as handle:
-        return tomllib.load(handle)["course"]
+    """The ``[course]`` table of this course's ``course.toml`` (see ``tools.project_runtime.course_settings``)."""
+    return _course_settings(ROOT)
 
 
 def assignments(names: list[str] | None = None) -> list[str]:
@@ -159,20 +160,38 @@ def build(names: list[str] | None = None, course: Path = COURSE) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- release
-def venv_env() -> dict[str, str]:
-    """The environment with this interpreter's bin folder first on PATH (nbgrader shells out to `alembic`)."""
+def venv_env(extra: dict[str, str] | None = None, pythonpath: list[Path] | tuple[Path, ...] = ()) -> dict[str, str]:
+    """The environment for a subprocess of this interpreter (the one definition: the grader uses it too): this
+    interpreter's bin folder first on PATH (nbgrader shells out to `alembic`), the ``pythonpath`` folders first
+    on PYTHONPATH, then ``extra``."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [*map(str, pythonpath), env.get("PYTHONPATH", "")] if p)
+    env.update(extra or {})
     return env
 
 
 def _generate_assignment(course: Path, assignment: str) -> None:
-    command = [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
-               "--log-level=WARN"]
-    done = subprocess.run(command, cwd=course, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=venv_env())
-    if done.returncode != 0:
-        raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout}")
+    """``nbgrader generate_assignment <assignment> --force`` in ``course``, through nbgrader's API in this process
+    (the course's ``nbgrader_config.py`` is loaded as the command would; no interpreter start per notebook)."""
+    from nbgrader.apps import NbGraderAPI
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    config.CourseDirectory.root = str(course)
+    config.GenerateAssignment.log_level = "WARN"
+    bin_dir = str(Path(sys.executable).parent)
+    old_path = os.environ.get("PATH", "")
+    if bin_dir not in old_path.split(os.pathsep):  # nbgrader's gradebook shells out to `alembic`
+        os.environ["PATH"] = os.pathsep.join([bin_dir, old_path])
+    try:
+        result = NbGraderAPI(config=config).generate_assignment(assignment, force=True, create=True)
+    finally:
+        os.environ["PATH"] = old_path
+    if not result["success"]:
+        raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{result.get('error') or ''}"
+                           f"{result.get('log') or ''}")
 
 
 def learner_version(released: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -200,7 +219,7 @@ def release_into(course: Path, out_dir: Path, names: list[str] | None = None) ->
 def release(names: list[str] | None = None) -> list[Path]:
     from tools.chain import saved
 
-    saved.write(assignments(names), prune=not names)
+    saved.write(assignments(names), prune=not names, solutions=SOLUTIONS, lessons=ROOT / "tools" / "lessons")
     paths = release_into(COURSE, NOTEBOOKS, names)
     if not names:  # learner folders whose source is gone are stale
         keep = {p.parent.name for p in paths}
@@ -249,16 +268,26 @@ def leaks(source_nb: nbformat.NotebookNode, learner_nb: nbformat.NotebookNode) -
     return problems
 
 
-def check(names: list[str] | None = None) -> int:
+def check(names: list[str] | None = None, released: tuple[Path, Path] | None = None) -> int:
+    """0 when ``notebooks/`` and ``tools/lessons/`` are up to date and nothing leaks, else 1 (FAIL lines printed).
+
+    ``released``: (course, notebooks) of a release of this checkout made by ``release_into`` (all assignments)
+    in this run, compared instead of releasing again (the tests share one).
+    """
     from tools.chain import saved
 
-    failures = list(saved.problems(assignments(names), complete=not names))
+    failures = list(saved.problems(assignments(names), complete=not names, solutions=SOLUTIONS,
+                                   lessons=ROOT / "tools" / "lessons"))
     with tempfile.TemporaryDirectory(prefix="grpo-release-check-") as tmp:
-        course = Path(tmp) / "autograde"
-        course.mkdir()
-        shutil.copy2(COURSE / "nbgrader_config.py", course / "nbgrader_config.py")
-        out = Path(tmp) / "notebooks"
-        expected = release_into(course, out, names)
+        if released is not None:
+            course, out = Path(released[0]), Path(released[1])
+            expected = [out / a / f"{a}.ipynb" for a in assignments(names)]
+        else:
+            course = Path(tmp) / "autograde"
+            course.mkdir()
+            shutil.copy2(COURSE / "nbgrader_config.py", course / "nbgrader_config.py")
+            out = Path(tmp) / "notebooks"
+            expected = release_into(course, out, names)
         for path in expected:
             assignment = path.parent.name
             committed = NOTEBOOKS / assignment / path.name

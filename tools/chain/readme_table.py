@@ -11,6 +11,7 @@ table (ModelScope and other platforms: no documented ModelScope link form was fo
 ``tools.chain.cells``) are restamped from ``course.toml`` every time, so a fork edits ``repository`` /
 ``branch`` there and runs ``make release``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,13 +19,14 @@ import re
 import sys
 from pathlib import Path
 
-from tools.chain.cells import clone_command, colab_url, load_settings
+from tools.chain.cells import COLAB_BADGE, clone_command, colab_url, load_settings
+from tools.project_runtime import resolve_project_root
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = resolve_project_root(Path(__file__))  # the checkout this chain belongs to (build-time root)
 BEGIN, END = "<!-- notebooks:begin -->", "<!-- notebooks:end -->"
 HEADER = ("笔记本", "内容", "环境", "在线运行")
 _NAME = re.compile(r"nb\d{2}[a-z]?_[a-z0-9_]+")
-COLAB_SMALL = "https://colab.research.google.com/assets/colab-badge.svg"
+COLAB_SMALL = COLAB_BADGE
 
 
 def _cells(line: str) -> list[str]:
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.check:
         readme = (ROOT / "README.md").read_text(encoding="utf-8")
-        current = readme[readme.index(BEGIN): readme.index(END) + len(END)]
+        current = readme[readme.index(BEGIN) : readme.index(END) + len(END)]
         if current != render(ROOT, readme):
             print("README.md: the notebook table is stale - run `python -m tools.chain.readme_table`", file=sys.stderr)
             return 1

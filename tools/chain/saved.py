@@ -13,12 +13,15 @@ lesson's own module from the kernel that grades that lesson (the module holds it
 Rules for a saved cell: it holds only imports and definitions (no top-level work, no prints), it has no
 hidden tests, and it imports what it uses (or a cell saved before it in the same lesson does).
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.project_runtime import resolve_project_root
+
+ROOT = resolve_project_root(Path(__file__))  # the checkout this chain belongs to (build-time root)
 SOLUTIONS = ROOT / "solutions"
 LESSONS = ROOT / "tools" / "lessons"
 SAVE_MARK = "#@save"
@@ -30,11 +33,16 @@ included; later lessons, tools/ and benchmarks/ import them from here (one home 
 '''
 
 
-def saved_cells(assignment: str) -> list[str]:
+def _shown(path: Path) -> str:
+    parts = path.parts
+    return "/".join(parts[-3:]) if len(parts) >= 3 else str(path)  # tools/lessons/<a>.py
+
+
+def saved_cells(assignment: str, solutions: Path | None = None) -> list[str]:
     """The sources of the ``#@save`` code cells of one lesson, solution markers removed."""
     import jupytext
 
-    nb = jupytext.read(SOLUTIONS / f"{assignment}.py", fmt="py:percent")
+    nb = jupytext.read(Path(solutions or SOLUTIONS) / f"{assignment}.py", fmt="py:percent")
     cells = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -49,32 +57,37 @@ def saved_cells(assignment: str) -> list[str]:
     return cells
 
 
-def module_source(assignment: str) -> str | None:
+def module_source(assignment: str, solutions: Path | None = None) -> str | None:
     """The text of ``tools/lessons/<assignment>.py``, or None when the lesson saves nothing."""
-    cells = saved_cells(assignment)
+    cells = saved_cells(assignment, solutions)
     if not cells:
         return None
     return _HEADER.format(assignment=assignment) + "\n\n" + "\n\n\n".join(cells) + "\n"
 
 
-def expected_modules(names: list[str]) -> dict[Path, str]:
+def expected_modules(names: list[str], solutions: Path | None = None, lessons: Path | None = None) -> dict[Path, str]:
     out = {}
     for assignment in names:
-        text = module_source(assignment)
+        text = module_source(assignment, solutions)
         if text is not None:
-            out[LESSONS / f"{assignment}.py"] = text
+            out[Path(lessons or LESSONS) / f"{assignment}.py"] = text
     return out
 
 
-_PACKAGE_DOC = ('"""Functions saved (`#@save`) from the lessons\' solutions, one module per lesson; generated '
-                'by `make release`."""\n')
+_PACKAGE_DOC = (
+    '"""Functions saved (`#@save`) from the lessons\' solutions, one module per lesson; generated '
+    'by `make release`."""\n'
+)
 
 
-def write(names: list[str], prune: bool) -> list[Path]:
+def write(names: list[str], prune: bool, solutions: Path | None = None, lessons: Path | None = None) -> list[Path]:
     """Write the saved modules of ``names``; with ``prune`` remove modules whose lesson saves nothing."""
-    expected = expected_modules(names)
-    LESSONS.mkdir(parents=True, exist_ok=True)
-    init = LESSONS / "__init__.py"
+    lessons = Path(lessons or LESSONS)
+    expected = expected_modules(names, solutions, lessons)
+    if not expected and not lessons.exists():  # nothing saved (e.g. a test course): create no package
+        return []
+    lessons.mkdir(parents=True, exist_ok=True)
+    init = lessons / "__init__.py"
     if not init.exists() or init.read_text(encoding="utf-8") != _PACKAGE_DOC:
         init.write_text(_PACKAGE_DOC, encoding="utf-8")
     written = []
@@ -83,24 +96,25 @@ def write(names: list[str], prune: bool) -> list[Path]:
             path.write_text(text, encoding="utf-8")
         written.append(path)
     if prune:
-        for path in LESSONS.glob("*.py"):
+        for path in lessons.glob("*.py"):
             if path.name != "__init__.py" and path not in expected:
                 path.unlink()
     return written
 
 
-def problems(names: list[str], complete: bool) -> list[str]:
+def problems(names: list[str], complete: bool, solutions: Path | None = None, lessons: Path | None = None) -> list[str]:
     """Stale, missing or orphaned saved modules (``complete``: ``names`` is every lesson)."""
     found = []
-    expected = expected_modules(names)
+    lessons = Path(lessons or LESSONS)
+    expected = expected_modules(names, solutions, lessons)
     for path, text in expected.items():
-        rel = path.relative_to(ROOT)
+        rel = _shown(path)
         if not path.exists():
             found.append(f"{rel} is missing: run `make release`")
         elif path.read_text(encoding="utf-8") != text:
             found.append(f"{rel} is stale against solutions/{path.stem}.py: run `make release`")
-    if complete and LESSONS.exists():
-        for path in sorted(LESSONS.glob("*.py")):
+    if complete and lessons.exists():
+        for path in sorted(lessons.glob("*.py")):
             if path.name != "__init__.py" and path not in expected:
-                found.append(f"{path.relative_to(ROOT)} has no #@save cell in solutions/: run `make release`")
+                found.append(f"{_shown(path)} has no #@save cell in solutions/: run `make release`")
     return found

@@ -231,7 +231,7 @@ class LabServer:
     def url(self, path: str = "lab") -> str:
         return f"{self.base_url}/{path.lstrip('/')}?token={self.token}"
 
-    def start(self, timeout: float = 120.0) -> "LabServer":
+    def start(self, timeout: float = 120.0) -> LabServer:
         config = write_config_dir(self.root, self.role)
         if (self.root / "autograde").is_dir():
             ensure_exchange(self.root)
@@ -285,7 +285,7 @@ class LabServer:
                 except ProcessLookupError:
                     pass
 
-    def __enter__(self) -> "LabServer":
+    def __enter__(self) -> LabServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -25,7 +25,7 @@ def main() -> int:
     parser.add_argument("--venv", default=".venv")
     parser.add_argument("--profile", default="PT-CPU", choices=sorted(PROFILE_FILES))
     args = parser.parse_args()
-    if sys.version_info < (3, 10):
+    if sys.version_info < (3, 10):  # noqa: UP036  runs with the system Python, which may be older
         print(f"需要 Python >= 3.10，当前是 {sys.version.split()[0]}（Python 3.10+ is required）", file=sys.stderr)
         return 2
     env_dir = (ROOT / args.venv).resolve()
