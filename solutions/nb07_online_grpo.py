@@ -547,7 +547,7 @@ expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _
 expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv, beta=-1.0), "beta 为负")
 expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv.clone().fill_(float("nan"))), "advantages 含 NaN")
 expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), dict(_hroll, ref_per_token_logps=None), _hadv, beta=0.1), "beta > 0 无参考")
-del _ma, _mb, _mm
+_ma = _mb = _mm = None  # free the copies (no `del`: the lambdas above read _ma)
 ### END HIDDEN TESTS
 
 # %% [markdown]

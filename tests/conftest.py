@@ -51,8 +51,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import os
-
 import nbformat
 import pytest
 

@@ -467,8 +467,8 @@ def test_three_shards_merge_into_the_same_grades(graded_class, tmp_path):
 
 def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     """`make autograde` without submissions says so and prints the expected layout (no gradebook needed)."""
-    from autograde.pipeline import SUBMITTED_LAYOUT, _no_submissions
     from autograde.grpo_grader.course import Settings
+    from autograde.pipeline import SUBMITTED_LAYOUT, _no_submissions
 
     settings = Settings(course=tmp_path)
     assert _no_submissions(settings, {"nb01_group_advantages": {}})

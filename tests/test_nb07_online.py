@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import jsonschema
-import nbformat
 import pytest
 
 import tools.chain.notebooks as chain

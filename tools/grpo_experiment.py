@@ -120,8 +120,8 @@ def output_relative_path(workload_id: str, run_label: str) -> Path:
 # ----------------------------------------------------------------------------------------------------
 # Verifier integer-answer-v1 and candidate sets
 # ----------------------------------------------------------------------------------------------------
-from tools.lessons.nb04_verifiable_rewards import verify_integer_response  # noqa: E402  (nb04's graded verifier)
 from tools.lessons.nb01_group_advantages import compute_group_advantages  # noqa: E402  (nb01's graded rule)
+from tools.lessons.nb04_verifiable_rewards import verify_integer_response  # noqa: E402  (nb04's graded verifier)
 
 
 @dataclass(frozen=True)
@@ -482,7 +482,7 @@ def grpo_update_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], 
 def run_update_steps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], old_logps: torch.Tensor,
                      advantages: torch.Tensor, optimizer: torch.optim.Optimizer,
                      trainable: Sequence[torch.nn.Parameter], clip_range: float, precision: Precision,
-                     scaler: "torch.amp.GradScaler | None", update_steps: int,
+                     scaler: torch.amp.GradScaler | None, update_steps: int,
                      max_skips: int = MAX_SCALER_SKIPS) -> tuple[list[StepResult], int, torch.Tensor]:
     """Take ``update_steps`` *effective* optimizer steps; return ``(steps, skipped, first_new_logps)``.
 

@@ -638,7 +638,7 @@ def ablation_table(records: dict) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, rec in records.items():
         cfg, tail = rec["config"], rec["steps"][-10:] or [{}]
-        mean = lambda key: sum(r.get(key, 0.0) for r in tail) / len(tail)  # noqa: E731
+        mean = lambda key, tail=tail: sum(r.get(key, 0.0) for r in tail) / len(tail)  # noqa: E731
         lines.append(f"| `{label}` | {cfg['num_iterations']} | {cfg['loss_type']} | {cfg['epsilon_high']} | "
                      f"{cfg['reward']} | {rec['eval']['before']['pass_at_1']:.3f} → {rec['eval']['after']['pass_at_1']:.3f} | "
                      f"{mean('clip_ratio_high'):.4f} | {mean('approx_kl'):.5f} | {mean('completion_length'):.2f} | "

@@ -15,9 +15,9 @@ import nbformat
 
 from .course import GRADER_VERSION, ROOT, Settings
 from .oracle import load_oracle, oracle_digest, seed_digest
-from .submission import answer_hashes, read_notebook, rebuild_metadata
 from .oracle_run import run_oracle
 from .slots import Slot
+from .submission import answer_hashes, read_notebook, rebuild_metadata
 
 STUB_MESSAGE = "请先完成这个 TODO"  # the text of nbgrader's ClearSolutions stub (autograde/nbgrader_config.py)
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")

@@ -65,7 +65,8 @@ def render(root: Path = ROOT, readme: str | None = None) -> str:
     """The block (markers included) for the current sources, README prose and course.toml."""
     readme = (root / "README.md").read_text(encoding="utf-8") if readme is None else readme
     settings = load_settings(root)
-    rows = existing_rows(readme)
+    # a lesson whose source is gone (renamed or split) leaves the table
+    rows = {name: row for name, row in existing_rows(readme).items() if (root / "solutions" / f"{name}.py").is_file()}
     for source in sorted((root / "solutions").glob("nb*.py")):
         rows.setdefault(source.stem, source_summary(source))
     lines = [BEGIN, "| " + " | ".join(HEADER) + " |", "| " + " | ".join("---" for _ in HEADER) + " |"]

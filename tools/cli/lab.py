@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     except _Stop as stop:
         print(f"\n收到 {stop}，正在停止 JupyterLab 及其内核 ...", flush=True)
     finally:
-        for sig, handler in previous.items():
+        for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # a second signal must not interrupt the clean-up
         server.stop()
         if state is not None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..oracle import Case, Close, Mismatch, Raises, Satisfies
+from ..oracle import Case, Raises, Satisfies
 from ._common import choice, randint, uniform
 
 TESTS = {
