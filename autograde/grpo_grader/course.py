@@ -8,7 +8,7 @@ from pathlib import Path
 
 AUTOGRADE = Path(__file__).resolve().parents[1]   # <checkout>/autograde
 ROOT = AUTOGRADE.parent                             # the course checkout (holds course.toml, tools/)
-GRADER_VERSION = "1"                                # bump when a change must regrade every submission
+GRADER_VERSION = "2"                                # bump when a change must regrade every submission
 
 
 @dataclass

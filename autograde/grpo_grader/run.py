@@ -456,6 +456,7 @@ def apply_oracle(slot: Slot, settings: Settings, assignment: str, notebook: str,
     if outcome.problem:
         nres.notes.append(outcome.problem)
     messages, comments = {}, {}
+    in_kernel = {gid: (nres.grades.get(gid) or {}).get("auto_score") or 0.0 for gid in outcome.verdicts if gid in cells}
     for gid, verdict in outcome.verdicts.items():
         if gid not in cells:
             continue
@@ -468,6 +469,10 @@ def apply_oracle(slot: Slot, settings: Settings, assignment: str, notebook: str,
     for gid, info in cells.items():
         if info["kind"] == "test" and gid not in outcome.verdicts:
             nres.flags = sorted({*nres.flags, "in-kernel-test"})
+    # tests that passed in the learner's kernel but not in the oracle: worth a look (a trick, or flaky code)
+    if any(in_kernel[gid] > nres.grades[gid]["auto_score"] for gid in in_kernel):
+        nres.flags = sorted({*nres.flags, "kernel-disagrees"})
+    nres.phases["in_kernel_score"] = sum(in_kernel.values())
     for answer, lines in comments.items():
         nres.comments[answer] = "评分器（在学员内核之外、用评分时抽取的输入）的判定：\n" + "\n".join(lines)
     return messages

@@ -1,4 +1,4 @@
-"""The bundled sample class: one learner per case of issue 5, built from the released learner notebooks.
+"""The bundled sample class: one learner per case, built from the released learner notebooks.
 
     autograde/sample_class/cases/<learner>.py        what the learner did, per assignment (``CASE``)
     autograde/sample_class/submitted/<learner>/...   the generated submissions (tracked; `sample --rebuild`)

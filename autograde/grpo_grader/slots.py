@@ -152,7 +152,8 @@ def hidden_paths(settings: Settings, base: Path) -> list[str]:
 def secret_probe_paths(settings: Settings, slot_db: Path) -> list[str]:
     """Paths a sandboxed kernel must not be able to read (checked by the probe)."""
     paths = [ROOT / "solutions", settings.course / "gradebook.db", settings.course / "source",
-             settings.course / "autograded", settings.course / "submitted", AUTOGRADE / "sample_class", slot_db]
+             settings.course / "autograded", settings.course / "submitted", AUTOGRADE / "sample_class", slot_db,
+             AUTOGRADE / "grpo_grader" / "oracles", settings.course / ".grading_seed", AUTOGRADE / ".grading_seed"]
     paths += sorted((ROOT / "solutions").glob("*.py"))[:1]
     for line in _git(["rev-parse", "--path-format=absolute", "--git-common-dir"]):
         paths.append(Path(line.strip()))

@@ -1,4 +1,4 @@
-"""Tricks inside the learner's own kernel that no longer earn anything (issue 11, classes 1 and the frame
+"""Tricks inside the learner's own kernel that no longer earn anything (trick class 1 and the frame
 search), nb01:
 
 - compute_group_advantages returns a torch.Tensor subclass whose __torch_function__ answers detach / to /

@@ -1,4 +1,4 @@
-"""Issue 11, class 2 (nb02): the answers call the hidden test's own reference helper, found in the caller's
+"""Trick class 2 (nb02): the answers call the hidden test's own reference helper, found in the caller's
 globals at call time, and for the loss return ``lin - lin.detach() + ref_loss`` so that value and gradient
 (finite differences included) match. token_kl_penalty returns the caller's expected tensor when it sees one.
 

@@ -1,4 +1,4 @@
-"""Issue 11, classes 3 and 4 (nb01): the first answer cell replaces the ``__code__`` of tools.grading's
+"""Trick classes 3 and 4 (nb01): the first answer cell replaces the ``__code__`` of tools.grading's
 helpers with no-ops (keeping ``co_filename``, so a ``endswith("grading.py")`` check passes), turns
 ``tampered()`` into "nothing", and registers an IPython input transformer that turns every cell containing
 ``assert`` into ``pass``. The answers themselves are not implemented (they return zeros / an empty dict).

@@ -1,4 +1,4 @@
-"""Issue 11, class 5 (nb01): the payload of t3 (helpers' ``__code__`` replaced, an input transformer that
+"""Trick class 5 (nb01): the payload of t3 (helpers' ``__code__`` replaced, an input transformer that
 turns asserts into ``pass``) hidden as ``exec(base64...)``, which no review flag matches; the answers are not
 implemented. Graded by the oracle: 0 of 17."""
 import base64
