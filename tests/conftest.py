@@ -188,15 +188,15 @@ def notebook_runs(tmp_path_factory) -> NotebookRuns:
     registry = ExecutionRegistry(folder / "registry")
     original = chain.execute
 
-    def guarded_execute(nb, cwd, timeout=120, env=None):
+    def guarded_execute(nb, cwd, timeout=120, env=None, **options):
         if not getattr(guarded_execute, "inside", False):  # a direct call from a test
             registry.claim(_key(nb, Path(cwd), env), runs.current_test)
-        return original(nb, cwd, timeout=timeout, env=env)
+        return original(nb, cwd, timeout=timeout, env=env, **options)
 
-    def inner_execute(nb, cwd, timeout=120, env=None):  # notebook_runs already claimed the key
+    def inner_execute(nb, cwd, timeout=120, env=None, **options):  # notebook_runs already claimed the key
         guarded_execute.inside = True
         try:
-            return original(nb, cwd, timeout=timeout, env=env)
+            return original(nb, cwd, timeout=timeout, env=env, **options)
         finally:
             guarded_execute.inside = False
 

@@ -149,6 +149,12 @@ def test_release_stamp_is_in_every_notebook_and_follows_the_source(tmp_path):
     assert cells.release_stamp("nb01_x", tmp_path) == first
     (tmp_path / "solutions" / "nb01_x.py").write_text("# two\n")
     assert cells.release_stamp("nb01_x", tmp_path) != first
+    # an answer (or hidden test) is not part of the learner version: changing it keeps the stamp
+    answer = "x = 1\n### BEGIN SOLUTION\ny = {}\n### END SOLUTION\n"
+    (tmp_path / "solutions" / "nb01_x.py").write_text(answer.format(1))
+    with_answer = cells.release_stamp("nb01_x", tmp_path)
+    (tmp_path / "solutions" / "nb01_x.py").write_text(answer.format(2))
+    assert cells.release_stamp("nb01_x", tmp_path) == with_answer
 
 
 def _git(*args, cwd):
@@ -577,7 +583,7 @@ def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
     assert "grpo-course/grpo-in-practice" not in block
     rows = [line for line in block.splitlines() if line.startswith("| ") and "nb0" in line]
     sources = {p.stem for p in (ROOT / "solutions").glob("nb*.py")}
-    assert sources <= {re.search(r"nb\d\d_[a-z0-9_]+", row).group(0) for row in rows}
+    assert sources <= {re.search(r"nb\d\d[a-z]?_[a-z0-9_]+", row).group(0) for row in rows}
     assert all(len(readme_table._cells(row)) == 4 for row in rows)
 
 

@@ -343,11 +343,9 @@ def test_wrong_implementations_fail_the_hidden_tests(assignment, run, notebook_r
 def test_grading_kernel_sees_the_earlier_lessons_modules_only(tmp_path):
     """Lesson 3A imports nb01/nb02's saved functions and 3B also 3A's: the grading kernel of a lesson gets the
     tools/lessons/ modules of the lessons before it, never its own (its answers) nor later ones."""
-    import sys
     from types import SimpleNamespace
 
-    sys.path.insert(0, str(chain.ROOT / "autograde"))
-    from grader import slots  # noqa: E402
+    from autograde.grpo_grader import slots
 
     assert slots.visible_lessons(NB3A) == ["nb01_group_advantages", "nb02_grpo_objective"]
     assert slots.visible_lessons(NB3B) == ["nb01_group_advantages", "nb02_grpo_objective", NB3A]

@@ -353,8 +353,7 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             nres.status = "missing" if problems[name].startswith("没有找到") else "invalid"
             nres.reason = f"得 0 分：{problems[name]}"
         else:
-            slot.reset_work()
-            slot.show_lessons(assignment)
+            slot.reset_work()  # run_nbgrader stages tools/lessons/ (earlier lessons only)
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
             nres.seconds = round(seconds, 1)

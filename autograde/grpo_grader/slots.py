@@ -364,20 +364,6 @@ class Slot:
             (self.nbgrader / "source" / assignment).mkdir(parents=True, exist_ok=True)
         shutil.copy2(template_db, self.nbgrader / "gradebook.db")
 
-    def show_lessons(self, assignment: str | None) -> None:
-        """tools/lessons/<assignment>.py holds that lesson's answers (#@save): hidden from the kernel while
-        ``assignment`` is graded; the modules of the other lessons (a later lesson imports an earlier one) stay."""
-        lessons, source = self.kernel / "tools" / "lessons", ROOT / "tools" / "lessons"
-        if not lessons.parent.is_dir() or not source.is_dir():
-            return
-        lessons.mkdir(exist_ok=True)
-        for path in source.glob("*.py"):
-            target = lessons / path.name
-            if assignment and path.stem == assignment:
-                target.unlink(missing_ok=True)
-            elif not target.exists():
-                shutil.copy2(path, target)
-
     def reset_work(self) -> None:
         """A fresh working folder (in the namespace modes only a mount point for the kernel's own tmpfs)
         and an empty socket folder."""

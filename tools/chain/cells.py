@@ -66,12 +66,20 @@ def clone_command(settings: dict, parent: str | None = None) -> str:
     return f"cd {parent} && {line}" if parent else line
 
 
+_SECRET_REGION = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n.*?^[ \t]*### END \1[ \t]*$",
+                            re.MULTILINE | re.DOTALL)
+
+
 def release_stamp(assignment: str, root: Path | None = None) -> str:
-    """The release stamp of ``assignment``: sha256 of its source and ``course.toml`` (first 12 hex digits)."""
+    """The release stamp of ``assignment``: sha256 of the learner-visible part of its source (answers and hidden
+    tests cut out, so that changing an answer does not change the learner version) and ``course.toml``
+    (first 12 hex digits)."""
     root = Path(root or ROOT)
     digest = hashlib.sha256()
-    for path in (root / "solutions" / f"{assignment}.py", root / "course.toml"):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    source = root / "solutions" / f"{assignment}.py"
+    public = _SECRET_REGION.sub("", source.read_text(encoding="utf-8")).encode("utf-8")
+    for name, data in ((source.name, public), ("course.toml", (root / "course.toml").read_bytes())):
+        digest.update(name.encode() + b"\0" + data + b"\0")
     return digest.hexdigest()[:STAMP_LENGTH]
 
 
