@@ -79,9 +79,16 @@ def render(root: Path = ROOT, readme: str | None = None) -> str:
         else:
             cell, badges = f"`{name}`", "（尚未发布）"
         lines.append(f"| {cell} | {teaches} | {profile} | {badges} |")
-    lines += ["", "魔搭（ModelScope）Notebook 或其他 Jupyter 平台：在实例的终端里克隆课程，再打开 "
-              "`notebooks/` 里的笔记本、运行第一个代码单元格：", "", "```bash",
-              clone_command(settings, "/mnt/workspace"), "```", END]
+    lines += [
+        "",
+        "魔搭（ModelScope）Notebook 或其他 Jupyter 平台：在实例的终端里克隆课程，再打开 "
+        "`notebooks/` 里的笔记本、运行第一个代码单元格：",
+        "",
+        "```bash",
+        clone_command(settings, "/mnt/workspace"),
+        "```",
+        END,
+    ]
     return "\n".join(lines)
 
 
