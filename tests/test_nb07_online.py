@@ -42,7 +42,8 @@ SCRATCH = ROOT / og.output_relative_path("pytest-scratch")  # tests/conftest.py 
 def solution_run(notebook_runs):
     """The solution version as test_notebooks executes it (shared: one execution per session)."""
     assert os.environ.get("GRPO_ONLINE_RUN_MODE") == "smoke", "tests/conftest.py must select the smoke run"
-    SCRATCH.unlink(missing_ok=True)
+    # No unlink before: with xdist the shared execution may already have run in the other worker (for
+    # test_notebooks) and written the record; it is removed after reading.
     try:
         done = notebook_runs.solution(A)
         record = json.loads(SCRATCH.read_text(encoding="utf-8")) if SCRATCH.exists() else None
