@@ -1,8 +1,7 @@
 """Oracle of lesson 3a (nb03a_cispo_trace_lab): MiniMind's GRPO and CISPO policy losses, the gradient
 question and the check questions Q2, Q3, Q5, Q8 (Q1, Q4, Q6, Q7 are graded by hand).
 
-Until the split notebook exists, ``tests/test_autograde.py`` runs this oracle against the current
-``nb03_cispo_loss_family`` (same functions, same grade_ids). References: ``_policy_losses`` (float64, autograd).
+References: ``_policy_losses`` (float64, autograd).
 """
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ TESTS = {
     "test_q5": "q5_answer",
     "test_q8": "q8_answer",
 }
-# setup cells the answers do not need: TRL's conformance run (imports TRL), the figure and trace demos
-SKIP_SETUP = ("trl_conformance_code", "trl_conformance_run", "gradient_figure", "trace_lab", "family_demo",
-              "length_bias_example", "accumulation_example")
+# setup cells the answers do not need: the gradient figure and the trace lab demo
+SKIP_SETUP = ("gradient_figure", "trace_lab")
 FLAGS = {
     "masked_large_log_ratio": False,   # C3: log-ratio 800 at masked positions leaves loss and grad finite, unchanged
     "mask_values_checked": False,      # C1: a mask value other than 0/1 -> ValueError
@@ -101,8 +99,11 @@ def _policy_cases(gen, flags, test, call, reference, clip_name, default_clip):
         mask[:, 0], mask[:, -1] = True, False
         policy = policy.clone()
         policy[:, -1] = old[:, -1] + 800.0
-        out.append(_loss_case(test, call, reference, "无效位置的对数比为 800：损失与梯度有限且不变", policy, old, adv, mask,
-                              **{clip_name: default_clip}))
+        # the expectation is that of the same batch with log-ratio 0 at the masked positions (they must not count)
+        case = _loss_case(test, call, reference, "无效位置的对数比为 800：损失与梯度有限且不变",
+                          torch.where(mask, policy, old), old, adv, mask, **{clip_name: default_clip})
+        case.args = (policy,) + tuple(case.args[1:])
+        out.append(case)
     policy, old, adv, mask, ref = ref_impl.batch(gen, 4, 3, torch.float64)
     contracts = [((policy, old[:, :2], adv, mask), {}, "old_logps 形状不一致"),
                  ((policy, old, adv[:1], mask), {}, "advantages 长度不是 B*G"),

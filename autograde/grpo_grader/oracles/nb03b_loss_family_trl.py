@@ -1,8 +1,7 @@
 """Oracle of lesson 3b (nb03b_loss_family_trl): TRL's loss family - the reduction per loss_type, the
 importance ratio (token / sequence level), the per-token policy loss, and check question Q9.
 
-Until the split notebook exists, ``tests/test_autograde.py`` runs this oracle against the current
-``nb03_cispo_loss_family`` (same functions, same grade_ids). References: ``_policy_losses`` (float64, autograd).
+References: ``_policy_losses`` (float64, autograd).
 """
 from __future__ import annotations
 
@@ -20,8 +19,8 @@ TESTS = {
     "test_per_token_policy_loss": "per_token_policy_loss",
     "test_q9": "q9_answer",
 }
-SKIP_SETUP = ("trl_conformance_code", "trl_conformance_run", "gradient_figure", "trace_lab", "family_demo",
-              "length_bias_example", "accumulation_example")
+# setup cells the answers do not need: TRL's conformance run (imports TRL) and the demos
+SKIP_SETUP = ("trl_conformance_code", "trl_conformance_run", "family_demo", "length_bias_example", "accumulation_example")
 FLAGS = {
     "mask_values_checked": False,      # C1: a mask value other than 0/1 -> ValueError
 }
@@ -74,12 +73,17 @@ def _reduce_cases(gen, flags):
     return out
 
 
+def _token_ratio(policy, old, mask):
+    """The lesson's token-level ratio: exp of the log-ratio masked to 0 first (1 at masked positions, C3)."""
+    return torch.exp(torch.where(mask.bool(), policy - old, torch.zeros_like(policy)))
+
+
 def _ratio_cases(gen, flags):
     test, out = "test_importance_ratio", []
     for dtype, n, t in [(torch.float64, randint(gen, 3, 5), randint(gen, 5, 7)), (torch.float32, randint(gen, 6, 8), 11),
                         (torch.float64, 3, 1), (torch.float32, randint(gen, 10, 14), randint(gen, 20, 30))]:
         policy, old, adv, mask, ref = ref_impl.batch(gen, n, t, dtype, empty_row=n % 2 == 1, prefix=bool(n % 3))
-        value, _ = ref_impl.evaluate(lambda p, **r: ref_impl.ratio(p, r["old"], r["mask"], "token"),
+        value, _ = ref_impl.evaluate(lambda p, **r: _token_ratio(p, r["old"], r["mask"]),
                                      {"policy": policy, "old": old, "mask": mask})
         out.append(Case(test, "importance_ratio", (policy, old, ref_impl.mask_as(gen, mask), "token"), {},
                         Close(value.to(dtype), atol=_tol(dtype), rtol=_tol(dtype), dtype=dtype), what=f"token 级比率（{dtype}, {n}x{t}）"))
@@ -90,7 +94,7 @@ def _ratio_cases(gen, flags):
                         what=f"序列级比率（只看有效 token 的几何平均，{dtype}, {n}x{t}）",
                         grads={0: Close(grad.to(dtype), atol=_tol(dtype), rtol=_tol(dtype), dtype=dtype)}))
     policy, old, adv, mask, ref = ref_impl.batch(gen, 2, 3, torch.float64)
-    value, _ = ref_impl.evaluate(lambda p, **r: ref_impl.ratio(p, r["old"], r["mask"], "token"),
+    value, _ = ref_impl.evaluate(lambda p, **r: _token_ratio(p, r["old"], r["mask"]),
                                  {"policy": policy, "old": old, "mask": mask})
     out.append(Case(test, "importance_ratio", (policy, old, mask), {}, Close(value, atol=1e-9, rtol=1e-9),
                     what="默认 importance_sampling_level 为 token"))
