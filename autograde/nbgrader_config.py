@@ -67,3 +67,12 @@ c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: kernels run as free
 # (.cache/tiny-qwen2-seed0: the tiny checkpoint nb05 loads; built before grading when missing)
 c.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments", ".cache/tiny-qwen2-seed0"]
 c.GradingPipeline.hidden_paths = []        # more folders to hide from kernels (other clones, data with answers)
+# case families of the conventions card (C1-C3), drawn now that the lessons implement them (off in the oracles by default)
+c.GradingPipeline.oracle_flags = {
+    "nb02_grpo_objective": {"zero_one_masks": True, "beta_requires_ref": True, "masked_large_log_ratio": True},
+    "nb03a_cispo_trace_lab": {"masked_large_log_ratio": True, "mask_values_checked": True},
+    "nb03b_loss_family_trl": {"mask_values_checked": True},
+    "nb05_logprobs_masks": {"zero_one_float_masks": True},
+}
+# environment of every grading kernel and oracle driver: lesson 7 runs its short experiment (RUN_MODE smoke)
+c.GradingPipeline.kernel_env = {"GRPO_ONLINE_RUN_MODE": "smoke"}

@@ -27,6 +27,8 @@ class Settings:
     course_id: str = "grpo-in-practice"
     grading_seed: str = ""            # the instructor's secret (oracle.grading_seed); never stored
     oracle_flags: dict = field(default_factory=dict)   # {assignment: {flag: bool}} extra case families
+    # environment variables of every grading kernel and oracle driver (lesson 7 runs its short experiment)
+    kernel_env: dict = field(default_factory=lambda: {"GRPO_ONLINE_RUN_MODE": "smoke"})
 
     @property
     def config_file(self) -> Path:
@@ -65,7 +67,7 @@ def load_settings(course: Path | None = None, **overrides) -> Settings:
         config = PyFileConfigLoader(config_file.name, path=str(course)).load_config()
         pipeline = config.get("GradingPipeline", {})
         for key in ("notebook_timeout", "workers", "memory_limit_mb", "max_submission_mb", "sandbox",
-                    "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags"):
+                    "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags", "kernel_env"):
             if key in pipeline:
                 setattr(settings, key, pipeline[key])
         if "timeout" in config.get("Execute", {}):

@@ -47,7 +47,8 @@ EXPECTED = SAMPLE / "expected.json"
 # The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
 TIMEOUTS = {"cell_timeout": 20, "notebook_timeout": 80, "memory_limit_mb": 4096}
 # every lesson the sample class grades (a learner's row for a lesson it did not submit is "missing")
-LESSONS = ["nb01_group_advantages", "nb02_grpo_objective", "nb04_verifiable_rewards", "nb05_logprobs_masks"]
+LESSONS = ["nb01_group_advantages", "nb02_grpo_objective", "nb03a_cispo_trace_lab", "nb03b_loss_family_trl",
+           "nb04_verifiable_rewards", "nb05_logprobs_masks", "nb07_online_grpo"]
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 

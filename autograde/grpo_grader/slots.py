@@ -334,7 +334,7 @@ class Slot:
             "hide": self.sandbox.hide, "scratch": SCRATCH, "keep": keep,
             "course": str(self.kernel), "workdir": str(self.work), "pidfile": str(self.pidfile),
             "rlimits": limits, "threads": self.threads, "isolate_network": self.sandbox.mode != "none",
-            "workdir_size": WORKDIR_SIZE,
+            "workdir_size": WORKDIR_SIZE, "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
         }
         self.spec_path.write_text(json.dumps(spec, indent=1))
         kernel_json = {
@@ -450,7 +450,7 @@ class Slot:
         spec = json.loads(self.spec_path.read_text())
         spec["keep"] = spec["keep"] + [[str(job_dir), "rw"]]
         spec["rlimits"] = {**spec["rlimits"], "FSIZE": 128 * 2**20}
-        spec["env"] = {"MPLBACKEND": "Agg"}
+        spec["env"] = {**spec.get("env", {}), "MPLBACKEND": "Agg"}
         spec["command"] = [spec["python"], "-X", "utf8", str(job_dir / "driver.py"), str(job_dir)]
         oracle_spec = self.runtime / "oracle.json"
         oracle_spec.write_text(json.dumps(spec))

@@ -5,7 +5,10 @@ max == min test for constant groups (nb01 TODO 1), unflatten and a two-pass vari
 (TODO 3); ratio - log(ratio) - 1 for k3 and a loop over candidates with the one-sided clipped surrogate (nb02);
 a hand-written integer scanner, row-built tables and a matrix product over NaN-zeroed rewards (nb04); argmax
 of the first real EOS and logits minus logsumexp with take_along_dim (nb05). nb04/nb05 keep the worked answer
-of their manual-graded question (base "solution").
+of their manual-graded question (base "solution"). nb03a/nb03b: the independent answers of tests/test_nb03.py
+(nb03a keeps the worked answers of its four manual-graded questions). nb07: grpo_step validated up front, with a
+reduction helper and per-epoch logs; log_step_metrics in plain Python (hand-computed sample std); sample_group
+keeps the worked answer.
 """
 NB01_COMPUTE_GROUP_ADVANTAGES = '''
 def compute_group_advantages(rewards, group_ids, eps=1e-6):
@@ -225,8 +228,8 @@ def completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None):
     if pad_mask is None:
         real = torch.ones(completion_ids.shape, dtype=torch.bool)
     else:
-        if not torch.is_tensor(pad_mask) or pad_mask.shape != completion_ids.shape or pad_mask.is_floating_point():
-            raise ValueError("pad_mask 必须是同形状的布尔或 0/1 整数张量")
+        if not torch.is_tensor(pad_mask) or pad_mask.shape != completion_ids.shape or pad_mask.is_complex():
+            raise ValueError("pad_mask 必须是同形状的布尔或 0/1 实数张量")
         if pad_mask.dtype != torch.bool and not bool(((pad_mask == 0) | (pad_mask == 1)).all()):
             raise ValueError("pad_mask 只能含 0 和 1")
         real = pad_mask.bool()
@@ -252,6 +255,235 @@ def shifted_token_logps(logits, input_ids):
     return torch.take_along_dim(scores, input_ids[:, 1:].long().unsqueeze(-1), dim=-1).squeeze(-1)  # [B, T-1]
 '''
 
+# nb03a / nb03b: the independent implementations of tests/test_nb03.py (written from the notebooks' contracts)
+NB03A_GRPO = '''
+def grpo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsilon=0.2, beta=0.0, ref_logps=None):
+    keep = check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, beta, ref_logps)
+    if epsilon < 0 or epsilon >= 1:
+        raise ValueError("epsilon 越界")
+    log_r = (policy_logps - old_logps).masked_fill(~keep, 0.0)
+    r = log_r.exp()
+    a = advantages[:, None].to(r.dtype)
+    unclipped = r * a
+    clipped = r.clamp(min=1 - epsilon, max=1 + epsilon) * a
+    objective = torch.where(unclipped < clipped, unclipped, clipped)
+    if beta:
+        d = (ref_logps - policy_logps).masked_fill(~keep, 0.0)
+        objective = objective - beta * (d.exp() - d - 1)
+    m = keep.to(r.dtype)
+    counts = torch.maximum(m.sum(-1), torch.ones_like(m[:, 0]))
+    return -((objective * m).sum(-1) / counts).sum() / m.shape[0]
+'''
+
+NB03A_CISPO = '''
+def cispo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsilon_high=5.0, beta=0.0, ref_logps=None):
+    keep = check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, beta, ref_logps)
+    if epsilon_high <= 0:
+        raise ValueError("epsilon_high 必须为正")
+    with torch.no_grad():
+        w = (policy_logps - old_logps).masked_fill(~keep, 0.0).exp().clamp(max=epsilon_high)
+    lp = policy_logps.masked_fill(~keep, 0.0)
+    objective = w * advantages[:, None] * lp
+    if beta:
+        d = (ref_logps - policy_logps).masked_fill(~keep, 0.0)
+        objective = objective - beta * (d.exp() - d - 1)
+    m = keep.to(policy_logps.dtype)
+    counts = m.sum(-1).clamp(min=1)
+    return (-(objective * m).sum(-1) / counts).mean()
+'''
+
+NB03B_REDUCE = '''
+def reduce_per_token_loss(per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None):
+    if not torch.is_tensor(per_token_loss) or per_token_loss.ndim != 2:
+        raise ValueError("per_token_loss 不是二维张量")
+    if not torch.is_tensor(completion_mask) or tuple(completion_mask.shape) != tuple(per_token_loss.shape):
+        raise ValueError("mask 形状不对")
+    if completion_mask.dtype != torch.bool and not bool(((completion_mask == 0) | (completion_mask == 1)).all()):
+        raise ValueError("mask 只能取 0/1")
+    keep = completion_mask.bool()
+    m = keep.to(per_token_loss.dtype)
+    v = per_token_loss.masked_fill(~keep, 0.0)
+    total = v.sum()
+    if loss_type == "grpo":
+        return (v.sum(1) / m.sum(1).clamp(min=1)).mean()
+    if loss_type == "bnpo":
+        return total / m.sum().clamp(min=1)
+    if loss_type == "dr_grpo":
+        ok = isinstance(max_completion_length, int) and not isinstance(max_completion_length, bool)
+        if not ok or max_completion_length < per_token_loss.shape[1]:
+            raise ValueError("max_completion_length 不合法")
+        return total / (per_token_loss.shape[0] * max_completion_length)
+    if loss_type in ("dapo", "cispo"):
+        if num_items_in_batch is None:
+            raise ValueError("缺少 num_items_in_batch")
+        n = num_items_in_batch.item() if torch.is_tensor(num_items_in_batch) else num_items_in_batch
+        if n < 0:
+            raise ValueError("num_items_in_batch 为负")
+        return total / max(n, 1)
+    raise ValueError(f"未知 loss_type {loss_type}")
+'''
+
+NB03B_RATIO = '''
+def importance_ratio(policy_logps, old_logps, completion_mask, importance_sampling_level="token"):
+    if policy_logps.ndim != 2 or old_logps.shape != policy_logps.shape or completion_mask.shape != policy_logps.shape:
+        raise ValueError("形状不一致")
+    if completion_mask.dtype != torch.bool and not bool(((completion_mask == 0) | (completion_mask == 1)).all()):
+        raise ValueError("mask 只能取 0/1")
+    keep = completion_mask.bool()
+    log_r = (policy_logps - old_logps).masked_fill(~keep, 0.0)
+    if importance_sampling_level == "token":
+        return log_r.exp()
+    if importance_sampling_level != "sequence":
+        raise ValueError("未知的 importance_sampling_level")
+    m = keep.to(policy_logps.dtype)
+    return (log_r.sum(1) / m.sum(1).clamp(min=1)).exp().unsqueeze(1)
+'''
+
+NB03B_PER_TOKEN = '''
+def per_token_policy_loss(policy_logps, old_logps, advantages, completion_mask, loss_type="grpo", epsilon_low=0.2,
+                          epsilon_high=0.28, importance_sampling_level="token", beta=0.0, ref_logps=None):
+    keep = check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, beta, ref_logps)
+    if loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo"):
+        raise ValueError("未知 loss_type")
+    if not (0 <= epsilon_low < 1) or epsilon_high < 0 or (loss_type == "cispo" and epsilon_high == 0):
+        raise ValueError("裁剪参数越界")
+    r = importance_ratio(policy_logps, old_logps, completion_mask, importance_sampling_level)
+    a = advantages.view(-1, 1)
+    lp = policy_logps.masked_fill(~keep, 0.0)
+    if loss_type == "cispo":
+        out = -(torch.clamp(r, max=epsilon_high).detach() * a) * lp
+    else:
+        c = torch.clamp(r, 1 - epsilon_low, 1 + epsilon_high)
+        out = torch.maximum(-r * a, -c * a) + torch.zeros_like(policy_logps)
+    if beta != 0:
+        out = out + beta * token_kl_penalty(lp, ref_logps.masked_fill(~keep, 0.0))
+    return out
+'''
+
+NB07_GRPO_STEP = '''
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def _positive(name, value):
+    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} 必须是正的有限数")
+    return float(value)
+
+
+def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
+              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+    """先做全部校验；每个 epoch 一次前向、一次反向，指标逐 epoch 记下再取平均。"""
+    ids = rollout["completion_ids"]                                            # [N, C]
+    n, c = ids.shape
+    raw = rollout["completion_mask"]
+    if not torch.is_tensor(raw) or tuple(raw.shape) != (n, c):
+        raise ValueError("completion_mask 的形状必须是 [N, C]")
+    if raw.dtype != torch.bool and (raw.is_complex() or not bool(((raw == 0) | (raw == 1)).all())):
+        raise ValueError("completion_mask 只能含 0/1")
+    keep = raw.ne(0)                                                           # [N, C] bool
+    if not torch.is_tensor(advantages) or tuple(advantages.shape) != (n,) or not advantages.is_floating_point():
+        raise ValueError("advantages 必须是长度 N 的浮点张量")
+    if not bool(torch.isfinite(advantages).all()):
+        raise ValueError("advantages 含 NaN 或 inf")
+    if type(num_iterations) is not int or num_iterations < 1:
+        raise ValueError("num_iterations 必须是正整数")
+    eps_low = _positive("epsilon", epsilon)
+    eps_high = eps_low if epsilon_high is None else _positive("epsilon_high", epsilon_high)
+    clip_norm = _positive("max_grad_norm", max_grad_norm)
+    temp = _positive("temperature", temperature)
+    if type(beta) not in (int, float) or not math.isfinite(beta) or beta < 0:
+        raise ValueError("beta 必须是非负的有限数")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"未知的 loss_type {loss_type!r}")
+    ref = rollout.get("ref_per_token_logps")
+    if beta > 0 and ref is None:
+        raise ValueError("beta > 0 时需要 ref_per_token_logps")
+    width = c if max_completion_length is None else max_completion_length
+    old = rollout["old_per_token_logps"].detach()                             # [N, C]
+    w = keep.to(old.dtype)                                                     # [N, C]
+    a = advantages.detach().to(old.dtype).view(n, 1)                           # [N, 1]
+    token_count = max(float(w.sum()), 1.0)
+
+    def batch_mean(values):
+        return float((values * w).sum()) / token_count
+
+    def reduce(per_token):
+        if loss_type == "grpo":
+            return ((per_token * w).sum(1) / w.sum(1).clamp(min=1.0)).mean()
+        if loss_type == "dr_grpo":
+            return (per_token * w).sum() / (n * width)
+        return (per_token * w).sum() / token_count
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    log = {"loss": [], "low": [], "high": [], "kl": [], "ref": [], "norm": []}
+    entropy = None
+    for epoch in range(num_iterations):
+        new, ent = completion_logps(model, rollout["prompt_ids"], rollout["prompt_mask"], ids, keep,
+                                    temperature=temp, with_entropy=True)      # [N, C], [N, C]
+        delta = torch.where(keep, new - old, torch.zeros_like(new))           # [N, C] masked before exp
+        rho = delta.exp()
+        surrogate = torch.minimum(rho * a, rho.clamp(1.0 - eps_low, 1.0 + eps_high) * a)
+        per_token = -surrogate
+        if beta > 0:
+            gap = torch.where(keep, ref - new, torch.zeros_like(new))
+            penalty = gap.exp() - gap - 1.0
+            per_token = per_token + beta * penalty
+        loss = reduce(per_token)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, clip_norm)
+        optimizer.step()
+        with torch.no_grad():
+            log["loss"].append(float(loss))
+            log["low"].append(batch_mean(((rho < 1.0 - eps_low) & (a < 0)).to(old.dtype)))
+            log["high"].append(batch_mean(((rho > 1.0 + eps_high) & (a > 0)).to(old.dtype)))
+            log["kl"].append(batch_mean(rho - 1.0 - delta))
+            if beta > 0:
+                log["ref"].append(batch_mean(penalty))
+            if epoch == 0:
+                entropy = batch_mean(ent.to(old.dtype))
+            log["norm"].append(float(norm))
+
+    def avg(key):
+        return sum(log[key]) / len(log[key])
+
+    return {"loss": avg("loss"), "losses": list(log["loss"]), "clip_ratio_low": avg("low"),
+            "clip_ratio_high": avg("high"), "approx_kl": avg("kl"), "kl_ref": avg("ref") if log["ref"] else None,
+            "entropy": entropy, "grad_norm": avg("norm"), "num_iterations": num_iterations}
+'''
+
+NB07_LOG_STEP_METRICS = '''
+def log_step_metrics(step, rewards, num_generations, completion_mask, update, strict_correct, seconds=0.0):
+    """纯 Python 统计：样本标准差手算，全等组用“每组都等于组内第一个”判断。"""
+    if not torch.is_tensor(rewards) or rewards.ndim != 1 or not rewards.is_floating_point():
+        raise ValueError("rewards 必须是一维浮点张量")
+    values = [float(v) for v in rewards.detach().cpu().tolist()]
+    n = len(values)
+    if type(num_generations) is not int or num_generations < 1 or n < 2 or n % num_generations:
+        raise ValueError("rewards 的长度必须 >= 2 且是 num_generations 的整数倍")
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError("rewards 含 NaN 或 inf")
+    if not torch.is_tensor(completion_mask) or completion_mask.ndim != 2 or completion_mask.shape[0] != n:
+        raise ValueError("completion_mask 必须是 [N, C]")
+    if completion_mask.dtype != torch.bool and (completion_mask.is_complex()
+                                                or not bool(((completion_mask == 0) | (completion_mask == 1)).all())):
+        raise ValueError("completion_mask 只能含 0/1")
+    if len(strict_correct) != n:
+        raise ValueError("strict_correct 的长度必须是 N")
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    groups = [values[i:i + num_generations] for i in range(0, n, num_generations)]
+    flat = sum(1.0 for g in groups if all(v == g[0] for v in g)) / len(groups)
+    lengths = completion_mask.ne(0).sum(dim=1).tolist()
+    row = {"step": int(step), "reward_mean": mean, "reward_std": std, "frac_reward_zero_std": flat,
+           "completion_length": sum(lengths) / n, "strict_accuracy": sum(float(x) for x in strict_correct) / n,
+           "seconds": float(seconds)}
+    for key in ("loss", "clip_ratio_low", "clip_ratio_high", "approx_kl", "entropy", "grad_norm"):
+        row[key] = float(update[key])
+    row["kl_ref"] = None if update.get("kl_ref") is None else float(update["kl_ref"])
+    return row
+'''
+
 CASE = {
     "nb01_group_advantages": {"base": "release", "cells": {
         "compute_group_advantages": NB01_COMPUTE_GROUP_ADVANTAGES,
@@ -270,5 +502,24 @@ CASE = {
     "nb05_logprobs_masks": {"base": "solution", "cells": {
         "completion_mask_from_eos": NB05_MASK,
         "shifted_token_logps": NB05_LOGPS,
+    }},
+    "nb03a_cispo_trace_lab": {"base": "solution", "cells": {
+        "grpo_policy_loss": NB03A_GRPO,
+        "cispo_policy_loss": NB03A_CISPO,
+        "gradient_answers": 'gradient_answers = {"a": (0, -1.5), "b": (0, 0.5), "c": (1.5, 1.5), "d": (-0.5, -0.5)}',
+        "q2_answer": "q2_flat_index = 6",
+        "q3_answer": 'q3_choice = "A"',
+        "q5_answer": 'q5_choice = "B"',
+        "q8_answer": 'q8_unchanged = set("abcdefh")',
+    }},
+    "nb03b_loss_family_trl": {"base": "release", "cells": {
+        "reduce_per_token_loss": NB03B_REDUCE,
+        "importance_ratio": NB03B_RATIO,
+        "per_token_policy_loss": NB03B_PER_TOKEN,
+        "q9_answer": 'q9_ratio = {"grpo": 3 / 30, "dapo": 1}',
+    }},
+    "nb07_online_grpo": {"base": "solution", "cells": {
+        "grpo_step": NB07_GRPO_STEP,
+        "log_step_metrics": NB07_LOG_STEP_METRICS,
     }},
 }

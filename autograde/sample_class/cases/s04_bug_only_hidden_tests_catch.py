@@ -8,6 +8,12 @@ nb04: verify_integer_response accepts ``True`` as a weight (bool is an int): onl
       test_verify_integer_response_visible (3 points) passes bool weights.
 nb05: shifted_token_logps does not check the token range (gather fails with a RuntimeError, not ValueError):
       only the hidden part of test_shifted_token_logps_visible (3 points) passes out-of-range ids.
+nb03a: cispo_policy_loss caps the ratio at 1 + epsilon_high instead of epsilon_high: test_cispo_policy_loss
+       (4 points) loses its points (tests/test_nb03.py: only its hidden part catches this variant).
+nb03b: reduce_per_token_loss reduces loss_type "grpo" as a token mean over the batch: test_reduce_per_token_loss
+       (4 points) loses its points (tests/test_nb03.py: only its hidden part catches it).
+nb07: log_step_metrics reports the population std of the rewards instead of the sample std:
+      test_log_step_metrics_visible (2 points) loses its points (tests/test_nb07_online.py: its hidden part).
 """
 CASE = {
     "nb01_group_advantages": {"base": "solution", "edit": {"compute_group_advantages": [
@@ -23,5 +29,15 @@ CASE = {
     "nb05_logprobs_masks": {"base": "solution", "edit": {"shifted_token_logps": [
         ("    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= logits.shape[-1]):\n"
          "        raise ValueError(f\"input_ids 的取值必须在 [0, V={logits.shape[-1]}) 内\")\n", ""),
+    ]}},
+    "nb03a_cispo_trace_lab": {"base": "solution", "edit": {"cispo_policy_loss": [
+        ("torch.clamp(torch.exp(log_ratio), max=epsilon_high)", "torch.clamp(torch.exp(log_ratio), max=1.0 + epsilon_high)"),
+    ]}},
+    "nb03b_loss_family_trl": {"base": "solution", "edit": {"reduce_per_token_loss": [
+        ("return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()",
+         "return masked.sum() / mask.sum().clamp(min=1.0)"),
+    ]}},
+    "nb07_online_grpo": {"base": "solution", "edit": {"log_step_metrics": [
+        ("values.std(unbiased=True)", "values.std(unbiased=False)"),
     ]}},
 }
