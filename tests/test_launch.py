@@ -608,6 +608,13 @@ def _wait_for_url(process, pattern=r"(http://127\.0\.0\.1:\d+/\S*\?token=\w+)", 
     raise AssertionError("tools.cli.lab printed no URL:\n" + "".join(seen))
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:  # gone meanwhile
+        return ""
+
+
 def _get(url: str, token: str):
     request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
     return urllib.request.urlopen(request, timeout=30)
@@ -634,14 +641,14 @@ def test_lab_stops_server_and_kernels_on_sigterm_and_sighup(how, tmp_path):
                                          headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=60) as reply:
             kernel = json.load(reply)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the kernel process is up once the server lists it idle
-            with _get(f"{base}/api/kernels/{kernel['id']}", token) as reply:
-                if json.load(reply)["execution_state"] in ("idle", "busy"):
-                    break
-            time.sleep(0.5)
-        below = descendants(process.pid)
-        kernels = [pid for pid in below if "ipykernel" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        with _get(f"{base}/api/kernels/{kernel['id']}", token) as reply:
+            assert json.load(reply)["id"] == kernel["id"]  # the server knows the kernel it started
+        # (its execution_state stays "starting" until a client connects, so wait for the kernel process itself)
+        deadline, kernels = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not kernels:
+            below = descendants(process.pid)
+            kernels = [pid for pid in below if "ipykernel" in _cmdline(pid)]
+            time.sleep(0.2)
         assert kernels, f"no kernel process found below {process.pid}: {below}"
         if how == "make-sigterm":
             os.killpg(process.pid, signal.SIGTERM)  # what `timeout` does to make's process group
