@@ -4,14 +4,16 @@ and hidden test, and common wrong answers each fail at least one hidden test.
 Every answer below is a complete answer-cell source substituted into the built nbgrader source notebook
 (``tools.chain.notebooks.substitute_answers``), which is then executed top to bottom with nbclient through the
 session fixture ``notebook_runs`` (each distinct execution happens once per test session).
-Runs are grouped so that one execution carries wrong answers to *different* functions (each hidden test
-cell exercises one function only); answers that tamper with builtins get an execution of their own.
+Runs are grouped so that one run carries wrong answers to *different* functions (each hidden test cell
+exercises one function only), and every run of a notebook happens in one warm kernel after the independent
+answers (``tests/warm_kernel.py``: one execution per notebook); the run that tampers with builtins comes last.
 Several wrong answers are classic mistakes whose *visible* test must name the mistake (unbiased std, std + eps,
 token mean, old log-probs not detached, exp before the mask).
 """
 from __future__ import annotations
 
 import pytest
+import warm_kernel  # tests/warm_kernel.py
 
 import tools.chain.notebooks as chain
 
@@ -349,6 +351,7 @@ def token_kl_penalty(policy_logps, ref_logps):
 
 # ----------------------------------------------------------------------------- helpers
 _SOURCES: dict[str, object] = {}
+INDEPENDENT = {NB1: INDEPENDENT_NB1, NB2: INDEPENDENT_NB2}
 
 
 def _source(assignment):
@@ -357,16 +360,21 @@ def _source(assignment):
     return _SOURCES[assignment]
 
 
-def _run(notebook_runs, assignment, answers):
-    """Execute the source notebook with the given answer cells (once per test run, shared through the
-    ``notebook_runs`` fixture; no answers: the solution execution test_notebooks.py uses too); return
-    (executed notebook, {grade_id: result}, seconds)."""
-    if not answers:
-        done, seconds = notebook_runs.solution_timed(assignment)
-    else:
-        nb = chain.substitute_answers(_source(assignment), answers)
-        done, seconds = notebook_runs.run_timed(nb, chain.ROOT, timeout=180)
-    return done, chain.cell_results(done), seconds
+def _variants(assignment) -> list[warm_kernel.Variant]:
+    """The wrong runs of ``assignment`` as warm-kernel variants; those that patch torch/builtins come last."""
+    names = sorted((n for n, run in WRONG_RUNS.items() if run[0] == assignment), key=lambda n: "tamper" in n)
+    assert sum("tamper" in n for n in names) <= 1, "only one run may patch the interpreter for good"
+    return [warm_kernel.Variant(tag=name, answers=WRONG_RUNS[name][1], last=[*WRONG_RUNS[name][2], *WRONG_RUNS[name][3]],
+                                restore="tamper" not in name) for name in names]
+
+
+def _warm(notebook_runs, assignment):
+    """The one execution of ``assignment`` with the independent answers, then every wrong run of it in the same
+    kernel (tests/warm_kernel.py): (executed notebook, base notebook, {grade_id: result}, seconds)."""
+    base = chain.substitute_answers(_source(assignment), INDEPENDENT[assignment])
+    nb = warm_kernel.warm_notebook(base, _variants(assignment))
+    done, seconds = notebook_runs.run_timed(nb, chain.ROOT, timeout=300)
+    return done, base, chain.cell_results(done), seconds
 
 
 def _graded(results, kind):
@@ -389,12 +397,17 @@ def test_solution_notebook_runs_green(notebook_runs, assignment, figures):
 # ----------------------------------------------------------------------------- (b) independent answers pass
 @pytest.mark.parametrize("assignment, answers", [(NB1, INDEPENDENT_NB1), (NB2, INDEPENDENT_NB2)])
 def test_independent_correct_answers_pass_every_test(notebook_runs, assignment, answers):
-    done, results, seconds = _run(notebook_runs, assignment, answers)
-    graded = {gid: r for gid, r in results.items() if gid.startswith("test_")}
+    assert answers is INDEPENDENT[assignment]
+    done, base, results, seconds = _warm(notebook_runs, assignment)
+    graded = {gid: r for gid, r in results.items() if gid.startswith("test_") and "@" not in gid}
     assert len(graded) >= 4
     failed = {gid: r for gid, r in graded.items() if r is not None}
     assert not failed, f"{assignment}: an independent correct answer failed {failed}"
-    assert not chain.cell_errors(done), f"{assignment}: {chain.cell_errors(done)}"
+    errors = chain.cell_errors(warm_kernel.base_part(done, base))
+    assert not errors, f"{assignment}: {errors}"
+    # the guard of the warm kernel: with the correct answers put back, every restored test passes again
+    restored = {gid: r for gid, r in results.items() if "@restore-" in gid and gid.startswith("test_")}
+    assert restored and all(r is None for r in restored.values()), restored
     print(f"{assignment}: independent answers pass {len(graded)} test cells ({seconds:.1f} s)")
 
 
@@ -455,7 +468,8 @@ WRONG_RUNS = {
 @pytest.mark.parametrize("name", list(WRONG_RUNS))
 def test_wrong_answers_fail_hidden_tests(notebook_runs, name):
     assignment, answers, expected_failures, passes_visible = WRONG_RUNS[name]
-    _, results, seconds = _run(notebook_runs, assignment, answers)
+    _, _, all_results, seconds = _warm(notebook_runs, assignment)
+    results = {gid.split("@")[0]: r for gid, r in all_results.items() if gid.endswith(f"@{name}")}
     for grade_id, phrase in expected_failures.items():
         outcome = results[grade_id]
         assert outcome is not None, f"{name}: hidden test {grade_id} passed a wrong answer"
@@ -463,4 +477,4 @@ def test_wrong_answers_fail_hidden_tests(notebook_runs, name):
             f"{name}: {grade_id} failed, but not on the expected check ({phrase!r}): {outcome[:300]}")
     for grade_id in passes_visible:  # the hidden tests catch what the visible ones cannot
         assert results[grade_id] is None, f"{name}: expected to pass visible {grade_id}, got {results[grade_id]}"
-    print(f"{name}: caught by {sorted(expected_failures)} ({seconds:.1f} s)")
+    print(f"{name}: caught by {sorted(expected_failures)} (warm kernel of {assignment}: {seconds:.1f} s)")

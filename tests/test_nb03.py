@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import textwrap
 
 import pytest
+import warm_kernel  # tests/warm_kernel.py
 
 import tools.chain.notebooks as chain
 
@@ -31,7 +31,6 @@ POINTS = {  # grade_id -> points, unchanged by the split
            "test_q8": 1},
     NB3B: {"test_reduce_per_token_loss": 4, "test_importance_ratio": 3, "test_per_token_policy_loss": 4, "test_q9": 1},
 }
-_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n(.*?)^[ \t]*### END HIDDEN TESTS[ \t]*$", re.M | re.S)
 
 # ----------------------------------------------------------------------------- independent implementations
 # Written for this test from the notebooks' stated contracts (not copied from the solution cells).
@@ -197,17 +196,6 @@ def _without_trl_section(nb):
     return out
 
 
-def _hidden_only(nb, grade_ids):
-    """Replace each test cell by its hidden parts alone (plus the helper import the hidden code relies on)."""
-    out = copy.deepcopy(nb)
-    for cell in out.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") in grade_ids:
-            hidden = _HIDDEN.findall(cell.source)
-            assert hidden, f"{cell.metadata['nbgrader']['grade_id']} has no hidden tests"
-            cell.source = "from tools.grading import assert_close, expect_value_error\n" + "\n".join(hidden)
-    return out
-
-
 def _cell_stdout(nb, grade_id):
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
@@ -270,17 +258,36 @@ def test_solution_b_runs_green_and_trl_conformance_passes(notebook_runs):
     assert "1.40 倍" in _cell_stdout(done, "clip_higher_example")  # (0.0128 - 0.01) / (0.012 - 0.01), computed
 
 
+def _warm(notebook_runs, assignment):
+    """One execution per lesson (tests/warm_kernel.py): the independent answers with every visible and hidden test
+    (the TRL section left out: test_independent_implementation_passes_the_trl_check runs it in process), then each
+    wrong run in the same kernel, its test cells cut to their hidden tests, then the correct answers again.
+    Returns (executed notebook, base notebook, {grade_id: result})."""
+    base = chain.substitute_answers(_without_trl_section(chain.build_notebook(assignment)), _answers(INDEPENDENT[assignment]))
+    variants = []
+    for run, wrong_run in enumerate(WRONG_RUNS[assignment]):
+        answers = {}
+        for _, wrong, _ in wrong_run:
+            answers.update(_answers(wrong))
+        variants.append(warm_kernel.Variant(tag=f"run{run}", answers=answers, last=TEST_CELLS[assignment],
+                                            hidden_only=True))
+    done = notebook_runs.run(warm_kernel.warm_notebook(base, variants), cwd=chain.ROOT)
+    return done, base, chain.cell_results(done)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", [NB3A, NB3B])
 def test_independent_implementation_passes_every_visible_and_hidden_test(assignment, notebook_runs):
     if assignment == NB3B:
         pytest.importorskip("trl")
-    # the TRL section is left out here: test_independent_implementation_passes_the_trl_check runs it in process
-    nb = chain.substitute_answers(_without_trl_section(chain.build_notebook(assignment)), _answers(INDEPENDENT[assignment]))
-    done = notebook_runs.run(nb, cwd=chain.ROOT)
-    results = chain.cell_results(done)
+    done, base, results = _warm(notebook_runs, assignment)
     assert {gid: results[gid] for gid in TEST_CELLS[assignment]} == {gid: None for gid in TEST_CELLS[assignment]}
-    assert chain.cell_errors(done) == []
+    assert chain.cell_errors(warm_kernel.base_part(done, base)) == []
+    # the guard of the warm kernel: with the correct answers put back, the hidden tests pass again
+    restored = {gid: r for gid, r in results.items() if "@restore-" in gid and gid.split("@")[0] in TEST_CELLS[assignment]}
+    for run in range(len(WRONG_RUNS[assignment])):
+        assert any(gid.endswith(f"@restore-run{run}") for gid in restored), f"run {run} was not restored"
+    assert all(r is None for r in restored.values()), restored
 
 
 _FAMILY = """
@@ -323,18 +330,15 @@ def test_independent_implementation_passes_the_trl_check():
 @pytest.mark.parametrize("assignment, run", [(NB3A, 0), (NB3A, 1), (NB3B, 0), (NB3B, 1)])
 def test_wrong_implementations_fail_the_hidden_tests(assignment, run, notebook_runs):
     variants = WRONG_RUNS[assignment][run]
-    base = chain.substitute_answers(_without_trl_section(chain.build_notebook(assignment)), _answers(INDEPENDENT[assignment]))
-    answers = {}
-    for _, wrong, _ in variants:
-        answers.update(wrong)
-    nb = chain.substitute_answers(base, _answers(answers))
+    _, _, all_results = _warm(notebook_runs, assignment)
+    results = {gid.split("@")[0]: r for gid, r in all_results.items() if gid.endswith(f"@run{run}")}
     caught_by = [gid for _, _, cells in variants for gid in cells]
-    done = notebook_runs.run(_hidden_only(nb, TEST_CELLS[assignment]), cwd=chain.ROOT)
-    results = chain.cell_results(done)
     for label, _, cells in variants:
         for grade_id in cells:
             assert results[grade_id] is not None and results[grade_id].startswith("AssertionError"), \
                 f"{label}: hidden tests of {grade_id} did not catch it ({results[grade_id]})"
+    # test cells before the run's first answer cell ran with the correct answers, as in the base part
+    results = {gid: all_results[gid] for gid in TEST_CELLS[assignment]} | results
     untouched = [gid for gid in TEST_CELLS[assignment] if gid not in caught_by]
     assert [gid for gid in untouched if results[gid] is not None] == [], f"run {run}: unrelated tests failed {results}"
 

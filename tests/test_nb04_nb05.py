@@ -13,10 +13,8 @@ answer through its target test, each followed by the correct answers again, then
 """
 from __future__ import annotations
 
-import copy
-import re
-
 import pytest
+import warm_kernel  # tests/warm_kernel.py
 
 import tools.chain.notebooks as chain
 
@@ -191,36 +189,10 @@ WRONG_GROUPS = {
 }
 assert sorted(n for _, names in WRONG_GROUPS.values() for n in names) == sorted(TARGET_TEST)
 
-_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n(.*?)^[ \t]*### END HIDDEN TESTS[ \t]*$",
-                     re.MULTILINE | re.DOTALL)
-
-
 # ----------------------------------------------------------------------------- helpers
 def _test_cells(nb) -> list[str]:
     return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
             if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
-
-
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
-def _copy_cell(cell, tag: str, answers: dict[str, str]):
-    """A copy of ``cell`` for the appended part of the warm kernel: answer cells take ``answers``, graded test
-    cells keep only their hidden tests; the copy's grade_id is ``<grade_id>@<tag>``."""
-    out = copy.deepcopy(cell)
-    grade_id = _grade_id(cell)
-    if grade_id in answers:
-        out.source = answers[grade_id]
-    if out.metadata.get("nbgrader", {}).get("grade"):
-        regions = _HIDDEN.findall(out.source)
-        assert regions, f"{grade_id} has no hidden tests"
-        out.source = "\n".join(regions)
-    if grade_id:
-        out.metadata["nbgrader"] = dict(out.metadata["nbgrader"], grade_id=f"{grade_id}@{tag}")
-    out["id"] = re.sub(r"[^A-Za-z0-9-]", "-", f"{out.get('id', 'cell')}-{tag}")[:64]
-    out.outputs, out.execution_count = [], None
-    return out
 
 
 def _warm_kernel_notebook(assignment: str):
@@ -236,19 +208,12 @@ def _warm_kernel_notebook(assignment: str):
     independent = INDEPENDENT_NB4 if assignment == NB4 else INDEPENDENT_NB5
     wrong_answers = WRONG_NB4 if assignment == NB4 else WRONG_NB5
     base = chain.substitute_answers(chain.build_notebook(assignment), independent)
-    index = {_grade_id(c): i for i, c in enumerate(base.cells) if _grade_id(c)}
-    cells = list(base.cells)
-    for name, wrong in wrong_answers.items():
-        first = min(index[grade_id] for grade_id in wrong)
-        last = index[TARGET_TEST[name]]
-        assert first < last, f"{name}: the target test {TARGET_TEST[name]} must come after the answer cell"
-        span = base.cells[first:last + 1]
-        cells += [_copy_cell(c, name, {**independent, **wrong}) for c in span]
-        cells += [_copy_cell(c, f"restore-{name}", independent) for c in span]
-    cells += [_copy_cell(c, "hidden-only", independent) for c in base.cells
-              if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
-    out = copy.deepcopy(base)
-    out.cells = cells
+    variants = [warm_kernel.Variant(tag=name, answers=wrong,
+                                    last=[TARGET_TEST[name]], hidden_only=True)
+                for name, wrong in wrong_answers.items()]
+    out = warm_kernel.warm_notebook(base, variants, correct=independent)
+    out.cells += [warm_kernel.tagged(c, "hidden-only", independent, hidden_only=True) for c in base.cells
+                  if warm_kernel.is_test(c)]
     return out
 
 
