@@ -64,8 +64,10 @@ c.GradingPipeline.sandbox = "auto"         # auto | isolated (root) | userns | n
 c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: kernels run as free uids from here on, one per slot
                                             # (locked per run, so concurrent runs never share one)
 # files of the course checkout the kernel may read (copied into each slot's read-only course copy)
-# (.cache/tiny-qwen2-seed0: the tiny checkpoint nb05 loads; built before grading when missing)
-c.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments", ".cache/tiny-qwen2-seed0"]
+# (.cache/tiny-qwen2-seed0: the tiny checkpoint nb05 loads; .cache/online-sft-seed0: nb07's SFT warm start; both
+#  built before grading when missing, then read-only in the kernels)
+c.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments", ".cache/tiny-qwen2-seed0",
+                                  ".cache/online-sft-seed0"]
 c.GradingPipeline.hidden_paths = []        # more folders to hide from kernels (other clones, data with answers)
 # case families of the conventions card (C1-C3), drawn now that the lessons implement them (off in the oracles by default)
 c.GradingPipeline.oracle_flags = {

@@ -126,23 +126,14 @@ def check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, be
     return valid  # [B*G, T] bool
 
 # %% nbgrader={"locked": true, "grade_id": "display_helpers"}
-import io
 import time
 
 import matplotlib.pyplot as plt
-from IPython.display import Image, display
+from tools.notebook_runtime import show_figure  # PNG in the notebook whatever the backend
 
 LESSON_STARTED = time.perf_counter()  # the last code cell prints how long this run took
 torch.set_printoptions(precision=4, sci_mode=False)
 plt.rcParams["axes.unicode_minus"] = False
-
-
-def show_figure(fig):
-    """Embed a figure as PNG whatever the matplotlib backend (also under MPLBACKEND=Agg), then close it."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(data=buffer.getvalue(), format="png"))
 
 
 _demo_mask = completion_bool_mask(torch.tensor([[1.0, 1.0, 0.0]]), (1, 3))

@@ -77,24 +77,15 @@ from tools.lessons.nb03a_cispo_trace_lab import check_policy_inputs, cispo_polic
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")  # the TRL loss types the graded functions cover
 
 # %% nbgrader={"locked": true, "grade_id": "display_helpers"}
-import io
 import json
 import time
 
 import matplotlib.pyplot as plt
-from IPython.display import Image, display
+from tools.notebook_runtime import show_figure  # PNG in the notebook whatever the backend
 
 LESSON_STARTED = time.perf_counter()  # the last code cell prints how long this run took
 torch.set_printoptions(precision=4, sci_mode=False)
 plt.rcParams["axes.unicode_minus"] = False
-
-
-def show_figure(fig):
-    """Embed a figure as PNG whatever the matplotlib backend (also under MPLBACKEND=Agg), then close it."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(data=buffer.getvalue(), format="png"))
 
 
 print("共享部件已就绪（来自第 1、2、3A 课）：group_relative_advantages, token_kl_penalty, check_policy_inputs,"

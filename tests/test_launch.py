@@ -50,7 +50,7 @@ def test_badges_and_cell_follow_the_one_setting():
     source = cells.bootstrap_source("PT-CPU", FORK)
     assert '"https://github.com/someone/grpo-fork.git"' in source
     assert 'os.environ.get("GRPO_COURSE_BRANCH", "dev")' in source
-    assert '/ "grpo-fork"' in source and 'PROFILE, ASSIGNMENT, STAMP = "PT-CPU", "", ""' in source
+    assert 'REPOSITORY = "someone/grpo-fork"' in source and 'PROFILE, ASSIGNMENT, STAMP = "PT-CPU", "", ""' in source
     # the whole parsed file works as well as its [course] table
     assert cells.bootstrap_source("PT-CPU", {"course": FORK}) == source
     # the repository's own setting
@@ -65,8 +65,28 @@ def test_bootstrap_cell_compiles_and_is_short(profile):
     source = cells.bootstrap_source(profile, FORK)
     compile(source, f"<bootstrap {profile}>", "exec")
     lines = source.splitlines()
-    assert len(lines) <= 75 and max(len(line) for line in lines) <= 125
+    # (about 100 lines: 25 of them are tools.bootstrap's detect_platform and clone_dir, copied in by source)
+    assert len(lines) <= 105 and max(len(line) for line in lines) <= 125
     assert "tools.bootstrap.run(PROFILE, course_root)" in lines[-1]
+
+
+def test_bootstrap_cell_finds_the_course_with_tools_bootstraps_own_functions():
+    """One home: the cell carries the source of tools.bootstrap's platform functions and settings (it runs before
+    `tools` is importable), so an unknown platform fails in the cell exactly as in the module."""
+    import inspect
+
+    source = cells.bootstrap_source("PT-CPU", FORK)
+    for name in cells.SHARED_FUNCTIONS:
+        assert inspect.getsource(getattr(bootstrap, name)).rstrip() in source, name
+    for name in cells.SHARED_SETTINGS:
+        assert f"{name} = " in source, name
+    namespace: dict = {}
+    exec(source.split("\ncourse_root = course_folder()")[0], namespace)
+    with pytest.raises(namespace["CourseSetupError"], match="无法识别"):
+        namespace["detect_platform"]({"GRPO_COURSE_PLATFORM": "kaggle"}, modules={})
+    with pytest.raises(bootstrap.BootstrapError, match="无法识别"):
+        bootstrap.detect_platform({"GRPO_COURSE_PLATFORM": "kaggle"}, modules={})
+    assert namespace["clone_dir"]("colab", "someone/grpo-fork", {}) == bootstrap.clone_dir("colab", "someone/grpo-fork", {})
 
 
 def test_bootstrap_cell_rejects_an_unknown_profile():

@@ -17,6 +17,7 @@ import pytest
 import warm_kernel  # tests/warm_kernel.py
 
 import tools.chain.notebooks as chain
+from autograde.grpo_grader import sample as sample_class
 
 NB3A = "nb03a_cispo_trace_lab"
 NB3B = "nb03b_loss_family_trl"
@@ -33,115 +34,10 @@ POINTS = {  # grade_id -> points, unchanged by the split
 }
 
 # ----------------------------------------------------------------------------- independent implementations
-# Written for this test from the notebooks' stated contracts (not copied from the solution cells).
-INDEPENDENT = {NB3A: {
-    "grpo_policy_loss": '''
-def grpo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsilon=0.2, beta=0.0, ref_logps=None):
-    keep = check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, beta, ref_logps)
-    if epsilon < 0 or epsilon >= 1:
-        raise ValueError("epsilon 越界")
-    log_r = (policy_logps - old_logps).masked_fill(~keep, 0.0)
-    r = log_r.exp()
-    a = advantages[:, None].to(r.dtype)
-    unclipped = r * a
-    clipped = r.clamp(min=1 - epsilon, max=1 + epsilon) * a
-    objective = torch.where(unclipped < clipped, unclipped, clipped)
-    if beta:
-        d = (ref_logps - policy_logps).masked_fill(~keep, 0.0)
-        objective = objective - beta * (d.exp() - d - 1)
-    m = keep.to(r.dtype)
-    counts = torch.maximum(m.sum(-1), torch.ones_like(m[:, 0]))
-    return -((objective * m).sum(-1) / counts).sum() / m.shape[0]
-''',
-    "cispo_policy_loss": '''
-def cispo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsilon_high=5.0, beta=0.0, ref_logps=None):
-    keep = check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, beta, ref_logps)
-    if epsilon_high <= 0:
-        raise ValueError("epsilon_high 必须为正")
-    with torch.no_grad():
-        w = (policy_logps - old_logps).masked_fill(~keep, 0.0).exp().clamp(max=epsilon_high)
-    lp = policy_logps.masked_fill(~keep, 0.0)
-    objective = w * advantages[:, None] * lp
-    if beta:
-        d = (ref_logps - policy_logps).masked_fill(~keep, 0.0)
-        objective = objective - beta * (d.exp() - d - 1)
-    m = keep.to(policy_logps.dtype)
-    counts = m.sum(-1).clamp(min=1)
-    return (-(objective * m).sum(-1) / counts).mean()
-''',
-    "gradient_answers": 'gradient_answers = {"a": (0, -1.5), "b": (0, 0.5), "c": (1.5, 1.5), "d": (-0.5, -0.5)}',
-    "q2_answer": "q2_flat_index = 6",
-    "q3_answer": 'q3_choice = "A"',
-    "q5_answer": 'q5_choice = "B"',
-    "q8_answer": 'q8_unchanged = set("abcdefh")',
-}, NB3B: {
-    "reduce_per_token_loss": '''
-def reduce_per_token_loss(per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None):
-    if not torch.is_tensor(per_token_loss) or per_token_loss.ndim != 2:
-        raise ValueError("per_token_loss 不是二维张量")
-    if not torch.is_tensor(completion_mask) or tuple(completion_mask.shape) != tuple(per_token_loss.shape):
-        raise ValueError("mask 形状不对")
-    if completion_mask.dtype != torch.bool and not bool(((completion_mask == 0) | (completion_mask == 1)).all()):
-        raise ValueError("mask 只能取 0/1")
-    keep = completion_mask.bool()
-    m = keep.to(per_token_loss.dtype)
-    v = per_token_loss.masked_fill(~keep, 0.0)
-    total = v.sum()
-    if loss_type == "grpo":
-        return (v.sum(1) / m.sum(1).clamp(min=1)).mean()
-    if loss_type == "bnpo":
-        return total / m.sum().clamp(min=1)
-    if loss_type == "dr_grpo":
-        ok = isinstance(max_completion_length, int) and not isinstance(max_completion_length, bool)
-        if not ok or max_completion_length < per_token_loss.shape[1]:
-            raise ValueError("max_completion_length 不合法")
-        return total / (per_token_loss.shape[0] * max_completion_length)
-    if loss_type in ("dapo", "cispo"):
-        if num_items_in_batch is None:
-            raise ValueError("缺少 num_items_in_batch")
-        n = num_items_in_batch.item() if torch.is_tensor(num_items_in_batch) else num_items_in_batch
-        if n < 0:
-            raise ValueError("num_items_in_batch 为负")
-        return total / max(n, 1)
-    raise ValueError(f"未知 loss_type {loss_type}")
-''',
-    "importance_ratio": '''
-def importance_ratio(policy_logps, old_logps, completion_mask, importance_sampling_level="token"):
-    if policy_logps.ndim != 2 or old_logps.shape != policy_logps.shape or completion_mask.shape != policy_logps.shape:
-        raise ValueError("形状不一致")
-    if completion_mask.dtype != torch.bool and not bool(((completion_mask == 0) | (completion_mask == 1)).all()):
-        raise ValueError("mask 只能取 0/1")
-    keep = completion_mask.bool()
-    log_r = (policy_logps - old_logps).masked_fill(~keep, 0.0)
-    if importance_sampling_level == "token":
-        return log_r.exp()
-    if importance_sampling_level != "sequence":
-        raise ValueError("未知的 importance_sampling_level")
-    m = keep.to(policy_logps.dtype)
-    return (log_r.sum(1) / m.sum(1).clamp(min=1)).exp().unsqueeze(1)
-''',
-    "per_token_policy_loss": '''
-def per_token_policy_loss(policy_logps, old_logps, advantages, completion_mask, loss_type="grpo", epsilon_low=0.2,
-                          epsilon_high=0.28, importance_sampling_level="token", beta=0.0, ref_logps=None):
-    keep = check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, beta, ref_logps)
-    if loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo"):
-        raise ValueError("未知 loss_type")
-    if not (0 <= epsilon_low < 1) or epsilon_high < 0 or (loss_type == "cispo" and epsilon_high == 0):
-        raise ValueError("裁剪参数越界")
-    r = importance_ratio(policy_logps, old_logps, completion_mask, importance_sampling_level)
-    a = advantages.view(-1, 1)
-    lp = policy_logps.masked_fill(~keep, 0.0)
-    if loss_type == "cispo":
-        out = -(torch.clamp(r, max=epsilon_high).detach() * a) * lp
-    else:
-        c = torch.clamp(r, 1 - epsilon_low, 1 + epsilon_high)
-        out = torch.maximum(-r * a, -c * a) + torch.zeros_like(policy_logps)
-    if beta != 0:
-        out = out + beta * token_kl_penalty(lp, ref_logps.masked_fill(~keep, 0.0))
-    return out
-''',
-    "q9_answer": 'q9_ratio = {"grpo": 3 / 30, "dapo": 1}',
-}}
+# The independent implementations (written from the notebooks' stated contracts, not copied from the solution
+# cells) have one home: the sample class's independent learner, whose graded submission uses the same sources.
+_S02 = sample_class.load_cases()["s02_independent_answers"]
+INDEPENDENT = {NB3A: dict(_S02[NB3A]["cells"]), NB3B: dict(_S02[NB3B]["cells"])}
 
 
 def _wrong(assignment, grade_id, old, new):

@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 
 import tools.chain.notebooks as chain
+from autograde.grpo_grader import sample as sample_class
 from tools import online_grpo as og
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +89,8 @@ WRONG = [
     ("sample_group", "                               temperature=float(temperature))  # [N, C]\n        old = ",
      "                               temperature=1.0)  # [N, C]\n        old = "),  # old logps ignore the temperature
     ("grpo_step", "log_ratio = (logps - old).masked_fill(~mask, 0.0)", "log_ratio = logps - old"),  # exp before mask
-    ("log_step_metrics", "values.std(unbiased=True)", "values.std(unbiased=False)"),  # population std
+    # population std: the sample class's hidden-bug learner (s04) submits this one; one home, its case file
+    ("log_step_metrics", *sample_class.load_cases()["s04_bug_only_hidden_tests_catch"][A]["edit"]["log_step_metrics"][0]),
 ]
 
 

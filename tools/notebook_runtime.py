@@ -1,4 +1,4 @@
-"""Evidence helpers for the notebooks: atomic JSON, stable hashes, versions, model commits, failures."""
+"""Evidence helpers for the notebooks: atomic JSON, stable hashes, versions, model commits, failures, figures."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-__all__ = ["save_json", "hash_ids", "package_version", "resolve_model_commit", "failure_record"]
+__all__ = ["save_json", "hash_ids", "package_version", "resolve_model_commit", "failure_record", "figure_png",
+           "show_figure"]
 
 
 def save_json(path, obj) -> Path:
@@ -201,3 +202,22 @@ def failure_record(stage: str, error: BaseException, max_lines: int = 12) -> dic
         "message": str(error),
         "traceback": lines[-max_lines:],
     }
+
+
+def figure_png(fig, dpi: int = 100, tight: bool = True) -> bytes:
+    """The PNG bytes of a matplotlib figure, which is then closed (no figure is left open)."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, **({"bbox_inches": "tight"} if tight else {}))
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def show_figure(fig, dpi: int = 100) -> None:
+    """Embed a figure in the notebook as PNG whatever the matplotlib backend (also under MPLBACKEND=Agg)."""
+    from IPython.display import Image, display
+
+    display(Image(data=figure_png(fig, dpi=dpi), format="png"))

@@ -566,15 +566,10 @@ def load_records(root, labels) -> dict:
 
 # ----------------------------------------------------------------------------------------------- figures
 def _png(fig) -> bytes:
-    import io
+    from tools.notebook_runtime import figure_png
 
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buffer, format="png", dpi=90)
-    plt.close(fig)
-    return buffer.getvalue()
+    return figure_png(fig, dpi=90, tight=False)
 
 
 STEP_PANELS = [("reward_mean", "reward mean"), ("reward_std", "reward std"),

@@ -22,7 +22,7 @@ class Settings:
     sandbox: str = "auto"
     sandbox_uid_base: int = 61000
     kernel_files: list[str] = field(default_factory=lambda: ["course.toml", "pyproject.toml", "tools", "environments",
-                                                             ".cache/tiny-qwen2-seed0"])
+                                                             ".cache/tiny-qwen2-seed0", ".cache/online-sft-seed0"])
     hidden_paths: list[str] = field(default_factory=list)
     course_id: str = "grpo-in-practice"
     grading_seed: str = ""            # the instructor's secret (oracle.grading_seed); never stored
@@ -93,7 +93,8 @@ def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 # Kernel files that are built, not committed: made here (in the grader's process, before any slot copies the
 # kernel files) when missing, so that no notebook builds them inside the read-only sandbox.
-PREPARE = {".cache/tiny-qwen2-seed0": "tools.tiny_model:tiny_checkpoint_path"}
+PREPARE = {".cache/tiny-qwen2-seed0": "tools.tiny_model:tiny_checkpoint_path",
+           ".cache/online-sft-seed0": "tools.online_grpo:sft_checkpoint_path"}
 
 
 def prepare_kernel_files(settings: Settings, say=print) -> None:

@@ -45,7 +45,7 @@ SUBMITTED = SAMPLE / "submitted"
 EXPECTED = SAMPLE / "expected.json"
 # The sample class runs with short limits so that its infinite loops cost little time in CI.
 # The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
-TIMEOUTS = {"cell_timeout": 20, "notebook_timeout": 80, "memory_limit_mb": 4096}
+TIMEOUTS = {"cell_timeout": 15, "notebook_timeout": 50, "memory_limit_mb": 4096}
 # every lesson the sample class grades (a learner's row for a lesson it did not submit is "missing")
 LESSONS = ["nb01_group_advantages", "nb02_grpo_objective", "nb03a_cispo_trace_lab", "nb03b_loss_family_trl",
            "nb04_verifiable_rewards", "nb05_logprobs_masks", "nb07_online_grpo"]

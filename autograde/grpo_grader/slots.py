@@ -407,6 +407,23 @@ class Slot:
             subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), "--kill-uid",
                             str(self.uid), str(self.uid)], timeout=30, check=False)
 
+    def _wait_or_kill(self, process: subprocess.Popen, timeout: float) -> bool:
+        """Wait for ``process`` (a session leader); at ``timeout`` kill its whole process group. Either way the
+        kernels it left are killed afterwards. Returns whether it was killed at the limit."""
+        timed_out = False
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+        finally:
+            self.kill_kernels()
+        return timed_out
+
     def run_nbgrader(self, assignment: str, learner: str, notebook: str, log: Path) -> tuple[int, bool, float]:
         """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit."""
         if self.stopped:
@@ -415,21 +432,10 @@ class Slot:
         command = [sys.executable, "-m", "nbgrader", "autograde", assignment, f"--student={learner}",
                    f"--notebook={notebook}", "--force", "--log-level=INFO"]
         started = time.monotonic()
-        timed_out = False
         with open(log, "wb") as handle:
             process = self.process = subprocess.Popen(command, cwd=self.nbgrader, env=self.env(), stdout=handle,
                                                       stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                process.wait(timeout=self.settings.notebook_timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                process.wait()
-            finally:
-                self.kill_kernels()
+            timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
         return process.returncode, timed_out, time.monotonic() - started
 
     def abort(self) -> None:
@@ -462,23 +468,12 @@ class Slot:
                 os.chown(path, self.uid, self.uid)
         os.chmod(job_dir, 0o700)
         started = time.monotonic()
-        timed_out = False
         errors = self.runtime / "oracle-stderr.txt"
         with open(errors, "wb") as handle:
             process = self.process = subprocess.Popen(
                 [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(oracle_spec), "-f", str(connection)],
                 cwd=self.runtime, env=self.env(), stdout=subprocess.DEVNULL, stderr=handle, start_new_session=True)
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                process.wait()
-            finally:
-                self.kill_kernels()
+            timed_out = self._wait_or_kill(process, timeout)
         with open(errors, "rb") as handle:
             tail = handle.read(4000).decode(errors="replace")
         return process.returncode, timed_out, time.monotonic() - started, tail

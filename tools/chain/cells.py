@@ -25,8 +25,9 @@ from pathlib import Path
 
 from tools import bootstrap
 from tools.preflight import PROFILES
+from tools.project_runtime import resolve_project_root
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = resolve_project_root(Path(__file__))  # the checkout this module belongs to
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 ENV_UPDATE = "GRPO_COURSE_UPDATE"  # "1": the bootstrap cell runs `git pull --ff-only` on a stale clone
 STAMP_LENGTH = 12
@@ -109,6 +110,7 @@ import importlib.util, json, os, subprocess, sys
 from pathlib import Path
 
 PROFILE, ASSIGNMENT, STAMP = {profile}, {assignment}, {stamp}  # STAMP: this notebook's release stamp
+REPOSITORY = {repository}
 REPO_URL = os.environ.get("{env_url}", {url})
 BRANCH = os.environ.get("{env_branch}", {branch})
 
@@ -118,21 +120,19 @@ class CourseSetupError(Exception):
         return ["课程环境准备失败：", *str(self).splitlines()]
 
 
+{env_constants}
+BootstrapError = CourseSetupError  # the name tools.bootstrap's functions below raise
+@@SHARED_FUNCTIONS@@
+
 def course_folder():
     """The course: above this notebook, installed in this Python, else the platform's clone folder."""
-    env, here = os.environ, Path.cwd().resolve()
-    platform = env.get("{env_platform}") or (
-        "colab" if any(k in env for k in {colab_markers}) or "google.colab" in sys.modules
-        else "modelscope" if any(k in {ms_markers} or k.startswith({ms_prefix}) for k in env)
-        else "local")
+    here, platform = Path.cwd().resolve(), detect_platform()
     spec = importlib.util.find_spec("tools") if platform == "local" else None
     installed = [Path(spec.origin).parents[1]] if spec and spec.origin else []
     for folder in (here, *here.parents, *installed):
         if (folder / "course.toml").is_file() and (folder / "tools" / "bootstrap.py").is_file():
             return folder
-    parent = {clone_parents}.get(platform)
-    parent = os.path.join(env.get("{env_root}") or "/", parent.lstrip("/")) if parent else "~"
-    return Path(env.get("{env_dir}") or Path(parent).expanduser() / {name})
+    return clone_dir(platform, REPOSITORY)
 
 
 def course_stamp(root):  # the release stamp of this notebook in the course folder
@@ -192,22 +192,35 @@ def bootstrap_source(profile: str, settings: dict, assignment: str = "", stamp: 
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
     repository, branch = _course(settings)
-    return _CELL.format(
+    cell = _CELL.format(
         profile=_py(profile),
         assignment=_py(assignment),
         stamp=_py(stamp),
+        repository=_py(repository),
         env_update=ENV_UPDATE,
         profile_name=profile,
-        env_platform=bootstrap.ENV_PLATFORM,
         env_url=bootstrap.ENV_REPO_URL,
         env_branch=bootstrap.ENV_BRANCH,
-        env_dir=bootstrap.ENV_DIR,
-        env_root=bootstrap.ENV_PLATFORM_ROOT,
-        colab_markers=_py(tuple(bootstrap.COLAB_MARKERS)),
-        ms_markers=_py(tuple(bootstrap.MODELSCOPE_MARKERS)),
-        ms_prefix=_py(bootstrap.MODELSCOPE_PREFIX),
-        clone_parents=_py({k: v for k, v in bootstrap.CLONE_PARENTS.items() if k != "local"}),
-        name=_py(repository.rsplit("/", 1)[-1]),
+        env_constants=_env_constants(),
         url=_py(f"https://github.com/{repository}.git"),
         branch=_py(branch),
     )
+    return cell.replace("@@SHARED_FUNCTIONS@@", _shared_functions())
+
+
+# The cell runs before `tools` is importable, so it carries a copy of the settings and of the two functions of
+# tools.bootstrap that find the course (their source, stamped here): one definition for the cell and the module.
+SHARED_SETTINGS = ("ENV_PLATFORM", "ENV_DIR", "ENV_PLATFORM_ROOT", "PLATFORMS", "COLAB_MARKERS", "MODELSCOPE_MARKERS",
+                   "MODELSCOPE_PREFIX", "CLONE_PARENTS")
+SHARED_FUNCTIONS = ("detect_platform", "clone_dir")
+
+
+def _env_constants() -> str:
+    return "\n".join(f"{name} = {_py(getattr(bootstrap, name))}" for name in SHARED_SETTINGS)
+
+
+def _shared_functions() -> str:
+    import inspect
+
+    sources = [inspect.getsource(getattr(bootstrap, name)) for name in SHARED_FUNCTIONS]
+    return "\n\n" + "\n\n\n".join(source.rstrip() for source in sources)

@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.project_runtime import resolve_project_root
+
+ROOT = resolve_project_root(Path(__file__))  # the checkout this module belongs to
 PY = sys.executable
 
 

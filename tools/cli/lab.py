@@ -37,7 +37,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.project_runtime import resolve_project_root
+
+ROOT = resolve_project_root(Path(__file__))  # the checkout this module belongs to
 ROLES = ("learner", "instructor")
 NBGRADER_SERVER_EXTENSIONS = (
     "nbgrader.server_extensions.formgrader",

@@ -12,7 +12,7 @@ import sys
 import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # system Python, before `tools` is importable: by path
 PROFILE_FILES = {
     "BASE-CPU": ["base-cpu.txt", "instructor.txt"],
     "PT-CPU": ["pt-cpu.txt", "instructor.txt"],

@@ -5,7 +5,7 @@ max == min test for constant groups (nb01 TODO 1), unflatten and a two-pass vari
 (TODO 3); ratio - log(ratio) - 1 for k3 and a loop over candidates with the one-sided clipped surrogate (nb02);
 a hand-written integer scanner, row-built tables and a matrix product over NaN-zeroed rewards (nb04); argmax
 of the first real EOS and logits minus logsumexp with take_along_dim (nb05). nb04/nb05 keep the worked answer
-of their manual-graded question (base "solution"). nb03a/nb03b: the independent answers of tests/test_nb03.py
+of their manual-graded question (base "solution"). nb03a/nb03b: written here, and read by tests/test_nb03.py (one home)
 (nb03a keeps the worked answers of its four manual-graded questions). nb07: grpo_step validated up front, with a
 reduction helper and per-epoch logs; log_step_metrics in plain Python (hand-computed sample std); sample_group
 keeps the worked answer.
@@ -255,7 +255,7 @@ def shifted_token_logps(logits, input_ids):
     return torch.take_along_dim(scores, input_ids[:, 1:].long().unsqueeze(-1), dim=-1).squeeze(-1)  # [B, T-1]
 '''
 
-# nb03a / nb03b: the independent implementations of tests/test_nb03.py (written from the notebooks' contracts)
+# nb03a / nb03b: independent implementations written from the notebooks' contracts (tests/test_nb03.py reads them)
 NB03A_GRPO = '''
 def grpo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsilon=0.2, beta=0.0, ref_logps=None):
     keep = check_policy_inputs(policy_logps, old_logps, advantages, completion_mask, beta, ref_logps)
