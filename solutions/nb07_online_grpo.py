@@ -149,6 +149,7 @@ import numbers
 
 import torch
 
+from tools.lessons.nb03b_loss_family_trl import grpo_family_loss
 from tools.lessons.nb05_logprobs_masks import completion_mask_from_eos
 from tools.online_grpo import completion_logps, encode_prompts
 
@@ -300,9 +301,12 @@ display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | ---
 # 1. 用当前模型重算 `per_token_logps`（同样除以 `temperature`，`og.completion_logps(..., with_entropy=True)`
 #    同时给出逐词元熵）；
 # 2. **先掩码再取指数**（课程约定 C3）：`log_ratio = (per_token_logps − old).masked_fill(~mask, 0)`，`ratio = exp(log_ratio)`；
+# 3–5. 损失**不用重写**：调用第 3B 课你写并通过评分的 `grpo_family_loss`（已从 `tools.lessons.nb03b_loss_family_trl`
+#    导入，“一个函数只有一个家”），传 `epsilon_low=epsilon`、`epsilon_high`、`beta`、`ref_logps`、`max_completion_length`，
+#    以及 `num_items_in_batch=` 整批掩码词元数。它计算的正是：
 # 3. 逐词元损失 $-\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon_{high}) A)$，$A$ 按行广播；
 # 4. β > 0 时加上 $\beta\,\mathrm{KL}$，k3 形式 $e^{d} - d - 1$，$d = \log\pi_{ref} - \log\pi_\theta$（同样先掩码）；
-#    β > 0 却没有 `ref_per_token_logps` → `ValueError`（约定 C2）；β = 0 时忽略参考；
+#    β > 0 却没有 `ref_per_token_logps` → `ValueError`（约定 C2，在调用前检查）；β = 0 时忽略参考；
 # 5. 按 `loss_type` 归约（与 TRL 1.16 相同；完全被掩码的行贡献 0，分母 `clamp(min=1)`，约定 C5）：
 #    - `grpo`：每行掩码平均，再对行平均；
 #    - `bnpo`、`dapo`：整批掩码词元求和 ÷ 掩码词元总数（单进程时两者相同）；
@@ -384,20 +388,16 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
     for epoch in range(num_iterations):
         logps, entropies = completion_logps(model, rollout["prompt_ids"], rollout["prompt_mask"], completion_ids,
                                             mask, temperature=float(temperature), with_entropy=True)  # [N, C]
-        log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C] masked before exp (C3)
-        ratio = torch.exp(log_ratio)  # [N, C]
-        clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)  # [N, C]
-        per_token_loss = -torch.min(ratio * adv, clipped * adv)  # [N, C]
-        if beta > 0:
-            d = (ref - logps).masked_fill(~mask, 0.0)  # [N, C]
-            per_token_kl = torch.exp(d) - d - 1  # [N, C] k3
-            per_token_loss = per_token_loss + beta * per_token_kl
-        if loss_type == "grpo":
-            loss = ((per_token_loss * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)).mean()
-        elif loss_type in ("bnpo", "dapo"):
-            loss = (per_token_loss * weights).sum() / tokens
-        else:  # dr_grpo
-            loss = (per_token_loss * weights).sum() / (n * max_completion_length)
+        # the loss: lesson 3B's graded function (clipped token-level surrogate + beta * k3, reduced by loss_type)
+        loss = grpo_family_loss(logps, old, adv.squeeze(1), mask, loss_type=loss_type, epsilon_low=epsilon,
+                                epsilon_high=epsilon_high, beta=float(beta), ref_logps=ref,
+                                max_completion_length=max_completion_length, num_items_in_batch=tokens)
+        with torch.no_grad():  # the metrics' inputs, masked before exp (C3)
+            log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C]
+            ratio = torch.exp(log_ratio)  # [N, C]
+            if beta > 0:
+                d = (ref - logps).masked_fill(~mask, 0.0)  # [N, C]
+                per_token_kl = torch.exp(d) - d - 1  # [N, C] k3
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)

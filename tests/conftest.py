@@ -61,6 +61,16 @@ import tools.chain.notebooks as chain
 os.environ.setdefault("GRPO_ONLINE_RUN_MODE", "smoke")
 os.environ.setdefault("GRPO_ONLINE_RUN_LABEL", "pytest-scratch")
 
+# Under pytest-xdist every worker (and each kernel or subprocess it starts) gets 1 torch/OpenMP thread: the workers
+# already keep the cores busy, and N workers x `nproc` threads each only oversubscribe them (OpenMP threads spin while
+# they wait). The grading pipeline sets its kernels' threads itself (cores / slots).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 class DuplicateExecution(RuntimeError):
     """A test executed a notebook that this test run had already executed: use ``notebook_runs``."""

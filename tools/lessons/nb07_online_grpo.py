@@ -9,6 +9,7 @@ import numbers
 
 import torch
 
+from tools.lessons.nb03b_loss_family_trl import grpo_family_loss
 from tools.lessons.nb05_logprobs_masks import completion_mask_from_eos
 from tools.online_grpo import completion_logps, encode_prompts
 
@@ -108,20 +109,16 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
     for epoch in range(num_iterations):
         logps, entropies = completion_logps(model, rollout["prompt_ids"], rollout["prompt_mask"], completion_ids,
                                             mask, temperature=float(temperature), with_entropy=True)  # [N, C]
-        log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C] masked before exp (C3)
-        ratio = torch.exp(log_ratio)  # [N, C]
-        clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)  # [N, C]
-        per_token_loss = -torch.min(ratio * adv, clipped * adv)  # [N, C]
-        if beta > 0:
-            d = (ref - logps).masked_fill(~mask, 0.0)  # [N, C]
-            per_token_kl = torch.exp(d) - d - 1  # [N, C] k3
-            per_token_loss = per_token_loss + beta * per_token_kl
-        if loss_type == "grpo":
-            loss = ((per_token_loss * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)).mean()
-        elif loss_type in ("bnpo", "dapo"):
-            loss = (per_token_loss * weights).sum() / tokens
-        else:  # dr_grpo
-            loss = (per_token_loss * weights).sum() / (n * max_completion_length)
+        # the loss: lesson 3B's graded function (clipped token-level surrogate + beta * k3, reduced by loss_type)
+        loss = grpo_family_loss(logps, old, adv.squeeze(1), mask, loss_type=loss_type, epsilon_low=epsilon,
+                                epsilon_high=epsilon_high, beta=float(beta), ref_logps=ref,
+                                max_completion_length=max_completion_length, num_items_in_batch=tokens)
+        with torch.no_grad():  # the metrics' inputs, masked before exp (C3)
+            log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C]
+            ratio = torch.exp(log_ratio)  # [N, C]
+            if beta > 0:
+                d = (ref - logps).masked_fill(~mask, 0.0)  # [N, C]
+                per_token_kl = torch.exp(d) - d - 1  # [N, C] k3
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
