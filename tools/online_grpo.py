@@ -150,16 +150,14 @@ def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_
 
 # ----------------------------------------------------------------------------------------------- SFT warm start
 def _sft_marker(seed: int) -> dict:
-    import torch
-    import transformers
-
     from tools import tiny_model
+    from tools.notebook_runtime import package_version  # (no transformers import to check a cache)
 
     return {"builder_version": SFT_BUILDER_VERSION, "task": TASK_ID, "seed": seed, "steps": SFT_STEPS,
             "copies": SFT_COPIES, "hedge": HEDGE, "hedge_fraction": SFT_HEDGE_FRACTION,
             "batch": SFT_BATCH, "learning_rate": SFT_LEARNING_RATE, "heldout_size": HELDOUT_SIZE,
             "split_seed": SPLIT_SEED, "tiny_builder_version": tiny_model.BUILDER_VERSION,
-            "torch": torch.__version__, "transformers": transformers.__version__}
+            "torch": package_version("torch"), "transformers": package_version("transformers")}
 
 
 def sft_examples(seed: int = 0) -> list[dict]:

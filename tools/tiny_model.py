@@ -286,19 +286,20 @@ def build_qwen25_like_tokenizer():
 
 
 def _marker(architecture: str, seed: int) -> dict:
-    """What a checkpoint folder's marker file says (also what a cached checkpoint must match)."""
-    import tokenizers
-    import torch
-    import transformers
+    """What a checkpoint folder's marker file says (also what a cached checkpoint must match).
+
+    Versions are read from the installed distributions: checking a cache must not import transformers (2-3 s).
+    """
+    from tools.notebook_runtime import package_version
 
     return {
         "weights": "random_init",
         "architecture": architecture,
         "seed": seed,
         "builder_version": QWEN_SHAPED_BUILDER_VERSION if architecture == "Qwen2.5-0.5B" else BUILDER_VERSION,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tokenizers": tokenizers.__version__,
+        "torch": package_version("torch"),
+        "transformers": package_version("transformers"),
+        "tokenizers": package_version("tokenizers"),
     }
 
 
