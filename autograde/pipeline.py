@@ -429,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         print("sample class up to date" if not stale else "run `python -m autograde.pipeline sample --rebuild`")
         return 1 if stale else 0
     if args.command == "probe":
+        prepare_kernel_files(settings)  # the kernel's read-only course copy holds them (built once when missing)
         base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
         try:
             sandbox = choose_sandbox(settings, base)
