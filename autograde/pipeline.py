@@ -31,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autograde.grpo_grader import sample as sample_class
-from autograde.grpo_grader.course import Settings, load_settings, prepare_kernel_files, venv_env
+from autograde.grpo_grader.course import Settings, load_settings, venv_env
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
 from autograde.grpo_grader.oracle import grading_seed
 from autograde.grpo_grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner
@@ -207,7 +207,6 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         print(f"[autograde] 没有需要评分的新提交（{unchanged} 份未变化，用 --force 重新评分）"
               f"(nothing new to grade; {unchanged} unchanged)")
         return 0
-    prepare_kernel_files(settings)
     workers = min(settings.worker_count(), len(todo))
     threads = max(1, (os.cpu_count() or 1) // workers)
     started = time.monotonic()
@@ -429,7 +428,6 @@ def main(argv: list[str] | None = None) -> int:
         print("sample class up to date" if not stale else "run `python -m autograde.pipeline sample --rebuild`")
         return 1 if stale else 0
     if args.command == "probe":
-        prepare_kernel_files(settings)  # the kernel's read-only course copy holds them (built once when missing)
         base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
         try:
             sandbox = choose_sandbox(settings, base)

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import AUTOGRADE, ROOT, Settings, venv_env
+from .course import AUTOGRADE, ROOT, Settings, prepare_kernel_files, venv_env
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
 SCRATCH = [["/tmp", "256m"], ["/var/tmp", "16m"], ["/dev/shm", "64m"]]
@@ -524,7 +524,11 @@ def _kill(pid: int) -> None:
 
 
 def choose_sandbox(settings: Settings, base: Path, slots: int = 1) -> Sandbox:
-    """Try the strongest sandbox this machine allows (or the configured one) and probe it."""
+    """Try the strongest sandbox this machine allows (or the configured one) and probe it.
+
+    The kernel files are built first when missing (the tiny checkpoint, lesson 7's warm start): every slot, the
+    probe's included, copies them into its read-only course copy."""
+    prepare_kernel_files(settings)
     hide = hidden_paths(settings, base)
     wanted = settings.sandbox
     if wanted == "auto":  # never falls back to "none" by itself: that must be asked for
