@@ -191,8 +191,7 @@ assert sorted(n for _, names in WRONG_GROUPS.values() for n in names) == sorted(
 
 # ----------------------------------------------------------------------------- helpers
 def _test_cells(nb) -> list[str]:
-    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
+    return [warm_kernel.grade_id(c) for c in nb.cells if warm_kernel.is_test(c)]
 
 
 def _warm_kernel_notebook(assignment: str):

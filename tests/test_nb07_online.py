@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +26,6 @@ from tools import online_grpo as og
 
 ROOT = Path(__file__).resolve().parents[1]
 A = "nb07_online_grpo"
-_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n(.*?)^[ \t]*### END HIDDEN TESTS[ \t]*$",
-                     re.MULTILINE | re.DOTALL)
 TESTS = ("test_sample_group_visible", "test_grpo_step_visible", "test_log_step_metrics_visible")
 
 
@@ -102,7 +99,7 @@ def test_wrong_answers_fail_the_hidden_tests(notebook_runs):
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type == "code" and meta.get("grade"):
-            cell.source = "\n".join(_HIDDEN.findall(cell.source))
+            cell.source = "\n".join(chain.hidden_tests(cell.source))
         cells.append(cell)
         if meta.get("grade_id") == TESTS[-1]:
             break

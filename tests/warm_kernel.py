@@ -16,8 +16,7 @@ import copy
 import re
 from dataclasses import dataclass, field
 
-HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n(.*?)^[ \t]*### END HIDDEN TESTS[ \t]*$",
-                    re.MULTILINE | re.DOTALL)
+import tools.chain.notebooks as chain
 
 
 def grade_id(cell) -> str | None:
@@ -46,7 +45,7 @@ def tagged(cell, tag: str, answers: dict[str, str], hidden_only: bool = False):
     if gid in answers:
         out.source = answers[gid]
     if hidden_only and is_test(out):
-        regions = HIDDEN.findall(out.source)
+        regions = chain.hidden_tests(out.source)
         assert regions, f"{gid} has no hidden tests"
         out.source = "\n".join(regions)
     if gid:

@@ -234,6 +234,11 @@ def _regions(text: str, kind: str) -> list[str]:
     return [m.group(2) for m in _REGION.finditer(text) if m.group(1) == kind]
 
 
+def hidden_tests(text: str) -> list[str]:
+    """The bodies of the ``### BEGIN/END HIDDEN TESTS`` regions of a cell's source, in order."""
+    return _regions(text, "HIDDEN TESTS")
+
+
 def secret_lines(source_nb: nbformat.NotebookNode) -> dict[str, set[str]]:
     """Lines that must never reach a learner: answers, hidden tests, solution-only cells.
 
