@@ -149,6 +149,7 @@ import numbers
 
 import torch
 
+from tools.lessons.nb02_grpo_objective import token_kl_penalty
 from tools.lessons.nb03b_loss_family_trl import grpo_family_loss
 from tools.lessons.nb05_logprobs_masks import completion_mask_from_eos
 from tools.online_grpo import completion_logps, encode_prompts
@@ -395,9 +396,8 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
         with torch.no_grad():  # the metrics' inputs, masked before exp (C3)
             log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C]
             ratio = torch.exp(log_ratio)  # [N, C]
-            if beta > 0:
-                d = (ref - logps).masked_fill(~mask, 0.0)  # [N, C]
-                per_token_kl = torch.exp(d) - d - 1  # [N, C] k3
+            if beta > 0:  # lesson 2's k3, on masked inputs (0 at masked positions)
+                per_token_kl = token_kl_penalty(logps.masked_fill(~mask, 0.0), ref.masked_fill(~mask, 0.0))  # [N, C]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)

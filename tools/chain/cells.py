@@ -223,4 +223,4 @@ def _shared_functions() -> str:
     import inspect
 
     sources = [inspect.getsource(getattr(bootstrap, name)) for name in SHARED_FUNCTIONS]
-    return "\n\n" + "\n\n\n".join(source.rstrip() for source in sources)
+    return "\n\n" + "\n\n\n".join(source.rstrip() for source in sources) + "\n"
