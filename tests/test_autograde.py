@@ -197,6 +197,25 @@ def test_every_test_cell_has_an_oracle_and_cases_come_from_the_seed():
     assert oracle_lib.load_oracle("nb99_no_such_lesson") is None
 
 
+def test_ragged_masks_are_ragged_for_every_seed():
+    """The oracles' masks always have two row lengths (where the shape allows it): with equal lengths a token
+    mean equals the per-candidate mean, and s10's score moved with the seed (6 instead of 4 in ~5 % of seeds)."""
+    from autograde.grpo_grader.oracles._common import ragged_mask
+
+    for index in range(3000):
+        gen = torch.Generator().manual_seed(index)
+        rows, cols, min_valid = 2 + index % 6, 1 + index % 4, 1 + index % 2
+        prefix = index % 3 == 0
+        mask = ragged_mask(gen, rows, cols, prefix=prefix, min_valid=min(min_valid, cols))
+        counts = mask.sum(dim=1)
+        assert mask.shape == (rows, cols) and mask.dtype == torch.bool
+        assert int(counts.min()) >= min(min_valid, cols)
+        if prefix:  # a prefix mask: valid tokens first
+            assert torch.equal(mask, torch.arange(cols).unsqueeze(0) < counts.unsqueeze(1))
+        if cols > min(min_valid, cols):
+            assert len(set(counts.tolist())) >= 2, (rows, cols, prefix, mask)
+
+
 def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
     """What the driver writes is data: wrong kinds, broken tensors, deep nesting and missing results fail
     with a reason; a tensor subclass arrives as an object and fails; the first line of a case counts."""

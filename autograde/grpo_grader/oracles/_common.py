@@ -36,12 +36,25 @@ def group_ids(gen: torch.Generator, n: int, k: int) -> torch.Tensor:
 
 
 def ragged_mask(gen: torch.Generator, rows: int, cols: int, prefix: bool = False, min_valid: int = 1) -> torch.Tensor:
-    """[rows, cols] bool mask with at least ``min_valid`` true per row; non-prefix (holes) unless ``prefix``."""
+    """[rows, cols] bool mask with at least ``min_valid`` true per row; non-prefix (holes) unless ``prefix``.
+
+    Ragged for every seed: with two rows or more and room for two lengths (``cols > min_valid``), at least
+    two rows differ in their number of valid tokens. A mask whose rows all have the same length cannot tell
+    a per-candidate mean from a token mean, and a submission's score would then depend on the seed."""
     if prefix:
         lengths = torch.randint(min_valid, cols + 1, (rows,), generator=gen)
+        if rows > 1 and cols > min_valid and bool((lengths == lengths[0]).all()):
+            row = randint(gen, 0, rows - 1)
+            lengths[row] = lengths[row] + 1 if int(lengths[row]) < cols else lengths[row] - 1
         return torch.arange(cols).unsqueeze(0) < lengths.unsqueeze(1)
     mask = torch.rand(rows, cols, generator=gen) < uniform(gen, 0.4, 0.8)
     for r in range(rows):
         if int(mask[r].sum()) < min_valid:
             mask[r, torch.randperm(cols, generator=gen)[:min_valid]] = True
+    counts = mask.sum(dim=1)
+    if rows > 1 and cols > min_valid and bool((counts == counts[0]).all()):
+        row = randint(gen, 0, rows - 1)
+        flip = not bool(mask[row].all())  # add a valid token where there is room, else remove one
+        places = (~mask[row] if flip else mask[row]).nonzero().flatten()
+        mask[row, places[randint(gen, 0, len(places) - 1)]] = flip
     return mask
