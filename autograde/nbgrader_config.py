@@ -49,6 +49,16 @@ c.Execute.interrupt_on_timeout = True
 c.Execute.iopub_timeout = 10
 c.Execute.raise_on_iopub_timeout = False  # late output never fails a notebook: the execute reply decides
 c.SafeExecute.max_output_bytes = 2_000_000
+# Slow demonstrations that the grading kernel skips (no point depends on them, only other skipped cells use
+# them, and the oracle never runs them either): lesson 3b's TRL conformance run (imports TRL, ~7 s), lesson 5's
+# memory probe (~5 s), lesson 7's experiment and what reads its record (it writes records into the course,
+# which is read-only in the sandbox, and trains with TRL).
+c.SafeExecute.demo_cells = {
+    "nb03b_loss_family_trl": ["trl_conformance_code", "trl_conformance_run"],
+    "nb05_logprobs_masks": ["run_memory_probe("],
+    "nb07_online_grpo": ["run_online_experiment(", "og.plot_steps(", "plot_pass_maj(", "online_trl.step0_agreement(",
+                         "check_accelerate_configs("],
+}
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 

@@ -21,7 +21,6 @@ import json
 import os
 import queue
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autograde.grpo_grader import sample as sample_class
-from autograde.grpo_grader.course import Settings, load_settings, venv_env
+from autograde.grpo_grader.course import Settings, load_settings
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
 from autograde.grpo_grader.oracle import grading_seed
 from autograde.grpo_grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner
@@ -318,20 +317,27 @@ def merge_shards(settings: Settings) -> int:
 
 # ----------------------------------------------------------------------------- feedback
 def feedback(settings: Settings) -> int:
-    """nbgrader generate_feedback for every assignment (HTML per learner under feedback/)."""
+    """nbgrader's generate_feedback for every assignment (HTML per learner under feedback/), through nbgrader's
+    API in this process: one nbgrader start for the whole course instead of one process per assignment."""
     from nbgrader.api import Gradebook
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
 
     with Gradebook(settings.db_url, settings.course_id) as gb:
         assignments = sorted(a.name for a in gb.assignments)
+    config = PyFileConfigLoader(settings.config_file.name, path=str(settings.course)).load_config()
+    config.CourseDirectory.root = str(settings.course)
+    api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+    api.log.setLevel("WARN")
     status = 0
     for assignment in assignments:
         if not any((settings.dir("autograded")).glob(f"*/{assignment}/*.ipynb")):
             continue
-        done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", assignment, "--force",
-                               "--log-level=WARN"], cwd=settings.course, env=venv_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if done.returncode != 0:
-            print(done.stdout[-3000:])
+        done = api.generate_feedback(assignment, force=True)
+        if not done.get("success"):
+            print(f"[feedback] {assignment}: nbgrader generate_feedback failed\n"
+                  + (done.get("error") or done.get("log") or "")[-3000:])
             status = 1
     count = len(list(settings.dir("feedback").glob("*/*/*.html")))
     print(f"[feedback] {count} HTML file(s) under {settings.dir('feedback')}")

@@ -498,7 +498,7 @@ def _h_reference_step(model, rollout, advantages, num_iterations, epsilon, epsil
         tot = w.sum().clamp(min=1)
         lows.append(float((((ratio < 1 - epsilon) & (adv < 0)).double() * w).sum() / tot))
         highs.append(float((((ratio > 1 + epsilon_high) & (adv > 0)).double() * w).sum() / tot))
-        kls.append(float(((ratio - 1 - lr_) * w).sum() / tot))
+        kls.append(float(((ratio.detach() - 1 - lr_.detach()) * w).sum() / tot))  # a metric: no graph
     return losses, [p.detach() for p in clone.parameters()], lows, highs, kls
 
 

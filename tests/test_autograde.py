@@ -397,6 +397,19 @@ def test_sample_class_grades_exactly_as_expected(graded_class):
                 for nb in report["notebooks"]:
                     if report["status"] == "graded":
                         assert "oracle" in nb["phases"], f"{learner}/{assignment}: graded without the oracle"
+                    if learner in ("s01_worked_answers", "s02_independent_answers"):
+                        # correct answers run without an error in nbgrader's kernel too (it has what the notebook
+                        # needs: readable checkpoints, no write into the read-only course) and pass there
+                        executed = nbformat.read(course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb",
+                                                 as_version=4)
+                        errors = [f"{o.get('ename')}: {o.get('evalue', '')[:120]}" for c in executed.cells
+                                  for o in c.get("outputs", []) if o.get("output_type") == "error"]
+                        if errors:
+                            mismatches.append(f"{learner}/{assignment}: errors in the grading kernel: {errors}")
+                        automatic = sum(t["score"] for t in nb["tests"] if t["outcome"] != "manual")
+                        if nb["phases"].get("in_kernel_score") != automatic:
+                            mismatches.append(f"{learner}/{assignment}: in-kernel score "
+                                              f"{nb['phases'].get('in_kernel_score')} != {automatic}")
     assert not mismatches, "\n".join(mismatches)
     match = re.search(r"done in ([\d.]+) s", first.stdout)
     print(f"sample class graded in {match.group(1) if match else '?'} s with the default workers")

@@ -16,7 +16,9 @@ Autograde (execute step, replaces nbgrader's ``Execute``):
   exhaust the grader's memory) without changing what nbgrader grades from the outputs, and turns a dead
   kernel (``os._exit``, a segfault, the memory limit) into error outputs: the cell that killed the kernel
   and every later code cell get an error, so they earn nothing, while the tests that passed before keep
-  their points and the rest of the batch goes on.
+  their points and the rest of the batch goes on. Demonstration cells listed in ``SafeExecute.demo_cells``
+  (a lesson's slow demos that nothing later uses and no point depends on) are not run in the grading
+  kernel; their output says so in the feedback.
 
 Feedback:
 - ``HideHiddenTests``: drops the ``grader-restore`` cells, removes the hidden-test region from test cells
@@ -31,7 +33,7 @@ from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Integer, Unicode
+from traitlets import Dict, Integer, Unicode
 
 BOOTSTRAP_ID = "bootstrap"
 RESTORE_TAG = "grader-restore"
@@ -107,6 +109,22 @@ class SafeExecute(Execute):
         2_000_000, help="bytes of output a cell may keep while it runs; the rest is dropped (errors are kept)"
     ).tag(config=True)
 
+    demo_cells = Dict(
+        {}, help="{assignment: [grade_id or source marker, ...]}: setup/demo code cells (never answer or test "
+                 "cells) that the grading kernel does not run: slow demonstrations that no later cell and no "
+                 "point depends on; a marker without a grade_id matches a substring of the cell's source"
+    ).tag(config=True)
+
+    def _is_demo(self, cell, resources) -> bool:
+        if cell.cell_type != "code":
+            return False
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") or meta.get("grade"):
+            return False
+        markers = self.demo_cells.get(resources.get("nbgrader", {}).get("assignment", ""), ())
+        gid = meta.get("grade_id")
+        return any(marker == gid or (gid is None and marker in cell.source) for marker in markers)
+
     def reset_execution_trackers(self):
         super().reset_execution_trackers()
         self._kernel_dead = False
@@ -119,6 +137,12 @@ class SafeExecute(Execute):
             if cell.cell_type == "code" and cell.source.strip():
                 cell.outputs = [_error_output("KernelDied", "内核已在前面的单元中退出，此单元未执行（kernel died earlier; not run）")]
                 cell.execution_count = None
+            return cell, resources
+        if self._is_demo(cell, resources):
+            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=(
+                "[评分器] 这是演示单元，评分时没有运行（不计分；自己运行笔记时可以看到它的输出）"
+                "(demo cell, not run when grading)\n"))]
+            cell.execution_count = None
             return cell, resources
         try:
             return super().preprocess_cell(cell, resources, index)

@@ -292,7 +292,13 @@ class Slot:
                 shutil.copy2(source, self.kernel / name)
             else:
                 raise FileNotFoundError(f"GradingPipeline.kernel_files: {source} does not exist")
-        os.chmod(self.kernel, 0o755)
+        # readable by the kernel's uid whatever the source modes were (save_pretrained writes model.safetensors
+        # 0600: the grading kernels of lessons 5 and 7 could not load their checkpoints)
+        for folder, _dirs, files in os.walk(self.kernel):
+            os.chmod(folder, 0o755)
+            for name in files:
+                path = os.path.join(folder, name)
+                os.chmod(path, os.stat(path).st_mode & 0o777 | 0o444)
 
     def stage_lessons(self, assignment: str) -> list[str]:
         """Give the kernel the ``#@save`` modules (tools/lessons/) of the lessons before ``assignment`` only: a lesson
