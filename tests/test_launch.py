@@ -633,6 +633,22 @@ def _wait_for_url(process, pattern=r"(http://127\.0\.0\.1:\d+/\S*\?token=\w+)", 
     raise AssertionError("tools.cli.lab printed no URL:\n" + "".join(seen))
 
 
+def _hang_report(pid: int) -> str:
+    """What a process that does not exit is doing: its state and signal masks, and those of its descendants."""
+    from tools.cli.lab import descendants
+
+    lines = []
+    for each in [pid, *descendants(pid)]:
+        try:
+            status = Path(f"/proc/{each}/status").read_text()
+            keep = [line for line in status.splitlines() if line.split(":")[0] in ("State", "SigBlk", "SigIgn", "SigCgt")]
+            wchan = Path(f"/proc/{each}/wchan").read_text()
+        except OSError:
+            continue
+        lines.append(f"{each} {_cmdline(each)[:120]!r} {' '.join(keep)} wchan={wchan}")
+    return "\n".join(lines)
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
@@ -738,12 +754,14 @@ def test_lab_learner_role_serves_the_work_copy_without_instructor_panels(tmp_pat
     finally:
         busy.close()
         os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C does
+        hung = ""
         try:
             process.wait(timeout=60)  # (the server's own clean-up may take a while on a busy machine)
         except subprocess.TimeoutExpired:
+            hung = _hang_report(process.pid)
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    assert process.returncode == 0
+    assert process.returncode == 0, f"no clean exit after Ctrl-C:\n{hung}\n--- output:\n{''.join(seen[-40:])}"
 
 
 @pytest.mark.slow

@@ -442,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     def stop_signal(signum, frame):
         raise _Stop(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, stop_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGINT too: a process started with SIGINT ignored (a background job, some launchers) inherits that, and
+    # Python then never raises KeyboardInterrupt; Ctrl-C must stop the server whatever started this process
+    previous = {sig: signal.signal(sig, stop_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     state = None
     try:
         try:
