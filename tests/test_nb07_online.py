@@ -122,6 +122,50 @@ def test_reference_record_meets_the_headline():
     assert record["cpu_seconds"] <= 180, "CPU time of the headline run (one thread) exceeds the 180 s budget"
 
 
+def test_sft_list_warm_start_lists_the_answer_but_never_last():
+    """The reward-hacking warm start: the lesson's SFT data unchanged except that some answering examples list
+    three different numbers, the answer first or second - inside the loophole, outside the strict verifier."""
+    plain, listed = og.sft_examples(0), og.sft_examples(0, "sft-list")
+    assert [e["prompt"] for e in plain] == [e["prompt"] for e in listed]
+    answer = lambda prompt: sum(map(int, prompt.rstrip("=").split("+")))  # noqa: E731  ("a+b=")
+    assert all(e["completion"] in (og.HEDGE, str(answer(e["prompt"]))) for e in plain)
+    answering = [(p, q) for p, q in zip(plain, listed) if p["completion"] != og.HEDGE]
+    assert all(q["completion"] == og.HEDGE for p, q in zip(plain, listed) if p["completion"] == og.HEDGE)
+    lists = [q["completion"].split() for p, q in answering if q["completion"] != p["completion"]]
+    assert 0.2 <= len(lists) / len(answering) <= 0.4, len(lists) / len(answering)
+    for (p, q) in answering:
+        numbers = q["completion"].split()
+        if len(numbers) > 1:
+            assert len(numbers) == 3 == len(set(numbers)) and p["completion"] in numbers[:2], q
+            assert og.strict_correct([q["completion"]], [int(p["completion"])]) == [0.0]
+            assert og.loophole_rewards([q["completion"]], [int(p["completion"])]) == [1.0]
+    with pytest.raises(ValueError, match="warm start"):
+        og.sft_examples(0, "sft-typo")
+
+
+def test_reward_hacking_records_show_the_loophole():
+    """`loophole` and `loophole_fixed` start from the same list-writing warm start and differ only in the reward:
+    under the loophole the training reward keeps rising while the strict accuracy falls from its peak, and on the
+    held-out set the share of completions the loophole accepts parts from strict pass@1; the fixed verifier
+    keeps the two together."""
+    hacked, fixed = (json.loads((ROOT / og.output_relative_path(label)).read_text(encoding="utf-8"))
+                     for label in ("loophole", "loophole_fixed"))
+    for record in (hacked, fixed):
+        og.validate_record(record)
+        assert record["warm_start"]["variant"] == "sft-list"
+    assert {k: v for k, v in hacked["config"].items() if k != "reward"} == \
+        {k: v for k, v in fixed["config"].items() if k != "reward"}
+    assert (hacked["config"]["reward"], fixed["config"]["reward"]) == ("contains-answer-loophole", "integer-answer-v1")
+    steps = hacked["steps"]
+    tail = lambda rows, key: sum(r[key] for r in rows[-10:]) / 10  # noqa: E731
+    assert tail(steps, "reward_mean") > steps[0]["reward_mean"] + 0.4, "the loophole's training reward rises"
+    assert tail(steps, "strict_accuracy") < max(r["strict_accuracy"] for r in steps) - 0.1, "strict falls from its peak"
+    assert tail(steps, "reward_mean") - tail(steps, "strict_accuracy") > 0.15
+    gap = lambda r: r["eval"]["after"]["contains_answer_rate"] - r["eval"]["after"]["pass_at_1"]  # noqa: E731
+    assert gap(hacked) > gap(fixed) + 0.1, (gap(hacked), gap(fixed))
+    assert hacked["eval"]["after"]["pass_at_1"] < fixed["eval"]["after"]["pass_at_1"]
+
+
 def test_schema_rejects_a_broken_record():
     record = json.loads((ROOT / og.output_relative_path("reference")).read_text(encoding="utf-8"))
     for mutate in (lambda r: r.pop("steps"), lambda r: r["eval"]["after"].pop("pass_at_1"),

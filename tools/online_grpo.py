@@ -48,6 +48,12 @@ REWARDS = ("integer-answer-v1", "contains-answer-loophole")
 HEDGE = "I do not know."
 SFT_COPIES = 8
 SFT_HEDGE_FRACTION = 0.6
+# Warm starts: "sft" (the lesson's; answers one integer or hedges) and "sft-list", the same data where a fraction
+# SFT_LIST_FRACTION of the answering examples list three numbers, the answer first or second ("7 12 3"): a
+# completion that contains the answer but that integer-answer-v1 (which parses the last integer) judges wrong.
+# The reward-hacking ablation starts there, so that the loophole verifier's blind spot is within sampling reach.
+WARM_STARTS = ("sft", "sft-list")
+SFT_LIST_FRACTION = 0.3
 SFT_STEPS = 800
 SFT_BATCH = 32
 SFT_LEARNING_RATE = 3e-3
@@ -149,30 +155,50 @@ def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_
 
 
 # ----------------------------------------------------------------------------------------------- SFT warm start
-def _sft_marker(seed: int) -> dict:
+def check_warm_start(variant: str) -> str:
+    if variant not in WARM_STARTS:
+        raise ValueError(f"warm start 必须是 {WARM_STARTS} 之一，收到 {variant!r}")
+    return variant
+
+
+def _sft_marker(seed: int, variant: str = "sft") -> dict:
     from tools import tiny_model
     from tools.notebook_runtime import package_version  # (no transformers import to check a cache)
 
-    return {"builder_version": SFT_BUILDER_VERSION, "task": TASK_ID, "seed": seed, "steps": SFT_STEPS,
-            "copies": SFT_COPIES, "hedge": HEDGE, "hedge_fraction": SFT_HEDGE_FRACTION,
-            "batch": SFT_BATCH, "learning_rate": SFT_LEARNING_RATE, "heldout_size": HELDOUT_SIZE,
-            "split_seed": SPLIT_SEED, "tiny_builder_version": tiny_model.BUILDER_VERSION,
-            "torch": package_version("torch"), "transformers": package_version("transformers")}
+    marker = {"builder_version": SFT_BUILDER_VERSION, "task": TASK_ID, "seed": seed, "steps": SFT_STEPS,
+              "copies": SFT_COPIES, "hedge": HEDGE, "hedge_fraction": SFT_HEDGE_FRACTION,
+              "batch": SFT_BATCH, "learning_rate": SFT_LEARNING_RATE, "heldout_size": HELDOUT_SIZE,
+              "split_seed": SPLIT_SEED, "tiny_builder_version": tiny_model.BUILDER_VERSION,
+              "torch": package_version("torch"), "transformers": package_version("transformers")}
+    if check_warm_start(variant) != "sft":  # (the lesson's own warm start keeps its marker: its cache stays valid)
+        marker.update(variant=variant, list_fraction=SFT_LIST_FRACTION)
+    return marker
 
 
-def sft_examples(seed: int = 0) -> list[dict]:
-    """The SFT data set: SFT_COPIES examples per training prompt, a fixed SFT_HEDGE_FRACTION of them hedging."""
+def sft_examples(seed: int = 0, variant: str = "sft") -> list[dict]:
+    """The SFT data set: SFT_COPIES examples per training prompt, a fixed SFT_HEDGE_FRACTION of them hedging.
+
+    ``variant="sft-list"``: the same draws, and then SFT_LIST_FRACTION of the answering examples become a list of
+    three different numbers with the answer first or second, never last (extra draws from a second generator,
+    so "sft" is unchanged)."""
     train, _ = split_problems()
     rng = random.Random(seed)
+    extra = random.Random(seed + 7919)
     examples = []
     for problem in train:
         for _ in range(SFT_COPIES):
             hedge = rng.random() < SFT_HEDGE_FRACTION
-            examples.append({"prompt": problem["prompt"], "completion": HEDGE if hedge else str(problem["answer"])})
+            completion = HEDGE if hedge else str(problem["answer"])
+            if check_warm_start(variant) == "sft-list" and not hedge and extra.random() < SFT_LIST_FRACTION:
+                others = extra.sample([n for n in range(19) if n != problem["answer"]], 2)
+                first = extra.random() < 0.5
+                numbers = [problem["answer"], *others] if first else [others[0], problem["answer"], others[1]]
+                completion = " ".join(map(str, numbers))
+            examples.append({"prompt": problem["prompt"], "completion": completion})
     return examples
 
 
-def build_sft_checkpoint(path, seed: int = 0) -> Path:
+def build_sft_checkpoint(path, seed: int = 0, variant: str = "sft") -> Path:
     """Supervised warm start on the training prompts (never the held-out ones); deterministic for ``seed``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -184,7 +210,7 @@ def build_sft_checkpoint(path, seed: int = 0) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True)
     rows = []
-    for example in sft_examples(seed):
+    for example in sft_examples(seed, variant):
         prompt_ids = tokenizer(chat_prompt(tokenizer, example["prompt"]), add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(example["completion"] + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
         rows.append((prompt_ids, answer_ids))
@@ -211,19 +237,21 @@ def build_sft_checkpoint(path, seed: int = 0) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
-    (path / SFT_MARKER).write_text(json.dumps(_sft_marker(seed), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (path / SFT_MARKER).write_text(json.dumps(_sft_marker(seed, variant), indent=2, sort_keys=True) + "\n",
+                                   encoding="utf-8")
     return path
 
 
-def _sft_matches(path: Path, seed: int) -> bool:
+def _sft_matches(path: Path, seed: int, variant: str = "sft") -> bool:
     try:
-        return json.loads((path / SFT_MARKER).read_text(encoding="utf-8")) == _sft_marker(seed)
+        return json.loads((path / SFT_MARKER).read_text(encoding="utf-8")) == _sft_marker(seed, variant)
     except (OSError, ValueError):
         return False
 
 
-def sft_checkpoint_path(seed: int = 0, root=None) -> tuple[Path, bool, float | None]:
-    """``(path, was_cached, build_seconds)`` of ``<course root>/.cache/online-sft-seed<seed>/``, built when missing.
+def sft_checkpoint_path(seed: int = 0, root=None, variant: str = "sft") -> tuple[Path, bool, float | None]:
+    """``(path, was_cached, build_seconds)`` of ``<course root>/.cache/online-sft-seed<seed>/`` (``variant``
+    "sft-list": ``online-sft-list-seed<seed>/``), built when missing.
 
     Built atomically (temporary folder + rename) like ``tools.tiny_model``'s checkpoint; a marker file holds the
     recipe and library versions, and a cache with another marker is rebuilt.
@@ -231,22 +259,23 @@ def sft_checkpoint_path(seed: int = 0, root=None) -> tuple[Path, bool, float | N
     from tools.project_runtime import resolve_project_root
 
     root = Path(root) if root is not None else resolve_project_root(Path(__file__).resolve().parent)
-    final = root / ".cache" / f"online-sft-seed{seed}"
-    if _sft_matches(final, seed):
+    stem = "online-sft" if check_warm_start(variant) == "sft" else f"online-{variant}"
+    final = root / ".cache" / f"{stem}-seed{seed}"
+    if _sft_matches(final, seed, variant):
         return final, True, None
     started = time.perf_counter()
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.building-", dir=final.parent))
     try:
-        build_sft_checkpoint(staging, seed=seed)
+        build_sft_checkpoint(staging, seed=seed, variant=variant)
         os.chmod(staging, 0o755)
-        if not _sft_matches(final, seed):
+        if not _sft_matches(final, seed, variant):
             if final.exists():
                 shutil.rmtree(final, ignore_errors=True)
             try:
                 os.rename(staging, final)
             except OSError:
-                if not _sft_matches(final, seed):
+                if not _sft_matches(final, seed, variant):
                     raise
     finally:
         if staging.exists():
@@ -315,9 +344,10 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     ks = [k for k in ks if k <= n]
     pass_sums = {k: 0.0 for k in ks}
     maj_sums = {k: 0.0 for k in ks}
-    correct_total = 0.0
+    correct_total = contains_total = 0.0
     for i, problem in enumerate(problems):
         records = [verify_integer_response(t, problem["answer"]) for t in texts[i * n:(i + 1) * n]]
+        contains_total += sum(loophole_rewards(texts[i * n:(i + 1) * n], [problem["answer"]] * n)) / n
         c = int(sum(r["correctness"] for r in records))
         correct_total += c / n
         parsed = [r["parsed_answer"] for r in records]
@@ -328,6 +358,7 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     count = len(problems)
     return {
         "pass_at_1": round(correct_total / count, 6),
+        "contains_answer_rate": round(contains_total / count, 6),  # what the loophole verifier would accept
         "greedy_accuracy": round(greedy_acc / count, 6),
         "pass_at_k": {str(k): round(v / count, 6) for k, v in pass_sums.items()},
         "maj_at_k": {str(k): round(v / count, 6) for k, v in maj_sums.items()},
@@ -454,7 +485,8 @@ ABLATIONS = [
     ("loss_type = dr_grpo", "dr_grpo", "--loss-type dr_grpo"),
     ("loss_type = dapo", "dapo", "--loss-type dapo"),
     ("μ = 4, ε_high = 0.28（clip-higher；对照 μ = 4）", "mu4_clip_higher", "--num-iterations 4 --epsilon-high 0.28"),
-    ("奖励投机：包含即得分", "loophole", "--reward contains-answer-loophole"),
+    ("奖励投机：起点有时列出三个数，包含即得分", "loophole", "--warm-start sft-list --reward contains-answer-loophole"),
+    ("同一起点，严格验证器（修复后的奖励）", "loophole_fixed", "--warm-start sft-list"),
 ]
 
 
@@ -475,12 +507,14 @@ def _content_hash(folder) -> str:
 
 
 def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=None, tokenizer=None, warm_start=None,
-                          heldout=None, train=None, root=None, progress=None, write: bool = True) -> dict:
+                          heldout=None, train=None, root=None, progress=None, write: bool = True,
+                          warm_start_variant: str = "sft") -> dict:
     """Evaluate -> ``train_fn`` -> evaluate, and write the validated record; returns it.
 
     ``train_fn(model, tokenizer, train_problems, config, ref_model=..., progress=...)`` is the lesson's
     ``train_online_grpo`` (the notebook passes its own; ``make online`` the saved one). Without ``model``
-    the cached SFT warm start is loaded. ``wall_seconds`` covers loading, both evaluations and training.
+    the cached SFT warm start ``warm_start_variant`` (WARM_STARTS) is loaded. ``wall_seconds`` covers loading,
+    both evaluations and training.
     """
     import copy
 
@@ -494,10 +528,12 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     started = time.perf_counter()
     cpu_started = time.process_time()
     hardware = hardware_snapshot()
+    check_warm_start(warm_start_variant)
     if model is None:
-        path, cached, build_seconds = sft_checkpoint_path(seed=0, root=root)
+        path, cached, build_seconds = sft_checkpoint_path(seed=0, root=root, variant=warm_start_variant)
         model, tokenizer = load_policy(path)
-        warm_start = {"path": str(path.relative_to(root)), "cached": cached, "build_seconds": build_seconds}
+        warm_start = {"path": str(path.relative_to(root)), "cached": cached, "build_seconds": build_seconds,
+                      "variant": warm_start_variant}
     warm_start = dict(warm_start or {})
     path = Path(warm_start.get("path", ""))
     full = path if path.is_absolute() else root / path
@@ -626,14 +662,18 @@ def plot_ablations(records: dict) -> bytes:
 
 
 def ablation_table(records: dict) -> str:
-    lines = ["| 记录 | μ | loss_type | ε_high | reward | pass@1 前 → 后 | 末 10 步 clip high | 末 10 步 approx_kl | "
-             "末 10 步长度 | 末 10 步熵 | 末 10 步训练奖励 | 末 10 步 strict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| 记录 | 起点 | μ | loss_type | ε_high | reward | pass@1 前 → 后 | 留出集“包含答案” 前 → 后 | "
+             "末 10 步 clip high | 末 10 步 approx_kl | 末 10 步长度 | 末 10 步熵 | 末 10 步训练奖励 | 末 10 步 strict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, rec in records.items():
         cfg, tail = rec["config"], rec["steps"][-10:] or [{}]
         mean = lambda key, tail=tail: sum(r.get(key, 0.0) for r in tail) / len(tail)  # noqa: E731
-        lines.append(f"| `{label}` | {cfg['num_iterations']} | {cfg['loss_type']} | {cfg['epsilon_high']} | "
-                     f"{cfg['reward']} | {rec['eval']['before']['pass_at_1']:.3f} → {rec['eval']['after']['pass_at_1']:.3f} | "
+        before, after = rec["eval"]["before"], rec["eval"]["after"]
+        contains = (f"{before['contains_answer_rate']:.3f} → {after['contains_answer_rate']:.3f}"
+                    if "contains_answer_rate" in before and "contains_answer_rate" in after else "—")
+        lines.append(f"| `{label}` | {rec['warm_start'].get('variant', 'sft')} | {cfg['num_iterations']} | "
+                     f"{cfg['loss_type']} | {cfg['epsilon_high']} | "
+                     f"{cfg['reward']} | {before['pass_at_1']:.3f} → {after['pass_at_1']:.3f} | {contains} | "
                      f"{mean('clip_ratio_high'):.4f} | {mean('approx_kl'):.5f} | {mean('completion_length'):.2f} | "
                      f"{mean('entropy'):.3f} | {mean('reward_mean'):.3f} | {mean('strict_accuracy'):.3f} |")
     return "\n".join(lines)

@@ -29,6 +29,8 @@ def parse(argv=None):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
     parser.add_argument("--loss-type", default=defaults.loss_type, choices=og.LOSS_TYPES)
     parser.add_argument("--reward", default=defaults.reward, choices=og.REWARDS)
+    parser.add_argument("--warm-start", default="sft", choices=og.WARM_STARTS,
+                        help="SFT warm start: sft (the lesson's) or sft-list (sometimes lists three numbers)")
     args = parser.parse_args(argv)
     try:
         og.check_run_label(args.label)
@@ -48,8 +50,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     from tools.lessons.nb07_online_grpo import train_online_grpo
 
-    print(f"online GRPO: label={args.label} threads={args.threads} {config}", flush=True)
-    record = og.run_online_experiment(train_online_grpo, config, args.label, progress=og.print_progress)
+    print(f"online GRPO: label={args.label} threads={args.threads} warm_start={args.warm_start} {config}", flush=True)
+    record = og.run_online_experiment(train_online_grpo, config, args.label, progress=og.print_progress,
+                                      warm_start_variant=args.warm_start)
     head = og.headline(record)
     print(f"held-out pass@1: {head['pass_at_1_before']:.3f} -> {head['pass_at_1_after']:.3f} "
           f"(gain {head['gain']:+.3f}); greedy {head['greedy_before']:.2f} -> {head['greedy_after']:.2f}")
