@@ -181,6 +181,7 @@ def sft_examples(seed: int = 0, variant: str = "sft") -> list[dict]:
     ``variant="sft-list"``: the same draws, and then SFT_LIST_FRACTION of the answering examples become a list of
     three different numbers with the answer first or second, never last (extra draws from a second generator,
     so "sft" is unchanged)."""
+    listing = check_warm_start(variant) == "sft-list"
     train, _ = split_problems()
     rng = random.Random(seed)
     extra = random.Random(seed + 7919)
@@ -189,7 +190,7 @@ def sft_examples(seed: int = 0, variant: str = "sft") -> list[dict]:
         for _ in range(SFT_COPIES):
             hedge = rng.random() < SFT_HEDGE_FRACTION
             completion = HEDGE if hedge else str(problem["answer"])
-            if check_warm_start(variant) == "sft-list" and not hedge and extra.random() < SFT_LIST_FRACTION:
+            if listing and not hedge and extra.random() < SFT_LIST_FRACTION:
                 others = extra.sample([n for n in range(19) if n != problem["answer"]], 2)
                 first = extra.random() < 0.5
                 numbers = [problem["answer"], *others] if first else [others[0], problem["answer"], others[1]]
@@ -346,8 +347,9 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     maj_sums = {k: 0.0 for k in ks}
     correct_total = contains_total = 0.0
     for i, problem in enumerate(problems):
-        records = [verify_integer_response(t, problem["answer"]) for t in texts[i * n:(i + 1) * n]]
-        contains_total += sum(loophole_rewards(texts[i * n:(i + 1) * n], [problem["answer"]] * n)) / n
+        group = texts[i * n:(i + 1) * n]  # the n samples of this prompt
+        records = [verify_integer_response(t, problem["answer"]) for t in group]
+        contains_total += sum(loophole_rewards(group, [problem["answer"]] * n)) / n
         c = int(sum(r["correctness"] for r in records))
         correct_total += c / n
         parsed = [r["parsed_answer"] for r in records]
