@@ -30,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from autograde.grpo_grader import sample as sample_class
+from autograde.grpo_grader import warm
 from autograde.grpo_grader.course import Settings, load_settings
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
 from autograde.grpo_grader.oracle import grading_seed
@@ -215,6 +216,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     sandbox = None
     statuses: dict[str, int] = {}
     try:
+        warm.prewarm()  # nbgrader's forkserver imports while the sandbox is probed
         sandbox = _open_sandbox(settings, base, workers)
         if sandbox is None:
             return 2

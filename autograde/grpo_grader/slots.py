@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import warm
 from .course import AUTOGRADE, ROOT, Settings, prepare_kernel_files, venv_env
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
@@ -421,10 +422,7 @@ class Slot:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(process.pid)
             process.wait()
         finally:
             self.kill_kernels()
@@ -435,23 +433,25 @@ class Slot:
         if self.stopped:
             raise RuntimeError("grading was stopped")
         self.stage_lessons(assignment)
-        command = [sys.executable, "-m", "nbgrader", "autograde", assignment, f"--student={learner}",
-                   f"--notebook={notebook}", "--force", "--log-level=INFO"]
+        arguments = ["autograde", assignment, f"--student={learner}", f"--notebook={notebook}", "--force",
+                     "--log-level=INFO"]
         started = time.monotonic()
-        with open(log, "wb") as handle:
-            process = self.process = subprocess.Popen(command, cwd=self.nbgrader, env=self.env(), stdout=handle,
-                                                      stderr=subprocess.STDOUT, start_new_session=True)
+        if warm.available():  # forked from a process that has imported nbgrader already (warm.py)
+            process = self.process = warm.start(arguments, str(self.nbgrader), self.env(), str(log))
             timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
+        else:
+            with open(log, "wb") as handle:
+                process = self.process = subprocess.Popen(
+                    [sys.executable, "-m", "nbgrader", *arguments], cwd=self.nbgrader, env=self.env(),
+                    stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+                timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
         return process.returncode, timed_out, time.monotonic() - started
 
     def abort(self) -> None:
         """Stop this slot now (Ctrl-C): no new notebook, the running one killed with its kernel."""
         self.stopped = True
         if self.process is not None and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(self.process.pid)
         self.kill_kernels()
 
     def run_oracle(self, job_dir: Path, timeout: float) -> tuple[int, bool, float, str]:
@@ -520,6 +520,15 @@ def unmount(folder: Path) -> None:
     from .sandbox import _enc, _libc
 
     _libc.umount2(_enc(str(folder)), 2)  # MNT_DETACH
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid``, and ``pid`` itself (it may not lead its group yet)."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _kill(pid: int) -> None:
