@@ -224,7 +224,8 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         sockets = base / "sockets"
         if sandbox.mode == "isolated" and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
-        slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[k] if sandbox.uids else None,
+        slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[2 * k] if sandbox.uids else None,
+                      oracle_uid=sandbox.uids[2 * k + 1] if sandbox.uids else None,
                       threads=threads, ipc=(sockets / f"slot{k}") if mounted else None)
                  for k in range(workers)]
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
@@ -241,6 +242,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     finally:
         for slot in slots:
             slot.kill_kernels()
+            slot.kill_oracle()
         for handle in (sandbox.leases if sandbox else []):
             handle.close()
         for folder in mounted:
@@ -391,6 +393,13 @@ def grades(settings: Settings) -> int:
 
 
 # ----------------------------------------------------------------------------- CLI
+def _own_ipc_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/ipc")
+    except OSError:
+        return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe"])
@@ -453,7 +462,18 @@ def main(argv: list[str] | None = None) -> int:
               f"network {'available' if sandbox.probe.get('network') else 'none'}, "
               f"rest of the file system {'read-only' if sandbox.probe.get('readonly_root') else 'as usual'}, "
               f"address-space limit {sandbox.probe.get('rlimit_as', 0) / 2**30:.1f} GiB")
-        return 0 if not any(sandbox.probe.get("readable", {}).values()) else 1
+        oracle = sandbox.probe.get("oracle")
+        if oracle:
+            for path, readable in oracle.get("readable", {}).items():
+                print(f"  oracle driver: {'READABLE' if readable else 'hidden  '}  {path}")
+            # (each sandbox unshares one; probed one after the other, two may show the same recycled number)
+            grader = _own_ipc_namespace()
+            own_ipc = all(ns and ns != grader for ns in (oracle.get("ipc_namespace"), sandbox.probe.get("ipc_namespace")))
+            print(f"  oracle driver (beside the kernel): uid {oracle.get('uid')}, processes visible "
+                  f"{oracle.get('visible_pids')}, network {'available' if oracle.get('network') else 'none'}, "
+                  f"IPC namespace {'its own' if own_ipc else 'SHARED'}")
+        readable = [*sandbox.probe.get("readable", {}).values(), *(oracle or {}).get("readable", {}).values()]
+        return 0 if not any(readable) else 1
     return 2
 
 

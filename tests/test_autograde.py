@@ -156,6 +156,14 @@ def test_sandbox_hides_the_course_sources():
         "a grading kernel can read answers or hidden tests; grading needs root (isolated mode) or "
         "unprivileged user namespaces (userns mode): see autograde/README.md")
     assert done.returncode == 0 and "address-space limit" in done.stdout
+    # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, in isolated mode its own uid, no view
+    # of the kernel's socket folder (checked as a READABLE line above)
+    oracle = re.search(r"oracle driver \(beside the kernel\): uid (\d+),.* IPC namespace (its own|SHARED)", done.stdout)
+    kernel = re.search(r"kernel uid (\d+),", done.stdout)
+    assert oracle and kernel, done.stdout
+    assert oracle.group(2) == "its own", "the two sandboxes (and the grader) must not share an IPC namespace"
+    if "sandbox: isolated" in done.stdout:
+        assert oracle.group(1) != kernel.group(1), "isolated mode: the oracle's driver runs as a uid of its own"
 
 
 # ----------------------------------------------------------------------------- oracles (trusted side, fast)

@@ -52,7 +52,8 @@ class Settings:
         if self.memory_limit_mb > 0:
             return self.memory_limit_mb * 2**20
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        share = int(0.8 * total / self.worker_count())
+        # two sandboxed processes per slot at a time: nbgrader's kernel and the oracle's driver beside it
+        share = int(0.8 * total / (2 * self.worker_count()))
         return max(2 * 2**30, min(8 * 2**30, share))
 
 

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import nbformat
 
 from .course import GRADER_VERSION, ROOT, Settings
 from .oracle import load_oracle, oracle_digest, seed_digest
-from .oracle_run import run_oracle
+from .oracle_run import OracleOutcome, run_oracle
 from .slots import Slot
 from .submission import answer_hashes, read_notebook, rebuild_metadata
 
@@ -355,8 +356,15 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
         else:
             slot.reset_work()  # run_nbgrader stages tools/lessons/ (earlier lessons only)
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
-            returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
-            nres.seconds = round(seconds, 1)
+            started = time.monotonic()
+            oracle_run = OracleRun(slot, settings, assignment, name, rebuilt[name])
+            try:
+                returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
+                if timed_out or returncode != 0:
+                    oracle_run.cancel()  # this notebook cannot be graded: its oracle result would be discarded
+            finally:
+                oracle_run.wait()  # never leave the driver running into the next notebook's reset_work()
+            nres.seconds = round(time.monotonic() - started, 1)
             nres.phases["nbgrader"] = round(seconds, 2)
             nres.answers = answer_hashes(rebuilt[name], placeholder(settings, assignment, name))
             edited, deleted = [], []
@@ -392,7 +400,7 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
         oracle_messages = {}
         if nres.status == "graded":
             try:
-                oracle_messages = apply_oracle(slot, settings, assignment, name, cells, nres, rebuilt[name])
+                oracle_messages = apply_oracle(oracle_run, cells, nres)
             except Exception as error:  # a fault of the grader's oracle: this notebook only, status error
                 nres.status = "error"
                 nres.reason = f"得 0 分：评分器的 oracle 出错（grader error）：{type(error).__name__}: {error}"[:500]
@@ -440,17 +448,73 @@ def oracle_cases(oracle, settings: Settings):
         return _CASES[key]
 
 
-def apply_oracle(slot: Slot, settings: Settings, assignment: str, notebook: str, cells: dict, nres: NotebookResult,
-                 rebuilt: nbformat.NotebookNode) -> dict[str, str]:
+class OracleRun:
+    """The oracle's driver for one notebook. Where the slot allows it (``Slot.concurrent_oracle``), it starts at
+    once and runs beside nbgrader's execution, in a sandbox of its own (its own uid in isolated mode): both
+    mostly wait on their interpreters and torch's import, so the notebook takes about as long as the slower of
+    the two. Otherwise it runs when ``outcome()`` is first asked for, after nbgrader, as before. Either way it
+    is the same driver on the same job (inputs drawn from the grading seed); a notebook that nbgrader could not
+    grade discards its result."""
+
+    def __init__(self, slot: Slot, settings: Settings, assignment: str, notebook: str,
+                 rebuilt: nbformat.NotebookNode) -> None:
+        self._slot, self._settings, self._rebuilt = slot, settings, rebuilt
+        self._release = placeholder(settings, assignment, notebook)
+        self._result: OracleOutcome | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self.oracle = self.cases = None
+        self.concurrent = False
+        try:
+            self.oracle = load_oracle(assignment)
+            if self.oracle is not None:
+                self.cases = oracle_cases(self.oracle, settings)
+        except Exception as error:  # reported as the grader's fault by outcome(), for this notebook only
+            self._error = error
+            return
+        self.concurrent = self.oracle is not None and slot.concurrent_oracle
+        if self.concurrent:
+            self._thread = threading.Thread(target=self._run, name=f"oracle-{slot.dir.name}", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = run_oracle(self._slot, self.oracle, self.cases, self._release, self._rebuilt,
+                                      self._settings.cell_timeout, self._settings.notebook_timeout)
+        except BaseException as error:  # noqa: BLE001 - handed to outcome()
+            self._error = error
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def cancel(self) -> None:
+        """Kill a driver that runs beside nbgrader (its result is not needed)."""
+        if self._thread is not None and self._thread.is_alive():
+            self._slot.stop_oracle()
+        self.wait()
+
+    def outcome(self) -> OracleOutcome | None:
+        """The driver's outcome (None: this notebook has no oracle); raises what went wrong on the grader's side."""
+        if self._error is None and self._result is None and self.oracle is not None:
+            if self._thread is None:
+                self._run()
+            else:
+                self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult) -> dict[str, str]:
     """Replace the in-kernel scores of the oracle's test cells by the oracle's verdicts; {grade_id: message}."""
-    oracle = load_oracle(assignment)
-    if oracle is None:
+    outcome = run.outcome()
+    oracle = run.oracle
+    if outcome is None:
         nres.flags = sorted({*nres.flags, "no-oracle"})
         return {}
-    cases = oracle_cases(oracle, settings)
-    outcome = run_oracle(slot, oracle, cases, placeholder(settings, assignment, notebook), rebuilt,
-                         settings.cell_timeout, settings.notebook_timeout)
-    nres.seconds = round(nres.seconds + outcome.seconds, 1)
+    if not run.concurrent:  # ran after nbgrader: its time adds up
+        nres.seconds = round(nres.seconds + outcome.seconds, 1)
     nres.phases["oracle"] = outcome.seconds
     if outcome.problem:
         nres.notes.append(outcome.problem)

@@ -38,6 +38,7 @@ import sys
 import time
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -257,7 +258,8 @@ def launch(argv: list[str]) -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         # a network namespace of its own (no interface up): the kernel talks to nbgrader over unix
         # sockets in its working folder (ipc transport) and cannot reach other kernels or the network
-        unshare(CLONE_NEWNS | (CLONE_NEWNET if spec.get("isolate_network") else 0))
+        # and an IPC namespace of its own: no System V shared memory or message queue with another sandbox
+        unshare(CLONE_NEWNS | CLONE_NEWIPC | (CLONE_NEWNET if spec.get("isolate_network") else 0))
         readonly_root = _build_view(spec)
         spec.setdefault("env", {})["GRPO_GRADING_READONLY_ROOT"] = "1" if readonly_root else "0"
         connection = _write_connection(spec, connection_text, uid, gid)

@@ -60,17 +60,22 @@ for path in paths:
         out["readable"][path] = True
     except OSError:
         out["readable"][path] = False
+try:
+    out["ipc_namespace"] = os.readlink("/proc/self/ns/ipc")
+except OSError:
+    out["ipc_namespace"] = ""
 import errno, socket
 try:
     socket.create_connection(("127.0.0.1", 9), timeout=2).close()
     out["network"] = True
 except OSError as error:  # refused: there is a network; unreachable: there is none
     out["network"] = error.errno not in (errno.ENETUNREACH, errno.EADDRNOTAVAIL)
-try:
-    import tools.grading
-    out["tools"] = tools.grading.__file__
-except Exception as error:
-    out["tools"] = repr(error)
+if len(sys.argv) < 3:
+    try:
+        import tools.grading
+        out["tools"] = tools.grading.__file__
+    except Exception as error:
+        out["tools"] = repr(error)
 print("PROBE " + json.dumps(out))
 """
 
@@ -244,7 +249,7 @@ class Sandbox:
     mode: str                     # isolated | userns | none
     hide: list[str]
     uids: list[int] = field(default_factory=list)   # isolated: one leased uid per slot
-    probe: dict = field(default_factory=dict)
+    probe: dict = field(default_factory=dict)      # what a kernel sees; "oracle": what the driver beside it sees
     problems: list[str] = field(default_factory=list)
     leases: list = field(default_factory=list)      # open lock files holding the uids
 
@@ -260,7 +265,7 @@ class Sandbox:
 
 class Slot:
     def __init__(self, base: Path, name: str, settings: Settings, sandbox: Sandbox, uid: int | None = None,
-                 threads: int = 1, ipc: Path | None = None):
+                 threads: int = 1, ipc: Path | None = None, oracle_uid: int | None = None):
         self.settings = settings
         self.sandbox = sandbox
         self.dir = base / name
@@ -272,7 +277,12 @@ class Slot:
         self.ipc = ipc or (self.dir / "ipc")   # the kernel's unix sockets (the kernel has no network)
         self.spec_path = self.runtime / "sandbox.json"
         self.pidfile = self.runtime / "kernel.pid"
+        self.oracle_pidfile = self.runtime / "oracle.pid"
         self.uid = uid
+        # isolated mode: the oracle's driver runs as a uid of its own, so that it can run while nbgrader's kernel
+        # does (run_oracle) and each can be killed without touching the other
+        self.oracle_uid = oracle_uid if oracle_uid is not None else uid
+        self.oracle_process = None
         self.threads = threads
         self.process: subprocess.Popen | None = None
         self.stopped = False
@@ -322,7 +332,8 @@ class Slot:
             folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         if self.uid is not None:
-            self.kill_kernels()  # nothing of an earlier, crashed run may still run under this uid
+            self.kill_kernels()  # nothing of an earlier, crashed run may still run under these uids
+            self.kill_oracle()
         self._copy_kernel_files()
         self.reset_work()
         python = str(Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name)
@@ -395,11 +406,25 @@ class Slot:
             "PYTHONDONTWRITEBYTECODE": "1",
         })
 
+    @property
+    def concurrent_oracle(self) -> bool:
+        """Whether the oracle's driver may run while nbgrader's kernel runs: in the namespace modes each has its
+        own private working folder, /tmp and IPC namespace, and (isolated) its own uid; without a sandbox both
+        would share the slot's working folder."""
+        return self.sandbox.mode != "none" and (self.sandbox.mode != "isolated" or self.oracle_uid != self.uid)
+
     def kill_kernels(self) -> None:
         """Kill what the last kernel left behind: the launcher, the kernel (and so its PID namespace)."""
+        self._kill_sandboxed(self.pidfile, self.uid)
+
+    def kill_oracle(self) -> None:
+        """The same for the oracle's driver."""
+        self._kill_sandboxed(self.oracle_pidfile, self.oracle_uid)
+
+    def _kill_sandboxed(self, pidfile: Path, uid: int | None) -> None:
         pids: set[int] = set()
         try:
-            record = json.loads(self.pidfile.read_text())
+            record = json.loads(pidfile.read_text())
             pids = {int(record["supervisor"]), int(record["init"])}
         except (OSError, ValueError, KeyError):
             pass
@@ -409,12 +434,12 @@ class Slot:
                     for member in _session_members(pid):
                         _kill(member)
                 _kill(pid)
-        self.pidfile.unlink(missing_ok=True)
-        if self.uid is not None:
+        pidfile.unlink(missing_ok=True)
+        if uid is not None:
             subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), "--kill-uid",
-                            str(self.uid), str(self.uid)], timeout=30, check=False)
+                            str(uid), str(uid)], timeout=30, check=False)
 
-    def _wait_or_kill(self, process: subprocess.Popen, timeout: float) -> bool:
+    def _wait_or_kill(self, process: subprocess.Popen, timeout: float, cleanup=None) -> bool:
         """Wait for ``process`` (a session leader); at ``timeout`` kill its whole process group. Either way the
         kernels it left are killed afterwards. Returns whether it was killed at the limit."""
         timed_out = False
@@ -425,7 +450,7 @@ class Slot:
             _kill_group(process.pid)
             process.wait()
         finally:
-            self.kill_kernels()
+            (cleanup or self.kill_kernels)()
         return timed_out
 
     def run_nbgrader(self, assignment: str, learner: str, notebook: str, log: Path) -> tuple[int, bool, float]:
@@ -447,12 +472,30 @@ class Slot:
                 timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
         return process.returncode, timed_out, time.monotonic() - started
 
+    def stop_oracle(self) -> None:
+        """Kill the running oracle driver (run_oracle then returns at once)."""
+        process = self.oracle_process
+        if process is not None and process.poll() is None:
+            _kill_group(process.pid)
+
     def abort(self) -> None:
         """Stop this slot now (Ctrl-C): no new notebook, the running one killed with its kernel."""
         self.stopped = True
-        if self.process is not None and self.process.poll() is None:
-            _kill_group(self.process.pid)
+        for process in (self.process, self.oracle_process):
+            if process is not None and process.poll() is None:
+                _kill_group(process.pid)
         self.kill_kernels()
+        self.kill_oracle()
+
+    def _oracle_spec(self, extra_keep: list[list[str]]) -> dict:
+        """The kernel's sandbox spec for the oracle's driver: its own uid and pid file, and the kernel's view
+        without the kernel's socket folder (the driver needs none, and shares nothing with a kernel that may run
+        at the same time), plus ``extra_keep``."""
+        spec = json.loads(self.spec_path.read_text())
+        spec["keep"] = [k for k in spec["keep"] if k[0] != str(self.ipc)] + extra_keep
+        spec["uid"] = spec["gid"] = self.oracle_uid
+        spec["pidfile"] = str(self.oracle_pidfile)
+        return spec
 
     def run_oracle(self, job_dir: Path, timeout: float) -> tuple[int, bool, float, str]:
         """Run ``driver.py`` on ``job_dir`` in this slot's sandbox (the kernel's view, with ``job_dir`` bound
@@ -460,8 +503,7 @@ class Slot:
         Returns (exit code, timed out, seconds, the tail of its stderr)."""
         if self.stopped:
             raise RuntimeError("grading was stopped")
-        spec = json.loads(self.spec_path.read_text())
-        spec["keep"] = spec["keep"] + [[str(job_dir), "rw"]]
+        spec = self._oracle_spec([[str(job_dir), "rw"]])
         spec["rlimits"] = {**spec["rlimits"], "FSIZE": 128 * 2**20}
         spec["env"] = {**spec.get("env", {}), "MPLBACKEND": "Agg"}
         spec["command"] = [spec["python"], "-X", "utf8", str(job_dir / "driver.py"), str(job_dir)]
@@ -469,25 +511,26 @@ class Slot:
         oracle_spec.write_text(json.dumps(spec))
         connection = self.runtime / "oracle-connection.json"
         connection.write_text("{}")
-        if self.uid is not None:
+        if self.oracle_uid is not None:
             for path in [job_dir, *job_dir.iterdir()]:
-                os.chown(path, self.uid, self.uid)
+                os.chown(path, self.oracle_uid, self.oracle_uid)
         os.chmod(job_dir, 0o700)
         started = time.monotonic()
         errors = self.runtime / "oracle-stderr.txt"
         with open(errors, "wb") as handle:
-            process = self.process = subprocess.Popen(
+            process = self.oracle_process = subprocess.Popen(
                 [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(oracle_spec), "-f", str(connection)],
                 cwd=self.runtime, env=self.env(), stdout=subprocess.DEVNULL, stderr=handle, start_new_session=True)
-            timed_out = self._wait_or_kill(process, timeout)
+            timed_out = self._wait_or_kill(process, timeout, cleanup=self.kill_oracle)
         with open(errors, "rb") as handle:
             tail = handle.read(4000).decode(errors="replace")
         return process.returncode, timed_out, time.monotonic() - started, tail
 
-    def probe(self, paths: list[str]) -> dict:
-        """Start the sandbox with a probe instead of a kernel; report what it can read."""
-        spec = json.loads(self.spec_path.read_text())
-        spec["command"] = [spec["python"], "-c", PROBE_CODE, json.dumps(paths)]
+    def probe(self, paths: list[str], oracle: bool = False) -> dict:
+        """Start the sandbox with a probe instead of a kernel (``oracle``: the oracle driver's sandbox, without the
+        import check); report what it can read."""
+        spec = self._oracle_spec([]) if oracle else json.loads(self.spec_path.read_text())
+        spec["command"] = [spec["python"], "-c", PROBE_CODE, json.dumps(paths)] + (["oracle"] if oracle else [])
         probe_spec = self.runtime / "probe.json"
         probe_spec.write_text(json.dumps(spec))
         connection = self.runtime / "probe-connection.json"
@@ -495,7 +538,10 @@ class Slot:
         done = subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(probe_spec),
                                "-f", str(connection)], capture_output=True, text=True, timeout=60,
                               cwd=self.runtime, env=self.env())
-        self.kill_kernels()
+        if oracle:
+            self.kill_oracle()
+        else:
+            self.kill_kernels()
         self.reset_work()
         for line in done.stdout.splitlines():
             if line.startswith("PROBE "):
@@ -558,11 +604,16 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1) -> Sandbox:
         probe_dir = base / "probe"
         try:
             if mode == "isolated":
-                sandbox.uids, sandbox.leases = lease_uids(settings.sandbox_uid_base, slots)
-            slot = Slot(base, "probe", settings, sandbox, uid=sandbox.uids[0] if sandbox.uids else None)
+                # two per slot: nbgrader's kernel and the oracle's driver, which run side by side
+                sandbox.uids, sandbox.leases = lease_uids(settings.sandbox_uid_base, 2 * slots)
+            slot = Slot(base, "probe", settings, sandbox, uid=sandbox.uids[0] if sandbox.uids else None,
+                        oracle_uid=sandbox.uids[1] if sandbox.uids else None)
             decoy = slot.nbgrader / "gradebook.db"
             decoy.write_text("decoy")
             report = slot.probe(secret_probe_paths(settings, decoy))
+            if slot.concurrent_oracle:  # the driver that runs beside the kernel: nor the kernel's sockets
+                (slot.ipc / "kernel-socket").write_text("")
+                report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True)
         except Exception as error:  # this mode is not available here: try the next one
             problems.append(f"{mode}: {error}")
             for handle in sandbox.leases:

@@ -31,10 +31,11 @@ def _get_context():
     with _lock:
         if _context is None:
             context = multiprocessing.get_context("forkserver")
-            # each child re-runs the parent's main module (multiprocessing's spawn preparation): preloading it
-            # makes that a re-run of module-level definitions, not an import of torch (the oracle's) per notebook
+            # each child re-runs the parent's main module (multiprocessing's spawn preparation, e.g. the pipeline):
+            # preloading what it imported (the grader's modules, torch through the oracle) makes that a re-run of
+            # module-level definitions, not an import of torch per notebook
             main = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
-            extra = [main] if main and not main.endswith("__main__") else []
+            extra = sorted(name for name in sys.modules if name.startswith("autograde.") and name != main)
             context.set_forkserver_preload(PRELOAD + extra)
             _context = context
         return _context
