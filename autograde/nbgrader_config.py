@@ -28,13 +28,15 @@ from nbgrader.preprocessors import (
     AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades, IgnorePattern, LimitOutput,
     OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
 
-from autograde.grpo_grader.preprocessors import HideHiddenTests, RestoreBootstrap, RestoreTrusted, SafeExecute
+from autograde.grpo_grader.preprocessors import (
+    HideHiddenTests, RestoreBootstrap, RestoreTrusted, SafeExecute, StripHiddenTests)
 
-# nbgrader's own steps, plus: the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
+# nbgrader's own steps, plus: the hidden tests of oracle-graded cells never run in the learner's kernel
+# (StripHiddenTests: the oracle grades them outside it), the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
 # rebound are put back before each test cell (RestoreTrusted), and execution survives floods of output and
 # dead kernels (SafeExecute, a subclass of nbgrader's Execute). See autograde/grpo_grader/preprocessors.py.
 c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-                                      RestoreBootstrap, RestoreTrusted, CheckCellMetadata]
+                                      StripHiddenTests, RestoreBootstrap, RestoreTrusted, CheckCellMetadata]
 c.Autograde.autograde_preprocessors = [SafeExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
                                        SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 # Locked cells edited by a learner are restored from the gradebook by checksum (nbgrader's default);

@@ -148,6 +148,36 @@ def test_feedback_hides_hidden_tests():
     assert nb.cells[0].outputs[0]["traceback"] == ["AssertionError: 不符"]
 
 
+def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
+    """StripHiddenTests (the pipeline's slots): an oracle-graded test cell runs without its hidden region, other
+    cells keep theirs; off by default, so a plain `nbgrader autograde` keeps nbgrader's hidden tests."""
+    from autograde.grpo_grader.preprocessors import STRIPPED_NOTE, StripHiddenTests, strip_hidden
+
+    text, found = strip_hidden("a = 1\n    ### BEGIN HIDDEN TESTS\n    def _h_ref(): pass\n    ### END HIDDEN TESTS\nb = 2\n"
+                               "### BEGIN HIDDEN TESTS\nsecret = 3\n")  # the second region is never closed
+    assert found and "_h_ref" not in text and "secret" not in text
+    assert text == f"a = 1\n    {STRIPPED_NOTE}\nb = 2\n{STRIPPED_NOTE}\n"
+    assert strip_hidden("x = 1\n") == ("x = 1\n", False)
+
+    def cell(gid, grade=True, solution=False):
+        meta = {"nbgrader": {"grade": grade, "grade_id": gid, "locked": not solution, "solution": solution, "points": 1}}
+        return nbformat.v4.new_code_cell('"""检查"""\nassert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(5) == 6\n'
+                                         '### END HIDDEN TESTS\n', metadata=meta)
+
+    def run(enabled):
+        nb = nbformat.v4.new_notebook(cells=[cell("test_compute_group_advantages_hidden"), cell("not_an_oracle_test"),
+                                             cell("compute_group_advantages", grade=False, solution=True)])
+        resources = {"nbgrader": {"assignment": "nb01_group_advantages"}}
+        return StripHiddenTests(enabled=enabled).preprocess(nb, resources)
+
+    nb, resources = run(True)
+    assert "f(5)" not in nb.cells[0].source and "assert f(1) == 2" in nb.cells[0].source
+    assert "f(5)" in nb.cells[1].source and "f(5)" in nb.cells[2].source
+    assert resources["grading"]["hidden_stripped"] == ["test_compute_group_advantages_hidden"]
+    nb, _ = run(False)
+    assert all("f(5)" in c.source for c in nb.cells)
+
+
 @pytest.mark.slow
 def test_sandbox_hides_the_course_sources():
     """The kernel sandbox (pipeline.py probe): solutions, gradebook, sources, .git unreadable from a kernel."""
@@ -405,6 +435,15 @@ def test_sample_class_grades_exactly_as_expected(graded_class):
                 for nb in report["notebooks"]:
                     if report["status"] == "graded":
                         assert "oracle" in nb["phases"], f"{learner}/{assignment}: graded without the oracle"
+                        # the hidden tests (their reference helpers, expected values) never ran in the learner's kernel
+                        executed = nbformat.read(course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb",
+                                                 as_version=4)
+                        leaked = [c.metadata["nbgrader"]["grade_id"] for c in executed.cells
+                                  if c.get("metadata", {}).get("nbgrader", {}).get("grade")
+                                  and not c.metadata["nbgrader"].get("solution")
+                                  and ("BEGIN HIDDEN TESTS" in c.source or "def _h_" in c.source)]
+                        if leaked:
+                            mismatches.append(f"{learner}/{assignment}: hidden tests ran in the kernel: {leaked}")
                     if learner in ("s01_worked_answers", "s02_independent_answers"):
                         # correct answers run without an error in nbgrader's kernel too (it has what the notebook
                         # needs: readable checkpoints, no write into the read-only course) and pass there

@@ -11,6 +11,14 @@ Autograde (sanitise step, after nbgrader's own ``OverwriteCells``):
   ``torch.testing.assert_close``, ``builtins.abs``, ...) that learner code rebound, so a test - visible or
   hidden - never runs with a replaced comparison function left behind by an earlier cell.
 
+- ``StripHiddenTests``: in a test cell that the lesson's oracle grades (``oracles/<assignment>.py`` ``TESTS``), the
+  hidden-test region (``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``, restored by ``OverwriteCells``) is
+  replaced by a one-line comment before the kernel runs: its points come from the oracle, outside this kernel,
+  so the hidden tests' reference helpers and expected values never enter the learner's kernel (nor the
+  executed notebook). Test cells of a lesson without an oracle keep their hidden tests (nbgrader's scores).
+  On only in the pipeline's slots (``enabled``, set by ``slots.py``): a plain ``nbgrader autograde`` (formgrader's
+  button) has no oracle and keeps the hidden tests.
+
 Autograde (execute step, replaces nbgrader's ``Execute``):
 - ``SafeExecute``: caps the output a cell may send while it runs (a cell printing millions of lines cannot
   exhaust the grader's memory) without changing what nbgrader grades from the outputs, and turns a dead
@@ -33,7 +41,7 @@ from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Dict, Integer, Unicode
+from traitlets import Bool, Dict, Integer, Unicode
 
 BOOTSTRAP_ID = "bootstrap"
 RESTORE_TAG = "grader-restore"
@@ -99,6 +107,51 @@ class RestoreTrusted(NbGraderPreprocessor):
                 out.append(restore)
             out.append(cell)
         nb.cells = out
+        return nb, resources
+
+
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+STRIPPED_NOTE = "# [评分器] 隐藏测试由评分器在学员内核之外、用评分时抽取的输入判定（hidden tests run outside this kernel）"
+
+
+def strip_hidden(source: str, note: str = STRIPPED_NOTE) -> tuple[str, bool]:
+    """``source`` without its hidden-test regions (each replaced by ``note``; an unclosed region runs to the end),
+    and whether there was one."""
+    lines, hiding, found = [], False, False
+    for line in source.splitlines(keepends=True):
+        if not hiding and HIDDEN_BEGIN in line:
+            hiding = found = True
+            lines.append(line[: len(line) - len(line.lstrip())] + note + "\n")
+            continue
+        if hiding:
+            hiding = HIDDEN_END not in line
+            continue
+        lines.append(line)
+    return "".join(lines), found
+
+
+class StripHiddenTests(NbGraderPreprocessor):
+    """Drop the hidden-test regions of the test cells the assignment's oracle grades, before execution."""
+
+    enabled = Bool(False, help="on in the grading pipeline's slots only (they apply the oracle's verdicts); a "
+                               "plain `nbgrader autograde` keeps the hidden tests and nbgrader's scores").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        from .oracle import load_oracle
+
+        if not self.enabled:
+            return nb, resources
+        oracle = load_oracle(resources["nbgrader"]["assignment"])
+        graded = set(oracle.tests) if oracle is not None else set()
+        stripped = []
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution") \
+                    and meta.get("grade_id") in graded:
+                cell.source, found = strip_hidden(cell.source)
+                if found:
+                    stripped.append(meta["grade_id"])
+        resources.setdefault("grading", {})["hidden_stripped"] = stripped
         return nb, resources
 
 

@@ -400,7 +400,7 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
         oracle_messages = {}
         if nres.status == "graded":
             try:
-                oracle_messages = apply_oracle(oracle_run, cells, nres)
+                oracle_messages = apply_oracle(oracle_run, cells, nres, stripped_tests(executed))
             except Exception as error:  # a fault of the grader's oracle: this notebook only, status error
                 nres.status = "error"
                 nres.reason = f"得 0 分：评分器的 oracle 出错（grader error）：{type(error).__name__}: {error}"[:500]
@@ -506,8 +506,17 @@ class OracleRun:
         return self._result
 
 
-def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult) -> dict[str, str]:
-    """Replace the in-kernel scores of the oracle's test cells by the oracle's verdicts; {grade_id: message}."""
+def stripped_tests(executed: nbformat.NotebookNode | None) -> set[str]:
+    """The test cells whose hidden tests did not run in the kernel (``StripHiddenTests``)."""
+    from .preprocessors import STRIPPED_NOTE
+
+    return {c.metadata["nbgrader"]["grade_id"] for c in (executed.cells if executed is not None else [])
+            if c.cell_type == "code" and STRIPPED_NOTE in c.source and c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+
+
+def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult, stripped: set[str] = frozenset()) -> dict[str, str]:
+    """Replace the in-kernel scores of the oracle's test cells by the oracle's verdicts; {grade_id: message}.
+    ``stripped``: test cells that ran without their hidden tests in the kernel (their in-kernel pass says little)."""
     outcome = run.outcome()
     oracle = run.oracle
     if outcome is None:
@@ -533,7 +542,7 @@ def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult) -> dict[str,
         if info["kind"] == "test" and gid not in outcome.verdicts:
             nres.flags = sorted({*nres.flags, "in-kernel-test"})
     # tests that passed in the learner's kernel but not in the oracle: worth a look (a trick, or flaky code)
-    if any(in_kernel[gid] > nres.grades[gid]["auto_score"] for gid in in_kernel):
+    if any(in_kernel[gid] > nres.grades[gid]["auto_score"] for gid in in_kernel if gid not in stripped):
         nres.flags = sorted({*nres.flags, "kernel-disagrees"})
     nres.phases["in_kernel_score"] = sum(in_kernel.values())
     for answer, lines in comments.items():

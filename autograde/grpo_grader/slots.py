@@ -370,6 +370,7 @@ class Slot:
             f"c.CourseDirectory.db_url = {'sqlite:///' + str(self.nbgrader / 'gradebook.db')!r}\n"
             f"c.Execute.timeout = {int(self.settings.cell_timeout)}\n"
             "c.Execute.shutdown_kernel = 'immediate'  # outputs are in; kill_kernels() cleans up after nbgrader\n"
+            "c.StripHiddenTests.enabled = True  # the oracle grades these test cells outside the kernel\n"
         )
         if self.sandbox.mode != "none":  # the kernel has no network: unix sockets in its working folder
             config += ('c.KernelManager.transport = "ipc"\n'

@@ -19,7 +19,8 @@ import threading
 PRELOAD = [
     "nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.converters.autograde",
     "nbgrader.preprocessors", "nbgrader.api", "nbconvert.preprocessors", "nbclient", "jupyter_client.manager",
-    "jupyter_client.asynchronous", "sqlalchemy", "autograde.grpo_grader.preprocessors",
+    "jupyter_client.asynchronous", "sqlalchemy", "sqlalchemy.dialects.sqlite", "sqlite3", "ipykernel.kernelspec",
+    "IPython.display", "autograde.grpo_grader.preprocessors",
 ]
 
 _context = None
