@@ -242,7 +242,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     finally:
         for slot in slots:
             slot.kill_kernels()
-            slot.kill_oracle()
+            slot.stop_zygote()
         for handle in (sandbox.leases if sandbox else []):
             handle.close()
         for folder in mounted:
@@ -469,11 +469,16 @@ def main(argv: list[str] | None = None) -> int:
             # (each sandbox unshares one; probed one after the other, two may show the same recycled number)
             grader = _own_ipc_namespace()
             own_ipc = all(ns and ns != grader for ns in (oracle.get("ipc_namespace"), sandbox.probe.get("ipc_namespace")))
-            print(f"  oracle driver (beside the kernel): uid {oracle.get('uid')}, processes visible "
-                  f"{oracle.get('visible_pids')}, network {'available' if oracle.get('network') else 'none'}, "
+            print(f"  oracle driver (beside the kernel{', forked from a zygote' if oracle.get('zygote') else ''}): "
+                  f"uid {oracle.get('uid')}, processes visible {oracle.get('visible_pids')}, "
+                  f"network {'available' if oracle.get('network') else 'none'}, "
                   f"IPC namespace {'its own' if own_ipc else 'SHARED'}")
+        for who, report in (("kernel", sandbox.probe), ("oracle driver", oracle or {})):
+            if report.get("seed_in_environ"):
+                print(f"  {who}: GRADING SEED VISIBLE in its environment")
         readable = [*sandbox.probe.get("readable", {}).values(), *(oracle or {}).get("readable", {}).values()]
-        return 0 if not any(readable) else 1
+        seen = sandbox.probe.get("seed_in_environ") or (oracle or {}).get("seed_in_environ")
+        return 0 if not any(readable) and not seen else 1
     return 2
 
 

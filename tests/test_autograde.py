@@ -181,19 +181,21 @@ def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
 @pytest.mark.slow
 def test_sandbox_hides_the_course_sources():
     """The kernel sandbox (pipeline.py probe): solutions, gradebook, sources, .git unreadable from a kernel."""
-    done = _pipeline("probe", timeout=120)
+    done = _pipeline("probe", timeout=120, seed="probe-seed-" + secrets.token_hex(4))
+    assert "GRADING SEED VISIBLE" not in done.stdout, "the grading seed reached a sandboxed process's environment"
     assert "READABLE" not in done.stdout, (
         "a grading kernel can read answers or hidden tests; grading needs root (isolated mode) or "
         "unprivileged user namespaces (userns mode): see autograde/README.md")
     assert done.returncode == 0 and "address-space limit" in done.stdout
     # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, in isolated mode its own uid, no view
     # of the kernel's socket folder (checked as a READABLE line above)
-    oracle = re.search(r"oracle driver \(beside the kernel\): uid (\d+),.* IPC namespace (its own|SHARED)", done.stdout)
+    oracle = re.search(r"oracle driver \(beside the kernel[^)]*\): uid (\d+),.* IPC namespace (its own|SHARED)", done.stdout)
     kernel = re.search(r"kernel uid (\d+),", done.stdout)
     assert oracle and kernel, done.stdout
     assert oracle.group(2) == "its own", "the two sandboxes (and the grader) must not share an IPC namespace"
     if "sandbox: isolated" in done.stdout:
         assert oracle.group(1) != kernel.group(1), "isolated mode: the oracle's driver runs as a uid of its own"
+        assert "forked from a zygote" in done.stdout, "isolated mode: the probe checks a job of the driver's zygote"
 
 
 # ----------------------------------------------------------------------------- oracles (trusted side, fast)

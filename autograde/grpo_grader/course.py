@@ -29,6 +29,8 @@ class Settings:
     oracle_flags: dict = field(default_factory=dict)   # {assignment: {flag: bool}} extra case families
     # environment variables of every grading kernel and oracle driver (lesson 7 runs its short experiment)
     kernel_env: dict = field(default_factory=lambda: {"GRPO_ONLINE_RUN_MODE": "smoke"})
+    # isolated mode: fork the oracle's driver from a sandboxed zygote that imported torch once (sandbox.py)
+    oracle_zygote: bool = True
 
     @property
     def config_file(self) -> Path:
@@ -68,7 +70,8 @@ def load_settings(course: Path | None = None, **overrides) -> Settings:
         config = PyFileConfigLoader(config_file.name, path=str(course)).load_config()
         pipeline = config.get("GradingPipeline", {})
         for key in ("notebook_timeout", "workers", "memory_limit_mb", "max_submission_mb", "sandbox",
-                    "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags", "kernel_env"):
+                    "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags", "kernel_env",
+                    "oracle_zygote"):
             if key in pipeline:
                 setattr(settings, key, pipeline[key])
         if "timeout" in config.get("Execute", {}):

@@ -45,9 +45,7 @@ class OracleOutcome:
 
 def run_oracle(slot, oracle: Oracle, cases, release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode,
                cell_timeout: int, timeout: float) -> OracleOutcome:
-    job_dir = slot.dir / "oracle"
-    shutil.rmtree(job_dir, ignore_errors=True)
-    job_dir.mkdir(parents=True)
+    job_dir = slot.oracle_job_dir()
     shutil.copyfile(DRIVER, job_dir / "driver.py")
     job = {"cells": job_cells(release, rebuilt, oracle), "cases": [c.wire() for c in cases],
            "cell_timeout": cell_timeout, "case_timeout": min(cell_timeout, 15)}
@@ -64,5 +62,5 @@ def run_oracle(slot, oracle: Oracle, cases, release: nbformat.NotebookNode, rebu
     outcome = OracleOutcome(problem=problem, seconds=round(seconds, 1), cases=len(cases))
     outcome.cells_failed = [cid for cid, record in cells.items() if cid != "__done__" and not record.get("ok")]
     outcome.verdicts = verdicts(oracle, cases, results, problem or "没有结果（no result）")
-    shutil.rmtree(job_dir, ignore_errors=True)
+    slot.oracle_job_dir()  # emptied: the inputs and results do not outlive the notebook
     return outcome

@@ -25,6 +25,13 @@ environment (no tokens or credentials of the instructor's shell), a fresh workin
 ``HOME``, a thread count that fits the number of grading slots, and a pid file that lets the pipeline
 kill the whole kernel (and, in the namespace modes, everything it started) at the hard time limit.
 
+``zygote`` (isolated mode, the oracle's driver): the launcher builds the same view, then execs this file as a
+    root zygote in it (scrubbed environment) that imports torch and IPython once and, per job, forks a child
+    that makes fresh private ``/tmp``, ``/var/tmp``, ``/dev/shm``, working folder, IPC and network
+    namespaces, drops to the slot's oracle uid with the same limits and runs ``driver.py`` in-process: a job
+    starts without paying the interpreter's and torch's import. Between jobs the zygote kills every process
+    left in its PID namespace. It never runs learner code itself and never reads a job.
+
 Only the standard library may be imported at module level: this file runs as the kernel launcher.
 """
 from __future__ import annotations
@@ -109,6 +116,20 @@ def set_readonly(path: str, readonly: bool, recursive: bool = True) -> bool:
     return result == 0
 
 
+def _bind_back(path: str, mode: str, fd: int) -> None:
+    """Bind the folder open as ``fd`` (opened before it was covered) at ``path``, read-only unless ``mode`` is rw."""
+    os.makedirs(path, exist_ok=True)
+    mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+    if not set_readonly(path, mode == "ro") and mode == "ro":  # older kernels: the classic remount
+        kept = 0
+        flags = os.statvfs(path).f_flag
+        for bit, ms in _ST_TO_MS.items():
+            if flags & bit:
+                kept |= ms
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+    os.close(fd)
+
+
 def _build_view(spec: dict) -> bool:
     """The kernel's file system: everything read-only, hidden folders covered by empty tmpfs, the
     interpreter and the course copy bound back read-only, the socket folder bound back writable, fresh
@@ -129,16 +150,7 @@ def _build_view(spec: dict) -> bool:
         if os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={size}")
     for (path, mode), fd in zip(spec["keep"], keep_fds):
-        os.makedirs(path, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        if not set_readonly(path, mode == "ro") and mode == "ro":  # older kernels: the classic remount
-            kept = 0
-            flags = os.statvfs(path).f_flag
-            for bit, ms in _ST_TO_MS.items():
-                if flags & bit:
-                    kept |= ms
-            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
-        os.close(fd)
+        _bind_back(path, mode, fd)
     owner = f",uid={spec['uid']},gid={spec['gid']}" if spec["mode"] == "isolated" else ""
     mount("tmpfs", spec["workdir"], "tmpfs", MS_NOSUID | MS_NODEV,
           f"mode=0700,size={spec.get('workdir_size', '256m')}{owner}")
@@ -228,6 +240,10 @@ def launch(argv: list[str]) -> None:
     index = rest.index("-f")
     connection, extra = rest[index + 1], rest[:index] + rest[index + 2:]
     mode = spec["mode"]
+    zygote_source = None
+    if spec.get("zygote") and mode == "isolated":
+        with open(os.path.abspath(__file__), encoding="utf-8") as handle:
+            zygote_source = handle.read()
     uid = spec.get("uid") if mode == "isolated" else None
     gid = spec.get("gid") if mode == "isolated" else None
     with open(connection) as handle:  # read now: the runtime folder is hidden from the kernel's view
@@ -262,6 +278,12 @@ def launch(argv: list[str]) -> None:
         unshare(CLONE_NEWNS | CLONE_NEWIPC | (CLONE_NEWNET if spec.get("isolate_network") else 0))
         readonly_root = _build_view(spec)
         spec.setdefault("env", {})["GRPO_GRADING_READONLY_ROOT"] = "1" if readonly_root else "0"
+        if zygote_source is not None:  # stays root in the view: it forks the jobs, which drop to the uid (zygote_main)
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            os.chdir(spec["workdir"])
+            # this file is hidden in the view (it lives in the checkout): its text, read before, runs with -c
+            command = [spec["python"], "-X", "utf8", "-c", zygote_source, "--zygote", json.dumps(spec)]
+            os.execve(command[0], command, _environment(spec))
         connection = _write_connection(spec, connection_text, uid, gid)
         _limits(spec)
         if mode == "isolated":
@@ -274,6 +296,94 @@ def launch(argv: list[str]) -> None:
     except BaseException as error:  # report why the kernel could not start, then die
         print(f"[grading sandbox] kernel launch failed: {error!r}", file=sys.stderr, flush=True)
         os._exit(70)
+
+
+def _zygote_job(spec: dict, request: dict) -> None:
+    """A job's process, forked from the zygote (root, in the sandbox view): its own scratch, IPC and network,
+    then the oracle's uid and limits, then the driver, in this process. Never returns."""
+    os.setpgid(0, 0)
+    unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    scratch = [path for path, _ in spec["scratch"] if os.path.isdir(path)]
+    # the kept folders under a scratch folder (the slot may live under /tmp) are bound back over the fresh one
+    under = [(path, mode) for path, mode in spec["keep"] if any(_inside(path, s) for s in scratch)]
+    fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path, _ in under]
+    for path, size in spec["scratch"]:
+        if path in scratch:
+            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={size}")
+    for (path, mode), fd in zip(under, fds):
+        _bind_back(path, mode, fd)
+    uid, gid = spec["uid"], spec["gid"]
+    mount("tmpfs", spec["workdir"], "tmpfs", MS_NOSUID | MS_NODEV,
+          f"mode=0700,size={spec.get('workdir_size', '256m')},uid={uid},gid={gid}")
+    job = request["job"]
+    errors = os.open(os.path.join(job, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchown(errors, uid, gid)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd, source in ((0, devnull), (1, devnull), (2, errors)):  # never the zygote's request/answer pipes
+        os.dup2(source, fd)
+    os.closerange(3, 1 << 16)
+    _limits(spec)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.chdir(spec["workdir"])
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False, buffering=1)
+    import runpy
+
+    driver = os.path.join(job, "driver.py")
+    sys.argv = [driver, job]
+    runpy.run_path(driver, run_name="__main__")
+    os._exit(0)
+
+
+def _reap_namespace() -> None:
+    """pid 1 of the namespace: kill and reap everything else left in it (a job's leftovers)."""
+    for _ in range(100):
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                done, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done == 0:
+                break
+        if not others:
+            return
+        time.sleep(0.01)
+
+
+def zygote_main(spec_text: str) -> None:
+    """The zygote: warm imports, then one forked job per request line on stdin, one answer line per job on stdout."""
+    spec = json.loads(spec_text)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    import torch  # noqa: F401  (warm: every job imports them)
+    from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
+
+    requests, answers = os.fdopen(0, "r"), os.fdopen(1, "w", buffering=1)
+    for line in requests:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _zygote_job(spec, request)
+            except BaseException as error:  # noqa: BLE001 - the job could not even start
+                try:
+                    os.write(2, f"[grading sandbox] job failed to start: {error!r}\n".encode())
+                finally:
+                    os._exit(70)
+        _done, status = os.waitpid(pid, 0)
+        _reap_namespace()
+        answers.write(json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n")
 
 
 def kill_uid(uid: int, gid: int) -> None:
@@ -290,5 +400,7 @@ def kill_uid(uid: int, gid: int) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--kill-uid"]:
         kill_uid(int(sys.argv[2]), int(sys.argv[3]))
+    elif sys.argv[1:2] == ["--zygote"]:
+        zygote_main(sys.argv[2])
     else:
         launch(sys.argv[1:])

@@ -20,6 +20,7 @@ import grp
 import json
 import os
 import pwd
+import select
 import shutil
 import signal
 import subprocess
@@ -60,6 +61,11 @@ for path in paths:
         out["readable"][path] = True
     except OSError:
         out["readable"][path] = False
+try:
+    with open("/proc/self/environ", "rb") as handle:
+        out["seed_in_environ"] = b"GRPO_GRADING_SEED" in handle.read() or "GRPO_GRADING_SEED" in os.environ
+except OSError:
+    out["seed_in_environ"] = "GRPO_GRADING_SEED" in os.environ
 try:
     out["ipc_namespace"] = os.readlink("/proc/self/ns/ipc")
 except OSError:
@@ -283,6 +289,7 @@ class Slot:
         # does (run_oracle) and each can be killed without touching the other
         self.oracle_uid = oracle_uid if oracle_uid is not None else uid
         self.oracle_process = None
+        self.zygote: subprocess.Popen | None = None
         self.threads = threads
         self.process: subprocess.Popen | None = None
         self.stopped = False
@@ -498,15 +505,100 @@ class Slot:
         spec["pidfile"] = str(self.oracle_pidfile)
         return spec
 
+    def _driver_spec(self, job_dir: Path) -> dict:
+        spec = self._oracle_spec([[str(job_dir), "rw"]])
+        spec["rlimits"] = {**spec["rlimits"], "FSIZE": 128 * 2**20}
+        spec["env"] = {**spec.get("env", {}), "MPLBACKEND": "Agg"}
+        return spec
+
+    def oracle_job_dir(self) -> Path:
+        """The oracle's job folder, emptied; the folder itself stays (a running zygote's view binds it)."""
+        folder = self.dir / "oracle"
+        folder.mkdir(exist_ok=True)
+        for entry in list(folder.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        return folder
+
+    # -- the zygote (isolated mode): the driver forked per job from a sandboxed process that imported torch once
+    @property
+    def zygote_enabled(self) -> bool:
+        return self.sandbox.mode == "isolated" and self.settings.oracle_zygote and self.oracle_uid is not None
+
+    def _zygote_start(self, job_dir: Path) -> None:
+        spec = self._driver_spec(job_dir)
+        spec["zygote"] = True
+        spec_path = self.runtime / "zygote.json"
+        spec_path.write_text(json.dumps(spec))
+        connection = self.runtime / "zygote-connection.json"
+        connection.write_text("{}")
+        with open(self.runtime / "zygote-stderr.txt", "wb") as errors:
+            self.zygote = self.oracle_process = subprocess.Popen(
+                [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(spec_path), "-f", str(connection)],
+                cwd=self.runtime, env=self.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                start_new_session=True)
+
+    def stop_zygote(self) -> None:
+        if self.zygote is not None:
+            _kill_group(self.zygote.pid)
+            try:
+                self.zygote.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.zygote = None
+        self.kill_oracle()
+
+    def _run_in_zygote(self, job_dir: Path, timeout: float) -> tuple[int, bool, float, str]:
+        """One job in the zygote; at ``timeout`` (or when it died) the zygote is killed with the job, and the next
+        job starts a fresh one."""
+        started = time.monotonic()
+        if self.zygote is None or self.zygote.poll() is not None:
+            self.stop_zygote()
+            self._zygote_start(job_dir)
+        for path in [job_dir, *job_dir.iterdir()]:
+            os.chown(path, self.oracle_uid, self.oracle_uid)
+        os.chmod(job_dir, 0o700)
+        answer, timed_out = b"", False
+        try:
+            self.zygote.stdin.write((json.dumps({"job": str(job_dir)}) + "\n").encode())
+            self.zygote.stdin.flush()
+            fd = self.zygote.stdout.fileno()
+            while not answer.endswith(b"\n"):
+                remaining = started + timeout - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                if select.select([fd], [], [], remaining)[0]:
+                    chunk = os.read(fd, 4096)
+                    if not chunk:
+                        break  # the zygote died
+                    answer += chunk
+        except (BrokenPipeError, OSError):
+            pass
+        code = -1
+        try:
+            code = int(json.loads(answer)["exit"])
+        except (ValueError, KeyError, TypeError):
+            self.stop_zygote()
+        tail = ""
+        for path in [job_dir / "stderr.txt"] + ([self.runtime / "zygote-stderr.txt"] if code == -1 else []):
+            try:
+                tail += path.read_bytes()[:4000].decode(errors="replace")
+            except OSError:
+                pass
+        return code, timed_out, time.monotonic() - started, tail[:4000]
+
     def run_oracle(self, job_dir: Path, timeout: float) -> tuple[int, bool, float, str]:
         """Run ``driver.py`` on ``job_dir`` in this slot's sandbox (the kernel's view, with ``job_dir`` bound
         writable and a smaller file-size limit); killed as a whole after ``timeout`` seconds.
         Returns (exit code, timed out, seconds, the tail of its stderr)."""
         if self.stopped:
             raise RuntimeError("grading was stopped")
-        spec = self._oracle_spec([[str(job_dir), "rw"]])
-        spec["rlimits"] = {**spec["rlimits"], "FSIZE": 128 * 2**20}
-        spec["env"] = {**spec.get("env", {}), "MPLBACKEND": "Agg"}
+        if self.zygote_enabled:
+            return self._run_in_zygote(job_dir, timeout)
+        spec = self._driver_spec(job_dir)
         spec["command"] = [spec["python"], "-X", "utf8", str(job_dir / "driver.py"), str(job_dir)]
         oracle_spec = self.runtime / "oracle.json"
         oracle_spec.write_text(json.dumps(spec))
@@ -530,6 +622,20 @@ class Slot:
     def probe(self, paths: list[str], oracle: bool = False) -> dict:
         """Start the sandbox with a probe instead of a kernel (``oracle``: the oracle driver's sandbox, without the
         import check); report what it can read."""
+        if oracle and self.zygote_enabled:  # a job of the zygote: the view the driver really gets
+            job = self.oracle_job_dir()
+            (job / "driver.py").write_text(
+                "import json, os, sys\n"
+                "sys.stdout = open(os.path.join(sys.argv[1], 'probe.txt'), 'w')\n"
+                f"sys.argv = ['probe', {json.dumps(paths)!r}, 'oracle']\n" + PROBE_CODE + "sys.stdout.flush()\n")
+            code, _timed_out, _seconds, tail = self._run_in_zygote(job, 120)
+            text = (job / "probe.txt").read_text() if (job / "probe.txt").exists() else ""
+            self.stop_zygote()
+            self.oracle_job_dir()
+            for line in text.splitlines():
+                if line.startswith("PROBE "):
+                    return {**json.loads(line[6:]), "zygote": True}
+            raise RuntimeError(f"sandbox probe (zygote job) failed (exit {code}): {tail.strip()[-800:]}")
         spec = self._oracle_spec([]) if oracle else json.loads(self.spec_path.read_text())
         spec["command"] = [spec["python"], "-c", PROBE_CODE, json.dumps(paths)] + (["oracle"] if oracle else [])
         probe_spec = self.runtime / "probe.json"
