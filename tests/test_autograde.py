@@ -556,3 +556,72 @@ def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     (tmp_path / "submitted").mkdir()
     assert _no_submissions(settings, {"nb01_group_advantages": {}})
     assert "<学号>/<作业名>/<作业名>.ipynb" in SUBMITTED_LAYOUT
+
+
+ZYGOTE_FIRST_JOB = r'''
+import json, os, sys, time
+job = sys.argv[1]
+for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"], job):
+    with open(os.path.join(folder, "left-by-job-1"), "w") as handle:
+        handle.write("secret of learner 1")
+if os.fork() == 0:  # a process left behind for the next learner's job to talk to
+    os.setsid()
+    time.sleep(300)
+    os._exit(0)
+with open(os.path.join(job, "out.json"), "w") as handle:
+    json.dump({"uid": os.getuid(), "pid": os.getpid()}, handle)
+'''
+
+ZYGOTE_SECOND_JOB = r'''
+import json, os, sys
+job = sys.argv[1]
+found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"], job)
+         if os.path.exists(os.path.join(f, "left-by-job-1"))]
+others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid()))
+try:
+    open("/proc/1/environ", "rb").read()
+    zygote_environ = "readable"
+except OSError:
+    zygote_environ = "denied"
+with open(os.path.join(job, "out.json"), "w") as handle:
+    json.dump({"found": found, "others": others, "zygote_environ": zygote_environ, "uid": os.getuid()}, handle)
+'''
+
+
+@pytest.mark.slow
+def test_zygote_jobs_share_nothing():
+    """isolated mode: two jobs forked from one slot's zygote (as two learners' drivers are) share no file, process or
+    environment: the second finds nothing the first left in /tmp, /var/tmp, /dev/shm, its working folder, HOME or
+    the job folder, no process of the first, and cannot read the zygote's environment."""
+    import tempfile
+
+    from autograde.grpo_grader.course import load_settings
+    from autograde.grpo_grader.slots import Slot, choose_sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("the zygote exists in isolated mode only, which needs root (this run grades as userns)")
+    settings = load_settings()
+    base = Path(tempfile.mkdtemp(prefix="grpo-zygote-test-"))
+    sandbox = choose_sandbox(settings, base, slots=1)
+    slot = Slot(base, "slot0", settings, sandbox, uid=sandbox.uids[0], oracle_uid=sandbox.uids[1])
+    try:
+        assert slot.zygote_enabled
+        outputs = []
+        for source in (ZYGOTE_FIRST_JOB, ZYGOTE_SECOND_JOB):
+            job = slot.oracle_job_dir()
+            (job / "driver.py").write_text(source)
+            code, timed_out, _seconds, tail = slot.run_oracle(job, 120)
+            assert code == 0 and not timed_out, tail
+            outputs.append(json.loads((job / "out.json").read_text()))
+        first, second = outputs
+        assert first["uid"] == second["uid"] == sandbox.uids[1] != sandbox.uids[0]
+        assert second["found"] == [], f"the second job saw files of the first: {second['found']}"
+        assert second["others"] == [], f"processes of the first job were still running: {second['others']}"
+        assert second["zygote_environ"] == "denied"
+        assert slot.zygote is not None and slot.zygote.poll() is None, "one zygote served both jobs"
+    finally:
+        slot.stop_zygote()
+        slot.kill_kernels()
+        for handle in sandbox.leases:
+            handle.close()
+        shutil.rmtree(base, ignore_errors=True)
