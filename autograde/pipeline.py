@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "probe":
         base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
         try:
-            sandbox = choose_sandbox(settings, base)
+            sandbox = choose_sandbox(settings, base, probe_driver=True)
         except RuntimeError as error:
             print(error, file=sys.stderr)
             return 2

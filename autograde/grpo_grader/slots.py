@@ -692,8 +692,10 @@ def _kill(pid: int) -> None:
         pass
 
 
-def choose_sandbox(settings: Settings, base: Path, slots: int = 1) -> Sandbox:
-    """Try the strongest sandbox this machine allows (or the configured one) and probe it.
+def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver: bool = False) -> Sandbox:
+    """Try the strongest sandbox this machine allows (or the configured one) and probe it (``probe_driver``: the
+    oracle driver's view too, a job of its zygote in isolated mode - `pipeline.py probe` does; a grading run only
+    probes the kernel's, which the driver's view is built like).
 
     The kernel files are built first when missing (the tiny checkpoint, lesson 7's warm start): every slot, the
     probe's included, copies them into its read-only course copy."""
@@ -719,7 +721,7 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1) -> Sandbox:
             decoy = slot.nbgrader / "gradebook.db"
             decoy.write_text("decoy")
             report = slot.probe(secret_probe_paths(settings, decoy))
-            if slot.concurrent_oracle:  # the driver that runs beside the kernel: nor the kernel's sockets
+            if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
                 (slot.ipc / "kernel-socket").write_text("")
                 report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True)
         except Exception as error:  # this mode is not available here: try the next one
