@@ -114,19 +114,22 @@ HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 STRIPPED_NOTE = "# [评分器] 隐藏测试由评分器在学员内核之外、用评分时抽取的输入判定（hidden tests run outside this kernel）"
 
 
-def strip_hidden(source: str, note: str = STRIPPED_NOTE) -> tuple[str, bool]:
-    """``source`` without its hidden-test regions (each replaced by ``note``; an unclosed region runs to the end),
-    and whether there was one."""
+def strip_hidden(source: str, note: str | None = STRIPPED_NOTE, begin: str = HIDDEN_BEGIN,
+                 end: str = HIDDEN_END) -> tuple[str, bool]:
+    """``source`` without its hidden-test regions, and whether there was one. Each region becomes ``note``, indented
+    like its ``begin`` line (``note=None``: nothing); marker lines never stay; an unclosed region runs to the end."""
     lines, hiding, found = [], False, False
     for line in source.splitlines(keepends=True):
-        if not hiding and HIDDEN_BEGIN in line:
+        if begin in line:
+            if note is not None and not hiding:
+                lines.append(line[: len(line) - len(line.lstrip())] + note + "\n")
             hiding = found = True
-            lines.append(line[: len(line) - len(line.lstrip())] + note + "\n")
             continue
-        if hiding:
-            hiding = HIDDEN_END not in line
+        if end in line:
+            hiding = False
             continue
-        lines.append(line)
+        if not hiding:
+            lines.append(line)
     return "".join(lines), found
 
 
@@ -245,8 +248,8 @@ class SafeExecute(Execute):
 class HideHiddenTests(NbGraderPreprocessor):
     """Feedback: drop hidden-test regions and shorten those cells' tracebacks to their last line."""
 
-    begin = Unicode("### BEGIN HIDDEN TESTS").tag(config=True)
-    end = Unicode("### END HIDDEN TESTS").tag(config=True)
+    begin = Unicode(HIDDEN_BEGIN).tag(config=True)
+    end = Unicode(HIDDEN_END).tag(config=True)
 
     def preprocess(self, nb, resources):
         nb.cells = [c for c in nb.cells if RESTORE_TAG not in c.get("metadata", {}).get("tags", [])]
@@ -256,19 +259,10 @@ class HideHiddenTests(NbGraderPreprocessor):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if not meta.get("grade") or meta.get("solution"):
             return cell, resources
-        lines, hiding, hid = [], False, False
-        for line in cell.source.splitlines(keepends=True):
-            if self.begin in line:
-                hiding = hid = True
-                continue
-            if self.end in line:
-                hiding = False
-                continue
-            if not hiding:
-                lines.append(line)
+        text, hid = strip_hidden(cell.source, note=None, begin=self.begin, end=self.end)
         if not hid:
             return cell, resources
-        cell.source = "".join(lines).rstrip() + "\n# （隐藏测试不在反馈中显示 / hidden tests are not shown）"
+        cell.source = text.rstrip() + "\n# （隐藏测试不在反馈中显示 / hidden tests are not shown）"
         if cell.cell_type == "code":
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error":

@@ -357,7 +357,8 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             slot.reset_work()  # run_nbgrader stages tools/lessons/ (earlier lessons only)
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             started = time.monotonic()
-            oracle_run = OracleRun(slot, settings, assignment, name, rebuilt[name])
+            release = placeholder(settings, assignment, name)  # read once: the oracle's job and the review below
+            oracle_run = OracleRun(slot, settings, assignment, release, rebuilt[name])
             try:
                 returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
                 if timed_out or returncode != 0:
@@ -366,10 +367,10 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
                 oracle_run.wait()  # never leave the driver running into the next notebook's reset_work()
             nres.seconds = round(time.monotonic() - started, 1)
             nres.phases["nbgrader"] = round(seconds, 2)
-            nres.answers = answer_hashes(rebuilt[name], placeholder(settings, assignment, name))
+            nres.answers = answer_hashes(rebuilt[name], release)
             edited, deleted = [], []
             try:
-                edited, deleted, written = compare_with_release(rebuilt[name], placeholder(settings, assignment, name))
+                edited, deleted, written = compare_with_release(rebuilt[name], release)
                 nres.flags = scan_flags(written)
             except Exception:  # checked readable above; this review never blocks grading
                 nres.flags = []
@@ -456,10 +457,9 @@ class OracleRun:
     is the same driver on the same job (inputs drawn from the grading seed); a notebook that nbgrader could not
     grade discards its result."""
 
-    def __init__(self, slot: Slot, settings: Settings, assignment: str, notebook: str,
+    def __init__(self, slot: Slot, settings: Settings, assignment: str, release: nbformat.NotebookNode,
                  rebuilt: nbformat.NotebookNode) -> None:
-        self._slot, self._settings, self._rebuilt = slot, settings, rebuilt
-        self._release = placeholder(settings, assignment, notebook)
+        self._slot, self._settings, self._release, self._rebuilt = slot, settings, release, rebuilt
         self._result: OracleOutcome | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None

@@ -130,6 +130,20 @@ def _bind_back(path: str, mode: str, fd: int) -> None:
     os.close(fd)
 
 
+def _mount_scratch(spec: dict) -> None:
+    """Fresh, private, size-limited /tmp, /var/tmp and /dev/shm (``spec["scratch"]``)."""
+    for path, size in spec["scratch"]:
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={size}")
+
+
+def _mount_workdir(spec: dict) -> None:
+    """A fresh, private, size-limited working folder (also HOME), owned by the kernel's uid in isolated mode."""
+    owner = f",uid={spec['uid']},gid={spec['gid']}" if spec["mode"] == "isolated" else ""
+    mount("tmpfs", spec["workdir"], "tmpfs", MS_NOSUID | MS_NODEV,
+          f"mode=0700,size={spec.get('workdir_size', '256m')}{owner}")
+
+
 def _build_view(spec: dict) -> bool:
     """The kernel's file system: everything read-only, hidden folders covered by empty tmpfs, the
     interpreter and the course copy bound back read-only, the socket folder bound back writable, fresh
@@ -146,14 +160,10 @@ def _build_view(spec: dict) -> bool:
             continue  # already under a cover, or under a scratch folder that is replaced as a whole
         mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
         covered.append(path)
-    for path, size in spec["scratch"]:
-        if os.path.isdir(path):
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={size}")
+    _mount_scratch(spec)
     for (path, mode), fd in zip(spec["keep"], keep_fds):
         _bind_back(path, mode, fd)
-    owner = f",uid={spec['uid']},gid={spec['gid']}" if spec["mode"] == "isolated" else ""
-    mount("tmpfs", spec["workdir"], "tmpfs", MS_NOSUID | MS_NODEV,
-          f"mode=0700,size={spec.get('workdir_size', '256m')}{owner}")
+    _mount_workdir(spec)
     for path in covered:  # the covers only held mount points: nothing may be written into them
         mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -308,14 +318,11 @@ def _zygote_job(spec: dict, request: dict) -> None:
     # the kept folders under a scratch folder (the slot may live under /tmp) are bound back over the fresh one
     under = [(path, mode) for path, mode in spec["keep"] if any(_inside(path, s) for s in scratch)]
     fds = [os.open(path, os.O_RDONLY | os.O_DIRECTORY) for path, _ in under]
-    for path, size in spec["scratch"]:
-        if path in scratch:
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={size}")
+    _mount_scratch(spec)
     for (path, mode), fd in zip(under, fds):
         _bind_back(path, mode, fd)
+    _mount_workdir(spec)  # the zygote runs in isolated mode only: owned by the oracle's uid
     uid, gid = spec["uid"], spec["gid"]
-    mount("tmpfs", spec["workdir"], "tmpfs", MS_NOSUID | MS_NODEV,
-          f"mode=0700,size={spec.get('workdir_size', '256m')},uid={uid},gid={gid}")
     job = request["job"]
     errors = os.open(os.path.join(job, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchown(errors, uid, gid)

@@ -512,6 +512,13 @@ class Slot:
         spec["env"] = {**spec.get("env", {}), "MPLBACKEND": "Agg"}
         return spec
 
+    def _hand_over(self, job_dir: Path) -> None:
+        """The job folder and its files to the oracle's uid (where there is one), private to it."""
+        if self.oracle_uid is not None:
+            for path in [job_dir, *job_dir.iterdir()]:
+                os.chown(path, self.oracle_uid, self.oracle_uid)
+        os.chmod(job_dir, 0o700)
+
     def oracle_job_dir(self) -> Path:
         """The oracle's job folder, emptied; the folder itself stays (a running zygote's view binds it)."""
         folder = self.dir / "oracle"
@@ -558,9 +565,7 @@ class Slot:
         if self.zygote is None or self.zygote.poll() is not None:
             self.stop_zygote()
             self._zygote_start(job_dir)
-        for path in [job_dir, *job_dir.iterdir()]:
-            os.chown(path, self.oracle_uid, self.oracle_uid)
-        os.chmod(job_dir, 0o700)
+        self._hand_over(job_dir)
         answer, timed_out = b"", False
         try:
             self.zygote.stdin.write((json.dumps({"job": str(job_dir)}) + "\n").encode())
@@ -605,10 +610,7 @@ class Slot:
         oracle_spec.write_text(json.dumps(spec))
         connection = self.runtime / "oracle-connection.json"
         connection.write_text("{}")
-        if self.oracle_uid is not None:
-            for path in [job_dir, *job_dir.iterdir()]:
-                os.chown(path, self.oracle_uid, self.oracle_uid)
-        os.chmod(job_dir, 0o700)
+        self._hand_over(job_dir)
         started = time.monotonic()
         errors = self.runtime / "oracle-stderr.txt"
         with open(errors, "wb") as handle:
