@@ -458,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  not available: {problem}")
         for path, readable in sandbox.probe.get("readable", {}).items():
             print(f"  {'READABLE' if readable else 'hidden  '}  {path}")
-        print(f"  kernel uid {sandbox.probe.get('uid')}, processes visible {sandbox.probe.get('visible_pids')}, "
+        forked = " (forked from a zygote)" if sandbox.probe.get("zygote") else ""
+        print(f"  kernel{forked} uid {sandbox.probe.get('uid')}, processes visible {sandbox.probe.get('visible_pids')}, "
               f"network {'available' if sandbox.probe.get('network') else 'none'}, "
               f"rest of the file system {'read-only' if sandbox.probe.get('readonly_root') else 'as usual'}, "
               f"address-space limit {sandbox.probe.get('rlimit_as', 0) / 2**30:.1f} GiB")

@@ -190,12 +190,13 @@ def test_sandbox_hides_the_course_sources():
     # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, in isolated mode its own uid, no view
     # of the kernel's socket folder (checked as a READABLE line above)
     oracle = re.search(r"oracle driver \(beside the kernel[^)]*\): uid (\d+),.* IPC namespace (its own|SHARED)", done.stdout)
-    kernel = re.search(r"kernel uid (\d+),", done.stdout)
+    kernel = re.search(r"kernel(?: \(forked from a zygote\))? uid (\d+),", done.stdout)
     assert oracle and kernel, done.stdout
     assert oracle.group(2) == "its own", "the two sandboxes (and the grader) must not share an IPC namespace"
     if "sandbox: isolated" in done.stdout:
         assert oracle.group(1) != kernel.group(1), "isolated mode: the oracle's driver runs as a uid of its own"
         assert "forked from a zygote" in done.stdout, "isolated mode: the probe checks a job of the driver's zygote"
+        assert "kernel (forked from a zygote)" in done.stdout, "isolated mode: the probe checks a kernel zygote's job"
 
 
 # ----------------------------------------------------------------------------- oracles (trusted side, fast)
@@ -588,40 +589,148 @@ with open(os.path.join(job, "out.json"), "w") as handle:
 '''
 
 
-@pytest.mark.slow
-def test_zygote_jobs_share_nothing():
-    """isolated mode: two jobs forked from one slot's zygote (as two learners' drivers are) share no file, process or
-    environment: the second finds nothing the first left in /tmp, /var/tmp, /dev/shm, its working folder, HOME or
-    the job folder, no process of the first, and cannot read the zygote's environment."""
+@pytest.fixture(scope="module")
+def isolated_slot():
+    """One grading slot in isolated mode (root only), its zygotes stopped and its uids released afterwards."""
     import tempfile
 
     from autograde.grpo_grader.course import load_settings
     from autograde.grpo_grader.slots import Slot, choose_sandbox
 
     if os.geteuid() != 0:
-        pytest.skip("the zygote exists in isolated mode only, which needs root (this run grades as userns)")
+        pytest.skip("the zygotes exist in isolated mode only, which needs root (this run grades as userns)")
     settings = load_settings()
     base = Path(tempfile.mkdtemp(prefix="grpo-zygote-test-"))
     sandbox = choose_sandbox(settings, base, slots=1)
     slot = Slot(base, "slot0", settings, sandbox, uid=sandbox.uids[0], oracle_uid=sandbox.uids[1])
     try:
-        assert slot.zygote_enabled
-        outputs = []
-        for source in (ZYGOTE_FIRST_JOB, ZYGOTE_SECOND_JOB):
-            job = slot.oracle_job_dir()
-            (job / "driver.py").write_text(source)
-            code, timed_out, _seconds, tail = slot.run_oracle(job, 120)
-            assert code == 0 and not timed_out, tail
-            outputs.append(json.loads((job / "out.json").read_text()))
-        first, second = outputs
-        assert first["uid"] == second["uid"] == sandbox.uids[1] != sandbox.uids[0]
-        assert second["found"] == [], f"the second job saw files of the first: {second['found']}"
-        assert second["others"] == [], f"processes of the first job were still running: {second['others']}"
-        assert second["zygote_environ"] == "denied"
-        assert slot.zygote is not None and slot.zygote.poll() is None, "one zygote served both jobs"
+        yield slot
     finally:
         slot.stop_zygote()
         slot.kill_kernels()
         for handle in sandbox.leases:
             handle.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_zygote_jobs_share_nothing(isolated_slot):
+    """isolated mode: two jobs forked from one slot's zygote (as two learners' drivers are) share no file, process or
+    environment: the second finds nothing the first left in /tmp, /var/tmp, /dev/shm, its working folder, HOME or
+    the job folder, no process of the first, and cannot read the zygote's environment."""
+    slot = isolated_slot
+    assert slot.zygote_enabled
+    outputs = []
+    for source in (ZYGOTE_FIRST_JOB, ZYGOTE_SECOND_JOB):
+        job = slot.oracle_job_dir()
+        (job / "driver.py").write_text(source)
+        code, timed_out, _seconds, tail = slot.run_oracle(job, 120)
+        assert code == 0 and not timed_out, tail
+        outputs.append(json.loads((job / "out.json").read_text()))
+    first, second = outputs
+    assert first["uid"] == second["uid"] == slot.oracle_uid != slot.uid
+    assert second["found"] == [], f"the second job saw files of the first: {second['found']}"
+    assert second["others"] == [], f"processes of the first job were still running: {second['others']}"
+    assert second["zygote_environ"] == "denied"
+    assert slot.zygote is not None and slot.zygote.poll() is None, "one zygote served both jobs"
+
+
+@pytest.mark.slow
+def test_kernel_zygote_jobs_share_nothing(isolated_slot):
+    """isolated mode: two kernels forked from one slot's kernel zygote (two learners' notebooks) share nothing either:
+    the same checks as for the driver's zygote, run as kernel jobs (the kernel's uid, not the driver's)."""
+    slot = isolated_slot
+    assert slot.kernel_zygote_enabled
+    outputs = []
+    for source in (ZYGOTE_FIRST_JOB, ZYGOTE_SECOND_JOB):
+        source = source.replace("job = sys.argv[1]", "job = os.getcwd()").replace(
+            'with open(os.path.join(job, "out.json"), "w") as handle:\n    json.dump(',
+            'if True:\n    handle = sys.stdout\n    json.dump(')
+        done = slot.run_sandboxed_code(source, [])
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = outputs
+    assert first["uid"] == second["uid"] == slot.uid != slot.oracle_uid
+    assert second["found"] == [], f"the second kernel saw files of the first: {second['found']}"
+    assert second["others"] == [], f"processes of the first kernel were still running: {second['others']}"
+    assert second["zygote_environ"] == "denied"
+    assert slot.kernel_zygote is not None and slot.kernel_zygote.poll() is None, "one zygote served both kernels"
+
+
+@pytest.mark.slow
+def test_kernel_zygote_behaves_like_a_kernel_process(isolated_slot):
+    """isolated mode, through jupyter_client and the slot's kernel spec (as nbgrader starts kernels): the forked
+    kernel runs as the slot's uid with the grading environment, an interrupt reaches the running cell, a kernel
+    that exits is seen dead, the next kernel starts from the same zygote, a shutdown leaves no process behind, and
+    a dead zygote is replaced."""
+    import time
+
+    from jupyter_client import KernelManager
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from autograde.grpo_grader.slots import _uids_running
+
+    slot = isolated_slot
+    slot.ensure_kernel_zygote()
+    zygote = slot.kernel_zygote.pid
+    specs = KernelSpecManager(kernel_dirs=[str(slot.jupyter / "kernels")])
+
+    def start():
+        manager = KernelManager(kernel_spec_manager=specs, kernel_name="python3", transport="ipc",
+                                ip=str(slot.ipc / "kernel"))
+        manager.start_kernel(env={**slot.env(), "NBGRADER_EXECUTION": "autograde"})
+        client = manager.client()
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        return manager, client
+
+    def run(client, code, timeout=30):
+        out = []
+        reply = client.execute_interactive(code, timeout=timeout, output_hook=lambda m: out.append(m))
+        text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
+        return reply["content"], text
+
+    manager, client = start()
+    try:
+        content, text = run(client, "import os, sys, torch\n"
+                            "print(os.getuid(), os.environ.get('NBGRADER_EXECUTION'), os.environ['HOME'] == os.getcwd(),"
+                            " 'GRPO_GRADING_SEED' in os.environ, sys.path[0] != '')")
+        assert content["status"] == "ok", content
+        assert text.split() == [str(slot.uid), "autograde", "True", "False", "True"], text
+        client.execute("import time; time.sleep(60)")
+        time.sleep(1.0)
+        asked = time.monotonic()
+        manager.interrupt_kernel()
+        reply = client.get_shell_msg(timeout=20)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt", reply
+        assert time.monotonic() - asked < 10
+        client.execute("import os; os._exit(3)")
+        deadline = time.monotonic() + 20
+        while manager.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not manager.is_alive(), "a kernel that exited must be seen dead"
+        assert manager.provisioner.process.returncode == 3
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+        manager.cleanup_resources()
+    slot.kill_kernels()
+    assert slot.kernel_zygote.pid == zygote and slot.kernel_zygote.poll() is None, "the zygote serves the next kernel"
+    manager, client = start()
+    try:
+        content, text = run(client, "print(6 * 7)")
+        assert content["status"] == "ok" and text.strip() == "42"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)  # nbgrader's way (Execute.shutdown_kernel = 'immediate'): SIGKILL
+        manager.cleanup_resources()
+    deadline = time.monotonic() + 10
+    while slot.uid in _uids_running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert slot.uid not in _uids_running(), "a killed kernel launcher must take its kernel with it"
+    slot.kernel_zygote.kill()
+    slot.kernel_zygote.wait()
+    slot.ensure_kernel_zygote()
+    assert slot.kernel_zygote.pid != zygote and slot.kernel_zygote.poll() is None
+    done = slot.run_sandboxed_code("import os; print(os.getuid())", [])
+    assert done.stdout.split() == [str(slot.uid)], done.stderr[-2000:]

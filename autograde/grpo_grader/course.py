@@ -31,6 +31,8 @@ class Settings:
     kernel_env: dict = field(default_factory=lambda: {"GRPO_ONLINE_RUN_MODE": "smoke"})
     # isolated mode: fork the oracle's driver from a sandboxed zygote that imported torch once (sandbox.py)
     oracle_zygote: bool = True
+    # isolated mode: fork nbgrader's kernels from a sandboxed zygote that imported ipykernel and torch once
+    kernel_zygote: bool = True
 
     @property
     def config_file(self) -> Path:
@@ -71,7 +73,7 @@ def load_settings(course: Path | None = None, **overrides) -> Settings:
         pipeline = config.get("GradingPipeline", {})
         for key in ("notebook_timeout", "workers", "memory_limit_mb", "max_submission_mb", "sandbox",
                     "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags", "kernel_env",
-                    "oracle_zygote"):
+                    "oracle_zygote", "kernel_zygote"):
             if key in pipeline:
                 setattr(settings, key, pipeline[key])
         if "timeout" in config.get("Execute", {}):

@@ -31,6 +31,11 @@ kill the whole kernel (and, in the namespace modes, everything it started) at th
     namespaces, drops to the slot's oracle uid with the same limits and runs ``driver.py`` in-process: a job
     starts without paying the interpreter's and torch's import. Between jobs the zygote kills every process
     left in its PID namespace. It never runs learner code itself and never reads a job.
+``kernel zygote`` (isolated mode, nbgrader's kernels): the same for kernels. The slot starts it once with a
+    listening unix socket as its stdin; it imports ipykernel, torch, matplotlib and transformers; the kernel spec's
+    launcher then only connects, passes its stdio and environment, relays SIGINT and exits with the kernel's exit
+    code, while the zygote forks the kernel (fresh private world as above, the kernel's uid) and kills it when the
+    launcher goes away.
 
 Only the standard library may be imported at module level: this file runs as the kernel launcher.
 """
@@ -40,6 +45,7 @@ import ctypes
 import json
 import os
 import resource
+import select
 import signal
 import sys
 import time
@@ -181,8 +187,14 @@ def _limits(spec: dict) -> None:
         resource.setrlimit(RLIMITS[name], (value, value))
 
 
-def _environment(spec: dict) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith("LC_")}
+def _kept_environ(environ=None) -> dict[str, str]:
+    """What a sandboxed process keeps of its launcher's environment."""
+    return {k: v for k, v in (os.environ if environ is None else environ).items()
+            if k in KEEP_ENV or k.startswith("LC_")}
+
+
+def _environment(spec: dict, launcher_env: dict | None = None) -> dict[str, str]:
+    env = _kept_environ(launcher_env)
     work = spec["workdir"]
     threads = str(spec.get("threads", 1))
     env.update({
@@ -250,6 +262,9 @@ def launch(argv: list[str]) -> None:
     index = rest.index("-f")
     connection, extra = rest[index + 1], rest[:index] + rest[index + 2:]
     mode = spec["mode"]
+    if spec.get("kernel_zygote") and mode == "isolated" and not spec.get("zygote"):
+        with open(connection) as handle:
+            os._exit(_kernel_client(spec, handle.read(), extra))
     zygote_source = None
     if spec.get("zygote") and mode == "isolated":
         with open(os.path.abspath(__file__), encoding="utf-8") as handle:
@@ -292,7 +307,10 @@ def launch(argv: list[str]) -> None:
             prctl(PR_SET_NO_NEW_PRIVS, 1)
             os.chdir(spec["workdir"])
             # this file is hidden in the view (it lives in the checkout): its text, read before, runs with -c
-            command = [spec["python"], "-X", "utf8", "-c", zygote_source, "--zygote", json.dumps(spec)]
+            if spec["zygote"] == "kernel":  # the kernel's interpreter flags: none
+                command = [spec["python"], "-c", zygote_source, "--kernel-zygote", json.dumps(spec)]
+            else:
+                command = [spec["python"], "-X", "utf8", "-c", zygote_source, "--zygote", json.dumps(spec)]
             os.execve(command[0], command, _environment(spec))
         connection = _write_connection(spec, connection_text, uid, gid)
         _limits(spec)
@@ -308,9 +326,9 @@ def launch(argv: list[str]) -> None:
         os._exit(70)
 
 
-def _zygote_job(spec: dict, request: dict) -> None:
-    """A job's process, forked from the zygote (root, in the sandbox view): its own scratch, IPC and network,
-    then the oracle's uid and limits, then the driver, in this process. Never returns."""
+def _private_world(spec: dict) -> None:
+    """A zygote job's own world, forked from the zygote's view: its process group, mount, IPC and network
+    namespaces, fresh /tmp, /var/tmp, /dev/shm and working folder (owned by the job's uid: isolated mode)."""
     os.setpgid(0, 0)
     unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -321,7 +339,25 @@ def _zygote_job(spec: dict, request: dict) -> None:
     _mount_scratch(spec)
     for (path, mode), fd in zip(under, fds):
         _bind_back(path, mode, fd)
-    _mount_workdir(spec)  # the zygote runs in isolated mode only: owned by the oracle's uid
+    _mount_workdir(spec)
+
+
+def _drop_to_uid(spec: dict) -> None:
+    """The job's limits, then its unprivileged uid for good (no groups, no new privileges)."""
+    uid, gid = spec["uid"], spec["gid"]
+    _limits(spec)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.chdir(spec["workdir"])
+
+
+def _zygote_job(spec: dict, request: dict) -> None:
+    """A job's process, forked from the zygote (root, in the sandbox view): its own scratch, IPC and network,
+    then the oracle's uid and limits, then the driver, in this process. Never returns."""
+    _private_world(spec)
     uid, gid = spec["uid"], spec["gid"]
     job = request["job"]
     errors = os.open(os.path.join(job, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -330,13 +366,7 @@ def _zygote_job(spec: dict, request: dict) -> None:
     for fd, source in ((0, devnull), (1, devnull), (2, errors)):  # never the zygote's request/answer pipes
         os.dup2(source, fd)
     os.closerange(3, 1 << 16)
-    _limits(spec)
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    os.chdir(spec["workdir"])
+    _drop_to_uid(spec)
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False, buffering=1)
@@ -399,6 +429,201 @@ def zygote_main(spec_text: str) -> None:
         answers.write(json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n")
 
 
+# ----------------------------------------------------------------------------- the kernels' zygote
+# isolated mode: nbgrader starts each kernel through the kernel spec as before, but the launcher only asks the
+# slot's kernel zygote (a root process in the kernel's view that imported ipykernel, torch, matplotlib and
+# transformers once) for a kernel, over a unix socket only the grader can reach (SOCK_SEQPACKET: one message
+# each). The zygote forks a job per request: its own world (_private_world), the kernel's uid and limits, then
+# ipykernel in-process. The launcher stays the process Jupyter knows: it relays SIGINT (the kernel's interrupt)
+# and exits with the kernel's exit code; when it dies (nbgrader's kill, SIGTERM), the zygote kills the kernel.
+KERNEL_WARM = ("torch", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell",
+               "matplotlib.pyplot",
+               "transformers", "transformers.models.qwen2.modeling_qwen2")
+
+
+def _kernel_client(spec: dict, connection_text: str, extra: list[str]) -> int:
+    """The launcher's side of a kernel job; returns the exit code for Jupyter."""
+    import socket
+
+    request = {"env": _kept_environ()}
+    command = spec.get("command")
+    if command:  # the probe: [python, -c, code, args...] run as a kernel job instead of ipykernel
+        request.update(code=command[2], argv=command[3:])
+    else:
+        request.update(connection=connection_text, extra=extra)
+    _write(spec["pidfile"], json.dumps({"supervisor": os.getpid(), "init": os.getpid()}))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(spec["kernel_zygote"])
+        socket.send_fds(sock, [json.dumps(request).encode()], [0, 1, 2])
+    except OSError as error:
+        print(f"[grading sandbox] the kernel zygote is not there: {error!r}", file=sys.stderr, flush=True)
+        return 70
+
+    def _interrupt(*_):
+        try:
+            sock.send(b"interrupt")
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))  # the closed socket makes the zygote kill the job
+    signal.signal(signal.SIGHUP, lambda *_: os._exit(143))
+    parent = os.getppid()
+    while True:
+        if select.select([sock], [], [], 0.5)[0]:
+            answer = sock.recv(4096)
+            if not answer:
+                print("[grading sandbox] the kernel zygote went away", file=sys.stderr, flush=True)
+                return 70
+            code = int(json.loads(answer)["exit"])
+            if code < 0:
+                print(f"[grading sandbox] kernel killed by signal {-code} ({signal.Signals(-code).name})",
+                      file=sys.stderr, flush=True)
+            return code & 0xFF
+        if os.getppid() != parent:  # nbgrader is gone: so is the kernel (the zygote sees the socket close)
+            return 143
+
+
+def _kernel_job(spec: dict, request: dict, fds: list[int]) -> None:
+    """A kernel's process, forked from the kernel zygote: its own world, the launcher's stdio, the kernel's
+    environment, uid and limits, then ipykernel (or the probe's code) in this process. Never returns."""
+    _private_world(spec)
+    for fd, source in zip((0, 1, 2), fds):
+        os.dup2(source, fd)
+    os.closerange(3, 1 << 16)
+    env = _environment(spec, request.get("env", {}))
+    connection = None
+    if "code" not in request:
+        connection = _write_connection(spec, request["connection"], spec["uid"], spec["gid"])
+    _drop_to_uid(spec)
+    os.environ.clear()
+    os.environ.update(env)
+    if "matplotlib" in sys.modules:  # read at its import (in the zygote): as matplotlib/__init__.py does
+        import matplotlib
+
+        matplotlib.rcParams["backend"] = env.get("MPLBACKEND") or "module://matplotlib_inline.backend_inline"
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False, buffering=1)
+    sys.stderr = open(2, "w", closefd=False, buffering=1)
+    if sys.path and sys.path[0] == "":  # -c put the working folder first; ipykernel_launcher removes it too
+        del sys.path[0]
+    code = 0
+    try:
+        if connection is None:
+            sys.argv = ["-c", *request["argv"]]
+            exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+        else:
+            import ipykernel_launcher
+            from ipykernel import kernelapp
+
+            sys.argv = [ipykernel_launcher.__file__, "-f", connection, *request.get("extra", [])]
+            kernelapp.launch_new_instance(argv=sys.argv[1:])
+        import atexit
+
+        atexit._run_exitfuncs()
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report, then die like an interpreter would
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code)
+
+
+def _serve_kernel(spec: dict, conn) -> None:
+    """One launcher's connection: fork its job, relay interrupts, kill the job when the launcher goes, answer
+    with the exit code, then clear the PID namespace."""
+    import socket
+
+    try:
+        message, fds, _flags, _address = socket.recv_fds(conn, 1 << 20, 3)
+        request = json.loads(message)
+        if len(fds) != 3:
+            raise ValueError("expected the launcher's stdin, stdout and stderr")
+    except (OSError, ValueError):
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _kernel_job(spec, request, fds)
+        except BaseException as error:  # noqa: BLE001 - the kernel could not even start
+            try:
+                os.write(2, f"[grading sandbox] kernel launch failed: {error!r}\n".encode())
+            finally:
+                os._exit(70)
+    for fd in fds:
+        os.close(fd)
+    try:
+        exited = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        exited = None
+    status = None
+    while status is None:
+        ready = select.select([conn] + ([exited] if exited is not None else []), [], [],
+                              None if exited is not None else 0.05)[0]
+        if conn in ready:
+            try:
+                data = conn.recv(64)
+            except OSError:
+                data = b""
+            if not data:  # the launcher is gone (nbgrader killed it): so is its kernel
+                _signal_job(pid, signal.SIGKILL)
+            elif data == b"interrupt":
+                _signal_job(pid, signal.SIGINT)
+        done, wait_status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            status = wait_status
+    if exited is not None:
+        os.close(exited)
+    _reap_namespace()
+    try:
+        conn.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+    except OSError:
+        pass
+
+
+def _signal_job(pid: int, signum: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signum)
+            return
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def kernel_zygote_main(spec_text: str) -> None:
+    """The kernels' zygote: warm imports, then one kernel per connection on the listening socket (stdin)."""
+    import importlib
+    import socket
+
+    spec = json.loads(spec_text)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    listener = socket.socket(fileno=os.dup(0))
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    if sys.path and sys.path[0] == "":
+        del sys.path[0]
+    # ipykernel sets this at start when it is unset, before any cell; matplotlib reads it at import (below)
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    for name in KERNEL_WARM:  # warm: what every kernel imports (and the lessons' heavy imports)
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - an optional warm-up: the kernel imports what it needs itself
+            print(f"[grading sandbox] kernel zygote: no warm {name}: {error!r}", file=sys.stderr, flush=True)
+    while True:
+        conn, _address = listener.accept()
+        try:
+            _serve_kernel(spec, conn)
+        finally:
+            conn.close()
+
+
 def kill_uid(uid: int, gid: int) -> None:
     """Kill every process of ``uid`` (run in a fresh process: it gives up root to do so)."""
     os.setgroups([])
@@ -415,5 +640,7 @@ if __name__ == "__main__":
         kill_uid(int(sys.argv[2]), int(sys.argv[3]))
     elif sys.argv[1:2] == ["--zygote"]:
         zygote_main(sys.argv[2])
+    elif sys.argv[1:2] == ["--kernel-zygote"]:
+        kernel_zygote_main(sys.argv[2])
     else:
         launch(sys.argv[1:])

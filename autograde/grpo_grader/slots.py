@@ -291,6 +291,10 @@ class Slot:
         self.oracle_uid = oracle_uid if oracle_uid is not None else uid
         self.oracle_process = None
         self.zygote: subprocess.Popen | None = None
+        self.kernel_zygote: subprocess.Popen | None = None
+        self.kernel_socket = self.runtime / "kernel-zygote.sock"
+        if len(os.fsencode(self.kernel_socket)) > 100:  # AF_UNIX paths are short: a private folder of its own
+            self.kernel_socket = Path(tempfile.mkdtemp(prefix="grpo-kz-")) / "kernel-zygote.sock"
         self.threads = threads
         self.process: subprocess.Popen | None = None
         self.stopped = False
@@ -362,6 +366,8 @@ class Slot:
             "rlimits": limits, "threads": self.threads, "isolate_network": self.sandbox.mode != "none",
             "workdir_size": WORKDIR_SIZE, "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
         }
+        if self.kernel_zygote_enabled:  # the launcher asks the slot's kernel zygote for the kernel (sandbox.py)
+            spec["kernel_zygote"] = str(self.kernel_socket)
         self.spec_path.write_text(json.dumps(spec, indent=1))
         kernel_json = {
             "argv": [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(self.spec_path),
@@ -398,8 +404,7 @@ class Slot:
         if self.sandbox.mode == "none":
             self._copy_kernel_files()  # the kernel could have written into its course copy
         for folder in (self.work, self.ipc):
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
+            _empty_folder(folder)  # emptied, not replaced: a running kernel zygote's view binds the socket folder
             if self.uid is not None:
                 os.chown(folder, self.uid, self.uid)
             os.chmod(folder, 0o700)
@@ -467,6 +472,7 @@ class Slot:
         if self.stopped:
             raise RuntimeError("grading was stopped")
         self.stage_lessons(assignment)
+        self.ensure_kernel_zygote()
         arguments = ["autograde", assignment, f"--student={learner}", f"--notebook={notebook}", "--force",
                      "--log-level=INFO"]
         started = time.monotonic()
@@ -501,6 +507,7 @@ class Slot:
         without the kernel's socket folder (the driver needs none, and shares nothing with a kernel that may run
         at the same time), plus ``extra_keep``."""
         spec = json.loads(self.spec_path.read_text())
+        spec.pop("kernel_zygote", None)
         spec["keep"] = [k for k in spec["keep"] if k[0] != str(self.ipc)] + extra_keep
         spec["uid"] = spec["gid"] = self.oracle_uid
         spec["pidfile"] = str(self.oracle_pidfile)
@@ -522,12 +529,7 @@ class Slot:
     def oracle_job_dir(self) -> Path:
         """The oracle's job folder, emptied; the folder itself stays (a running zygote's view binds it)."""
         folder = self.dir / "oracle"
-        folder.mkdir(exist_ok=True)
-        for entry in list(folder.iterdir()):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+        _empty_folder(folder)
         return folder
 
     # -- the zygote (isolated mode): the driver forked per job from a sandboxed process that imported torch once
@@ -549,6 +551,11 @@ class Slot:
                 start_new_session=True)
 
     def stop_zygote(self) -> None:
+        """Stop both zygotes (the oracle's and the kernels')."""
+        self._stop_oracle_zygote()
+        self.stop_kernel_zygote()
+
+    def _stop_oracle_zygote(self) -> None:
         if self.zygote is not None:
             _kill_group(self.zygote.pid)
             try:
@@ -563,7 +570,7 @@ class Slot:
         job starts a fresh one."""
         started = time.monotonic()
         if self.zygote is None or self.zygote.poll() is not None:
-            self.stop_zygote()
+            self._stop_oracle_zygote()
             self._zygote_start(job_dir)
         self._hand_over(job_dir)
         answer, timed_out = b"", False
@@ -587,7 +594,7 @@ class Slot:
         try:
             code = int(json.loads(answer)["exit"])
         except (ValueError, KeyError, TypeError):
-            self.stop_zygote()
+            self._stop_oracle_zygote()
         tail = ""
         for path in [job_dir / "stderr.txt"] + ([self.runtime / "zygote-stderr.txt"] if code == -1 else []):
             try:
@@ -595,6 +602,55 @@ class Slot:
             except OSError:
                 pass
         return code, timed_out, time.monotonic() - started, tail[:4000]
+
+    # -- the kernel zygote (isolated mode): nbgrader's kernels forked from a sandboxed process that imported
+    # ipykernel, torch, matplotlib and transformers once; the kernel spec's launcher asks it over a unix socket
+    @property
+    def kernel_zygote_enabled(self) -> bool:
+        return self.sandbox.mode == "isolated" and self.settings.kernel_zygote and self.uid is not None
+
+    def ensure_kernel_zygote(self) -> None:
+        """Start the kernel zygote unless it runs (it is started once per slot; a dead one is replaced)."""
+        if not self.kernel_zygote_enabled:
+            return
+        if self.kernel_zygote is not None and self.kernel_zygote.poll() is None:
+            return
+        self.stop_kernel_zygote()
+        import socket
+
+        spec = json.loads(self.spec_path.read_text())
+        spec.pop("kernel_zygote")
+        spec["zygote"] = "kernel"
+        spec["pidfile"] = str(self.runtime / "kernel-zygote.pid")
+        spec_path = self.runtime / "kernel-zygote.json"
+        spec_path.write_text(json.dumps(spec))
+        connection = self.runtime / "kernel-zygote-connection.json"
+        connection.write_text("{}")
+        self.kernel_socket.unlink(missing_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            listener.bind(str(self.kernel_socket))
+            os.chmod(self.kernel_socket, 0o600)
+            listener.listen(16)
+            with open(self.runtime / "kernel-zygote-stderr.txt", "wb") as errors:
+                self.kernel_zygote = subprocess.Popen(
+                    [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(spec_path), "-f",
+                     str(connection)], cwd=self.runtime, env=self.env(), stdin=listener.fileno(),
+                    stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
+        finally:
+            listener.close()  # the zygote holds it: when it dies, a launcher's connect fails at once
+
+    def stop_kernel_zygote(self) -> None:
+        if self.kernel_zygote is not None:
+            _kill_group(self.kernel_zygote.pid)
+            try:
+                self.kernel_zygote.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.kernel_zygote = None
+        self.kernel_socket.unlink(missing_ok=True)
+        if self.kernel_socket.parent.name.startswith("grpo-kz-"):
+            shutil.rmtree(self.kernel_socket.parent, ignore_errors=True)
 
     def run_oracle(self, job_dir: Path, timeout: float) -> tuple[int, bool, float, str]:
         """Run ``driver.py`` on ``job_dir`` in this slot's sandbox (the kernel's view, with ``job_dir`` bound
@@ -622,6 +678,28 @@ class Slot:
             tail = handle.read(4000).decode(errors="replace")
         return process.returncode, timed_out, time.monotonic() - started, tail
 
+    def run_sandboxed_code(self, code: str, args: list[str], oracle: bool = False,
+                           timeout: float = 60) -> subprocess.CompletedProcess:
+        """``python -c code args`` in this slot's kernel sandbox (a job of the kernel zygote where there is one), or
+        in the oracle driver's (``oracle``: started afresh, not from its zygote); what it leaves is killed after."""
+        if not oracle:
+            self.ensure_kernel_zygote()
+        spec = self._oracle_spec([]) if oracle else json.loads(self.spec_path.read_text())
+        spec["command"] = [spec["python"], "-c", code, *args]
+        probe_spec = self.runtime / "probe.json"
+        probe_spec.write_text(json.dumps(spec))
+        connection = self.runtime / "probe-connection.json"
+        connection.write_text("{}")
+        try:
+            return subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(probe_spec),
+                                   "-f", str(connection)], capture_output=True, text=True, timeout=timeout,
+                                  cwd=self.runtime, env=self.env())
+        finally:
+            if oracle:
+                self.kill_oracle()
+            else:
+                self.kill_kernels()
+
     def probe(self, paths: list[str], oracle: bool = False) -> dict:
         """Start the sandbox with a probe instead of a kernel (``oracle``: the oracle driver's sandbox, without the
         import check); report what it can read."""
@@ -633,30 +711,28 @@ class Slot:
                 f"sys.argv = ['probe', {json.dumps(paths)!r}, 'oracle']\n" + PROBE_CODE + "sys.stdout.flush()\n")
             code, _timed_out, _seconds, tail = self._run_in_zygote(job, 120)
             text = (job / "probe.txt").read_text() if (job / "probe.txt").exists() else ""
-            self.stop_zygote()
+            self._stop_oracle_zygote()
             self.oracle_job_dir()
             for line in text.splitlines():
                 if line.startswith("PROBE "):
                     return {**json.loads(line[6:]), "zygote": True}
             raise RuntimeError(f"sandbox probe (zygote job) failed (exit {code}): {tail.strip()[-800:]}")
-        spec = self._oracle_spec([]) if oracle else json.loads(self.spec_path.read_text())
-        spec["command"] = [spec["python"], "-c", PROBE_CODE, json.dumps(paths)] + (["oracle"] if oracle else [])
-        probe_spec = self.runtime / "probe.json"
-        probe_spec.write_text(json.dumps(spec))
-        connection = self.runtime / "probe-connection.json"
-        connection.write_text("{}")
-        done = subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(probe_spec),
-                               "-f", str(connection)], capture_output=True, text=True, timeout=60,
-                              cwd=self.runtime, env=self.env())
-        if oracle:
-            self.kill_oracle()
-        else:
-            self.kill_kernels()
+        done = self.run_sandboxed_code(PROBE_CODE, [json.dumps(paths)] + (["oracle"] if oracle else []), oracle)
         self.reset_work()
         for line in done.stdout.splitlines():
             if line.startswith("PROBE "):
-                return json.loads(line[6:])
+                return {**json.loads(line[6:]), "zygote": self.kernel_zygote_enabled and not oracle}
         raise RuntimeError(f"sandbox probe failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
+
+
+def _empty_folder(folder: Path) -> None:
+    """Make ``folder`` exist and hold nothing (the folder itself is kept)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in list(folder.iterdir()):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def mount_socket_tmpfs(folder: Path) -> bool:
@@ -714,6 +790,7 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver:
     for mode in modes:
         sandbox = Sandbox(mode=mode, hide=hide)
         probe_dir = base / "probe"
+        slot = None
         try:
             if mode == "isolated":
                 # two per slot: nbgrader's kernel and the oracle's driver, which run side by side
@@ -732,6 +809,8 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver:
                 handle.close()
             continue
         finally:
+            if slot is not None:
+                slot.stop_zygote()
             shutil.rmtree(probe_dir, ignore_errors=True)
         if not str(report.get("tools", "")).startswith(str(base)) and mode != "none":
             problems.append(f"{mode}: the kernel's course copy is not importable ({report.get('tools')})")
