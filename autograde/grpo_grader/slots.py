@@ -678,13 +678,16 @@ class Slot:
             tail = handle.read(4000).decode(errors="replace")
         return process.returncode, timed_out, time.monotonic() - started, tail
 
-    def run_sandboxed_code(self, code: str, args: list[str], oracle: bool = False,
+    def run_sandboxed_code(self, code: str, args: list[str], oracle: bool = False, zygote: bool = True,
                            timeout: float = 60) -> subprocess.CompletedProcess:
-        """``python -c code args`` in this slot's kernel sandbox (a job of the kernel zygote where there is one), or
-        in the oracle driver's (``oracle``: started afresh, not from its zygote); what it leaves is killed after."""
-        if not oracle:
-            self.ensure_kernel_zygote()
+        """``python -c code args`` in this slot's kernel sandbox (a job of the kernel zygote where there is one and
+        ``zygote``; else the launcher builds the same view itself), or in the oracle driver's (``oracle``: started
+        afresh, not from its zygote); what it leaves is killed after."""
         spec = self._oracle_spec([]) if oracle else json.loads(self.spec_path.read_text())
+        if oracle or not zygote:
+            spec.pop("kernel_zygote", None)
+        elif "kernel_zygote" in spec:
+            self.ensure_kernel_zygote()
         spec["command"] = [spec["python"], "-c", code, *args]
         probe_spec = self.runtime / "probe.json"
         probe_spec.write_text(json.dumps(spec))
@@ -700,9 +703,10 @@ class Slot:
             else:
                 self.kill_kernels()
 
-    def probe(self, paths: list[str], oracle: bool = False) -> dict:
+    def probe(self, paths: list[str], oracle: bool = False, zygote: bool = True) -> dict:
         """Start the sandbox with a probe instead of a kernel (``oracle``: the oracle driver's sandbox, without the
-        import check); report what it can read."""
+        import check; ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else
+        the view the zygote's is built on); report what it can read."""
         if oracle and self.zygote_enabled:  # a job of the zygote: the view the driver really gets
             job = self.oracle_job_dir()
             (job / "driver.py").write_text(
@@ -717,11 +721,12 @@ class Slot:
                 if line.startswith("PROBE "):
                     return {**json.loads(line[6:]), "zygote": True}
             raise RuntimeError(f"sandbox probe (zygote job) failed (exit {code}): {tail.strip()[-800:]}")
-        done = self.run_sandboxed_code(PROBE_CODE, [json.dumps(paths)] + (["oracle"] if oracle else []), oracle)
+        done = self.run_sandboxed_code(PROBE_CODE, [json.dumps(paths)] + (["oracle"] if oracle else []), oracle,
+                                       zygote)
         self.reset_work()
         for line in done.stdout.splitlines():
             if line.startswith("PROBE "):
-                return {**json.loads(line[6:]), "zygote": self.kernel_zygote_enabled and not oracle}
+                return {**json.loads(line[6:]), "zygote": self.kernel_zygote_enabled and zygote and not oracle}
         raise RuntimeError(f"sandbox probe failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
 
 
@@ -772,8 +777,8 @@ def _kill(pid: int) -> None:
 
 def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver: bool = False) -> Sandbox:
     """Try the strongest sandbox this machine allows (or the configured one) and probe it (``probe_driver``: the
-    oracle driver's view too, a job of its zygote in isolated mode - `pipeline.py probe` does; a grading run only
-    probes the kernel's, which the driver's view is built like).
+    oracle driver's view too, and in isolated mode each through a job of its zygote - `pipeline.py probe` does; a
+    grading run only probes the kernel's view as the launcher builds it, which the zygotes' jobs are built on).
 
     The kernel files are built first when missing (the tiny checkpoint, lesson 7's warm start): every slot, the
     probe's included, copies them into its read-only course copy."""
@@ -799,7 +804,8 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver:
                         oracle_uid=sandbox.uids[1] if sandbox.uids else None)
             decoy = slot.nbgrader / "gradebook.db"
             decoy.write_text("decoy")
-            report = slot.probe(secret_probe_paths(settings, decoy))
+            # a grading run probes the view the zygotes' jobs are built on (their imports would cost seconds here)
+            report = slot.probe(secret_probe_paths(settings, decoy), zygote=probe_driver)
             if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
                 (slot.ipc / "kernel-socket").write_text("")
                 report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True)
