@@ -8,7 +8,8 @@ from pathlib import Path
 
 AUTOGRADE = Path(__file__).resolve().parents[1]   # <checkout>/autograde
 ROOT = AUTOGRADE.parent                             # the course checkout (holds course.toml, tools/)
-GRADER_VERSION = "2"                                # bump when a change must regrade every submission
+GRADER_VERSION = "2"
+ZYGOTE_RESIDENT_BYTES = 400 * 2**20                  # what one slot's zygote keeps resident (measured: ~375 MB)                                # bump when a change must regrade every submission
 
 
 @dataclass
@@ -56,8 +57,10 @@ class Settings:
         if self.memory_limit_mb > 0:
             return self.memory_limit_mb * 2**20
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        # two sandboxed processes per slot at a time: nbgrader's kernel and the oracle's driver beside it
-        share = int(0.8 * total / (2 * self.worker_count()))
+        # two sandboxed processes per slot at a time: nbgrader's kernel and the oracle's driver beside it; and per
+        # slot its zygotes stay resident (isolated mode; about 0.38 GB each with torch, IPython and transformers)
+        zygotes = ZYGOTE_RESIDENT_BYTES * (int(self.kernel_zygote) + int(self.oracle_zygote))
+        share = int((0.8 * total - self.worker_count() * zygotes) / (2 * self.worker_count()))
         return max(2 * 2**30, min(8 * 2**30, share))
 
 
