@@ -32,8 +32,8 @@ from pathlib import Path
 from autograde.grpo_grader import sample as sample_class
 from autograde.grpo_grader import warm
 from autograde.grpo_grader.course import Settings, load_settings
+from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
-from autograde.grpo_grader.oracle import grading_seed
 from autograde.grpo_grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner
 from autograde.grpo_grader.slots import Slot, choose_sandbox, mount_socket_tmpfs, unmount
 
@@ -224,11 +224,13 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         sockets = base / "sockets"
         if sandbox.mode == "isolated" and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
+        total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
+        # a zygote's imports pay off from a slot's second notebook on: none where no slot grades two
+        zygotes = total_notebooks > workers
         slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[2 * k] if sandbox.uids else None,
                       oracle_uid=sandbox.uids[2 * k + 1] if sandbox.uids else None,
-                      threads=threads, ipc=(sockets / f"slot{k}") if mounted else None)
+                      threads=threads, ipc=(sockets / f"slot{k}") if mounted else None, zygotes=zygotes)
                  for k in range(workers)]
-        total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         print(f"[autograde] {len(todo)} learner(s), {total_notebooks} notebook(s), {workers} worker(s), "
               f"cell timeout {settings.cell_timeout} s, notebook limit {settings.notebook_timeout} s, "
               f"memory limit {settings.memory_limit_bytes() / 2**30:.1f} GiB per kernel")

@@ -24,8 +24,6 @@ import importlib
 import importlib.util
 import json
 import math
-import os
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +31,8 @@ from typing import Any
 
 import torch
 
-from .course import AUTOGRADE
+from .digests import SEED_ENV, SEED_NAME, grading_seed, oracle_digest, seed_digest  # noqa: F401
 
-SEED_ENV = "GRPO_GRADING_SEED"
-SEED_NAME = ".grading_seed"                 # <course>/.grading_seed: git-ignored; created by `make autograde`
 MAX_RESULTS_BYTES = 64 * 2**20               # a bigger results file is not read (the learner controls it)
 MAX_DEPTH = 32                               # nesting deeper than this in a returned value fails the case
 DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
@@ -46,34 +42,6 @@ DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 # ----------------------------------------------------------------------------- the secret seed
-def grading_seed(create: bool = False, announce: Callable[[str], None] = print, course: Path = AUTOGRADE) -> str:
-    """The instructor's secret: ``$GRPO_GRADING_SEED`` or ``<course>/.grading_seed`` (``autograde/.grading_seed``
-    for the course of this checkout; created when asked, readable by its owner only)."""
-    SEED_FILE = Path(course) / SEED_NAME
-    value = os.environ.get(SEED_ENV, "").strip()
-    if value:
-        return value
-    if SEED_FILE.is_file():
-        value = SEED_FILE.read_text(encoding="utf-8").strip()
-        if value:
-            return value
-    if not create:
-        raise RuntimeError(f"no grading seed: set {SEED_ENV} or run `make autograde` once (it creates {SEED_FILE})")
-    value = secrets.token_hex(16)
-    fd = os.open(SEED_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value + "\n")
-    announce(f"[autograde] 已生成评分种子 {SEED_FILE}（只有教师可读，已被 git 忽略；评分用例由它抽取，请勿提交或公开。"
-             f"多台机器评分时用同一个种子：复制此文件或设置 {SEED_ENV}）"
-             f"(created the secret grading seed {SEED_FILE}; keep it private, share it only with grading machines)")
-    return value
-
-
-def seed_digest(seed: str) -> str:
-    """What may be stored (fingerprints, reports): a hash of the seed, never the seed."""
-    return hashlib.sha256(("grpo-grading-seed:" + seed).encode()).hexdigest()[:16]
-
-
 def case_generator(seed: str, assignment: str) -> torch.Generator:
     """The torch generator an oracle draws its cases from: the secret seed and the assignment decide it."""
     digest = hashlib.sha256(f"{seed}:{assignment}".encode()).digest()
@@ -384,16 +352,6 @@ def load_oracle(assignment: str) -> Oracle | None:
     if spec is None:
         return None
     return Oracle(assignment, importlib.import_module(name))
-
-
-def oracle_digest(assignment: str) -> str:
-    """Changes when the oracle module changes (a regrade is then due)."""
-    oracle = load_oracle(assignment)
-    if oracle is None:
-        return "none"
-    path = Path(oracle.module.__file__)
-    parts = [path.read_bytes(), Path(__file__).read_bytes(), (Path(__file__).parent / "driver.py").read_bytes()]
-    return hashlib.sha256(b"".join(parts)).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------- verdicts

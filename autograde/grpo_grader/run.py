@@ -11,14 +11,17 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 
 from .course import GRADER_VERSION, ROOT, Settings
-from .oracle import load_oracle, oracle_digest, seed_digest
-from .oracle_run import OracleOutcome, run_oracle
+from .digests import oracle_digest, seed_digest
 from .slots import Slot
 from .submission import answer_hashes, read_notebook, rebuild_metadata
+
+if TYPE_CHECKING:  # the oracles (and torch) are imported when a notebook is graded, not by the other commands
+    from .oracle_run import OracleOutcome
 
 STUB_MESSAGE = "请先完成这个 TODO"  # the text of nbgrader's ClearSolutions stub (autograde/nbgrader_config.py)
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
@@ -466,6 +469,8 @@ class OracleRun:
         self.oracle = self.cases = None
         self.concurrent = False
         try:
+            from .oracle import load_oracle
+
             self.oracle = load_oracle(assignment)
             if self.oracle is not None:
                 self.cases = oracle_cases(self.oracle, settings)
@@ -479,6 +484,8 @@ class OracleRun:
 
     def _run(self) -> None:
         try:
+            from .oracle_run import run_oracle
+
             self._result = run_oracle(self._slot, self.oracle, self.cases, self._release, self._rebuilt,
                                       self._settings.cell_timeout, self._settings.notebook_timeout)
         except BaseException as error:  # noqa: BLE001 - handed to outcome()

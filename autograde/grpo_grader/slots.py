@@ -272,8 +272,9 @@ class Sandbox:
 
 class Slot:
     def __init__(self, base: Path, name: str, settings: Settings, sandbox: Sandbox, uid: int | None = None,
-                 threads: int = 1, ipc: Path | None = None, oracle_uid: int | None = None):
+                 threads: int = 1, ipc: Path | None = None, oracle_uid: int | None = None, zygotes: bool = True):
         self.settings = settings
+        self.zygotes = zygotes  # False: no zygote for this slot even where the settings allow one (one kernel only)
         self.sandbox = sandbox
         self.dir = base / name
         self.nbgrader = self.dir / "nbgrader"
@@ -535,7 +536,8 @@ class Slot:
     # -- the zygote (isolated mode): the driver forked per job from a sandboxed process that imported torch once
     @property
     def zygote_enabled(self) -> bool:
-        return self.sandbox.mode == "isolated" and self.settings.oracle_zygote and self.oracle_uid is not None
+        return (self.zygotes and self.sandbox.mode == "isolated" and self.settings.oracle_zygote
+                and self.oracle_uid is not None)
 
     def _zygote_start(self, job_dir: Path) -> None:
         spec = self._driver_spec(job_dir)
@@ -607,7 +609,8 @@ class Slot:
     # ipykernel, torch, matplotlib and transformers once; the kernel spec's launcher asks it over a unix socket
     @property
     def kernel_zygote_enabled(self) -> bool:
-        return self.sandbox.mode == "isolated" and self.settings.kernel_zygote and self.uid is not None
+        return (self.zygotes and self.sandbox.mode == "isolated" and self.settings.kernel_zygote
+                and self.uid is not None)
 
     def ensure_kernel_zygote(self) -> None:
         """Start the kernel zygote unless it runs (it is started once per slot; a dead one is replaced)."""

@@ -1,0 +1,57 @@
+"""The grading seed and the digests that fingerprint a grading, without torch: the commands that grade nothing
+(``grades``, ``feedback``, ``merge-shards``, a run with nothing new) never import torch or an oracle."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from .course import AUTOGRADE
+
+SEED_ENV = "GRPO_GRADING_SEED"
+SEED_NAME = ".grading_seed"                 # <course>/.grading_seed: git-ignored; created by `make autograde`
+HERE = Path(__file__).resolve().parent
+
+
+def grading_seed(create: bool = False, announce: Callable[[str], None] = print, course: Path = AUTOGRADE) -> str:
+    """The instructor's secret: ``$GRPO_GRADING_SEED`` or ``<course>/.grading_seed`` (``autograde/.grading_seed``
+    for the course of this checkout; created when asked, readable by its owner only)."""
+    SEED_FILE = Path(course) / SEED_NAME
+    value = os.environ.get(SEED_ENV, "").strip()
+    if value:
+        return value
+    if SEED_FILE.is_file():
+        value = SEED_FILE.read_text(encoding="utf-8").strip()
+        if value:
+            return value
+    if not create:
+        raise RuntimeError(f"no grading seed: set {SEED_ENV} or run `make autograde` once (it creates {SEED_FILE})")
+    value = secrets.token_hex(16)
+    fd = os.open(SEED_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+    announce(f"[autograde] 已生成评分种子 {SEED_FILE}（只有教师可读，已被 git 忽略；评分用例由它抽取，请勿提交或公开。"
+             f"多台机器评分时用同一个种子：复制此文件或设置 {SEED_ENV}）"
+             f"(created the secret grading seed {SEED_FILE}; keep it private, share it only with grading machines)")
+    return value
+
+
+def seed_digest(seed: str) -> str:
+    """What may be stored (fingerprints, reports): a hash of the seed, never the seed."""
+    return hashlib.sha256(("grpo-grading-seed:" + seed).encode()).hexdigest()[:16]
+
+
+def oracle_digest(assignment: str) -> str:
+    """Changes when the oracle module of ``assignment`` changes (a regrade is then due), or the oracle machinery
+    (``oracle.py``, ``driver.py``). The module is found, not imported."""
+    try:
+        spec = importlib.util.find_spec(f"{__package__}.oracles.{assignment}")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return "none"
+    parts = [Path(spec.origin).read_bytes(), (HERE / "oracle.py").read_bytes(), (HERE / "driver.py").read_bytes()]
+    return hashlib.sha256(b"".join(parts)).hexdigest()[:16]
