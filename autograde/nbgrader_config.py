@@ -66,6 +66,8 @@ c.LimitOutput.max_traceback = 100
 
 # Feedback shows the messages of failed hidden tests but not their code.
 c.GenerateFeedback.preprocessors = [HideHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
+# nbconvert's HTML exporter without its BeautifulSoup pass over the whole page (most of the time it took)
+c.GenerateFeedback.exporter_class = "autograde.grpo_grader.preprocessors.FeedbackExporter"
 
 # ----------------------------------------------------------------------------- the grading pipeline
 c.GradingPipeline.notebook_timeout = 900   # hard wall-clock limit per notebook (s): the kernel is killed

@@ -178,6 +178,38 @@ def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
     assert all("f(5)" in c.source for c in nb.cells)
 
 
+def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
+    """FeedbackExporter (feedback pages without nbconvert's BeautifulSoup pass) renders what HTMLExporter renders:
+    the same text, the same tags, the same alternative texts; `<img` inside a script or a comment stays as it was."""
+    import base64
+
+    from bs4 import BeautifulSoup
+    from nbconvert.exporters import HTMLExporter
+
+    from autograde.grpo_grader.preprocessors import NO_ALT, FeedbackExporter, add_missing_alt
+
+    png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
+    nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# 标题\n\n![](data:image/png;base64,AAAA) and ![a badge](x.svg) <img src='y.png'>"),
+        nbformat.v4.new_code_cell("plot()", outputs=[
+            nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
+            nbformat.v4.new_output("display_data", data={"text/html": "<div><img src='z.png' alt='kept'>"
+                                                          "<script>var s = '<img src=q>';</script><!-- <img src=c> --></div>"}),
+            nbformat.v4.new_output("stream", name="stdout", text="<img src=not-a-tag>\n"),
+        ]),
+    ]
+    theirs, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
+    ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(nb)
+    a, b = BeautifulSoup(theirs, "html.parser"), BeautifulSoup(ours, "html.parser")
+    assert a.get_text() == b.get_text()
+    assert [t.name for t in a.find_all()] == [t.name for t in b.find_all()]
+    alts = [i.get("alt") for i in b.find_all("img")]
+    assert alts == [i.get("alt") for i in a.find_all("img")] and NO_ALT in alts and "kept" in alts and None not in alts
+    assert "var s = '<img src=q>';" in ours and "<!-- <img src=c> -->" in ours
+    assert add_missing_alt('<IMG src="a"><img alt="" src="b">') == (f'<img alt="{NO_ALT}" src="a"><img alt="" src="b">', 1)
+
+
 @pytest.mark.slow
 def test_sandbox_hides_the_course_sources():
     """The kernel sandbox (pipeline.py probe): solutions, gradebook, sources, .git unreadable from a kernel."""
