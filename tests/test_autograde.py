@@ -191,7 +191,8 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
     nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
     nb.cells = [
-        nbformat.v4.new_markdown_cell("# 标题\n\n![](data:image/png;base64,AAAA) and ![a badge](x.svg) <img src='y.png'>"),
+        nbformat.v4.new_markdown_cell("### 自动评分说明（note）\n\n![](data:image/png;base64,AAAA) and ![a badge](x.svg) "
+                                      "<img src='y.png'> &#60;b&#62; &#33258;"),
         nbformat.v4.new_code_cell("plot()", outputs=[
             nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
             nbformat.v4.new_output("display_data", data={"text/html": "<div><img src='z.png' alt='kept'>"
@@ -207,6 +208,7 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     alts = [i.get("alt") for i in b.find_all("img")]
     assert alts == [i.get("alt") for i in a.find_all("img")] and NO_ALT in alts and "kept" in alts and None not in alts
     assert "var s = '<img src=q>';" in ours and "<!-- <img src=c> -->" in ours
+    assert "自动评分说明（note）" in ours  # nbconvert's heading anchors write non-ASCII as references: written back
     assert add_missing_alt('<IMG src="a"><img alt="" src="b">') == (f'<img alt="{NO_ALT}" src="a"><img alt="" src="b">', 1)
 
 

@@ -278,16 +278,39 @@ _VERBATIM = re.compile(r"<!--.*?-->|<(script|style|textarea)\b.*?</\1\s*>", re.S
 _IMG_WITHOUT_ALT = re.compile(r"<img\b(?![^>]*\salt\s*=)", re.I)
 
 
-def add_missing_alt(html: str) -> tuple[str, int]:
-    """Give every ``<img>`` without an ``alt`` attribute nbconvert's alternative text, outside comments, scripts,
-    styles and text areas (where ``<img`` is not a tag). Returns the page and how many images had none."""
-    out, count, last = [], 0, 0
+_CHARREF = re.compile(r"&#(?:(\d+)|[xX]([0-9a-fA-F]+));")
+
+
+def _outside_verbatim(html: str, change) -> str:
+    """``change`` applied to the page outside comments, scripts, styles and text areas (where markup is text)."""
+    out, last = [], 0
     for match in _VERBATIM.finditer(html):
-        text, n = _IMG_WITHOUT_ALT.subn(f'<img alt="{NO_ALT}"', html[last:match.start()])
-        out += [text, match.group(0)]
-        count, last = count + n, match.end()
-    text, n = _IMG_WITHOUT_ALT.subn(f'<img alt="{NO_ALT}"', html[last:])
-    return "".join(out + [text]), count + n
+        out += [change(html[last:match.start()]), match.group(0)]
+        last = match.end()
+    return "".join(out + [change(html[last:])])
+
+
+def _literal(match: re.Match) -> str:
+    code = int(match.group(1)) if match.group(1) else int(match.group(2), 16)
+    if code < 128 or 0xD800 <= code < 0xE000 or code > 0x10FFFF:  # ASCII may be markup: keep the reference
+        return match.group(0)
+    return chr(code)
+
+
+def add_missing_alt(html: str) -> tuple[str, int]:
+    """Give every ``<img>`` without an ``alt`` attribute nbconvert's alternative text, and write numeric character
+    references of non-ASCII characters as the characters (nbconvert's heading anchors escape them; its
+    BeautifulSoup pass wrote them back), both outside comments, scripts, styles and text areas. Returns the page
+    and how many images had no alternative text."""
+    count = 0
+
+    def change(text: str) -> str:
+        nonlocal count
+        text, n = _IMG_WITHOUT_ALT.subn(f'<img alt="{NO_ALT}"', text)
+        count += n
+        return _CHARREF.sub(_literal, text)
+
+    return _outside_verbatim(html, change), count
 
 
 class FeedbackExporter(HTMLExporter):
