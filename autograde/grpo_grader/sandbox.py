@@ -403,14 +403,15 @@ def zygote_main(spec_text: str) -> None:
     """The zygote: warm imports, then one forked job per request line on stdin, one answer line per job on stdout."""
     spec = json.loads(spec_text)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    import torch  # noqa: F401  (warm: every job imports them)
-    from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
+    if spec.get("warm", True):  # a probe's zygote (warm: false) checks the view only and imports nothing
+        import torch  # noqa: F401  (warm: every job imports them)
+        from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
-    try:  # lesson 7's driver loads the tiny policy through transformers (~2 s of imports per job otherwise)
-        import transformers.models.qwen2.modeling_qwen2  # noqa: F401
-        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
-    except Exception:  # noqa: BLE001 - an optional warm-up: the job imports what it needs itself
-        pass
+        try:  # lesson 7's driver loads the tiny policy through transformers (~2 s of imports per job otherwise)
+            import transformers.models.qwen2.modeling_qwen2  # noqa: F401
+            from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+        except Exception:  # noqa: BLE001 - an optional warm-up: the job imports what it needs itself
+            pass
 
     requests, answers = os.fdopen(0, "r"), os.fdopen(1, "w", buffering=1)
     for line in requests:
@@ -611,7 +612,7 @@ def kernel_zygote_main(spec_text: str) -> None:
         del sys.path[0]
     # ipykernel sets this at start when it is unset, before any cell; matplotlib reads it at import (below)
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    for name in KERNEL_WARM:  # warm: what every kernel imports (and the lessons' heavy imports)
+    for name in KERNEL_WARM if spec.get("warm", True) else ():  # what every kernel imports (and heavy lessons')
         try:
             importlib.import_module(name)
         except Exception as error:  # noqa: BLE001 - an optional warm-up: the kernel imports what it needs itself

@@ -539,9 +539,10 @@ class Slot:
         return (self.zygotes and self.sandbox.mode == "isolated" and self.settings.oracle_zygote
                 and self.oracle_uid is not None)
 
-    def _zygote_start(self, job_dir: Path) -> None:
+    def _zygote_start(self, job_dir: Path, warm: bool = True) -> None:
         spec = self._driver_spec(job_dir)
         spec["zygote"] = True
+        spec["warm"] = warm
         spec_path = self.runtime / "zygote.json"
         spec_path.write_text(json.dumps(spec))
         connection = self.runtime / "zygote-connection.json"
@@ -567,13 +568,13 @@ class Slot:
             self.zygote = None
         self.kill_oracle()
 
-    def _run_in_zygote(self, job_dir: Path, timeout: float) -> tuple[int, bool, float, str]:
+    def _run_in_zygote(self, job_dir: Path, timeout: float, warm: bool = True) -> tuple[int, bool, float, str]:
         """One job in the zygote; at ``timeout`` (or when it died) the zygote is killed with the job, and the next
         job starts a fresh one."""
         started = time.monotonic()
         if self.zygote is None or self.zygote.poll() is not None:
             self._stop_oracle_zygote()
-            self._zygote_start(job_dir)
+            self._zygote_start(job_dir, warm)
         self._hand_over(job_dir)
         answer, timed_out = b"", False
         try:
@@ -612,8 +613,9 @@ class Slot:
         return (self.zygotes and self.sandbox.mode == "isolated" and self.settings.kernel_zygote
                 and self.uid is not None)
 
-    def ensure_kernel_zygote(self) -> None:
-        """Start the kernel zygote unless it runs (it is started once per slot; a dead one is replaced)."""
+    def ensure_kernel_zygote(self, warm: bool = True) -> None:
+        """Start the kernel zygote unless it runs (it is started once per slot; a dead one is replaced). ``warm``:
+        False for a probe, whose zygote builds the same view but imports nothing."""
         if not self.kernel_zygote_enabled:
             return
         if self.kernel_zygote is not None and self.kernel_zygote.poll() is None:
@@ -624,6 +626,7 @@ class Slot:
         spec = json.loads(self.spec_path.read_text())
         spec.pop("kernel_zygote")
         spec["zygote"] = "kernel"
+        spec["warm"] = warm
         spec["pidfile"] = str(self.runtime / "kernel-zygote.pid")
         spec_path = self.runtime / "kernel-zygote.json"
         spec_path.write_text(json.dumps(spec))
@@ -682,7 +685,7 @@ class Slot:
         return process.returncode, timed_out, time.monotonic() - started, tail
 
     def run_sandboxed_code(self, code: str, args: list[str], oracle: bool = False, zygote: bool = True,
-                           timeout: float = 60) -> subprocess.CompletedProcess:
+                           timeout: float = 60, warm: bool = True) -> subprocess.CompletedProcess:
         """``python -c code args`` in this slot's kernel sandbox (a job of the kernel zygote where there is one and
         ``zygote``; else the launcher builds the same view itself), or in the oracle driver's (``oracle``: started
         afresh, not from its zygote); what it leaves is killed after."""
@@ -690,7 +693,7 @@ class Slot:
         if oracle or not zygote:
             spec.pop("kernel_zygote", None)
         elif "kernel_zygote" in spec:
-            self.ensure_kernel_zygote()
+            self.ensure_kernel_zygote(warm)
         spec["command"] = [spec["python"], "-c", code, *args]
         probe_spec = self.runtime / "probe.json"
         probe_spec.write_text(json.dumps(spec))
@@ -716,7 +719,7 @@ class Slot:
                 "import json, os, sys\n"
                 "sys.stdout = open(os.path.join(sys.argv[1], 'probe.txt'), 'w')\n"
                 f"sys.argv = ['probe', {json.dumps(paths)!r}, 'oracle']\n" + PROBE_CODE + "sys.stdout.flush()\n")
-            code, _timed_out, _seconds, tail = self._run_in_zygote(job, 120)
+            code, _timed_out, _seconds, tail = self._run_in_zygote(job, 120, warm=False)
             text = (job / "probe.txt").read_text() if (job / "probe.txt").exists() else ""
             self._stop_oracle_zygote()
             self.oracle_job_dir()
@@ -725,7 +728,7 @@ class Slot:
                     return {**json.loads(line[6:]), "zygote": True}
             raise RuntimeError(f"sandbox probe (zygote job) failed (exit {code}): {tail.strip()[-800:]}")
         done = self.run_sandboxed_code(PROBE_CODE, [json.dumps(paths)] + (["oracle"] if oracle else []), oracle,
-                                       zygote)
+                                       zygote, warm=False)
         self.reset_work()
         for line in done.stdout.splitlines():
             if line.startswith("PROBE "):
