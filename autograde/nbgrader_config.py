@@ -72,7 +72,7 @@ c.GenerateFeedback.exporter_class = "autograde.grpo_grader.preprocessors.Feedbac
 # ----------------------------------------------------------------------------- the grading pipeline
 c.GradingPipeline.notebook_timeout = 900   # hard wall-clock limit per notebook (s): the kernel is killed
 c.GradingPipeline.workers = 0              # parallel grading slots; 0 = one per CPU core
-c.GradingPipeline.memory_limit_mb = 0      # address-space limit per kernel; 0 = 80% of RAM / workers, 2-8 GiB
+c.GradingPipeline.memory_limit_mb = 0      # address-space limit per kernel and driver; 0 = auto (README), 2-8 GiB
 c.GradingPipeline.max_submission_mb = 25   # larger submitted notebooks get 0 with a reason
 c.GradingPipeline.sandbox = "auto"         # auto | isolated (root) | userns | none; see autograde/README.md
 c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: kernels run as free uids from here on, one per slot
