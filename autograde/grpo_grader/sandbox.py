@@ -262,17 +262,16 @@ def launch(argv: list[str]) -> None:
     index = rest.index("-f")
     connection, extra = rest[index + 1], rest[:index] + rest[index + 2:]
     mode = spec["mode"]
+    with open(connection) as handle:  # read now: the runtime folder is hidden from the kernel's view
+        connection_text = handle.read()
     if spec.get("kernel_zygote") and mode == "isolated" and not spec.get("zygote"):
-        with open(connection) as handle:
-            os._exit(_kernel_client(spec, handle.read(), extra))
+        os._exit(_kernel_client(spec, connection_text, extra))
     zygote_source = None
     if spec.get("zygote") and mode == "isolated":
         with open(os.path.abspath(__file__), encoding="utf-8") as handle:
             zygote_source = handle.read()
     uid = spec.get("uid") if mode == "isolated" else None
     gid = spec.get("gid") if mode == "isolated" else None
-    with open(connection) as handle:  # read now: the runtime folder is hidden from the kernel's view
-        connection_text = handle.read()
 
     if mode == "none":
         _write(spec["pidfile"], json.dumps({"supervisor": os.getpid(), "init": os.getpid()}))
@@ -509,8 +508,8 @@ def _kernel_job(spec: dict, request: dict, fds: list[int]) -> None:
     sys.stderr = open(2, "w", closefd=False, buffering=1)
     if sys.path and sys.path[0] == "":  # -c put the working folder first; ipykernel_launcher removes it too
         del sys.path[0]
-    code = 0
-    try:
+
+    def body() -> None:
         if connection is None:
             sys.argv = ["-c", *request["argv"]]
             exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
@@ -523,6 +522,17 @@ def _kernel_job(spec: dict, request: dict, fds: list[int]) -> None:
         import atexit
 
         atexit._run_exitfuncs()
+
+    exit_like_an_interpreter(body)
+
+
+def exit_like_an_interpreter(body) -> None:
+    """Run ``body`` in a forked child, then end the process as ``python`` would after it: ``sys.exit``'s code, 1
+    with the traceback on stderr for an exception, 0 otherwise; the streams flushed, nothing of the parent's
+    (atexit handlers, threads) run. Never returns."""
+    code = 0
+    try:
+        body()
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     except BaseException:  # noqa: BLE001 - report, then die like an interpreter would

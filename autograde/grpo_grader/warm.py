@@ -17,6 +17,8 @@ import sys
 import threading
 from pathlib import Path
 
+from .sandbox import exit_like_an_interpreter
+
 PRELOAD = [
     "nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.converters.autograde",
     "nbgrader.preprocessors", "nbgrader.api", "nbconvert.preprocessors", "nbclient", "jupyter_client.manager",
@@ -57,24 +59,13 @@ def _child(argv: list[str], cwd: str, env: dict[str, str], log: str) -> None:
     os.environ.clear()
     os.environ.update(env)
     sys.argv = ["nbgrader", *argv]
-    code = 0
-    try:
+
+    def body() -> None:
         from nbgrader.apps.nbgraderapp import main
 
         main()
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    except BaseException:  # noqa: BLE001 - reported in the log, as the command line would
-        import traceback
 
-        traceback.print_exc()
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
-    os._exit(code)
+    exit_like_an_interpreter(body)  # errors are reported in the log, as the command line would
 
 
 class WarmProcess:
