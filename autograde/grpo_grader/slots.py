@@ -539,19 +539,23 @@ class Slot:
         return (self.zygotes and self.sandbox.mode == "isolated" and self.settings.oracle_zygote
                 and self.oracle_uid is not None)
 
+    def _launcher(self, name: str, spec: dict) -> list[str]:
+        """The sandbox launcher's command line for ``spec``, written as ``runtime/<name>.json`` with an empty
+        connection file beside it (only a kernel started by Jupyter has a real one)."""
+        spec_path = self.runtime / f"{name}.json"
+        spec_path.write_text(json.dumps(spec))
+        connection = self.runtime / f"{name}-connection.json"
+        connection.write_text("{}")
+        return [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(spec_path), "-f", str(connection)]
+
     def _zygote_start(self, job_dir: Path, warm: bool = True) -> None:
         spec = self._driver_spec(job_dir)
         spec["zygote"] = True
         spec["warm"] = warm
-        spec_path = self.runtime / "zygote.json"
-        spec_path.write_text(json.dumps(spec))
-        connection = self.runtime / "zygote-connection.json"
-        connection.write_text("{}")
         with open(self.runtime / "zygote-stderr.txt", "wb") as errors:
             self.zygote = self.oracle_process = subprocess.Popen(
-                [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(spec_path), "-f", str(connection)],
-                cwd=self.runtime, env=self.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
-                start_new_session=True)
+                self._launcher("zygote", spec), cwd=self.runtime, env=self.env(), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=errors, start_new_session=True)
 
     def stop_zygote(self) -> None:
         """Stop both zygotes (the oracle's and the kernels')."""
@@ -559,13 +563,8 @@ class Slot:
         self.stop_kernel_zygote()
 
     def _stop_oracle_zygote(self) -> None:
-        if self.zygote is not None:
-            _kill_group(self.zygote.pid)
-            try:
-                self.zygote.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            self.zygote = None
+        _stop(self.zygote)
+        self.zygote = None
         self.kill_oracle()
 
     def _run_in_zygote(self, job_dir: Path, timeout: float, warm: bool = True) -> tuple[int, bool, float, str]:
@@ -628,10 +627,6 @@ class Slot:
         spec["zygote"] = "kernel"
         spec["warm"] = warm
         spec["pidfile"] = str(self.runtime / "kernel-zygote.pid")
-        spec_path = self.runtime / "kernel-zygote.json"
-        spec_path.write_text(json.dumps(spec))
-        connection = self.runtime / "kernel-zygote-connection.json"
-        connection.write_text("{}")
         self.kernel_socket.unlink(missing_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -640,20 +635,14 @@ class Slot:
             listener.listen(16)
             with open(self.runtime / "kernel-zygote-stderr.txt", "wb") as errors:
                 self.kernel_zygote = subprocess.Popen(
-                    [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(spec_path), "-f",
-                     str(connection)], cwd=self.runtime, env=self.env(), stdin=listener.fileno(),
-                    stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
+                    self._launcher("kernel-zygote", spec), cwd=self.runtime, env=self.env(),
+                    stdin=listener.fileno(), stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
         finally:
             listener.close()  # the zygote holds it: when it dies, a launcher's connect fails at once
 
     def stop_kernel_zygote(self) -> None:
-        if self.kernel_zygote is not None:
-            _kill_group(self.kernel_zygote.pid)
-            try:
-                self.kernel_zygote.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            self.kernel_zygote = None
+        _stop(self.kernel_zygote)
+        self.kernel_zygote = None
         self.kernel_socket.unlink(missing_ok=True)
         if self.kernel_socket.parent.name.startswith("grpo-kz-"):
             shutil.rmtree(self.kernel_socket.parent, ignore_errors=True)
@@ -668,17 +657,14 @@ class Slot:
             return self._run_in_zygote(job_dir, timeout)
         spec = self._driver_spec(job_dir)
         spec["command"] = [spec["python"], "-X", "utf8", str(job_dir / "driver.py"), str(job_dir)]
-        oracle_spec = self.runtime / "oracle.json"
-        oracle_spec.write_text(json.dumps(spec))
-        connection = self.runtime / "oracle-connection.json"
-        connection.write_text("{}")
+        command = self._launcher("oracle", spec)
         self._hand_over(job_dir)
         started = time.monotonic()
         errors = self.runtime / "oracle-stderr.txt"
         with open(errors, "wb") as handle:
             process = self.oracle_process = subprocess.Popen(
-                [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(oracle_spec), "-f", str(connection)],
-                cwd=self.runtime, env=self.env(), stdout=subprocess.DEVNULL, stderr=handle, start_new_session=True)
+                command, cwd=self.runtime, env=self.env(), stdout=subprocess.DEVNULL, stderr=handle,
+                start_new_session=True)
             timed_out = self._wait_or_kill(process, timeout, cleanup=self.kill_oracle)
         with open(errors, "rb") as handle:
             tail = handle.read(4000).decode(errors="replace")
@@ -695,13 +681,8 @@ class Slot:
         elif "kernel_zygote" in spec:
             self.ensure_kernel_zygote(warm)
         spec["command"] = [spec["python"], "-c", code, *args]
-        probe_spec = self.runtime / "probe.json"
-        probe_spec.write_text(json.dumps(spec))
-        connection = self.runtime / "probe-connection.json"
-        connection.write_text("{}")
         try:
-            return subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(probe_spec),
-                                   "-f", str(connection)], capture_output=True, text=True, timeout=timeout,
+            return subprocess.run(self._launcher("probe", spec), capture_output=True, text=True, timeout=timeout,
                                   cwd=self.runtime, env=self.env())
         finally:
             if oracle:
@@ -772,6 +753,17 @@ def _kill_group(pid: int) -> None:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _stop(process: subprocess.Popen | None) -> None:
+    """Kill a zygote's launcher and its process group, and reap it (its PID namespace dies with it)."""
+    if process is None:
+        return
+    _kill_group(process.pid)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _kill(pid: int) -> None:
