@@ -593,24 +593,36 @@ def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     assert "<学号>/<作业名>/<作业名>.ipynb" in SUBMITTED_LAYOUT
 
 
+# A zygote job of each kind: the driver's gets its job folder as argv[1] and answers in out.json there; a kernel's
+# gets no folder (it has none) and answers on stdout.
+_JOB_ANSWER = r'''
+def answer(record):
+    if job is None:
+        print(json.dumps(record))
+    else:
+        with open(os.path.join(job, "out.json"), "w") as handle:
+            json.dump(record, handle)
+'''
+
 ZYGOTE_FIRST_JOB = r'''
 import json, os, sys, time
-job = sys.argv[1]
-for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"], job):
+job = sys.argv[1] if len(sys.argv) > 1 else None
+''' + _JOB_ANSWER + r'''
+for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ()):
     with open(os.path.join(folder, "left-by-job-1"), "w") as handle:
         handle.write("secret of learner 1")
 if os.fork() == 0:  # a process left behind for the next learner's job to talk to
     os.setsid()
     time.sleep(300)
     os._exit(0)
-with open(os.path.join(job, "out.json"), "w") as handle:
-    json.dump({"uid": os.getuid(), "pid": os.getpid()}, handle)
+answer({"uid": os.getuid(), "pid": os.getpid()})
 '''
 
 ZYGOTE_SECOND_JOB = r'''
 import json, os, sys
-job = sys.argv[1]
-found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"], job)
+job = sys.argv[1] if len(sys.argv) > 1 else None
+''' + _JOB_ANSWER + r'''
+found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ())
          if os.path.exists(os.path.join(f, "left-by-job-1"))]
 others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid()))
 try:
@@ -618,9 +630,18 @@ try:
     zygote_environ = "readable"
 except OSError:
     zygote_environ = "denied"
-with open(os.path.join(job, "out.json"), "w") as handle:
-    json.dump({"found": found, "others": others, "zygote_environ": zygote_environ, "uid": os.getuid()}, handle)
+answer({"found": found, "others": others, "zygote_environ": zygote_environ, "uid": os.getuid()})
 '''
+
+
+def _assert_second_job_found_nothing(run_job, uid: int, other_uid: int, what: str) -> None:
+    """``run_job(source)`` -> its answer, for the two jobs above in a row: the same uid (``uid``, not
+    ``other_uid``), and nothing of the first job (files, processes, the zygote's environment) seen by the second."""
+    first, second = run_job(ZYGOTE_FIRST_JOB), run_job(ZYGOTE_SECOND_JOB)
+    assert first["uid"] == second["uid"] == uid != other_uid
+    assert second["found"] == [], f"the second {what} saw files of the first: {second['found']}"
+    assert second["others"] == [], f"processes of the first {what} were still running: {second['others']}"
+    assert second["zygote_environ"] == "denied"
 
 
 @pytest.fixture(scope="module")
@@ -654,18 +675,15 @@ def test_zygote_jobs_share_nothing(isolated_slot):
     the job folder, no process of the first, and cannot read the zygote's environment."""
     slot = isolated_slot
     assert slot.zygote_enabled
-    outputs = []
-    for source in (ZYGOTE_FIRST_JOB, ZYGOTE_SECOND_JOB):
+
+    def run_job(source):
         job = slot.oracle_job_dir()
         (job / "driver.py").write_text(source)
         code, timed_out, _seconds, tail = slot.run_oracle(job, 120)
         assert code == 0 and not timed_out, tail
-        outputs.append(json.loads((job / "out.json").read_text()))
-    first, second = outputs
-    assert first["uid"] == second["uid"] == slot.oracle_uid != slot.uid
-    assert second["found"] == [], f"the second job saw files of the first: {second['found']}"
-    assert second["others"] == [], f"processes of the first job were still running: {second['others']}"
-    assert second["zygote_environ"] == "denied"
+        return json.loads((job / "out.json").read_text())
+
+    _assert_second_job_found_nothing(run_job, slot.oracle_uid, slot.uid, "job")
     assert slot.zygote is not None and slot.zygote.poll() is None, "one zygote served both jobs"
 
 
@@ -675,19 +693,13 @@ def test_kernel_zygote_jobs_share_nothing(isolated_slot):
     the same checks as for the driver's zygote, run as kernel jobs (the kernel's uid, not the driver's)."""
     slot = isolated_slot
     assert slot.kernel_zygote_enabled
-    outputs = []
-    for source in (ZYGOTE_FIRST_JOB, ZYGOTE_SECOND_JOB):
-        source = source.replace("job = sys.argv[1]", "job = os.getcwd()").replace(
-            'with open(os.path.join(job, "out.json"), "w") as handle:\n    json.dump(',
-            'if True:\n    handle = sys.stdout\n    json.dump(')
+
+    def run_job(source):
         done = slot.run_sandboxed_code(source, [])
         assert done.returncode == 0, done.stderr[-2000:]
-        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    first, second = outputs
-    assert first["uid"] == second["uid"] == slot.uid != slot.oracle_uid
-    assert second["found"] == [], f"the second kernel saw files of the first: {second['found']}"
-    assert second["others"] == [], f"processes of the first kernel were still running: {second['others']}"
-    assert second["zygote_environ"] == "denied"
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    _assert_second_job_found_nothing(run_job, slot.uid, slot.oracle_uid, "kernel")
     assert slot.kernel_zygote is not None and slot.kernel_zygote.poll() is None, "one zygote served both kernels"
 
 
