@@ -142,10 +142,10 @@ class StripHiddenTests(NbGraderPreprocessor):
                                "plain `nbgrader autograde` keeps the hidden tests and nbgrader's scores").tag(config=True)
 
     def preprocess(self, nb, resources):
+        if not self.enabled:  # a plain `nbgrader autograde`: no oracle needed (nor torch, which it imports)
+            return nb, resources
         from .oracle import load_oracle
 
-        if not self.enabled:
-            return nb, resources
         oracle = load_oracle(resources["nbgrader"]["assignment"])
         graded = set(oracle.tests) if oracle is not None else set()
         stripped = []
