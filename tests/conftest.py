@@ -47,6 +47,10 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -192,21 +196,76 @@ def _run_folder(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+class WarmKernels:
+    """This worker's kernel forkserver (``tests/kernel_forkserver.py``), started at its first execution.
+
+    ``GRPO_TEST_WARM_KERNELS=0`` turns it off: every execution then starts a fresh ``ipykernel_launcher``."""
+
+    def __init__(self) -> None:
+        self.enabled = os.environ.get("GRPO_TEST_WARM_KERNELS", "1") != "0"
+        self._server: subprocess.Popen | None = None
+        self._folder: str | None = None
+
+    def _start(self) -> None:
+        import kernel_forkserver  # tests/kernel_forkserver.py
+
+        self._folder = tempfile.mkdtemp(prefix="grpo-kfs-")
+        socket_path = os.path.join(self._folder, "server.sock")
+        kernel_forkserver.kernel_spec(self._folder, socket_path)
+        env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # as chain.execute gives its kernels
+        with open(os.path.join(self._folder, "server.log"), "ab") as log:
+            self._server = subprocess.Popen(
+                [sys.executable, kernel_forkserver.__file__, "serve", socket_path],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        Path(socket_path + ".pid").write_text(str(self._server.pid), encoding="utf-8")
+
+    def options(self, env: dict[str, str] | None) -> tuple[dict[str, str] | None, dict]:
+        """(env, extra chain.execute options) that run the notebook in a forked warm kernel."""
+        if not self.enabled:
+            return env, {}
+        if self._server is None:
+            self._start()
+        path = os.pathsep.join(
+            p for p in (self._folder, (env or {}).get("JUPYTER_PATH", os.environ.get("JUPYTER_PATH"))) if p
+        )
+        import kernel_forkserver
+
+        return {**(env or {}), "JUPYTER_PATH": path}, {"kernel_name": kernel_forkserver.NAME}
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.kill()  # its kernels die with it (parent-death signal)
+            self._server.wait()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def notebook_runs(tmp_path_factory) -> NotebookRuns:
     folder = _run_folder(tmp_path_factory) / "notebook-runs"
     registry = ExecutionRegistry(folder / "registry")
     original = chain.execute
+    warm = WarmKernels()
+
+    def warm_execute(nb, cwd, timeout=120, env=None, **options):
+        if "kernel_name" in options:  # the caller chose its kernel
+            return original(nb, cwd, timeout=timeout, env=env, **options)
+        env, extra = warm.options(env)
+        return original(nb, cwd, timeout=timeout, env=env, **options, **extra)
 
     def guarded_execute(nb, cwd, timeout=120, env=None, **options):
         if not getattr(guarded_execute, "inside", False):  # a direct call from a test
             registry.claim(_key(nb, Path(cwd), env), runs.current_test)
-        return original(nb, cwd, timeout=timeout, env=env, **options)
+        return warm_execute(nb, cwd, timeout=timeout, env=env, **options)
 
     def inner_execute(nb, cwd, timeout=120, env=None, **options):  # notebook_runs already claimed the key
         guarded_execute.inside = True
         try:
-            return original(nb, cwd, timeout=timeout, env=env, **options)
+            return warm_execute(nb, cwd, timeout=timeout, env=env, **options)
         finally:
             guarded_execute.inside = False
 
@@ -216,6 +275,7 @@ def notebook_runs(tmp_path_factory) -> NotebookRuns:
         yield runs
     finally:
         chain.execute = original
+        warm.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -61,3 +61,39 @@ def test_a_direct_second_execution_fails(tmp_path, notebook_runs):
     with pytest.raises(DuplicateExecution, match="notebook_runs"):
         chain.execute(nb, tmp_path)  # what a module that bypasses the fixture would do
     assert notebook_runs.run(nb, cwd=tmp_path) == first  # the shared result is still served
+
+
+_PROBE = r'''
+import json, os, random, sys
+warm = "torch" in sys.modules  # imported before any cell ran: the kernel was forked from the warm server
+import matplotlib
+import numpy as np
+print(json.dumps({"warm": warm, "cwd": os.getcwd(), "path": sys.path, "probe": os.environ.get("GRPO_PROBE"),
+                  "backend": matplotlib.get_backend(), "random": random.random(), "numpy": float(np.random.rand()),
+                  "parent_poller": bool(get_ipython().kernel.parent.poller),
+                  "main": type(sys.modules["__main__"]).__name__, "argv0": os.path.basename(sys.argv[0])}))
+'''
+
+
+@pytest.mark.slow
+def test_warm_kernels_behave_like_fresh_ones(tmp_path, notebook_runs):
+    """The test run's notebook executions use forked warm kernels (tests/kernel_forkserver.py): the same working
+    folder, sys.path, environment, matplotlib backend and parent poller as a fresh ``ipykernel_launcher``,
+    random generators seeded per kernel; and an environment that modules read at import gets a fresh kernel."""
+    import json
+
+    def probe(env, **options):
+        done = chain.execute(_notebook(_PROBE), tmp_path, env=env, **options)
+        assert chain.cell_errors(done) == []
+        return json.loads(done.cells[0].outputs[0]["text"])
+
+    first, second = probe({"GRPO_PROBE": "a"}), probe({"GRPO_PROBE": "b"})
+    fresh = probe({"GRPO_PROBE": "c"}, kernel_name="python3")
+    other_import_env = probe({"GRPO_PROBE": "d", "MPLCONFIGDIR": str(tmp_path / "mpl")})
+    assert first["warm"] and second["warm"], "no warm kernel: see the server log in the grpo-kfs-* folder"
+    assert not fresh["warm"] and not other_import_env["warm"]
+    for warm in (first, second):
+        for key in ("cwd", "path", "backend", "parent_poller", "main", "argv0"):
+            assert warm[key] == fresh[key], (key, warm[key], fresh[key])
+    assert (first["probe"], second["probe"]) == ("a", "b")
+    assert first["random"] != second["random"] and first["numpy"] != second["numpy"]

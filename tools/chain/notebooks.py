@@ -348,12 +348,13 @@ def _progress_wanted(progress: bool | None) -> bool:
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120,
             env: dict[str, str] | None = None, progress: bool | None = None,
-            desc: str | None = None) -> nbformat.NotebookNode:
+            desc: str | None = None, kernel_name: str = "python3") -> nbformat.NotebookNode:
     """Execute a copy of ``nb`` with nbclient in ``cwd``; errors are recorded in outputs, not raised.
 
     The kernel talks to nbclient over IPC (Unix sockets in a private temporary folder), not TCP: nothing
     listens on a port and ipykernel has no reason for its "running over TCP without encryption" warning.
-    ``progress`` shows a per-cell tqdm bar on stderr (default: see :func:`_progress_wanted`).
+    ``progress`` shows a per-cell tqdm bar on stderr (default: see :func:`_progress_wanted`). ``kernel_name``: the
+    kernel spec (the tests use a warm one, ``tests/kernel_forkserver.py``).
     """
     from nbclient import NotebookClient
     from traitlets.config import Config
@@ -376,7 +377,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120,
         os.environ.update(env or {})
         # "immediate": the kernel is killed once the last cell has replied (its outputs are in); a graceful
         # shutdown request costs 0.3-0.9 s per notebook for nothing
-        client = NotebookClient(out, timeout=timeout, kernel_name="python3", allow_errors=True,
+        client = NotebookClient(out, timeout=timeout, kernel_name=kernel_name, allow_errors=True,
                                 resources={"metadata": {"path": str(cwd)}}, config=config, shutdown_kernel="immediate")
         if bar is not None:
             def cell_done(cell, cell_index, execute_reply):
