@@ -52,10 +52,11 @@ qwen-shaped-checkpoint: $(VENV)/.setup-stamp ## random-init checkpoint with Qwen
 gpu-wheelhouse: $(VENV)/.setup-stamp ## wheels for benchmarks/gpu_check.sh on a bare CUDA machine -> .cache/gpu-wheelhouse (GPU_PYTHONS="3.11 3.12")
 	@$(PY) benchmarks/gpu_wheelhouse.py $(foreach v,$(or $(GPU_PYTHONS),3.11 3.12),--python $(v))
 
-# `make test` runs on 2 workers (pytest-xdist; a module's tests stay together so its module fixtures run once);
-# notebook executions are shared across workers by tests/conftest.py. TEST_WORKERS=0 runs in one process.
+# `make test` runs on 2 workers (pytest-xdist): a module's tests stay together, so its module fixtures run once, and
+# modules are handed out in file order (tests/test_autograde_class.py, the longest chain, starts at once on the
+# second worker); notebook executions are shared across workers by tests/conftest.py. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-PYTEST_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, release check, grading, benchmarks at tiny size)
 	@start=$$(date +%s); status=0; \

@@ -529,7 +529,7 @@ def bench_autograde(tiny: bool) -> list[dict]:
         return [unavailable(name, "x", baseline, str(error), goal)]
     if tiny:
         # tiny: the class run's one grading (2 learners, nb01) stands for both runs and its nb01 floor for the
-        # `import torch` floor: the metric's code path only (tests/test_autograde.py grades the whole sample
+        # `import torch` floor: the metric's code path only (tests/test_autograde_class.py grades the whole sample
         # class; tiny sizes claim nothing)
         try:
             run = _class_run(tiny)

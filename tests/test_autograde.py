@@ -1,57 +1,26 @@
-"""The instructor pipeline: oracles, submissions read without trust, and the bundled sample class graded by
-real nbgrader and the oracles in a throwaway course.
-
-The slow tests share one graded class (module fixture ``graded_class``): every graded lesson of
-``sample.LESSONS`` released into a temporary nbgrader course, the sample class graded once with
-`python -m autograde.pipeline autograde --sample` (sandboxed kernels, a grading seed made for this run), and
-every assertion reads that one result: the gradebook against `autograde/sample_class/expected.json` (written
-by hand), a regrade (unchanged submissions kept; a forced regrade rewrites the same rows), feedback, export,
-copy flags, and three shards merged == one run.
+"""The instructor pipeline: oracles, submissions read without trust, hidden tests kept from kernels and feedback,
+the kernel sandbox. The graded sample class is tests/test_autograde_class.py, the isolated slot's zygotes
+tests/test_autograde_slot.py (helpers shared by the three: tests/autograde_helpers.py).
 """
 from __future__ import annotations
 
-import collections
-import csv
 import json
-import os
 import re
 import secrets
 import shutil
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
+from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline  # tests/autograde_helpers.py
 from nbformat.notebooknode import NotebookNode
-
-ROOT = Path(__file__).resolve().parents[1]
-AUTOGRADE = ROOT / "autograde"
 
 from autograde.grpo_grader import sample as sample_class
 from autograde.grpo_grader.preprocessors import HideHiddenTests, SafeExecute
 from autograde.grpo_grader.run import check_notebook_file, compare_with_release, pick_files, summarise
-
-ASSIGNMENTS = sample_class.LESSONS
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return env
-
-
-def _pipeline(*args: str, timeout: int = 1500, seed: str | None = None) -> subprocess.CompletedProcess:
-    env = _env()
-    if seed is not None:
-        env["GRPO_GRADING_SEED"] = seed
-    done = subprocess.run([sys.executable, "-m", "autograde.pipeline", *args], cwd=ROOT, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-    print(done.stdout[-6000:])
-    return done
 
 
 # ----------------------------------------------------------------------------- fast checks
@@ -215,7 +184,7 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
 @pytest.mark.slow
 def test_sandbox_hides_the_course_sources():
     """The kernel sandbox (pipeline.py probe): solutions, gradebook, sources, .git unreadable from a kernel."""
-    done = _pipeline("probe", timeout=120, seed="probe-seed-" + secrets.token_hex(4))
+    done = run_pipeline("probe", timeout=120, seed="probe-seed-" + secrets.token_hex(4))
     assert "GRADING SEED VISIBLE" not in done.stdout, "the grading seed reached a sandboxed process's environment"
     assert "READABLE" not in done.stdout, (
         "a grading kernel can read answers or hidden tests; grading needs root (isolated mode) or "
@@ -344,7 +313,7 @@ def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, 
     cells = job_cells(release, rebuilt, oracles[0])
     (job / "job.json").write_text(json.dumps({"cells": cells, "cases": [c.wire() for g in cases.values() for c in g],
                                               "cell_timeout": 120}))
-    env = {**_env(), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
+    env = {**pipeline_env(), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, str(job / "driver.py"), str(job)], cwd=tmp_path, env=env, timeout=600,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results, _, _ = oracle_lib.read_results(job / "results.jsonl")
@@ -387,200 +356,6 @@ def test_submission_metadata_is_rebuilt_from_the_release():
     assert meta(rebuild_metadata(release, release)[0]) == meta(release)
 
 
-# ----------------------------------------------------------------------------- the sample class
-def _release_course(base: Path) -> Path:
-    import tools.chain.notebooks as chain
-
-    course = base / "autograde"
-    course.mkdir(parents=True)
-    shutil.copy2(AUTOGRADE / "nbgrader_config.py", course / "nbgrader_config.py")
-    chain.release_into(course, base / "notebooks", ASSIGNMENTS)
-    return course
-
-
-def _gradebook_dump(course: Path) -> dict:
-    """Every row the pipeline writes, with its primary key: a regrade must keep the same rows."""
-    from nbgrader.api import Gradebook
-
-    dump = {"students": [], "submissions": [], "grades": [], "comments": []}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "grpo-in-practice") as gb:
-        for student in gb.students:
-            dump["students"].append(student.id)
-            for submission in student.submissions:
-                dump["submissions"].append((submission.id, student.id, submission.assignment.name,
-                                            submission.score, submission.max_score))
-                for notebook in submission.notebooks:
-                    for grade in notebook.grades:
-                        dump["grades"].append((grade.id, student.id, notebook.name, grade.name, grade.auto_score,
-                                               grade.manual_score, grade.needs_manual_grade))
-                    for comment in notebook.comments:
-                        dump["comments"].append((comment.id, student.id, notebook.name, comment.name,
-                                                 comment.auto_comment))
-    return {k: sorted(v, key=str) for k, v in dump.items()}
-
-
-def _scores(course: Path) -> dict:
-    from nbgrader.api import Gradebook, MissingEntry
-
-    out = collections.defaultdict(dict)
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "grpo-in-practice") as gb:
-        for student in gb.students:
-            for assignment in ASSIGNMENTS:
-                try:
-                    out[student.id][assignment] = gb.find_submission(assignment, student.id).score
-                except MissingEntry:
-                    out[student.id][assignment] = None
-    return dict(out)
-
-
-def _grades_csv(course: Path) -> list[dict]:
-    with open(course / "grades.csv", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
-
-
-@pytest.fixture(scope="module")
-def graded_class(tmp_path_factory):
-    """The sample class graded once (a released course of every lesson, a seed made for this run)."""
-    base = tmp_path_factory.mktemp("sample-class")
-    course = _release_course(base)
-    pristine = base / "pristine"          # the released course before grading (for the shard run)
-    shutil.copytree(course, pristine)
-    seed = secrets.token_hex(12)
-    first = _pipeline("autograde", "--sample", "--course", str(course), seed=seed)
-    return types.SimpleNamespace(course=course, pristine=pristine, seed=seed, first=first)
-
-
-@pytest.mark.slow
-def test_sample_class_grades_exactly_as_expected(graded_class):
-    course, first = graded_class.course, graded_class.first
-    expected = sample_class.expected()
-    assert first.returncode == 0, "autograde must finish without grader errors"
-    assert " error " not in first.stdout and "[error]" not in first.stdout
-    scores = _scores(course)
-    assert sorted(scores) == sorted(expected), "exactly the sample learners are registered"
-    mismatches = []
-    for learner, rows in expected.items():
-        for assignment, row in rows.items():
-            got = scores[learner][assignment]
-            want = None if row["status"] == "missing" else float(row["score"])
-            if got != want:
-                mismatches.append(f"{learner}/{assignment}: expected {want}, graded {got}")
-            if row["status"] != "missing":
-                report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
-                if report["status"] != row["status"]:
-                    mismatches.append(f"{learner}/{assignment}: status {report['status']} != {row['status']}")
-                for nb in report["notebooks"]:
-                    if report["status"] == "graded":
-                        assert "oracle" in nb["phases"], f"{learner}/{assignment}: graded without the oracle"
-                        # the hidden tests (their reference helpers, expected values) never ran in the learner's kernel
-                        executed = nbformat.read(course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb",
-                                                 as_version=4)
-                        leaked = [c.metadata["nbgrader"]["grade_id"] for c in executed.cells
-                                  if c.get("metadata", {}).get("nbgrader", {}).get("grade")
-                                  and not c.metadata["nbgrader"].get("solution")
-                                  and ("BEGIN HIDDEN TESTS" in c.source or "def _h_" in c.source)]
-                        if leaked:
-                            mismatches.append(f"{learner}/{assignment}: hidden tests ran in the kernel: {leaked}")
-                    if learner in ("s01_worked_answers", "s02_independent_answers"):
-                        # correct answers run without an error in nbgrader's kernel too (it has what the notebook
-                        # needs: readable checkpoints, no write into the read-only course) and pass there
-                        executed = nbformat.read(course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb",
-                                                 as_version=4)
-                        errors = [f"{o.get('ename')}: {o.get('evalue', '')[:120]}" for c in executed.cells
-                                  for o in c.get("outputs", []) if o.get("output_type") == "error"]
-                        if errors:
-                            mismatches.append(f"{learner}/{assignment}: errors in the grading kernel: {errors}")
-                        automatic = sum(t["score"] for t in nb["tests"] if t["outcome"] != "manual")
-                        if nb["phases"].get("in_kernel_score") != automatic:
-                            mismatches.append(f"{learner}/{assignment}: in-kernel score "
-                                              f"{nb['phases'].get('in_kernel_score')} != {automatic}")
-    assert not mismatches, "\n".join(mismatches)
-    match = re.search(r"done in ([\d.]+) s", first.stdout)
-    print(f"sample class graded in {match.group(1) if match else '?'} s with the default workers")
-
-
-@pytest.mark.slow
-def test_regrade_keeps_rows_and_scores(graded_class):
-    course, seed = graded_class.course, graded_class.seed
-    before = _gradebook_dump(course)
-    again = _pipeline("autograde", "--sample", "--course", str(course), seed=seed)
-    assert again.returncode == 0 and "nothing new to grade" in again.stdout
-    assert _gradebook_dump(course) == before
-    # a forced regrade rewrites the same rows with the same scores (no duplicates); a new seed would not
-    forced = _pipeline("autograde", "--sample", "--course", str(course), "--force", "--learner", "s14_invalid_json",
-                       "--learner", "m3_deeply_nested_json", "--learner", "s07_sys_exit", seed=seed)
-    assert forced.returncode == 0 and "graded 1" in forced.stdout and "invalid 2" in forced.stdout
-    assert _gradebook_dump(course) == before
-
-
-@pytest.mark.slow
-def test_feedback_and_export(graded_class):
-    course = graded_class.course
-    expected = sample_class.expected()
-    assert _pipeline("feedback", "--course", str(course)).returncode == 0
-    for learner, rows in expected.items():
-        for assignment, row in rows.items():
-            html = course / "feedback" / learner / assignment / f"{assignment}.html"
-            if row["status"] == "missing":
-                assert not html.exists()
-                continue
-            text = html.read_text(encoding="utf-8")
-            assert "自动评分说明" in text, f"{html}: no grading note"
-            if row["score"] == 0:
-                assert "原因：" in text, f"{html}: a zero without a reason"
-            # (a learner's own code may name a hidden helper, as t2 does; the hidden test's definition must not show)
-            assert "BEGIN HIDDEN TESTS" not in text and "def _h_reference" not in text, f"{html} shows hidden tests"
-    exported = _pipeline("grades", "--course", str(course))
-    assert exported.returncode == 0
-    rows = _grades_csv(course)
-    assert len(rows) == len(expected) * len(ASSIGNMENTS)
-    for row in rows:
-        want = expected[row["learner"]][row["assignment"]]
-        assert float(row["score"]) == float(want["score"]) and row["status"] == want["status"], row
-        if float(row["score"]) == 0:
-            assert row["reason"].strip(), f"zero without a reason: {row}"
-    manual = {(r["learner"], r["assignment"]) for r in rows if r["needs_manual_grade"] == "True"}
-    assert ("s01_worked_answers", "nb04_verifiable_rewards") in manual and ("s01_worked_answers", "nb05_logprobs_masks") in manual
-    assert ("s01_worked_answers", "nb03a_cispo_trace_lab") in manual
-    with open(course / "grades_by_test.csv", encoding="utf-8") as handle:
-        tests = list(csv.DictReader(handle))
-    assert {t["test"] for t in tests} >= {"test_compute_group_advantages_hidden", "test_compute_grpo_loss_hidden"}
-    failed = [t for t in tests if float(t["score"]) < float(t["max_score"]) and t["outcome"] != "manual"]
-    assert failed and all(t["message"] for t in failed), "every lost point names its cause"
-    # copies are flagged, never scored: m1 is s01's nb01 with edited metadata; s02 wrote its own answers
-    flags = {(r["learner"], r["assignment"]): r["flags"].split() for r in rows}
-    assert "similar:m1_edited_metadata" in flags[("s01_worked_answers", "nb01_group_advantages")]
-    assert "similar:s01_worked_answers" in flags[("m1_edited_metadata", "nb01_group_advantages")]
-    assert not any(f.startswith("similar:") for f in flags[("s02_independent_answers", "nb01_group_advantages")])
-
-
-@pytest.mark.slow
-def test_three_shards_merge_into_the_same_grades(graded_class, tmp_path):
-    """`--shard k/3` in three processes, then `merge-shards`: grades.csv equals the single run's (sorted rows)
-    for the same learners (a cheap subset of the class: invalid files, a missing and one executed notebook)."""
-    course = tmp_path / "autograde"
-    shutil.copytree(graded_class.pristine, course)
-    subset = ["s14_invalid_json", "m3_deeply_nested_json", "s15_wrong_file_name"]  # (one executed notebook)
-    sample_class.install(course / "submitted")
-    for folder in (course / "submitted").iterdir():
-        if folder.name not in subset:
-            shutil.rmtree(folder)
-    args = [a for learner in subset for a in ("--learner", learner)]
-    for k in (1, 2, 3):
-        done = _pipeline("autograde", "--course", str(course), "--shard", f"{k}/3", *args, seed=graded_class.seed)
-        assert done.returncode == 0
-    assert _pipeline("merge-shards", "--course", str(course)).returncode == 0
-    assert _pipeline("grades", "--course", str(course)).returncode == 0
-    if not (graded_class.course / "grades.csv").exists():
-        assert _pipeline("grades", "--course", str(graded_class.course)).returncode == 0
-
-    def rows(path):
-        keep = ("learner", "assignment", "score", "max_score", "status", "reason")
-        return sorted(tuple(r[k] for k in keep) for r in _grades_csv(path) if r["learner"] in subset)
-
-    assert rows(course) == rows(graded_class.course) and len(rows(course)) == len(subset) * len(ASSIGNMENTS)
-
-
 def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     """`make autograde` without submissions says so and prints the expected layout (no gradebook needed)."""
     from autograde.grpo_grader.course import Settings
@@ -591,192 +366,3 @@ def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     (tmp_path / "submitted").mkdir()
     assert _no_submissions(settings, {"nb01_group_advantages": {}})
     assert "<学号>/<作业名>/<作业名>.ipynb" in SUBMITTED_LAYOUT
-
-
-# A zygote job of each kind: the driver's gets its job folder as argv[1] and answers in out.json there; a kernel's
-# gets no folder (it has none) and answers on stdout.
-_JOB_ANSWER = r'''
-def answer(record):
-    if job is None:
-        print(json.dumps(record))
-    else:
-        with open(os.path.join(job, "out.json"), "w") as handle:
-            json.dump(record, handle)
-'''
-
-ZYGOTE_FIRST_JOB = r'''
-import json, os, sys, time
-job = sys.argv[1] if len(sys.argv) > 1 else None
-''' + _JOB_ANSWER + r'''
-for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ()):
-    with open(os.path.join(folder, "left-by-job-1"), "w") as handle:
-        handle.write("secret of learner 1")
-if os.fork() == 0:  # a process left behind for the next learner's job to talk to
-    os.setsid()
-    time.sleep(300)
-    os._exit(0)
-answer({"uid": os.getuid(), "pid": os.getpid()})
-'''
-
-ZYGOTE_SECOND_JOB = r'''
-import json, os, sys
-job = sys.argv[1] if len(sys.argv) > 1 else None
-''' + _JOB_ANSWER + r'''
-found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ())
-         if os.path.exists(os.path.join(f, "left-by-job-1"))]
-others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid()))
-try:
-    open("/proc/1/environ", "rb").read()
-    zygote_environ = "readable"
-except OSError:
-    zygote_environ = "denied"
-answer({"found": found, "others": others, "zygote_environ": zygote_environ, "uid": os.getuid()})
-'''
-
-
-def _assert_second_job_found_nothing(run_job, uid: int, other_uid: int, what: str) -> None:
-    """``run_job(source)`` -> its answer, for the two jobs above in a row: the same uid (``uid``, not
-    ``other_uid``), and nothing of the first job (files, processes, the zygote's environment) seen by the second."""
-    first, second = run_job(ZYGOTE_FIRST_JOB), run_job(ZYGOTE_SECOND_JOB)
-    assert first["uid"] == second["uid"] == uid != other_uid
-    assert second["found"] == [], f"the second {what} saw files of the first: {second['found']}"
-    assert second["others"] == [], f"processes of the first {what} were still running: {second['others']}"
-    assert second["zygote_environ"] == "denied"
-
-
-@pytest.fixture(scope="module")
-def isolated_slot():
-    """One grading slot in isolated mode (root only), its zygotes stopped and its uids released afterwards."""
-    import tempfile
-
-    from autograde.grpo_grader.course import load_settings
-    from autograde.grpo_grader.slots import Slot, choose_sandbox
-
-    if os.geteuid() != 0:
-        pytest.skip("the zygotes exist in isolated mode only, which needs root (this run grades as userns)")
-    settings = load_settings()
-    base = Path(tempfile.mkdtemp(prefix="grpo-zygote-test-"))
-    sandbox = choose_sandbox(settings, base, slots=1)
-    slot = Slot(base, "slot0", settings, sandbox, uid=sandbox.uids[0], oracle_uid=sandbox.uids[1])
-    try:
-        yield slot
-    finally:
-        slot.stop_zygote()
-        slot.kill_kernels()
-        for handle in sandbox.leases:
-            handle.close()
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.mark.slow
-def test_zygote_jobs_share_nothing(isolated_slot):
-    """isolated mode: two jobs forked from one slot's zygote (as two learners' drivers are) share no file, process or
-    environment: the second finds nothing the first left in /tmp, /var/tmp, /dev/shm, its working folder, HOME or
-    the job folder, no process of the first, and cannot read the zygote's environment."""
-    slot = isolated_slot
-    assert slot.zygote_enabled
-
-    def run_job(source):
-        job = slot.oracle_job_dir()
-        (job / "driver.py").write_text(source)
-        code, timed_out, _seconds, tail = slot.run_oracle(job, 120)
-        assert code == 0 and not timed_out, tail
-        return json.loads((job / "out.json").read_text())
-
-    _assert_second_job_found_nothing(run_job, slot.oracle_uid, slot.uid, "job")
-    assert slot.zygote is not None and slot.zygote.poll() is None, "one zygote served both jobs"
-
-
-@pytest.mark.slow
-def test_kernel_zygote_jobs_share_nothing(isolated_slot):
-    """isolated mode: two kernels forked from one slot's kernel zygote (two learners' notebooks) share nothing either:
-    the same checks as for the driver's zygote, run as kernel jobs (the kernel's uid, not the driver's)."""
-    slot = isolated_slot
-    assert slot.kernel_zygote_enabled
-
-    def run_job(source):
-        done = slot.run_sandboxed_code(source, [])
-        assert done.returncode == 0, done.stderr[-2000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    _assert_second_job_found_nothing(run_job, slot.uid, slot.oracle_uid, "kernel")
-    assert slot.kernel_zygote is not None and slot.kernel_zygote.poll() is None, "one zygote served both kernels"
-
-
-@pytest.mark.slow
-def test_kernel_zygote_behaves_like_a_kernel_process(isolated_slot):
-    """isolated mode, through jupyter_client and the slot's kernel spec (as nbgrader starts kernels): the forked
-    kernel runs as the slot's uid with the grading environment, an interrupt reaches the running cell, a kernel
-    that exits is seen dead, the next kernel starts from the same zygote, a shutdown leaves no process behind, and
-    a dead zygote is replaced."""
-    import time
-
-    from jupyter_client import KernelManager
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    from autograde.grpo_grader.slots import _uids_running
-
-    slot = isolated_slot
-    slot.ensure_kernel_zygote()
-    zygote = slot.kernel_zygote.pid
-    specs = KernelSpecManager(kernel_dirs=[str(slot.jupyter / "kernels")])
-
-    def start():
-        manager = KernelManager(kernel_spec_manager=specs, kernel_name="python3", transport="ipc",
-                                ip=str(slot.ipc / "kernel"))
-        manager.start_kernel(env={**slot.env(), "NBGRADER_EXECUTION": "autograde"})
-        client = manager.client()
-        client.start_channels()
-        client.wait_for_ready(timeout=60)
-        return manager, client
-
-    def run(client, code, timeout=30):
-        out = []
-        reply = client.execute_interactive(code, timeout=timeout, output_hook=lambda m: out.append(m))
-        text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
-        return reply["content"], text
-
-    manager, client = start()
-    try:
-        content, text = run(client, "import os, sys, torch\n"
-                            "print(os.getuid(), os.environ.get('NBGRADER_EXECUTION'), os.environ['HOME'] == os.getcwd(),"
-                            " 'GRPO_GRADING_SEED' in os.environ, sys.path[0] != '')")
-        assert content["status"] == "ok", content
-        assert text.split() == [str(slot.uid), "autograde", "True", "False", "True"], text
-        client.execute("import time; time.sleep(60)")
-        time.sleep(1.0)
-        asked = time.monotonic()
-        manager.interrupt_kernel()
-        reply = client.get_shell_msg(timeout=20)
-        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt", reply
-        assert time.monotonic() - asked < 10
-        client.execute("import os; os._exit(3)")
-        deadline = time.monotonic() + 20
-        while manager.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not manager.is_alive(), "a kernel that exited must be seen dead"
-        assert manager.provisioner.process.returncode == 3
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
-        manager.cleanup_resources()
-    slot.kill_kernels()
-    assert slot.kernel_zygote.pid == zygote and slot.kernel_zygote.poll() is None, "the zygote serves the next kernel"
-    manager, client = start()
-    try:
-        content, text = run(client, "print(6 * 7)")
-        assert content["status"] == "ok" and text.strip() == "42"
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)  # nbgrader's way (Execute.shutdown_kernel = 'immediate'): SIGKILL
-        manager.cleanup_resources()
-    deadline = time.monotonic() + 10
-    while slot.uid in _uids_running() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert slot.uid not in _uids_running(), "a killed kernel launcher must take its kernel with it"
-    slot.kernel_zygote.kill()
-    slot.kernel_zygote.wait()
-    slot.ensure_kernel_zygote()
-    assert slot.kernel_zygote.pid != zygote and slot.kernel_zygote.poll() is None
-    done = slot.run_sandboxed_code("import os; print(os.getuid())", [])
-    assert done.stdout.split() == [str(slot.uid)], done.stderr[-2000:]

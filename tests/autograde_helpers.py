@@ -1,0 +1,32 @@
+"""What the grading-pipeline test modules share: the checkout's paths, the graded lessons and how a test runs
+``python -m autograde.pipeline`` (tests/test_autograde.py, tests/test_autograde_class.py,
+tests/test_autograde_slot.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from autograde.grpo_grader import sample as sample_class
+
+ROOT = Path(__file__).resolve().parents[1]
+AUTOGRADE = ROOT / "autograde"
+ASSIGNMENTS = sample_class.LESSONS
+
+
+def pipeline_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+def run_pipeline(*args: str, timeout: int = 1500, seed: str | None = None) -> subprocess.CompletedProcess:
+    env = pipeline_env()
+    if seed is not None:
+        env["GRPO_GRADING_SEED"] = seed
+    done = subprocess.run([sys.executable, "-m", "autograde.pipeline", *args], cwd=ROOT, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    print(done.stdout[-6000:])
+    return done

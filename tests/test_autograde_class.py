@@ -1,0 +1,219 @@
+"""The bundled sample class graded by real nbgrader and the oracles in a throwaway course.
+
+The tests share one graded class (module fixture ``graded_class``): every graded lesson of ``sample.LESSONS``
+released into a temporary nbgrader course, the sample class graded once with
+`python -m autograde.pipeline autograde --sample` (sandboxed kernels, a grading seed made for this run), and
+every assertion reads that one result: the gradebook against `autograde/sample_class/expected.json` (written
+by hand), a regrade (unchanged submissions kept; a forced regrade rewrites the same rows), feedback, export,
+copy flags, and three shards merged == one run. (A module of its own: the longest chain of the suite, it runs on
+one pytest-xdist worker while the other takes the rest.)
+"""
+from __future__ import annotations
+
+import collections
+import csv
+import json
+import re
+import secrets
+import shutil
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+from autograde_helpers import ASSIGNMENTS, AUTOGRADE, run_pipeline  # tests/autograde_helpers.py
+
+from autograde.grpo_grader import sample as sample_class
+
+
+def _release_course(base: Path) -> Path:
+    import tools.chain.notebooks as chain
+
+    course = base / "autograde"
+    course.mkdir(parents=True)
+    shutil.copy2(AUTOGRADE / "nbgrader_config.py", course / "nbgrader_config.py")
+    chain.release_into(course, base / "notebooks", ASSIGNMENTS)
+    return course
+
+
+def _gradebook_dump(course: Path) -> dict:
+    """Every row the pipeline writes, with its primary key: a regrade must keep the same rows."""
+    from nbgrader.api import Gradebook
+
+    dump = {"students": [], "submissions": [], "grades": [], "comments": []}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "grpo-in-practice") as gb:
+        for student in gb.students:
+            dump["students"].append(student.id)
+            for submission in student.submissions:
+                dump["submissions"].append((submission.id, student.id, submission.assignment.name,
+                                            submission.score, submission.max_score))
+                for notebook in submission.notebooks:
+                    for grade in notebook.grades:
+                        dump["grades"].append((grade.id, student.id, notebook.name, grade.name, grade.auto_score,
+                                               grade.manual_score, grade.needs_manual_grade))
+                    for comment in notebook.comments:
+                        dump["comments"].append((comment.id, student.id, notebook.name, comment.name,
+                                                 comment.auto_comment))
+    return {k: sorted(v, key=str) for k, v in dump.items()}
+
+
+def _scores(course: Path) -> dict:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out = collections.defaultdict(dict)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "grpo-in-practice") as gb:
+        for student in gb.students:
+            for assignment in ASSIGNMENTS:
+                try:
+                    out[student.id][assignment] = gb.find_submission(assignment, student.id).score
+                except MissingEntry:
+                    out[student.id][assignment] = None
+    return dict(out)
+
+
+def _grades_csv(course: Path) -> list[dict]:
+    with open(course / "grades.csv", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    """The sample class graded once (a released course of every lesson, a seed made for this run)."""
+    base = tmp_path_factory.mktemp("sample-class")
+    course = _release_course(base)
+    pristine = base / "pristine"          # the released course before grading (for the shard run)
+    shutil.copytree(course, pristine)
+    seed = secrets.token_hex(12)
+    first = run_pipeline("autograde", "--sample", "--course", str(course), seed=seed)
+    return types.SimpleNamespace(course=course, pristine=pristine, seed=seed, first=first)
+
+
+@pytest.mark.slow
+def test_sample_class_grades_exactly_as_expected(graded_class):
+    course, first = graded_class.course, graded_class.first
+    expected = sample_class.expected()
+    assert first.returncode == 0, "autograde must finish without grader errors"
+    assert " error " not in first.stdout and "[error]" not in first.stdout
+    scores = _scores(course)
+    assert sorted(scores) == sorted(expected), "exactly the sample learners are registered"
+    mismatches = []
+    for learner, rows in expected.items():
+        for assignment, row in rows.items():
+            got = scores[learner][assignment]
+            want = None if row["status"] == "missing" else float(row["score"])
+            if got != want:
+                mismatches.append(f"{learner}/{assignment}: expected {want}, graded {got}")
+            if row["status"] != "missing":
+                report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
+                if report["status"] != row["status"]:
+                    mismatches.append(f"{learner}/{assignment}: status {report['status']} != {row['status']}")
+                for nb in report["notebooks"]:
+                    if report["status"] == "graded":
+                        assert "oracle" in nb["phases"], f"{learner}/{assignment}: graded without the oracle"
+                        # the hidden tests (their reference helpers, expected values) never ran in the learner's kernel
+                        executed = nbformat.read(course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb",
+                                                 as_version=4)
+                        leaked = [c.metadata["nbgrader"]["grade_id"] for c in executed.cells
+                                  if c.get("metadata", {}).get("nbgrader", {}).get("grade")
+                                  and not c.metadata["nbgrader"].get("solution")
+                                  and ("BEGIN HIDDEN TESTS" in c.source or "def _h_" in c.source)]
+                        if leaked:
+                            mismatches.append(f"{learner}/{assignment}: hidden tests ran in the kernel: {leaked}")
+                    if learner in ("s01_worked_answers", "s02_independent_answers"):
+                        # correct answers run without an error in nbgrader's kernel too (it has what the notebook
+                        # needs: readable checkpoints, no write into the read-only course) and pass there
+                        executed = nbformat.read(course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb",
+                                                 as_version=4)
+                        errors = [f"{o.get('ename')}: {o.get('evalue', '')[:120]}" for c in executed.cells
+                                  for o in c.get("outputs", []) if o.get("output_type") == "error"]
+                        if errors:
+                            mismatches.append(f"{learner}/{assignment}: errors in the grading kernel: {errors}")
+                        automatic = sum(t["score"] for t in nb["tests"] if t["outcome"] != "manual")
+                        if nb["phases"].get("in_kernel_score") != automatic:
+                            mismatches.append(f"{learner}/{assignment}: in-kernel score "
+                                              f"{nb['phases'].get('in_kernel_score')} != {automatic}")
+    assert not mismatches, "\n".join(mismatches)
+    match = re.search(r"done in ([\d.]+) s", first.stdout)
+    print(f"sample class graded in {match.group(1) if match else '?'} s with the default workers")
+
+
+@pytest.mark.slow
+def test_regrade_keeps_rows_and_scores(graded_class):
+    course, seed = graded_class.course, graded_class.seed
+    before = _gradebook_dump(course)
+    again = run_pipeline("autograde", "--sample", "--course", str(course), seed=seed)
+    assert again.returncode == 0 and "nothing new to grade" in again.stdout
+    assert _gradebook_dump(course) == before
+    # a forced regrade rewrites the same rows with the same scores (no duplicates); a new seed would not
+    forced = run_pipeline("autograde", "--sample", "--course", str(course), "--force", "--learner", "s14_invalid_json",
+                       "--learner", "m3_deeply_nested_json", "--learner", "s07_sys_exit", seed=seed)
+    assert forced.returncode == 0 and "graded 1" in forced.stdout and "invalid 2" in forced.stdout
+    assert _gradebook_dump(course) == before
+
+
+@pytest.mark.slow
+def test_feedback_and_export(graded_class):
+    course = graded_class.course
+    expected = sample_class.expected()
+    assert run_pipeline("feedback", "--course", str(course)).returncode == 0
+    for learner, rows in expected.items():
+        for assignment, row in rows.items():
+            html = course / "feedback" / learner / assignment / f"{assignment}.html"
+            if row["status"] == "missing":
+                assert not html.exists()
+                continue
+            text = html.read_text(encoding="utf-8")
+            assert "自动评分说明" in text, f"{html}: no grading note"
+            if row["score"] == 0:
+                assert "原因：" in text, f"{html}: a zero without a reason"
+            # (a learner's own code may name a hidden helper, as t2 does; the hidden test's definition must not show)
+            assert "BEGIN HIDDEN TESTS" not in text and "def _h_reference" not in text, f"{html} shows hidden tests"
+    exported = run_pipeline("grades", "--course", str(course))
+    assert exported.returncode == 0
+    rows = _grades_csv(course)
+    assert len(rows) == len(expected) * len(ASSIGNMENTS)
+    for row in rows:
+        want = expected[row["learner"]][row["assignment"]]
+        assert float(row["score"]) == float(want["score"]) and row["status"] == want["status"], row
+        if float(row["score"]) == 0:
+            assert row["reason"].strip(), f"zero without a reason: {row}"
+    manual = {(r["learner"], r["assignment"]) for r in rows if r["needs_manual_grade"] == "True"}
+    assert ("s01_worked_answers", "nb04_verifiable_rewards") in manual and ("s01_worked_answers", "nb05_logprobs_masks") in manual
+    assert ("s01_worked_answers", "nb03a_cispo_trace_lab") in manual
+    with open(course / "grades_by_test.csv", encoding="utf-8") as handle:
+        tests = list(csv.DictReader(handle))
+    assert {t["test"] for t in tests} >= {"test_compute_group_advantages_hidden", "test_compute_grpo_loss_hidden"}
+    failed = [t for t in tests if float(t["score"]) < float(t["max_score"]) and t["outcome"] != "manual"]
+    assert failed and all(t["message"] for t in failed), "every lost point names its cause"
+    # copies are flagged, never scored: m1 is s01's nb01 with edited metadata; s02 wrote its own answers
+    flags = {(r["learner"], r["assignment"]): r["flags"].split() for r in rows}
+    assert "similar:m1_edited_metadata" in flags[("s01_worked_answers", "nb01_group_advantages")]
+    assert "similar:s01_worked_answers" in flags[("m1_edited_metadata", "nb01_group_advantages")]
+    assert not any(f.startswith("similar:") for f in flags[("s02_independent_answers", "nb01_group_advantages")])
+
+
+@pytest.mark.slow
+def test_three_shards_merge_into_the_same_grades(graded_class, tmp_path):
+    """`--shard k/3` in three processes, then `merge-shards`: grades.csv equals the single run's (sorted rows)
+    for the same learners (a cheap subset of the class: invalid files, a missing and one executed notebook)."""
+    course = tmp_path / "autograde"
+    shutil.copytree(graded_class.pristine, course)
+    subset = ["s14_invalid_json", "m3_deeply_nested_json", "s15_wrong_file_name"]  # (one executed notebook)
+    sample_class.install(course / "submitted")
+    for folder in (course / "submitted").iterdir():
+        if folder.name not in subset:
+            shutil.rmtree(folder)
+    args = [a for learner in subset for a in ("--learner", learner)]
+    for k in (1, 2, 3):
+        done = run_pipeline("autograde", "--course", str(course), "--shard", f"{k}/3", *args, seed=graded_class.seed)
+        assert done.returncode == 0
+    assert run_pipeline("merge-shards", "--course", str(course)).returncode == 0
+    assert run_pipeline("grades", "--course", str(course)).returncode == 0
+    if not (graded_class.course / "grades.csv").exists():
+        assert run_pipeline("grades", "--course", str(graded_class.course)).returncode == 0
+
+    def rows(path):
+        keep = ("learner", "assignment", "score", "max_score", "status", "reason")
+        return sorted(tuple(r[k] for k in keep) for r in _grades_csv(path) if r["learner"] in subset)
+
+    assert rows(course) == rows(graded_class.course) and len(rows(course)) == len(subset) * len(ASSIGNMENTS)

@@ -1,0 +1,198 @@
+"""The isolated grading slot's zygotes (root only): the oracle driver's and the kernels' jobs share nothing, and a
+kernel forked from the kernel zygote behaves as Jupyter expects of a kernel process."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+# A zygote job of each kind: the driver's gets its job folder as argv[1] and answers in out.json there; a kernel's
+# gets no folder (it has none) and answers on stdout.
+_JOB_ANSWER = r'''
+def answer(record):
+    if job is None:
+        print(json.dumps(record))
+    else:
+        with open(os.path.join(job, "out.json"), "w") as handle:
+            json.dump(record, handle)
+'''
+
+ZYGOTE_FIRST_JOB = r'''
+import json, os, sys, time
+job = sys.argv[1] if len(sys.argv) > 1 else None
+''' + _JOB_ANSWER + r'''
+for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ()):
+    with open(os.path.join(folder, "left-by-job-1"), "w") as handle:
+        handle.write("secret of learner 1")
+if os.fork() == 0:  # a process left behind for the next learner's job to talk to
+    os.setsid()
+    time.sleep(300)
+    os._exit(0)
+answer({"uid": os.getuid(), "pid": os.getpid()})
+'''
+
+ZYGOTE_SECOND_JOB = r'''
+import json, os, sys
+job = sys.argv[1] if len(sys.argv) > 1 else None
+''' + _JOB_ANSWER + r'''
+found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ())
+         if os.path.exists(os.path.join(f, "left-by-job-1"))]
+others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid()))
+try:
+    open("/proc/1/environ", "rb").read()
+    zygote_environ = "readable"
+except OSError:
+    zygote_environ = "denied"
+answer({"found": found, "others": others, "zygote_environ": zygote_environ, "uid": os.getuid()})
+'''
+
+
+def _assert_second_job_found_nothing(run_job, uid: int, other_uid: int, what: str) -> None:
+    """``run_job(source)`` -> its answer, for the two jobs above in a row: the same uid (``uid``, not
+    ``other_uid``), and nothing of the first job (files, processes, the zygote's environment) seen by the second."""
+    first, second = run_job(ZYGOTE_FIRST_JOB), run_job(ZYGOTE_SECOND_JOB)
+    assert first["uid"] == second["uid"] == uid != other_uid
+    assert second["found"] == [], f"the second {what} saw files of the first: {second['found']}"
+    assert second["others"] == [], f"processes of the first {what} were still running: {second['others']}"
+    assert second["zygote_environ"] == "denied"
+
+
+@pytest.fixture(scope="module")
+def isolated_slot():
+    """One grading slot in isolated mode (root only), its zygotes stopped and its uids released afterwards."""
+    import tempfile
+
+    from autograde.grpo_grader.course import load_settings
+    from autograde.grpo_grader.slots import Slot, choose_sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("the zygotes exist in isolated mode only, which needs root (this run grades as userns)")
+    settings = load_settings()
+    base = Path(tempfile.mkdtemp(prefix="grpo-zygote-test-"))
+    sandbox = choose_sandbox(settings, base, slots=1)
+    slot = Slot(base, "slot0", settings, sandbox, uid=sandbox.uids[0], oracle_uid=sandbox.uids[1])
+    try:
+        yield slot
+    finally:
+        slot.stop_zygote()
+        slot.kill_kernels()
+        for handle in sandbox.leases:
+            handle.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_zygote_jobs_share_nothing(isolated_slot):
+    """isolated mode: two jobs forked from one slot's zygote (as two learners' drivers are) share no file, process or
+    environment: the second finds nothing the first left in /tmp, /var/tmp, /dev/shm, its working folder, HOME or
+    the job folder, no process of the first, and cannot read the zygote's environment."""
+    slot = isolated_slot
+    assert slot.zygote_enabled
+
+    def run_job(source):
+        job = slot.oracle_job_dir()
+        (job / "driver.py").write_text(source)
+        code, timed_out, _seconds, tail = slot.run_oracle(job, 120)
+        assert code == 0 and not timed_out, tail
+        return json.loads((job / "out.json").read_text())
+
+    _assert_second_job_found_nothing(run_job, slot.oracle_uid, slot.uid, "job")
+    assert slot.zygote is not None and slot.zygote.poll() is None, "one zygote served both jobs"
+
+
+@pytest.mark.slow
+def test_kernel_zygote_jobs_share_nothing(isolated_slot):
+    """isolated mode: two kernels forked from one slot's kernel zygote (two learners' notebooks) share nothing either:
+    the same checks as for the driver's zygote, run as kernel jobs (the kernel's uid, not the driver's)."""
+    slot = isolated_slot
+    assert slot.kernel_zygote_enabled
+
+    def run_job(source):
+        done = slot.run_sandboxed_code(source, [])
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    _assert_second_job_found_nothing(run_job, slot.uid, slot.oracle_uid, "kernel")
+    assert slot.kernel_zygote is not None and slot.kernel_zygote.poll() is None, "one zygote served both kernels"
+
+
+@pytest.mark.slow
+def test_kernel_zygote_behaves_like_a_kernel_process(isolated_slot):
+    """isolated mode, through jupyter_client and the slot's kernel spec (as nbgrader starts kernels): the forked
+    kernel runs as the slot's uid with the grading environment, an interrupt reaches the running cell, a kernel
+    that exits is seen dead, the next kernel starts from the same zygote, a shutdown leaves no process behind, and
+    a dead zygote is replaced."""
+    import time
+
+    from jupyter_client import KernelManager
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from autograde.grpo_grader.slots import _uids_running
+
+    slot = isolated_slot
+    slot.ensure_kernel_zygote()
+    zygote = slot.kernel_zygote.pid
+    specs = KernelSpecManager(kernel_dirs=[str(slot.jupyter / "kernels")])
+
+    def start():
+        manager = KernelManager(kernel_spec_manager=specs, kernel_name="python3", transport="ipc",
+                                ip=str(slot.ipc / "kernel"))
+        manager.start_kernel(env={**slot.env(), "NBGRADER_EXECUTION": "autograde"})
+        client = manager.client()
+        client.start_channels()
+        client.wait_for_ready(timeout=60)
+        return manager, client
+
+    def run(client, code, timeout=30):
+        out = []
+        reply = client.execute_interactive(code, timeout=timeout, output_hook=lambda m: out.append(m))
+        text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
+        return reply["content"], text
+
+    manager, client = start()
+    try:
+        content, text = run(client, "import os, sys, torch\n"
+                            "print(os.getuid(), os.environ.get('NBGRADER_EXECUTION'), os.environ['HOME'] == os.getcwd(),"
+                            " 'GRPO_GRADING_SEED' in os.environ, sys.path[0] != '')")
+        assert content["status"] == "ok", content
+        assert text.split() == [str(slot.uid), "autograde", "True", "False", "True"], text
+        client.execute("import time; time.sleep(60)")
+        time.sleep(1.0)
+        asked = time.monotonic()
+        manager.interrupt_kernel()
+        reply = client.get_shell_msg(timeout=20)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt", reply
+        assert time.monotonic() - asked < 10
+        client.execute("import os; os._exit(3)")
+        deadline = time.monotonic() + 20
+        while manager.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not manager.is_alive(), "a kernel that exited must be seen dead"
+        assert manager.provisioner.process.returncode == 3
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+        manager.cleanup_resources()
+    slot.kill_kernels()
+    assert slot.kernel_zygote.pid == zygote and slot.kernel_zygote.poll() is None, "the zygote serves the next kernel"
+    manager, client = start()
+    try:
+        content, text = run(client, "print(6 * 7)")
+        assert content["status"] == "ok" and text.strip() == "42"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)  # nbgrader's way (Execute.shutdown_kernel = 'immediate'): SIGKILL
+        manager.cleanup_resources()
+    deadline = time.monotonic() + 10
+    while slot.uid in _uids_running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert slot.uid not in _uids_running(), "a killed kernel launcher must take its kernel with it"
+    slot.kernel_zygote.kill()
+    slot.kernel_zygote.wait()
+    slot.ensure_kernel_zygote()
+    assert slot.kernel_zygote.pid != zygote and slot.kernel_zygote.poll() is None
+    done = slot.run_sandboxed_code("import os; print(os.getuid())", [])
+    assert done.stdout.split() == [str(slot.uid)], done.stderr[-2000:]
