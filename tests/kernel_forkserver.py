@@ -167,9 +167,15 @@ def serve(socket_path: str) -> None:
     listener.listen(16)
     os.replace(socket_path + ".tmp", socket_path)  # launchers that find the socket find a listening one
     conns: dict[socket.socket, int] = {}   # launcher connection -> kernel pid
-    exits: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (kernel pid, connection)
+    exits: dict[int, tuple[int, socket.socket]] = {}  # pidfd (or -pid without pidfd_open) -> (kernel pid, connection)
     while True:
-        ready = select.select([listener, *conns, *exits], [], [])[0]
+        watched = [fd for fd in exits if fd >= 0]
+        polled = [fd for fd in exits if fd < 0]  # no pidfd: poll those kernels with waitpid
+        ready = select.select([listener, *conns, *watched], [], [], 0.2 if polled else None)[0]
+        for fd in polled:
+            pid, status = os.waitpid(-fd, os.WNOHANG)
+            if pid:
+                _report_exit(exits.pop(fd)[1], status, conns)
         for item in ready:
             if item is listener:
                 conn, _ = listener.accept()
@@ -193,7 +199,10 @@ def serve(socket_path: str) -> None:
                 for fd in fds:
                     os.close(fd)
                 conns[conn] = pid
-                exits[os.pidfd_open(pid)] = (pid, conn)
+                try:
+                    exits[os.pidfd_open(pid)] = (pid, conn)
+                except (AttributeError, OSError):  # Linux < 5.3
+                    exits[-pid] = (pid, conn)
                 conn.send(json.dumps({"pid": pid}).encode())
             elif item in conns:
                 try:
@@ -206,16 +215,20 @@ def serve(socket_path: str) -> None:
                 elif not data:  # the launcher is gone (nbclient killed it): so is its kernel
                     _signal(pid, signal.SIGKILL, group=True)
                     del conns[item]
-            else:
+            elif item in exits:
                 pid, conn = exits.pop(item)
                 os.close(item)
-                _, status = os.waitpid(pid, 0)
-                try:
-                    conn.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
-                except OSError:
-                    pass
-                conns.pop(conn, None)
-                conn.close()
+                _report_exit(conn, os.waitpid(pid, 0)[1], conns)
+
+
+def _report_exit(conn: socket.socket, status: int, conns: dict) -> None:
+    """Tell the launcher (if it is still there) its kernel's exit code, and forget the connection."""
+    try:
+        conn.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+    except OSError:
+        pass
+    conns.pop(conn, None)
+    conn.close()
 
 
 def _wait_for_server(socket_path: str, limit: float = 60.0) -> None:
