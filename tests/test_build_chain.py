@@ -96,3 +96,18 @@ def test_harness_grades_alternative_answers(course):
     done = chain.execute(learner, course)
     assert chain.learner_problems(done) == []
     assert chain.cell_results(done)["test_f"].startswith("NotImplementedError")
+
+
+def test_in_process_alembic_head_is_the_revision_nbgrader_stamps(monkeypatch, released_course):
+    """chain.alembic_head (read in this process) == nbgrader.api.get_alembic_version (an `alembic heads` subprocess),
+    and it is the revision the chain's release stamped into the new gradebook."""
+    import os
+    import sqlite3
+    import sys
+
+    import nbgrader.api
+
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    assert chain.alembic_head() == nbgrader.api.get_alembic_version()
+    with sqlite3.connect(released_course["course"] / "gradebook.db") as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(chain.alembic_head(),)]

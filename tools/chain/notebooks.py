@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import os
 import re
 import shutil
@@ -172,23 +173,37 @@ def venv_env(extra: dict[str, str] | None = None, pythonpath: list[Path] | tuple
     return env
 
 
+@functools.lru_cache(maxsize=1)
+def alembic_head() -> str:
+    """The alembic revision nbgrader stamps into a new gradebook, read from nbgrader's migration scripts in this
+    process. ``nbgrader.api.get_alembic_version`` runs ``alembic heads`` in a new interpreter for every new
+    gradebook (about 1.5 s of CPU each); tests/test_build_chain.py checks that both give the same revision."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    config = Config()
+    config.set_main_option("script_location", ALEMBIC_DIR)
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
 def _generate_assignment(course: Path, assignment: str) -> None:
     """``nbgrader generate_assignment <assignment> --force`` in ``course``, through nbgrader's API in this process
-    (the course's ``nbgrader_config.py`` is loaded as the command would; no interpreter start per notebook)."""
+    (the course's ``nbgrader_config.py`` is loaded as the command would; no interpreter start per notebook, and a
+    new gradebook gets its alembic revision from :func:`alembic_head`)."""
+    import nbgrader.api
     from nbgrader.apps import NbGraderAPI
     from traitlets.config.loader import PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     config.CourseDirectory.root = str(course)
     config.GenerateAssignment.log_level = "WARN"
-    bin_dir = str(Path(sys.executable).parent)
-    old_path = os.environ.get("PATH", "")
-    if bin_dir not in old_path.split(os.pathsep):  # nbgrader's gradebook shells out to `alembic`
-        os.environ["PATH"] = os.pathsep.join([bin_dir, old_path])
+    subprocess_version = nbgrader.api.get_alembic_version
+    nbgrader.api.get_alembic_version = alembic_head
     try:
         result = NbGraderAPI(config=config).generate_assignment(assignment, force=True, create=True)
     finally:
-        os.environ["PATH"] = old_path
+        nbgrader.api.get_alembic_version = subprocess_version
     if not result["success"]:
         raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{result.get('error') or ''}"
                            f"{result.get('log') or ''}")
