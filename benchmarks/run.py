@@ -528,7 +528,7 @@ def bench_autograde(tiny: bool) -> list[dict]:
     except Unavailable as error:
         return [unavailable(name, "x", baseline, str(error), goal)]
     if tiny:
-        # tiny: the class run's one grading (2 learners, nb01) stands for both runs and its nb01 floor for the
+        # tiny: the class run's one grading (1 learner, nb01) stands for both runs and its nb01 floor for the
         # `import torch` floor: the metric's code path only (tests/test_autograde_class.py grades the whole sample
         # class; tiny sizes claim nothing)
         try:
@@ -672,7 +672,7 @@ def _lesson_imports(assignment: str) -> str:
 def _class_run(tiny: bool) -> dict:
     """One synthetic class graded by `python -m autograde.pipeline autograde` (default workers), shared by
     both class-scale metrics: 30 learners over every graded lesson of the sample class, each notebook a copy
-    of a sample learner's worked (s01), wrong (s04) or untouched (s03) submission in rotation; tiny: 2
+    of a sample learner's worked (s01), wrong (s04) or untouched (s03) submission in rotation; tiny: 1
     learners, nb01 only. The floors (kernel start + each lesson's imports) are measured in the same run."""
     if tiny in _CLASS_RUNS:
         return _CLASS_RUNS[tiny]
@@ -681,7 +681,7 @@ def _class_run(tiny: bool) -> dict:
     chain = _chain()
     lessons = sample_class.LESSONS[:1] if tiny else list(sample_class.LESSONS)
     kinds = ["s01_worked_answers", "s04_bug_only_hidden_tests_catch", "s03_untouched"]
-    learners = 2 if tiny else 30
+    learners = 1 if tiny else 30
     with tempfile.TemporaryDirectory(prefix="grpo-bench-class-") as tmp:
         course = Path(tmp) / "autograde"
         if _RELEASED_COURSE is not None:  # the tests' one released course of this checkout (copied, not modified)

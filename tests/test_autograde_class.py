@@ -21,18 +21,29 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from autograde_helpers import ASSIGNMENTS, AUTOGRADE, run_pipeline  # tests/autograde_helpers.py
+from autograde_helpers import ASSIGNMENTS, AUTOGRADE, ROOT, run_pipeline  # tests/autograde_helpers.py
 
 from autograde.grpo_grader import sample as sample_class
+from tools.chain.cells import load_settings
+
+COURSE_ID = load_settings(ROOT)["id"]
 
 
-def _release_course(base: Path) -> Path:
-    import tools.chain.notebooks as chain
+def _release_course(base: Path, released: Path) -> Path:
+    """A copy of the test run's one release (``released_course``, tests/conftest.py) that holds the graded lessons
+    only, as a release of ``ASSIGNMENTS`` alone would: the other lessons' folders and gradebook rows removed."""
+    from nbgrader.api import Gradebook
 
     course = base / "autograde"
-    course.mkdir(parents=True)
-    shutil.copy2(AUTOGRADE / "nbgrader_config.py", course / "nbgrader_config.py")
-    chain.release_into(course, base / "notebooks", ASSIGNMENTS)
+    shutil.copytree(released, course)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
+        others = sorted(a.name for a in gb.assignments if a.name not in ASSIGNMENTS)
+        for name in others:
+            gb.remove_assignment(name)
+    for name in others:
+        for folder in ("source", "release"):
+            shutil.rmtree(course / folder / name, ignore_errors=True)
+    assert (course / "nbgrader_config.py").read_bytes() == (AUTOGRADE / "nbgrader_config.py").read_bytes()
     return course
 
 
@@ -41,7 +52,7 @@ def _gradebook_dump(course: Path) -> dict:
     from nbgrader.api import Gradebook
 
     dump = {"students": [], "submissions": [], "grades": [], "comments": []}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "grpo-in-practice") as gb:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
         for student in gb.students:
             dump["students"].append(student.id)
             for submission in student.submissions:
@@ -61,7 +72,7 @@ def _scores(course: Path) -> dict:
     from nbgrader.api import Gradebook, MissingEntry
 
     out = collections.defaultdict(dict)
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "grpo-in-practice") as gb:
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
         for student in gb.students:
             for assignment in ASSIGNMENTS:
                 try:
@@ -77,10 +88,10 @@ def _grades_csv(course: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def graded_class(tmp_path_factory):
-    """The sample class graded once (a released course of every lesson, a seed made for this run)."""
+def graded_class(tmp_path_factory, released_course):
+    """The sample class graded once (a released course of every graded lesson, a seed made for this run)."""
     base = tmp_path_factory.mktemp("sample-class")
-    course = _release_course(base)
+    course = _release_course(base, released_course["course"])
     pristine = base / "pristine"          # the released course before grading (for the shard run)
     shutil.copytree(course, pristine)
     seed = secrets.token_hex(12)
