@@ -673,7 +673,7 @@ def _class_run(tiny: bool) -> dict:
     """One synthetic class graded by `python -m autograde.pipeline autograde` (default workers), shared by
     both class-scale metrics: 30 learners over every graded lesson of the sample class, each notebook a copy
     of a sample learner's worked (s01), wrong (s04) or untouched (s03) submission in rotation; tiny: 1
-    learners, nb01 only. The floors (kernel start + each lesson's imports) are measured in the same run."""
+    learner, nb01 only. The floors (kernel start + each lesson's imports) are measured in the same run."""
     if tiny in _CLASS_RUNS:
         return _CLASS_RUNS[tiny]
     from autograde.grpo_grader import sample as sample_class

@@ -34,6 +34,12 @@ environment; by ``notebook_runs`` or by another direct call, in any worker) rais
 fails the calling test. Convert such a call to ``notebook_runs.run(...)``. (Executions inside subprocesses, e.g.
 ``tools.cli.experiment`` or the grading pipeline, are not seen.)
 
+Warm kernels: the executions of a worker (through ``tools.chain.notebooks.execute``) run in kernels forked from the
+worker's kernel forkserver (``tests/kernel_forkserver.py``: torch, matplotlib and transformers imported once), unless
+an environment variable that modules read at import time differs from the server's (then a fresh kernel starts).
+``GRPO_TEST_WARM_KERNELS=0`` gives every execution a fresh kernel; ``tests/test_notebook_runs.py`` compares the two.
+Learners' and the grader's kernels are not affected.
+
 Converting a module: replace ``chain.execute(nb, cwd, ...)`` by ``notebook_runs.run(nb, cwd=cwd, ...)``, the
 solution executions (``chain.execute_solution`` or ``chain.execute(chain.build_notebook(a), ...)``) by
 ``notebook_runs.solution(a)``, and put wrong-answer variants of one notebook into one execution (see
