@@ -25,8 +25,9 @@ $(VENV)/.setup-stamp: environments/*.txt pyproject.toml tools/cli/setup_env.py
 	@python3 tools/cli/setup_env.py --venv $(VENV) --profile $(PROFILE)
 	@touch $@
 
-setup: $(VENV)/.setup-stamp ## create .venv and install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA)
+setup: $(VENV)/.setup-stamp ## create .venv, install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA), build the tiny checkpoints
 	@$(PY) -m tools.preflight --profile $(PROFILE) --quiet-ok
+	@$(PY) -m autograde.pipeline prepare
 
 preflight: $(VENV)/.setup-stamp ## print the environment table for PROFILE
 	@$(PY) -m tools.preflight --profile $(PROFILE)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from autograde.grpo_grader import sample as sample_class
 from autograde.grpo_grader import warm
-from autograde.grpo_grader.course import Settings, load_settings
+from autograde.grpo_grader.course import Settings, load_settings, prepare_kernel_files
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
 from autograde.grpo_grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner
@@ -404,7 +404,8 @@ def _own_ipc_namespace() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe"])
+    parser.add_argument("command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe",
+                                            "prepare"])
     parser.add_argument("--shard", default=None, help="autograde: grade only shard k of N learners (k/N), into shards/")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course root (default: autograde/)")
     parser.add_argument("--sample", action="store_true", help="autograde: add the bundled sample class first")
@@ -446,6 +447,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"STALE {line}")
         print("sample class up to date" if not stale else "run `python -m autograde.pipeline sample --rebuild`")
         return 1 if stale else 0
+    if args.command == "prepare":  # `make setup`: the checkpoints the grading kernels load, built once
+        try:
+            prepare_kernel_files(settings)
+        except ImportError as error:
+            print(f"[prepare] 跳过：当前环境没有 {error.name}（skipped: this profile lacks {error.name}）")
+            return 0
+        print("[prepare] 评分内核所需的检查点已就绪（the grading kernels' checkpoints are ready）")
+        return 0
     if args.command == "probe":
         base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
         try:

@@ -366,3 +366,13 @@ def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     (tmp_path / "submitted").mkdir()
     assert _no_submissions(settings, {"nb01_group_advantages": {}})
     assert "<学号>/<作业名>/<作业名>.ipynb" in SUBMITTED_LAYOUT
+
+
+def test_prepare_builds_what_the_grading_kernels_load():
+    """`python -m autograde.pipeline prepare` (what `make setup` runs) leaves every checkpoint of PREPARE on disk."""
+    from autograde.grpo_grader.course import PREPARE
+
+    done = run_pipeline("prepare", timeout=900)
+    assert done.returncode == 0 and "ready" in done.stdout, done.stdout[-2000:]
+    for name in PREPARE:
+        assert (ROOT / name / "config.json").is_file(), f"{name} was not built"
