@@ -14,8 +14,9 @@ per worker imports them once; each kernel is a fork of it that then runs ipykern
 A fork is only used when it would behave like a fresh kernel: the environment variables read at import time
 (``IMPORT_TIME_ENV``) must equal the server's, else the launcher starts a plain fresh kernel (``cold``). The fork
 reseeds ``random`` and numpy's global generator, and sets matplotlib's backend from the kernel's environment as
-ipykernel does. Test infrastructure only: the grader's kernels come from its own sandboxed kernel zygote
-(``autograde/grpo_grader/sandbox.py``), and learners' kernels are always fresh.
+ipykernel does (the last steps are the grader's own: ``sandbox.become_forked_process`` and ``run_ipykernel``,
+which its kernel zygote's jobs run too). Test infrastructure only: the grader's kernels come from its own
+sandboxed kernel zygote (``autograde/grpo_grader/sandbox.py``), and learners' kernels are always fresh.
 """
 from __future__ import annotations
 
@@ -101,53 +102,28 @@ def connect(socket_path: str, argv: list[str]) -> int:
 # ----------------------------------------------------------------------------- server
 def _kernel(request: dict, fds: list[int]) -> None:
     """The forked kernel: the launcher's stdio, environment and folder, then ipykernel. Never returns."""
-    code = 0
-    try:
+    from autograde.grpo_grader.sandbox import become_forked_process, exit_like_an_interpreter, run_ipykernel
+
+    def body() -> None:
         os.setsid()
         _parent_death_signal(signal.SIGKILL)
         for fd, source in zip((0, 1, 2), fds):
             os.dup2(source, fd)
         os.closerange(3, 1 << 16)
         os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        become_forked_process(request["env"])
         import random
 
         random.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
-        if "matplotlib" in sys.modules:  # read at its import (in the server): as ipykernel's default does
-            sys.modules["matplotlib"].rcParams["backend"] = (
-                os.environ.get("MPLBACKEND") or "module://matplotlib_inline.backend_inline")
-        sys.stdin = open(0, closefd=False)
-        sys.stdout = open(1, "w", closefd=False, buffering=1)
-        sys.stderr = open(2, "w", closefd=False, buffering=1)
-        import ipykernel_launcher
-        from ipykernel import kernelapp
+        # read from the environment when ipykernel was imported (in the server): given as an option instead
+        run_ipykernel([*request["argv"], f"--IPKernelApp.parent_handle={int(os.environ.get('JPY_PARENT_PID') or 0)}"])
 
-        # read from the environment when ipykernel was imported (in the server): given as options instead
-        argv = [*request["argv"], f"--IPKernelApp.parent_handle={int(os.environ.get('JPY_PARENT_PID') or 0)}"]
-        sys.argv = [ipykernel_launcher.__file__, *argv]
-        kernelapp.launch_new_instance(argv=argv)
-        import atexit
-
-        atexit._run_exitfuncs()
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    except BaseException:  # noqa: BLE001 - report, then die like an interpreter would
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
-    os._exit(code)
+    exit_like_an_interpreter(body)
 
 
 def serve(socket_path: str) -> None:
@@ -157,6 +133,8 @@ def serve(socket_path: str) -> None:
     if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]  # the script's folder: not on a fresh kernel's path
     baseline = _import_time_env(os.environ)
+    import autograde.grpo_grader.sandbox  # noqa: F401  (what each kernel runs with; no server without it)
+
     for name in WARM:
         try:
             importlib.import_module(name)

@@ -497,15 +497,7 @@ def _kernel_job(spec: dict, request: dict, fds: list[int]) -> None:
     if "code" not in request:
         connection = _write_connection(spec, request["connection"], spec["uid"], spec["gid"])
     _drop_to_uid(spec)
-    os.environ.clear()
-    os.environ.update(env)
-    if "matplotlib" in sys.modules:  # read at its import (in the zygote): as matplotlib/__init__.py does
-        import matplotlib
-
-        matplotlib.rcParams["backend"] = env.get("MPLBACKEND") or "module://matplotlib_inline.backend_inline"
-    sys.stdin = open(0, closefd=False)
-    sys.stdout = open(1, "w", closefd=False, buffering=1)
-    sys.stderr = open(2, "w", closefd=False, buffering=1)
+    become_forked_process(env)
     if sys.path and sys.path[0] == "":  # -c put the working folder first; ipykernel_launcher removes it too
         del sys.path[0]
 
@@ -513,17 +505,40 @@ def _kernel_job(spec: dict, request: dict, fds: list[int]) -> None:
         if connection is None:
             sys.argv = ["-c", *request["argv"]]
             exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+            import atexit
+
+            atexit._run_exitfuncs()
         else:
-            import ipykernel_launcher
-            from ipykernel import kernelapp
-
-            sys.argv = [ipykernel_launcher.__file__, "-f", connection, *request.get("extra", [])]
-            kernelapp.launch_new_instance(argv=sys.argv[1:])
-        import atexit
-
-        atexit._run_exitfuncs()
+            run_ipykernel(["-f", connection, *request.get("extra", [])])
 
     exit_like_an_interpreter(body)
+
+
+def become_forked_process(env: dict[str, str]) -> None:
+    """In a child forked from a warm parent (a kernel zygote here, the tests' kernel forkserver), before its code
+    runs: the environment ``env``, matplotlib's backend from it (matplotlib read ``MPLBACKEND`` when the parent
+    imported it, as matplotlib/__init__.py does) and Python streams on the descriptors 0-2 it was given."""
+    os.environ.clear()
+    os.environ.update(env)
+    if "matplotlib" in sys.modules:
+        import matplotlib
+
+        matplotlib.rcParams["backend"] = env.get("MPLBACKEND") or "module://matplotlib_inline.backend_inline"
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False, buffering=1)
+    sys.stderr = open(2, "w", closefd=False, buffering=1)
+
+
+def run_ipykernel(argv: list[str]) -> None:
+    """ipykernel in this process, as ``python -m ipykernel_launcher ARGV`` would run it, then the atexit handlers."""
+    import atexit
+
+    import ipykernel_launcher
+    from ipykernel import kernelapp
+
+    sys.argv = [ipykernel_launcher.__file__, *argv]
+    kernelapp.launch_new_instance(argv=argv)
+    atexit._run_exitfuncs()
 
 
 def exit_like_an_interpreter(body) -> None:
