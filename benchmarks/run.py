@@ -489,15 +489,17 @@ def _autograde_run(command: list[str], env: dict[str, str], what: str, course: P
         raise RuntimeError(f"{what} failed (rc {done.returncode}):\n{done.stdout[-3000:]}")
     grades = {f"{m.group(1)}/{m.group(2)}": f"{m.group(3)} {m.group(4) or 'graded'}"
               for m in re.finditer(r"^\s+(\S+)\s+(nb\w+)\s+(\S+/\S+?)(?: \[(\w+)\])?\s*$", done.stdout, re.MULTILINE)}
-    phases: dict[str, list] = {}
-    for report in (course.glob("autograded/*/*/grading_report.json") if course is not None else []):
-        data = json.loads(report.read_text())
-        for nb in data["notebooks"]:
-            phases.setdefault(data["assignment"], []).append({"seconds": nb["seconds"], **nb.get("phases", {})})
-    return {"wall_s": seconds, "pipeline_reported_s": float(summary.group(1)), "statuses": summary.group(2),
-            "grades": grades, "phases": phases,
-            "learners": int(plan.group(1)), "notebooks": int(plan.group(2)), "workers": int(plan.group(3)),
-            "returncode": done.returncode}
+    run = {"wall_s": seconds, "pipeline_reported_s": float(summary.group(1)), "statuses": summary.group(2),
+           "grades": grades,
+           "learners": int(plan.group(1)), "notebooks": int(plan.group(2)), "workers": int(plan.group(3)),
+           "returncode": done.returncode}
+    if course is not None:
+        phases = run["phases"] = {}
+        for report in course.glob("autograded/*/*/grading_report.json"):
+            data = json.loads(report.read_text())
+            for nb in data["notebooks"]:
+                phases.setdefault(data["assignment"], []).append({"seconds": nb["seconds"], **nb.get("phases", {})})
+    return run
 
 
 def _grade_sample_class(course: Path, workers: int | None) -> dict:
@@ -508,9 +510,7 @@ def _grade_sample_class(course: Path, workers: int | None) -> dict:
         command += ["--workers", str(workers)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                TQDM_DISABLE="1")
-    run = _autograde_run(command, env, f"autograde pipeline (workers={workers})")
-    del run["phases"]
-    return run
+    return _autograde_run(command, env, f"autograde pipeline (workers={workers})")
 
 
 _RELEASED_COURSE: Path | None = None  # --released-course: reuse a released course instead of releasing one
@@ -560,17 +560,23 @@ def bench_autograde(tiny: bool) -> list[dict]:
     })]
 
 
+def _released_course(chain, course: Path, lessons: list[str] | None = None) -> Path:
+    """``course``: a copy of the tests' one release (--released-course, not modified), or else a release of
+    ``lessons`` (all by default) of this checkout: source, release and gradebook (learner versions beside it)."""
+    if _RELEASED_COURSE is not None:
+        shutil.copytree(_RELEASED_COURSE, course)
+    else:
+        course.mkdir()
+        shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", course / "nbgrader_config.py")
+        chain.release_into(course, course.parent / "notebooks", lessons)
+    return course
+
+
 def _serial_and_parallel(chain) -> tuple[dict, dict, float]:
     """The sample class graded with 1 worker and with the default workers, each on a fresh copy of one
     released course, and the `import torch` floor (median of 3)."""
     with tempfile.TemporaryDirectory(prefix="grpo-bench-grade-") as tmp:
-        first = Path(tmp) / "course1"
-        if _RELEASED_COURSE is not None:  # the tests' one released course of this checkout (copied, not modified)
-            shutil.copytree(_RELEASED_COURSE, first)
-        else:
-            first.mkdir()
-            shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", first / "nbgrader_config.py")
-            chain.release_into(first, Path(tmp) / "notebooks")  # source, release and gradebook of this checkout
+        first = _released_course(chain, Path(tmp) / "course1")
         second = Path(tmp) / "course2"
         shutil.copytree(first, second)  # the same starting state for the second run
         serial = _grade_sample_class(first, 1)
@@ -683,13 +689,7 @@ def _class_run(tiny: bool) -> dict:
     kinds = ["s01_worked_answers", "s04_bug_only_hidden_tests_catch", "s03_untouched"]
     learners = 1 if tiny else 30
     with tempfile.TemporaryDirectory(prefix="grpo-bench-class-") as tmp:
-        course = Path(tmp) / "autograde"
-        if _RELEASED_COURSE is not None:  # the tests' one released course of this checkout (copied, not modified)
-            shutil.copytree(_RELEASED_COURSE, course)
-        else:
-            course.mkdir()
-            shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", course / "nbgrader_config.py")
-            chain.release_into(course, Path(tmp) / "notebooks", lessons)
+        course = _released_course(chain, Path(tmp) / "autograde", lessons)
         for i in range(learners):
             for j, lesson in enumerate(lessons):
                 source = sample_class.SUBMITTED / kinds[(i + j) % len(kinds)] / lesson
