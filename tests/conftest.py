@@ -61,6 +61,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import kernel_forkserver  # tests/kernel_forkserver.py
 import nbformat
 import pytest
 
@@ -213,8 +214,6 @@ class WarmKernels:
         self._folder: str | None = None
 
     def _start(self) -> None:
-        import kernel_forkserver  # tests/kernel_forkserver.py
-
         self._folder = tempfile.mkdtemp(prefix="grpo-kfs-")
         socket_path = os.path.join(self._folder, "server.sock")
         kernel_forkserver.kernel_spec(self._folder, socket_path)
@@ -238,8 +237,6 @@ class WarmKernels:
         path = os.pathsep.join(
             p for p in (self._folder, (env or {}).get("JUPYTER_PATH", os.environ.get("JUPYTER_PATH"))) if p
         )
-        import kernel_forkserver
-
         return {**(env or {}), "JUPYTER_PATH": path}, {"kernel_name": kernel_forkserver.NAME}
 
     def stop(self) -> None:
