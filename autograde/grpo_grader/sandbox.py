@@ -406,6 +406,11 @@ def zygote_main(spec_text: str) -> None:
         import torch  # noqa: F401  (warm: every job imports them)
         from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
+        try:  # most lessons' setup cells import pyplot (~0.6 s a job otherwise); the backend is the spec's Agg
+            import matplotlib.pyplot  # noqa: F401
+        except Exception:  # noqa: BLE001 - an optional warm-up: the job imports what it needs itself
+            pass
+
         try:  # lesson 7's driver loads the tiny policy through transformers (~2 s of imports per job otherwise)
             import transformers.models.qwen2.modeling_qwen2  # noqa: F401
             from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401

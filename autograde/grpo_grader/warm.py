@@ -27,7 +27,9 @@ PRELOAD = [
     # StripHiddenTests loads the assignment's oracle in every nbgrader child (torch comes with it)
     "autograde.grpo_grader.oracle",
 ] + sorted(f"autograde.grpo_grader.oracles.{path.stem}"
-           for path in (Path(__file__).resolve().parent / "oracles").glob("nb*.py"))
+           for path in (Path(__file__).resolve().parent / "oracles").glob("nb*.py")) + [
+    "autograde.grpo_grader.forkserver_warmup",  # compiled validators, configured mappers: built once, inherited
+]
 
 _context = None
 _lock = threading.Lock()
