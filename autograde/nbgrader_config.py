@@ -51,12 +51,18 @@ c.Execute.interrupt_on_timeout = True
 c.Execute.iopub_timeout = 10
 c.Execute.raise_on_iopub_timeout = False  # late output never fails a notebook: the execute reply decides
 c.SafeExecute.max_output_bytes = 2_000_000
-# Slow demonstrations that the grading kernel skips (no point depends on them, only other skipped cells use
-# them, and the oracle never runs them either): lesson 3b's TRL conformance run (imports TRL, ~7 s), lesson 5's
-# memory probe (~5 s), lesson 7's experiment and what reads its record (it writes records into the course,
-# which is read-only in the sandbox, and trains with TRL).
+# Demonstrations that neither the grading kernel nor the oracle's driver runs (no point depends on them, and no
+# later cell reads a name they define: tests/test_autograde.py checks it): figures and printed walk-throughs that
+# cost every graded notebook 0.2-0.6 s each (lesson 1's timing loops, lesson 2's ratio, k1/k3 and weighting plots,
+# lesson 3's gradient, length-bias and clip-higher figures), lesson 3b's TRL conformance run (imports TRL, ~7 s),
+# lesson 5's memory probe (~5 s), lesson 7's experiment and what reads its record (it writes records into the
+# course, which is read-only in the sandbox, and trains with TRL). The feedback shows a note in their place.
 c.SafeExecute.demo_cells = {
-    "nb03b_loss_family_trl": ["trl_conformance_code", "trl_conformance_run"],
+    "nb01_group_advantages": ["pipeline_answers = [", "best_time("],
+    "nb02_grpo_objective": ["ratio_grid = torch.linspace(", "torch.multinomial(", "lengths = torch.tensor([3, 12])"],
+    "nb03a_cispo_trace_lab": ["gradient_figure"],
+    "nb03b_loss_family_trl": ["length_bias_example", "accumulation_example", "clip_higher_example",
+                              "trl_conformance_code", "trl_conformance_run"],
     "nb05_logprobs_masks": ["run_memory_probe("],
     "nb07_online_grpo": ["run_online_experiment(", "og.plot_steps(", "plot_pass_maj(", "online_trl.step0_agreement(",
                          "check_accelerate_configs("],

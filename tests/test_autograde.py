@@ -19,7 +19,8 @@ from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline  # t
 from nbformat.notebooknode import NotebookNode
 
 from autograde.grpo_grader import sample as sample_class
-from autograde.grpo_grader.preprocessors import HideHiddenTests, SafeExecute
+from autograde.grpo_grader.course import load_settings
+from autograde.grpo_grader.preprocessors import HideHiddenTests, SafeExecute, is_demo_cell
 from autograde.grpo_grader.run import check_notebook_file, compare_with_release, pick_files, summarise
 
 
@@ -310,7 +311,7 @@ def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, 
     job = tmp_path / "job"
     job.mkdir()
     shutil.copy(DRIVER, job / "driver.py")
-    cells = job_cells(release, rebuilt, oracles[0])
+    cells = job_cells(release, rebuilt, oracles[0], load_settings().demo_cells.get(notebook, ()))
     (job / "job.json").write_text(json.dumps({"cells": cells, "cases": [c.wire() for g in cases.values() for c in g],
                                               "cell_timeout": 120}))
     env = {**pipeline_env(), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
@@ -329,6 +330,74 @@ def test_lesson3_oracles_accept_the_current_solution(lesson, tmp_path):
     verdicts = _driver_verdicts([lesson], lesson, answers, tmp_path)
     failed = {f"{a}/{gid}": v.message for a, group in verdicts.items() for gid, v in group.items() if not v.passed}
     assert not failed, failed
+
+
+def _reads_and_binds(source: str) -> tuple[set[str], set[str]]:
+    """(global names a code cell reads that it does not bind itself, names it binds at top level), magics
+    turned into Python first; a read inside a function or comprehension counts where it is an implicit global."""
+    import symtable
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    top = symtable.symtable(TransformerManager().transform_cell(source), "<cell>", "exec")
+    binds = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    reads = {s.get_name() for s in top.get_symbols() if s.is_referenced()}
+    scopes = list(top.get_children())
+    while scopes:
+        scope = scopes.pop()
+        reads |= {s.get_name() for s in scope.get_symbols() if s.is_global() and s.is_referenced()}
+        scopes.extend(scope.get_children())
+    return reads - binds, binds
+
+
+def _reads_of_skipped_names(cells: list, skipped: set[int], spread: bool = False) -> list[str]:
+    """Where a cell that still runs reads a name whose latest definition, in notebook order, is a skipped cell.
+    ``spread``: a setup cell that reads one may fail (the driver records it and goes on), so its names are as
+    unreliable as a skipped cell's; only what an answer cell reads is then reported."""
+    provider: dict[str, int] = {}
+    unreliable = set(skipped)
+    found = []
+    for index, cell in enumerate(cells):
+        reads, binds = _reads_and_binds(cell.source)
+        if index not in skipped:
+            hits = sorted(name for name in reads if provider.get(name) in unreliable)
+            if spread and hits and not cell.metadata.get("nbgrader", {}).get("solution"):
+                unreliable.add(index)
+            else:
+                found += [f"cell {index} reads {name!r} from left-out cell {provider[name]}" for name in hits]
+        provider.update(dict.fromkeys(binds, index))
+    return found
+
+
+@pytest.mark.parametrize("lesson", ASSIGNMENTS)
+def test_cells_left_out_of_grading_define_nothing_that_runs_later(lesson):
+    """The lesson's demonstration cells (``SafeExecute.demo_cells``: neither the grading kernel nor the oracle's
+    driver runs them) define no name that a later cell of the grading kernel reads (tests included), so skipping
+    them adds no error to the graded notebook; with the cells only the driver leaves out (the oracle's
+    ``SKIP_SETUP``) they define nothing an answer cell reads, even through a setup cell that then fails (a
+    learner's function finds every global it would find in the learner's own run); every marker names a cell."""
+    from autograde.grpo_grader.oracle import load_oracle
+    from tools.chain.notebooks import build_notebook
+
+    code = [c for c in build_notebook(lesson).cells if c.cell_type == "code"]  # the source: solutions and tests
+    markers = load_settings().demo_cells.get(lesson, [])
+    oracle = load_oracle(lesson)
+    demo = {i for i, c in enumerate(code) if is_demo_cell(c, markers)}
+    for marker in markers:
+        assert any(is_demo_cell(c, [marker]) for c in code), f"{lesson}: demo marker {marker!r} names no setup cell"
+    assert not _reads_of_skipped_names(code, demo), (lesson, "kernel", _reads_of_skipped_names(code, demo))
+
+    def driver_skips(cell) -> bool:
+        meta = cell.metadata.get("nbgrader", {})
+        return not meta.get("solution") and not meta.get("grade") and oracle.skip_setup(cell.source, meta.get("grade_id"))
+
+    for marker in getattr(oracle.module, "SKIP_SETUP", ()):
+        assert any(oracle.skip_setup(c.source, c.metadata.get("nbgrader", {}).get("grade_id")) for c in code), marker
+    graded = [c for c in code if not c.metadata.get("nbgrader", {}).get("grade")
+              or c.metadata["nbgrader"].get("solution")]  # the driver runs no test cell
+    left_out = {i for i, c in enumerate(graded) if is_demo_cell(c, markers) or driver_skips(c)}
+    assert not _reads_of_skipped_names(graded, left_out, spread=True), (
+        lesson, "driver", _reads_of_skipped_names(graded, left_out, spread=True))
 
 
 def test_submission_metadata_is_rebuilt_from_the_release():

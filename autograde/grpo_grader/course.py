@@ -34,6 +34,8 @@ class Settings:
     oracle_zygote: bool = True
     # isolated mode: fork nbgrader's kernels from a sandboxed zygote that imported ipykernel and torch once
     kernel_zygote: bool = True
+    # {assignment: [marker, ...]}: the demonstration cells neither the kernel nor the driver runs (c.SafeExecute)
+    demo_cells: dict = field(default_factory=dict)
 
     @property
     def config_file(self) -> Path:
@@ -79,6 +81,8 @@ def load_settings(course: Path | None = None, **overrides) -> Settings:
                     "oracle_zygote", "kernel_zygote"):
             if key in pipeline:
                 setattr(settings, key, pipeline[key])
+        if "demo_cells" in config.get("SafeExecute", {}):
+            settings.demo_cells = dict(config.SafeExecute.demo_cells)
         if "timeout" in config.get("Execute", {}):
             settings.cell_timeout = int(config.Execute.timeout)
         if "course_id" in config.get("CourseDirectory", {}):

@@ -10,14 +10,18 @@ from pathlib import Path
 import nbformat
 
 from .oracle import Oracle, TestVerdict, read_results, verdicts
+from .preprocessors import is_demo_cell
 from .submission import answer_sources
 
 DRIVER = Path(__file__).resolve().parent / "driver.py"
 
 
-def job_cells(release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode, oracle: Oracle) -> list[dict]:
+def job_cells(release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode, oracle: Oracle,
+              demo_cells: list[str] | tuple[str, ...] = ()) -> list[dict]:
     """The code cells the driver runs, in release order: the release's setup cells (never the learner's
-    edits of them), the learner's answer cells in place of the stubs; test cells are left out."""
+    edits of them), the learner's answer cells in place of the stubs; test cells, the lesson's demonstration
+    cells (``demo_cells``: the markers of ``SafeExecute.demo_cells``, which the grading kernel skips too) and the
+    oracle's ``SKIP_SETUP`` cells are left out."""
     answers = answer_sources(rebuilt)
     cells = [{"id": "prelude", "source": oracle.prelude, "answer": False}] if oracle.prelude else []
     for index, cell in enumerate(release.cells):
@@ -27,7 +31,7 @@ def job_cells(release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode, or
         gid = meta.get("grade_id")
         if meta.get("solution"):
             cells.append({"id": gid, "source": answers.get(gid, cell.source), "answer": True})
-        elif meta.get("grade"):
+        elif meta.get("grade") or is_demo_cell(cell, demo_cells):
             continue
         elif not oracle.skip_setup(cell.source, gid):
             cells.append({"id": gid or f"setup-{index}", "source": cell.source, "answer": False})
@@ -44,10 +48,10 @@ class OracleOutcome:
 
 
 def run_oracle(slot, oracle: Oracle, cases, release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode,
-               cell_timeout: int, timeout: float) -> OracleOutcome:
+               cell_timeout: int, timeout: float, demo_cells: list[str] | tuple[str, ...] = ()) -> OracleOutcome:
     job_dir = slot.oracle_job_dir()
     shutil.copyfile(DRIVER, job_dir / "driver.py")
-    job = {"cells": job_cells(release, rebuilt, oracle), "cases": [c.wire() for c in cases],
+    job = {"cells": job_cells(release, rebuilt, oracle, demo_cells), "cases": [c.wire() for c in cases],
            "cell_timeout": cell_timeout, "case_timeout": min(cell_timeout, 15)}
     (job_dir / "job.json").write_text(json.dumps(job, ensure_ascii=False), encoding="utf-8")
     (job_dir / "results.jsonl").write_text("")

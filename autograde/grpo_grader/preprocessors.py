@@ -55,6 +55,19 @@ _grader_trust.restore()
 del _grader_trust"""
 
 
+def is_demo_cell(cell, markers) -> bool:
+    """Whether ``cell`` is one of a lesson's demonstration cells (``SafeExecute.demo_cells[assignment]``): a setup
+    code cell (never an answer or test cell) whose grade_id is a marker or, without a grade_id, whose source
+    contains one. Neither the grading kernel nor the oracle's driver runs it."""
+    if cell.get("cell_type") != "code":
+        return False
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    if meta.get("solution") or meta.get("grade"):
+        return False
+    gid = meta.get("grade_id")
+    return any(marker == gid or (gid is None and marker in cell.get("source", "")) for marker in markers)
+
+
 def _error_output(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
@@ -169,19 +182,13 @@ class SafeExecute(Execute):
 
     demo_cells = Dict(
         {}, help="{assignment: [grade_id or source marker, ...]}: setup/demo code cells (never answer or test "
-                 "cells) that the grading kernel does not run: slow demonstrations that no later cell and no "
-                 "point depends on; a marker without a grade_id matches a substring of the cell's source"
+                 "cells) that the grading kernel and the oracle's driver do not run: slow demonstrations that no "
+                 "later cell and no point depends on (tests/test_autograde.py checks that no later cell reads a "
+                 "name they define); a marker without a grade_id matches a substring of the cell's source"
     ).tag(config=True)
 
     def _is_demo(self, cell, resources) -> bool:
-        if cell.cell_type != "code":
-            return False
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("solution") or meta.get("grade"):
-            return False
-        markers = self.demo_cells.get(resources.get("nbgrader", {}).get("assignment", ""), ())
-        gid = meta.get("grade_id")
-        return any(marker == gid or (gid is None and marker in cell.source) for marker in markers)
+        return is_demo_cell(cell, self.demo_cells.get(resources.get("nbgrader", {}).get("assignment", ""), ()))
 
     def reset_execution_trackers(self):
         super().reset_execution_trackers()

@@ -487,7 +487,8 @@ class OracleRun:
             from .oracle_run import run_oracle
 
             self._result = run_oracle(self._slot, self.oracle, self.cases, self._release, self._rebuilt,
-                                      self._settings.cell_timeout, self._settings.notebook_timeout)
+                                      self._settings.cell_timeout, self._settings.notebook_timeout,
+                                      self._settings.demo_cells.get(self.oracle.assignment, ()))
         except BaseException as error:  # noqa: BLE001 - handed to outcome()
             self._error = error
 

@@ -16,7 +16,7 @@ TESTS = {
 }
 # the answers need none of the model work (loading the checkpoint, the memory probe's subprocesses): those
 # setup cells are skipped and the prelude gives the imports the first setup cell would have made
-SKIP_SETUP = ("from_pretrained(", "run_memory_probe(", "MEMORY_PROBE = ", "response_sequence_logps(")
+SKIP_SETUP = ("from_pretrained(", "MEMORY_PROBE = ", "response_sequence_logps(")   # and the demonstrations
 PRELUDE = "import json, math, os, sys\nfrom pathlib import Path\n\nimport torch\n"
 FLAGS = {
     "zero_one_float_masks": False,   # C1: a float 0/1 pad_mask gives the bool mask's result (today: ValueError)
