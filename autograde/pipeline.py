@@ -34,7 +34,14 @@ from autograde.grpo_grader import warm
 from autograde.grpo_grader.course import Settings, load_settings, prepare_kernel_files
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
-from autograde.grpo_grader.run import SAFE_ID, AssignmentResult, NotebookResult, fingerprint, grade_learner
+from autograde.grpo_grader.run import (
+    SAFE_ID,
+    AssignmentResult,
+    NotebookResult,
+    fingerprint,
+    grade_learner,
+    runnable_notebooks,
+)
 from autograde.grpo_grader.slots import Slot, choose_sandbox, mount_socket_tmpfs, unmount
 
 GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
@@ -215,8 +222,12 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     mounted: list[Path] = []
     sandbox = None
     statuses: dict[str, int] = {}
+    # the notebooks that will be executed (the rest are invalid files): a run without any starts no nbgrader, and the
+    # slots' zygotes pay off from a slot's second executed notebook on (none where no slot executes two)
+    runnable = runnable_notebooks(settings, course_info, todo, enough=workers + 1)
     try:
-        warm.prewarm()  # nbgrader's forkserver imports while the sandbox is probed
+        if runnable:
+            warm.prewarm()  # nbgrader's forkserver imports while the sandbox is probed
         sandbox = _open_sandbox(settings, base, workers)
         if sandbox is None:
             return 2
@@ -225,11 +236,9 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         if sandbox.mode == "isolated" and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
-        # a zygote's imports pay off from a slot's second notebook on: none where no slot grades two
-        zygotes = total_notebooks > workers
         slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[2 * k] if sandbox.uids else None,
                       oracle_uid=sandbox.uids[2 * k + 1] if sandbox.uids else None,
-                      threads=threads, ipc=(sockets / f"slot{k}") if mounted else None, zygotes=zygotes)
+                      threads=threads, ipc=(sockets / f"slot{k}") if mounted else None, zygotes=runnable > workers)
                  for k in range(workers)]
         print(f"[autograde] {len(todo)} learner(s), {total_notebooks} notebook(s), {workers} worker(s), "
               f"cell timeout {settings.cell_timeout} s, notebook limit {settings.notebook_timeout} s, "

@@ -150,6 +150,19 @@ def check_notebook_file(path: Path, max_mb: int) -> str | None:
     return read_notebook(text)[1]
 
 
+def runnable_notebooks(settings: Settings, course_info: dict, todo, enough: int | None = None) -> int:
+    """How many notebooks of ``todo`` pass the file checks, i.e. will be executed (counting stops at ``enough``)."""
+    count = 0
+    for _learner, work in todo:
+        for assignment, folder, _fp in work:
+            chosen, _problems, _notes = pick_files(folder, list(course_info[assignment]["notebooks"]))
+            for path in chosen.values():
+                count += check_notebook_file(path, settings.max_submission_mb) is None
+                if enough is not None and count >= enough:
+                    return count
+    return count
+
+
 def compare_with_release(submitted: nbformat.NotebookNode, release: nbformat.NotebookNode) -> tuple[list[str], list[str], str]:
     """(locked cells the learner edited, locked cells the learner deleted, the code the learner wrote).
 
