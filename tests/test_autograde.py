@@ -58,6 +58,28 @@ def test_file_picking_and_checks(tmp_path):
     assert "too large" in check_notebook_file(bad, 1)
 
 
+def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
+    """What a run counts before it starts nbgrader's forkserver and the zygotes: the notebooks that pass the file
+    checks (a renamed single notebook counts, invalid JSON and a missing file do not); counting stops at ``enough``."""
+    from autograde.grpo_grader.course import Settings
+    from autograde.grpo_grader.run import runnable_notebooks
+
+    info = {a: {"notebooks": [a]} for a in ASSIGNMENTS}
+
+    def work(learner, assignments):
+        return (learner, [(a, sample_class.SUBMITTED / learner / a, "") for a in assignments])
+
+    settings = Settings(course=tmp_path)
+    invalid = [work("s14_invalid_json", [ASSIGNMENTS[0]]), work("m3_deeply_nested_json", [ASSIGNMENTS[0]]),
+               work("s15_wrong_file_name", [ASSIGNMENTS[0]])]  # s15 submitted nb02 only: no nb01 file
+    assert runnable_notebooks(settings, info, invalid) == 0
+    renamed = [work("s15_wrong_file_name", ["nb02_grpo_objective"])]
+    assert runnable_notebooks(settings, info, invalid + renamed) == 1
+    full = [work("s01_worked_answers", ASSIGNMENTS)]
+    assert runnable_notebooks(settings, info, full) == len(ASSIGNMENTS)
+    assert runnable_notebooks(settings, info, full, enough=2) == 2
+
+
 def test_compare_with_release_finds_edited_and_deleted_locked_cells():
     def cell(gid, source, locked=True, solution=False):
         return nbformat.v4.new_code_cell(source, metadata={"nbgrader": {
