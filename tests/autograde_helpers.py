@@ -3,12 +3,12 @@
 tests/test_autograde_slot.py)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from autograde.grpo_grader import sample as sample_class
+from autograde.grpo_grader.course import venv_env
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRADE = ROOT / "autograde"
@@ -16,10 +16,9 @@ ASSIGNMENTS = sample_class.LESSONS
 
 
 def pipeline_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return env
+    """The pipeline's own subprocess environment (``course.venv_env``): interpreter first on PATH, checkout first
+    on PYTHONPATH."""
+    return venv_env()
 
 
 def run_pipeline(*args: str, timeout: int = 1500, seed: str | None = None) -> subprocess.CompletedProcess:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,14 +93,13 @@ def load_settings(course: Path | None = None, **overrides) -> Settings:
 
 
 def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This environment with the interpreter's bin folder first on PATH (nbgrader runs `alembic`)."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    """This environment with the interpreter's bin folder first on PATH (nbgrader runs `alembic`) and this checkout
+    first on PYTHONPATH: ``tools.chain.notebooks.venv_env`` with ``pythonpath=[ROOT]``."""
     # nbgrader imports the course config, which imports this checkout's `autograde.grpo_grader` (and `tools`);
     # the editable install provides both, PYTHONPATH keeps a subprocess on this checkout even without it
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), env.get("PYTHONPATH", "")] if p)
-    env.update(extra or {})
-    return env
+    from tools.chain.notebooks import venv_env as subprocess_env
+
+    return subprocess_env(extra, pythonpath=[ROOT])
 
 
 # Kernel files that are built, not committed: made here (in the grader's process, before any slot copies the
