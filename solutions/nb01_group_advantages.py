@@ -463,28 +463,14 @@ print("✅ compute_group_advantages 可见测试通过")
 ### BEGIN HIDDEN TESTS
 import tools.grading as _h_grading
 
+# the grader's float64 reference (a loop over groups, exact 0 for constant groups); its oracle uses the same one
+from autograde.grpo_grader.oracles.nb01_group_advantages import course_advantages as _h_reference
+
 assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
 for _h_name in ("assert_close", "expect_value_error"):
     assert getattr(_h_grading, _h_name).__code__.co_filename.endswith("grading.py"), f"tools.grading.{_h_name} 被替换"
 _h_close = _h_grading.assert_close
 _h_value_error = _h_grading.expect_value_error
-
-
-def _h_reference(rewards, group_ids, eps):
-    """float64 reference: explicit loop over groups, exact zero for constant groups."""
-    r = rewards.detach().to(torch.float64).tolist()
-    ids = group_ids.tolist()
-    out = [0.0] * len(r)
-    for gid in set(ids):
-        members = [i for i, g in enumerate(ids) if g == gid]
-        values = [r[i] for i in members]
-        if max(values) == min(values):
-            continue
-        mean = math.fsum(values) / len(values)
-        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
-        for i in members:
-            out[i] = (r[i] - mean) / max(std, eps)
-    return torch.tensor(out, dtype=torch.float64)
 
 
 _h_gen = torch.Generator().manual_seed(20240607)
@@ -683,23 +669,13 @@ print("✅ group_relative_advantages 可见测试通过")
 ### BEGIN HIDDEN TESTS
 import tools.grading as _h_grading
 
+# the grader's float64 reference, one row (prompt) at a time; its oracle uses the same one
+from autograde.grpo_grader.oracles.nb01_group_advantages import minimind_advantages as _h_minimind_reference
+
 assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
 assert _h_grading.assert_close.__code__.co_filename.endswith("grading.py"), "tools.grading.assert_close 被替换"
 _h_close = _h_grading.assert_close
 _h_value_error = _h_grading.expect_value_error
-
-
-def _h_minimind_reference(rewards, group_size, eps):
-    """float64 reference, one row (prompt) at a time."""
-    r = rewards.detach().to(torch.float64).tolist()
-    out = []
-    for start in range(0, len(r), group_size):
-        row = r[start:start + group_size]
-        mean = math.fsum(row) / len(row)
-        std = math.sqrt(math.fsum((v - mean) ** 2 for v in row) / len(row))
-        out.extend((v - mean) / (std + eps) for v in row)
-    return torch.tensor(out, dtype=torch.float64)
-
 
 _h_gen = torch.Generator().manual_seed(777)
 for _h_b, _h_g in ((1, 2), (3, 4), (5, 7), (16, 8)):

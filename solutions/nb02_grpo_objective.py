@@ -782,77 +782,23 @@ print(f"✅ 候选等权与 {len(invalid_calls)} 条输入契约测试通过")
 ### BEGIN HIDDEN TESTS
 import tools.grading as _h_grading
 
+# The grader's float64 reference, written token by token: (loss, advantages, d loss / d new), and its random
+# batches (unsorted, negative group ids; ragged prefix or holed masks; ratios well outside the clip band). Its
+# oracle checks compute_grpo_loss with the same two functions (one home).
+from autograde.grpo_grader.oracles.nb02_grpo_objective import batch as _h_batch, grpo_reference as _h_reference
+
 assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
 for _h_name in ("assert_close", "expect_value_error", "max_abs_diff"):
     assert getattr(_h_grading, _h_name).__code__.co_filename.endswith("grading.py"), f"tools.grading.{_h_name} 被替换"
 _h_close = _h_grading.assert_close
 
-
-def _h_reference(new, old, rewards, group_ids, mask, clip_range, eps, ref, beta):
-    """float64 reference written token by token: returns (loss, advantages, d loss / d new)."""
-    new_l = new.detach().double().tolist()
-    old_l = old.detach().double().tolist()
-    ref_l = ref.detach().double().tolist() if ref is not None else None
-    r = rewards.detach().double().tolist()
-    ids = group_ids.tolist()
-    m = mask.tolist()
-    n = len(r)
-    adv = [0.0] * n
-    for gid in set(ids):
-        members = [i for i in range(n) if ids[i] == gid]
-        vals = [r[i] for i in members]
-        if max(vals) == min(vals):
-            continue
-        mu = math.fsum(vals) / len(vals)
-        sd = math.sqrt(math.fsum((v - mu) ** 2 for v in vals) / len(vals))
-        for i in members:
-            adv[i] = (r[i] - mu) / max(sd, eps)
-    total, grad = 0.0, [[0.0] * len(new_l[0]) for _ in range(n)]
-    use_kl = ref_l is not None and beta > 0
-    for i in range(n):
-        valid = [t for t in range(len(m[i])) if m[i][t]]
-        acc = 0.0
-        for t in valid:
-            rho = math.exp(new_l[i][t] - old_l[i][t])
-            c = min(max(rho, 1 - clip_range), 1 + clip_range)
-            inside = 1 - clip_range < rho < 1 + clip_range
-            s = min(rho * adv[i], c * adv[i])
-            ds = rho * adv[i] if (inside or rho * adv[i] < c * adv[i]) else 0.0
-            term, dterm = -s, -ds
-            if use_kl:
-                d = ref_l[i][t] - new_l[i][t]
-                term += beta * (math.exp(d) - d - 1)
-                dterm += beta * (1 - math.exp(d))
-            acc += term
-            grad[i][t] = dterm / (len(valid) * n)
-        total += acc / len(valid)
-    return total / n, torch.tensor(adv, dtype=torch.float64), torch.tensor(grad, dtype=torch.float64)
-
-
 _h_gen = torch.Generator().manual_seed(9001)
-
-
-def _h_case(n, t, k, dtype, prefix=True):
-    labels = torch.randperm(60, generator=_h_gen)[:k] - 30                         # [K] distinct, negatives included
-    ids = labels[torch.randint(0, k, (n,), generator=_h_gen)]                      # [N] unsorted
-    old = -torch.rand(n, t, generator=_h_gen, dtype=torch.float64) * 3 - 0.05      # [N, T]
-    new = old + torch.randn(n, t, generator=_h_gen, dtype=torch.float64) * 0.3    # ratios well outside the clip band
-    ref = old + torch.randn(n, t, generator=_h_gen, dtype=torch.float64) * 0.5
-    rewards = torch.randn(n, generator=_h_gen, dtype=torch.float64) * 2
-    if prefix:
-        lengths = torch.randint(1, t + 1, (n,), generator=_h_gen)
-        mask = torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)               # [N, T]
-    else:
-        mask = torch.rand(n, t, generator=_h_gen) < 0.5
-        mask[torch.arange(n), torch.randint(0, t, (n,), generator=_h_gen)] = True
-    return [x.to(dtype) for x in (new, old, ref, rewards)] + [ids, mask]
-
 
 _h_settings = [(6, 5, 2, torch.float64, True, 0.2, 0.0), (9, 7, 4, torch.float32, True, 0.2, 0.04),
                (13, 4, 5, torch.float64, False, 0.1, 0.3), (24, 9, 6, torch.float32, False, 0.28, 0.0),
                (7, 3, 7, torch.float64, True, 0.0, 0.1)]
 for _h_n, _h_t, _h_k, _h_dtype, _h_prefix, _h_clip, _h_beta in _h_settings:
-    _h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_case(_h_n, _h_t, _h_k, _h_dtype, _h_prefix)
+    _h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, _h_n, _h_t, _h_k, _h_dtype, _h_prefix)
     _h_new.requires_grad_(True)
     _h_old.requires_grad_(True)
     _h_ref.requires_grad_(True)
@@ -894,7 +840,7 @@ for _h_n, _h_t, _h_k, _h_dtype, _h_prefix, _h_clip, _h_beta in _h_settings:
     _h_close(_h_loss3, _h_loss.detach(), atol=0.0, rtol=0.0, what=f"{_h_numeric.dtype} 的 0/1 掩码（{_h_label}）")
 
 # Finite differences on one float64 case (away from the clip boundaries).
-_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_case(5, 4, 2, torch.float64, True)
+_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, 5, 4, 2, torch.float64, True)
 _h_new.requires_grad_(True)
 _h_loss, _ = compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=0.2)
 (_h_grad,) = torch.autograd.grad(_h_loss, _h_new)
@@ -915,7 +861,7 @@ _h_close(_h_grad, torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]], dtype=torc
          what="旧对数概率与当前策略来自同一计算图时，比率的梯度仍应是策略梯度（旧策略必须 detach）")
 
 # Outputs depend on the inputs.
-_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_case(8, 5, 3, torch.float64, True)
+_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, 8, 5, 3, torch.float64, True)
 _h_l1, _h_a1 = compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask)
 _h_l2, _h_a2 = compute_grpo_loss(_h_new, _h_old, -_h_r, _h_ids, _h_mask)
 _h_l3, _ = compute_grpo_loss(_h_new + 0.1, _h_old, _h_r, _h_ids, _h_mask)
@@ -923,7 +869,7 @@ assert _h_grading.max_abs_diff(_h_a1, _h_a2) > 0.1, "不同的奖励应得到不
 assert _h_grading.max_abs_diff(_h_l1, _h_l3) > 1e-4, "不同的当前策略应得到不同的损失：输出似乎与输入无关"
 
 # Input contract, each once, with inputs different from the visible test.
-_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_case(4, 3, 2, torch.float32, True)
+_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, 4, 3, 2, torch.float32, True)
 _h_value_error = _h_grading.expect_value_error
 _h_bad_mask = _h_mask.clone()
 _h_bad_mask[-1] = False

@@ -207,19 +207,9 @@ def grpo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsil
 # %% nbgrader={"grade": true, "grade_id": "test_grpo_policy_loss", "points": 4}
 """检查 grpo_policy_loss：手算的裁剪案例、按回答等权的归约、KL 项、全 mask 行、padding 上的极端值、梯度与输入契约（可见测试）。"""
 ### BEGIN HIDDEN TESTS
-def _h_case(gen, n, t, dtype, spread=0.9, empty_row=False):
-    """One random batch: policy/old/ref log-probs, advantages, a variable-length bool mask (shared by the hidden tests)."""
-    old = -torch.rand(n, t, generator=gen, dtype=torch.float64) * 3.0 - 0.05
-    policy = old + (torch.rand(n, t, generator=gen, dtype=torch.float64) * 2.0 - 1.0) * spread
-    ref = old + torch.randn(n, t, generator=gen, dtype=torch.float64) * 0.3
-    adv = torch.randn(n, generator=gen, dtype=torch.float64)
-    lengths = torch.randint(1, t + 1, (n,), generator=gen)
-    mask = torch.arange(t)[None, :] < lengths[:, None]
-    if empty_row:
-        mask[0] = False
-    return policy.to(dtype), old.to(dtype), adv.to(dtype), mask, ref.to(dtype)
-
-
+# The grader's random batch of lesson 3 (policy/old/ref log-probs, advantages, a ragged prefix bool mask),
+# shared by the hidden tests below; the lesson's oracles draw their batches with the same function (one home).
+from autograde.grpo_grader.oracles._policy_losses import batch as _h_case
 ### END HIDDEN TESTS
 from tools.grading import assert_close, expect_value_error
 

@@ -130,10 +130,13 @@ def test_grade_ids_and_points_survive_the_split():
     assert {"gradient_figure", "trace_lab", "shared_helpers"} <= ids_a
 
 
-def test_one_h_case_per_lesson_and_no_copied_helpers():
+def test_hidden_batches_come_from_the_grader_and_no_copied_helpers():
+    """Both halves' hidden tests draw their batches with the grader's ``_policy_losses.batch`` (imported once per
+    lesson, defined in neither) and neither half copies an earlier lesson's graded function."""
     for assignment in (NB3A, NB3B):
         source = (chain.SOLUTIONS / f"{assignment}.py").read_text(encoding="utf-8")
-        assert source.count("def _h_case(") == 1, assignment
+        assert "def _h_case(" not in source, assignment
+        assert source.count("from autograde.grpo_grader.oracles._policy_losses import batch as _h_case") == 1, assignment
         assert "def token_kl_penalty" not in source and "def group_relative_advantages" not in source, assignment
 
 

@@ -171,8 +171,11 @@ def _frequency_check(prompt):
     return check
 
 
-def _step_reference(rollout, advantages, settings, lr):
-    model, _ = _policy()
+def reference_step(model, rollout, advantages, num_iterations, epsilon, epsilon_high, beta, loss_type, max_grad_norm,
+                   temperature, lr, max_completion_length=None):
+    """Float64 re-derivation of one ``grpo_step`` on a copy of ``model``: (per-epoch losses, parameters after,
+    clip_ratio_low, clip_ratio_high and approx_kl per epoch). The one reference of the update: this oracle and
+    the lesson's hidden test both use it."""
     m = copy.deepcopy(model).double()
     opt = torch.optim.AdamW(m.parameters(), lr=lr)
     mask = rollout["completion_mask"] != 0
@@ -180,17 +183,16 @@ def _step_reference(rollout, advantages, settings, lr):
     old = rollout["old_per_token_logps"].double()
     adv = advantages.double()[:, None]
     n, width = rollout["completion_ids"].shape
-    eps, beta, loss_type = settings["epsilon"], settings["beta"], settings["loss_type"]
-    eps_high = settings["epsilon_high"] if settings["epsilon_high"] is not None else eps
+    lmax = max_completion_length or width
     losses, lows, highs, kls = [], [], [], []
-    for _ in range(settings["num_iterations"]):
+    for _ in range(num_iterations):
         ids = torch.cat([rollout["prompt_ids"], rollout["completion_ids"]], 1)
         att = torch.cat([rollout["prompt_mask"].long(), mask.long()], 1)
-        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -width - 1:-1] / settings["temperature"]
+        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -width - 1:-1] / temperature
         logps = torch.log_softmax(logits, -1).gather(-1, rollout["completion_ids"].unsqueeze(-1)).squeeze(-1)
         lr_ = torch.where(mask, logps - old, torch.zeros_like(logps))
         ratio = torch.exp(lr_)
-        ptl = -torch.min(ratio * adv, torch.clamp(ratio, 1 - eps, 1 + eps_high) * adv)
+        ptl = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
         if beta > 0:
             d = torch.where(mask, rollout["ref_per_token_logps"].double() - logps, torch.zeros_like(logps))
             ptl = ptl + beta * (torch.exp(d) - d - 1)
@@ -199,18 +201,27 @@ def _step_reference(rollout, advantages, settings, lr):
         elif loss_type in ("bnpo", "dapo"):
             loss = (ptl * w).sum() / w.sum().clamp(min=1)
         else:
-            loss = (ptl * w).sum() / (n * (settings.get("max_completion_length") or width))
+            loss = (ptl * w).sum() / (n * lmax)
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(m.parameters()), settings["max_grad_norm"])
+        torch.nn.utils.clip_grad_norm_(list(m.parameters()), max_grad_norm)
         opt.step()
         tot = w.sum().clamp(min=1)
         losses.append(float(loss.detach()))
-        lows.append(float((((ratio < 1 - eps) & (adv < 0)).double() * w).sum() / tot))
-        highs.append(float((((ratio > 1 + eps_high) & (adv > 0)).double() * w).sum() / tot))
-        kls.append(float(((ratio - 1 - lr_).detach() * w).sum() / tot))
-    params = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
-    return losses, lows, highs, kls, params
+        lows.append(float((((ratio < 1 - epsilon) & (adv < 0)).double() * w).sum() / tot))
+        highs.append(float((((ratio > 1 + epsilon_high) & (adv > 0)).double() * w).sum() / tot))
+        kls.append(float(((ratio - 1 - lr_).detach() * w).sum() / tot))  # a metric: no graph
+    return losses, [p.detach() for p in m.parameters()], lows, highs, kls
+
+
+def _step_reference(rollout, advantages, settings, lr):
+    model, _ = _policy()
+    eps = settings["epsilon"]
+    losses, params, lows, highs, kls = reference_step(
+        model, rollout, advantages, settings["num_iterations"], eps,
+        eps if settings["epsilon_high"] is None else settings["epsilon_high"], settings["beta"], settings["loss_type"],
+        settings["max_grad_norm"], settings["temperature"], lr, settings.get("max_completion_length"))
+    return losses, lows, highs, kls, torch.cat([p.reshape(-1) for p in params])
 
 
 def _step_check(rollout, advantages, settings, lr):
