@@ -72,7 +72,7 @@ test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, gradin
 # ruff check covers tools/, tests/, benchmarks/, solutions/ and autograde/ (rules in pyproject.toml). The format
 # check covers only the files below, formatted by maintainers; the rest keeps its hand-aligned style for now, so
 # that parallel edits do not drown in reformatting (add a file here after `ruff format` on it).
-FORMAT_FILES := tests/conftest.py tools/__init__.py tools/chain/__init__.py tools/chain/saved.py \
+FORMAT_FILES := tests/conftest.py tests/test_one_home.py tools/__init__.py tools/chain/__init__.py tools/chain/saved.py \
                 tools/chain/readme_table.py benchmarks/__init__.py benchmarks/course_code.py
 
 lint: $(VENV)/.setup-stamp ## ruff check (tools, tests, benchmarks, solutions, autograde) + ruff format --check (FORMAT_FILES)

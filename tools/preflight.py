@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.notebook_runtime import package_version  # (standard library only: runs before the profile is installed)
+
 __all__ = ["PROFILES", "Requirement", "parse_requirements", "profile_requirements", "collect_rows",
            "format_table", "run_preflight", "main"]
 
@@ -108,15 +110,6 @@ def _at_least(installed: str, minimum: str) -> bool:
         return _release_tuple(installed) >= _release_tuple(minimum)
 
 
-def _installed_version(name: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _find_root(root) -> Path:
     if root is not None:
         return Path(root)
@@ -163,7 +156,7 @@ def _row(item, required, installed, status, fatal, note=""):
 
 def _package_row(requirement: Requirement) -> dict:
     name = requirement.name
-    installed = _installed_version(name)
+    installed = package_version(name)
     wanted = f"{requirement.op}{requirement.version}" if requirement.op else "any"
     if installed is None:
         return _row(name, wanted, "-", "missing", True)
