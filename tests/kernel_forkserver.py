@@ -82,15 +82,9 @@ def connect(socket_path: str, argv: list[str]) -> int:
         sock.close()
         _cold(argv)
 
-    def _interrupt(*_):
-        try:
-            sock.send(b"interrupt")
-        except OSError:
-            pass
+    from autograde.grpo_grader.sandbox import relay_launcher_signals
 
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))  # the closed socket makes the server kill the kernel
-    signal.signal(signal.SIGHUP, lambda *_: os._exit(143))
+    relay_launcher_signals(sock)  # as the grader's launcher: interrupts over the socket, SIGTERM/SIGHUP end it
     while True:
         select.select([sock], [], [])
         data = sock.recv(4096)

@@ -446,6 +446,22 @@ KERNEL_WARM = ("torch", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.
                "transformers", "transformers.models.qwen2.modeling_qwen2")
 
 
+def relay_launcher_signals(sock) -> None:
+    """The signals Jupyter sends a kernel launcher that stands for a forked kernel, passed on over its socket:
+    SIGINT (an interrupt) is sent as ``b"interrupt"``; SIGTERM and SIGHUP end the launcher at once, and the
+    closed socket makes the other side (the kernel zygote, or the tests' kernel forkserver) kill the kernel."""
+
+    def _interrupt(*_):
+        try:
+            sock.send(b"interrupt")
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+    signal.signal(signal.SIGHUP, lambda *_: os._exit(143))
+
+
 def _kernel_client(spec: dict, connection_text: str, extra: list[str]) -> int:
     """The launcher's side of a kernel job; returns the exit code for Jupyter."""
     import socket
@@ -465,15 +481,7 @@ def _kernel_client(spec: dict, connection_text: str, extra: list[str]) -> int:
         print(f"[grading sandbox] the kernel zygote is not there: {error!r}", file=sys.stderr, flush=True)
         return 70
 
-    def _interrupt(*_):
-        try:
-            sock.send(b"interrupt")
-        except OSError:
-            pass
-
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))  # the closed socket makes the zygote kill the job
-    signal.signal(signal.SIGHUP, lambda *_: os._exit(143))
+    relay_launcher_signals(sock)
     parent = os.getppid()
     while True:
         if select.select([sock], [], [], 0.5)[0]:
