@@ -158,15 +158,10 @@ def training_corpus() -> list[str]:
     return texts
 
 
-def build_tokenizer():
-    """Train the byte-level BPE tokenizer; return it as ``transformers``' ``Qwen2Tokenizer``.
-
-    The normaliser (NFC) and pre-tokeniser (Qwen2's split regex, then byte-level) are Qwen2's own, so
-    ``AutoTokenizer`` - which picks ``Qwen2Tokenizer`` for a ``qwen2`` checkpoint and rebuilds the
-    pipeline from the saved vocabulary and merges - loads back exactly the tokenizer trained here.
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import Qwen2Tokenizer
+def _qwen2_bpe_backend():
+    """An untrained byte-level BPE ``tokenizers.Tokenizer`` with Qwen2's normaliser (NFC), pre-tokeniser (its
+    split regex, then byte-level) and decoder: both of the course's tokenizers start from it."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     backend = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
@@ -177,6 +172,20 @@ def build_tokenizer():
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def build_tokenizer():
+    """Train the byte-level BPE tokenizer; return it as ``transformers``' ``Qwen2Tokenizer``.
+
+    The normaliser (NFC) and pre-tokeniser (Qwen2's split regex, then byte-level) are Qwen2's own, so
+    ``AutoTokenizer`` - which picks ``Qwen2Tokenizer`` for a ``qwen2`` checkpoint and rebuilds the
+    pipeline from the saved vocabulary and merges - loads back exactly the tokenizer trained here.
+    """
+    from tokenizers import pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+
+    backend = _qwen2_bpe_backend()
     trainer = trainers.BpeTrainer(
         vocab_size=TOKENIZER_VOCAB_SIZE,
         special_tokens=SPECIAL_TOKENS,
@@ -253,23 +262,15 @@ def build_qwen25_like_tokenizer():
     each piece becomes one token - the token counts Qwen2.5's tokenizer gives (estimated) - and with
     Qwen2.5's chat template (default system prompt). Special tokens, pad and eos as the tiny tokenizer.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     pieces = sorted({piece for text in qwen25_rendered_fixtures() for piece in qwen25_pieces(text)
                      if piece not in SPECIAL_TOKENS})
     # Each piece is its own training text (so " Q" and "wen" never merge); repeated so that its merges
     # outrank the course text's.
     corpus = [piece for piece in pieces for _ in range(64)] + training_corpus()
-    backend = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
-                                   byte_fallback=False))
-    backend.normalizer = normalizers.NFC()
-    backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    backend.decoder = decoders.ByteLevel()
+    backend = _qwen2_bpe_backend()
     trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), min_frequency=1,
                                   show_progress=False)
