@@ -738,19 +738,11 @@ def _run(mode, label, tmp_path):
 def _outputs(executed_path):
     import nbformat
 
-    nb = nbformat.read(executed_path, as_version=4)
-    text, images = [], 0
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream":
-                text.append(out["text"])
-            data = out.get("data", {})
-            text.append(data.get("text/markdown", ""))
-            images += "image/png" in data
-    return "\n".join(text), images
+    return _notebook_text(nbformat.read(executed_path, as_version=4))
 
 
 def _notebook_text(nb):
+    """(the printed and markdown outputs of ``nb`` as one text, the number of PNG images it shows)."""
     text, images = [], 0
     for cell in nb.cells:
         for out in cell.get("outputs", []):
