@@ -1,6 +1,7 @@
 """What the grading-pipeline test modules share: the checkout's paths, the graded lessons and how a test runs
 ``python -m autograde.pipeline`` (tests/test_autograde.py, tests/test_autograde_class.py,
 tests/test_autograde_slot.py)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -25,7 +26,14 @@ def run_pipeline(*args: str, timeout: int = 1500, seed: str | None = None) -> su
     env = pipeline_env()
     if seed is not None:
         env["GRPO_GRADING_SEED"] = seed
-    done = subprocess.run([sys.executable, "-m", "autograde.pipeline", *args], cwd=ROOT, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "autograde.pipeline", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout,
+    )
     print(done.stdout[-6000:])
     return done

@@ -4,6 +4,7 @@ Nothing here asserts a timing or a memory figure: speed claims live in benchmark
 against baselines in the same run. These tests check structure, finiteness and that the benchmarked code
 computes the same numbers as its baseline.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ METRICS = {
     "series_execution_s": ["tools/chain/notebooks.py"],
 }
 
-SOURCE = '''# ---
+SOURCE = """# ---
 # jupyter:
 #   kernelspec: {display_name: Python 3, language: python, name: python3}
 #   course: {profile: BASE-CPU}
@@ -58,7 +59,7 @@ def answer(v):
 # %% nbgrader={"grade": true, "grade_id": "test_answer", "points": 1}
 import json
 assert answer(4) == 3
-'''
+"""
 
 
 def test_loader_executes_imports_and_requested_cells_only(tmp_path, capsys):
@@ -85,12 +86,17 @@ def test_benchmarked_group_advantages_match_the_seed_loop_on_both_paths():
     from tools.lessons.nb01_group_advantages import compute_group_advantages as course
 
     rewards, group_ids, _ = _ragged_case(300, seed=3)
-    torch.testing.assert_close(course(rewards, group_ids), seed_loop_advantages(rewards, group_ids),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        course(rewards, group_ids), seed_loop_advantages(rewards, group_ids), rtol=1e-5, atol=1e-5
+    )
     rewards = torch.rand(64, generator=torch.Generator().manual_seed(5))  # [N]
     rewards[8:16] = 1.1  # one equal-reward group of float32 values
-    for group_ids in (torch.arange(8).repeat_interleave(8), torch.arange(8).flip(0).repeat_interleave(8),
-                      torch.zeros(64, dtype=torch.long), torch.arange(64)):
+    for group_ids in (
+        torch.arange(8).repeat_interleave(8),
+        torch.arange(8).flip(0).repeat_interleave(8),
+        torch.zeros(64, dtype=torch.long),
+        torch.arange(64),
+    ):
         got = course(rewards, group_ids)
         torch.testing.assert_close(got, seed_loop_advantages(rewards, group_ids), rtol=1e-5, atol=1e-5)
         same = rewards[group_ids == group_ids[8]] == rewards[8]
@@ -109,9 +115,17 @@ def tiny_results(tmp_path_factory, released_course, notebook_runs):
     first = chain.assignments()[0]  # the tiny series times the first solution: the run's shared execution
     nb, seconds = notebook_runs.solution_timed(first)
     (folder / f"{first}.json").write_text(json.dumps({"notebook": nb, "seconds": seconds}), encoding="utf-8")
-    command = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--tiny", "--out", str(out),
-               "--released-course", str(released_course["course"]),  # the test run's one release
-               "--series-from", str(folder)]
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "run.py"),
+        "--tiny",
+        "--out",
+        str(out),
+        "--released-course",
+        str(released_course["course"]),  # the test run's one release
+        "--series-from",
+        str(folder),
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text(encoding="utf-8")), done.stdout

@@ -1,4 +1,5 @@
 """The single-source chain on a small fixture source: build, release, staleness, leak checks, harness."""
+
 from __future__ import annotations
 
 import shutil
@@ -33,11 +34,21 @@ def test_build_completes_metadata_and_inserts_first_cells(course):
     assert nb.cells[0].metadata["tags"] == ["course-badges"]
     assert "colab.research.google.com" in nb.cells[0].source
     boot = nb.cells[1]
-    assert boot.metadata["nbgrader"] == {"grade": False, "grade_id": "bootstrap", "locked": True,
-                                         "schema_version": 3, "solution": False}
+    assert boot.metadata["nbgrader"] == {
+        "grade": False,
+        "grade_id": "bootstrap",
+        "locked": True,
+        "schema_version": 3,
+        "solution": False,
+    }
     answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "f")
-    assert answer.metadata["nbgrader"] == {"grade": False, "grade_id": "f", "locked": False,
-                                           "schema_version": 3, "solution": True}
+    assert answer.metadata["nbgrader"] == {
+        "grade": False,
+        "grade_id": "f",
+        "locked": False,
+        "schema_version": 3,
+        "solution": True,
+    }
     test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_f")
     assert test.metadata["nbgrader"]["locked"] is True and test.metadata["nbgrader"]["points"] == 2
     assert [c["id"] for c in nb.cells][:2] == ["cell-000", "bootstrap"]
@@ -51,7 +62,7 @@ def test_release_is_byte_stable_strips_answers_and_passes_check(course):
     learner = nbformat.reads(first.decode(), as_version=4)
     text = "\n".join(c.source for c in learner.cells)
     assert "return x + 1" not in text and "assert f(2) == 3" not in text and "解析" not in text
-    assert 'raise NotImplementedError' in text
+    assert "raise NotImplementedError" in text
     assert chain.check() == 0
 
 
@@ -66,7 +77,7 @@ def test_check_fails_on_stale_and_on_leak(course, capsys):
     out = capsys.readouterr().out
     assert "stale" in out and "leaks answer line: 'return x + 1'" in out
     chain.release()
-    source = (course / "solutions" / "chain_demo.py")
+    source = course / "solutions" / "chain_demo.py"
     source.write_text(source.read_text().replace("return x + 1", "return 1 + x"))
     assert chain.check() == 0, "an answer change does not change the learner version"
     source.write_text(source.read_text().replace('"""doc"""', '"""Add one."""'))

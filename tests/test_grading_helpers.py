@@ -1,4 +1,5 @@
 """tools.grading: comparisons that a learner's monkeypatches cannot fool, tampering report and restore."""
+
 from __future__ import annotations
 
 import subprocess

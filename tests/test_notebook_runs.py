@@ -63,7 +63,7 @@ def test_a_direct_second_execution_fails(tmp_path, notebook_runs):
     assert notebook_runs.run(nb, cwd=tmp_path) == first  # the shared result is still served
 
 
-_PROBE = r'''
+_PROBE = r"""
 import json, os, random, sys
 warm = "torch" in sys.modules  # imported before any cell ran: the kernel was forked from the warm server
 import matplotlib
@@ -72,7 +72,7 @@ print(json.dumps({"warm": warm, "cwd": os.getcwd(), "path": sys.path, "probe": o
                   "backend": matplotlib.get_backend(), "random": random.random(), "numpy": float(np.random.rand()),
                   "parent_poller": bool(get_ipython().kernel.parent.poller),
                   "main": type(sys.modules["__main__"]).__name__, "argv0": os.path.basename(sys.argv[0])}))
-'''
+"""
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """Every notebook of the series: learner versions up to date and leak-free, solutions run green,
 learner versions fail only with NotImplementedError."""
+
 from __future__ import annotations
 
 import pytest

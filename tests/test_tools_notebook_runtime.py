@@ -97,8 +97,9 @@ def test_resolve_model_commit_local_content_hash(tmp_path):
     assert resolve_model_commit(second, None, local_files_only=False) == (commit, "local")
     (second / "model.safetensors").write_bytes(b"\x00\x01weightz")
     assert resolve_model_commit(second, None, True)[0] != commit
-    third = _make_checkpoint(tmp_path / "c", {"config.json": b"{}", "model2.safetensors": b"\x00\x01weights",
-                                              "sub/tokenizer.json": b"tok"})
+    third = _make_checkpoint(
+        tmp_path / "c", {"config.json": b"{}", "model2.safetensors": b"\x00\x01weights", "sub/tokenizer.json": b"tok"}
+    )
     assert resolve_model_commit(third, None, True)[0] != commit  # a renamed file changes the hash
 
 

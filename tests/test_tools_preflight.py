@@ -18,10 +18,16 @@ STATUSES = {"ok", "missing", "too old", "not needed", "warn"}
 
 def test_parse_requirements_follows_includes(tmp_path):
     (tmp_path / "base.txt").write_text("# comment\ntorch==2.13.0\nnumpy>=1.26  # inline\n\n--index-url https://x\n")
-    (tmp_path / "top.txt").write_text("-r base.txt\nnumpy==9.9\ntransformers[torch]==5.23.0 ; python_version>'3'\nplain\n")
+    (tmp_path / "top.txt").write_text(
+        "-r base.txt\nnumpy==9.9\ntransformers[torch]==5.23.0 ; python_version>'3'\nplain\n"
+    )
     reqs = parse_requirements(tmp_path / "top.txt")
     assert [(r.name, r.op, r.version) for r in reqs] == [
-        ("torch", "==", "2.13.0"), ("numpy", ">=", "1.26"), ("transformers", "==", "5.23.0"), ("plain", None, None)]
+        ("torch", "==", "2.13.0"),
+        ("numpy", ">=", "1.26"),
+        ("transformers", "==", "5.23.0"),
+        ("plain", None, None),
+    ]
 
 
 def test_profiles_read_the_environment_files():
@@ -71,8 +77,11 @@ def test_missing_and_too_old_packages_fail_with_the_fix():
 
 
 def test_platform_torch_rule():
-    rows = collect_rows("BASE-CPU", requirements=[Requirement("torch", "==", "2.8.0"), Requirement("torch", "==", "99.0")],
-                        root=REPO_ROOT)
+    rows = collect_rows(
+        "BASE-CPU",
+        requirements=[Requirement("torch", "==", "2.8.0"), Requirement("torch", "==", "99.0")],
+        root=REPO_ROOT,
+    )
     torch_rows = [row for row in rows if row["item"] == "torch"]
     assert [row["status"] for row in torch_rows] == ["ok", "ok"]  # installed torch >= 2.4 whatever the pin
     assert all(">= 2.4" in row["note"] for row in torch_rows)
@@ -100,8 +109,9 @@ def _fake_course(root, extra_line):
 
 def _cli(*args, cwd=REPO_ROOT):
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run([sys.executable, "-m", "tools.preflight", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tools.preflight", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_command_line_exit_codes(tmp_path, monkeypatch, capsys):

@@ -54,7 +54,8 @@ def test_gradient_l2_norm():
     assert gradient_l2_norm(params) == pytest.approx(expected, rel=1e-6)
     assert gradient_l2_norm(iter(params)) == pytest.approx(expected, rel=1e-6)
     assert gradient_l2_norm(p for p in params) == pytest.approx(
-        float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"), norm_type=2.0)), rel=1e-6)
+        float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"), norm_type=2.0)), rel=1e-6
+    )
     assert gradient_l2_norm([frozen]) == 0.0
     assert gradient_l2_norm([]) == 0.0
 

@@ -10,6 +10,7 @@ Executed top to bottom, the tagged cells give the same results as a fresh execut
 variant's answers: cells before the span do not depend on the variant's answers, and the span re-runs every cell
 that does (the test modules check the restored copies pass, so a failure comes from its variant alone).
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,10 +31,10 @@ def is_test(cell) -> bool:
 @dataclass
 class Variant:
     tag: str
-    answers: dict[str, str]             # grade_id -> answer source (the wrong answers)
-    last: list[str]                     # grade_ids the span must reach (the cells the check looks at)
-    restore: bool = True                # False: it patches the interpreter for good; put it last
-    hidden_only: bool = False           # test cells of the span keep only their hidden tests
+    answers: dict[str, str]  # grade_id -> answer source (the wrong answers)
+    last: list[str]  # grade_ids the span must reach (the cells the check looks at)
+    restore: bool = True  # False: it patches the interpreter for good; put it last
+    hidden_only: bool = False  # test cells of the span keep only their hidden tests
     first: list[str] = field(default_factory=list)  # extra grade_ids the span must start at or before
 
 
@@ -67,7 +68,7 @@ def warm_notebook(base, variants: list[Variant], correct: dict[str, str] | None 
         first = min(index[g] for g in [*variant.answers, *variant.first])
         last = max(index[g] for g in variant.last)
         assert first <= last, f"{variant.tag}: the checked cells must come after the answer cells"
-        span = base.cells[first:last + 1]
+        span = base.cells[first : last + 1]
         cells += [tagged(c, variant.tag, variant.answers, variant.hidden_only) for c in span]
         if variant.restore:
             cells += [tagged(c, f"restore-{variant.tag}", correct or {}, variant.hidden_only) for c in span]
@@ -81,5 +82,5 @@ def warm_notebook(base, variants: list[Variant], correct: dict[str, str] | None 
 def base_part(done, base):
     """The executed copy of the ``base`` cells only (what a fresh execution of ``base`` gives)."""
     out = copy.deepcopy(done)
-    out.cells = out.cells[:len(base.cells)]
+    out.cells = out.cells[: len(base.cells)]
     return out

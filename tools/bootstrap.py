@@ -19,6 +19,7 @@ before the profile is installed. The platform markers and folders below are stam
 ``tools.chain.cells`` (one definition for both), and ``python -m tools.bootstrap --profile X`` does
 the same from a terminal.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -168,8 +169,10 @@ def ensure_requirements(profile: str, root: Path) -> list[str]:
     installed = {_normalise(re.match(r"[A-Za-z0-9._-]+", spec).group(0)) for spec in missing}
     stale = sorted(installed & _imported_distributions())
     if stale:
-        print(f"注意：{', '.join(stale)} 在安装前已被导入，请重启内核（Colab：代码执行程序 → 重新启动会话），"
-              "然后重新运行本单元格。")
+        print(
+            f"注意：{', '.join(stale)} 在安装前已被导入，请重启内核（Colab：代码执行程序 → 重新启动会话），"
+            "然后重新运行本单元格。"
+        )
     return missing
 
 

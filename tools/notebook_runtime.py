@@ -10,8 +10,15 @@ import tempfile
 import traceback
 from pathlib import Path
 
-__all__ = ["save_json", "hash_ids", "package_version", "resolve_model_commit", "failure_record", "figure_png",
-           "show_figure"]
+__all__ = [
+    "save_json",
+    "hash_ids",
+    "package_version",
+    "resolve_model_commit",
+    "failure_record",
+    "figure_png",
+    "show_figure",
+]
 
 
 def save_json(path, obj) -> Path:
@@ -139,8 +146,10 @@ def _cached_commit(model_id: str, revision: str) -> str:
 
 
 def _offline_env() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in {"1", "true", "yes", "on"}
-               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(v, "").strip().lower() in {"1", "true", "yes", "on"}
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def resolve_model_commit(model_id, revision=None, local_files_only=False) -> tuple[str, str]:
@@ -180,8 +189,11 @@ def resolve_model_commit(model_id, revision=None, local_files_only=False) -> tup
     try:
         return _cached_commit(str(model_id), revision), "cache"
     except FileNotFoundError as cache_error:
-        how = ("local_files_only=True / HF_HUB_OFFLINE" if online_error is None
-               else f"the hub could not be reached ({type(online_error).__name__}: {online_error})")
+        how = (
+            "local_files_only=True / HF_HUB_OFFLINE"
+            if online_error is None
+            else f"the hub could not be reached ({type(online_error).__name__}: {online_error})"
+        )
         raise RuntimeError(
             f"无法解析模型版本 / cannot resolve the commit of model {model_id!r} at revision {revision!r}: "
             f"it is not a local folder, {how}, and {cache_error}. "

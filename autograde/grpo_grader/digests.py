@@ -1,5 +1,6 @@
 """The grading seed and the digests that fingerprint a grading, without torch: the commands that grade nothing
 (``grades``, ``feedback``, ``merge-shards``, a run with nothing new) never import torch or an oracle."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +13,7 @@ from pathlib import Path
 from .course import AUTOGRADE
 
 SEED_ENV = "GRPO_GRADING_SEED"
-SEED_NAME = ".grading_seed"                 # <course>/.grading_seed: git-ignored; created by `make autograde`
+SEED_NAME = ".grading_seed"  # <course>/.grading_seed: git-ignored; created by `make autograde`
 HERE = Path(__file__).resolve().parent
 
 
@@ -33,9 +34,11 @@ def grading_seed(create: bool = False, announce: Callable[[str], None] = print, 
     fd = os.open(SEED_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(value + "\n")
-    announce(f"[autograde] 已生成评分种子 {SEED_FILE}（只有教师可读，已被 git 忽略；评分用例由它抽取，请勿提交或公开。"
-             f"多台机器评分时用同一个种子：复制此文件或设置 {SEED_ENV}）"
-             f"(created the secret grading seed {SEED_FILE}; keep it private, share it only with grading machines)")
+    announce(
+        f"[autograde] 已生成评分种子 {SEED_FILE}（只有教师可读，已被 git 忽略；评分用例由它抽取，请勿提交或公开。"
+        f"多台机器评分时用同一个种子：复制此文件或设置 {SEED_ENV}）"
+        f"(created the secret grading seed {SEED_FILE}; keep it private, share it only with grading machines)"
+    )
     return value
 
 

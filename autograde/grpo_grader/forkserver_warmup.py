@@ -8,6 +8,7 @@ caches for the life of a process:
   and writes notebooks at the current minor version, strict and with ``relax_add_props``;
 - SQLAlchemy's mapper configuration of nbgrader's gradebook models (~0.05 s at a child's first query).
 """
+
 from __future__ import annotations
 
 import nbformat

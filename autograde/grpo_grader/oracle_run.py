@@ -1,5 +1,6 @@
 """One oracle run: the job for the driver (setup cells of the release + the learner's answers + case inputs),
 its sandboxed execution in a slot, and the verdicts per test cell."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,12 @@ from .submission import answer_sources
 DRIVER = Path(__file__).resolve().parent / "driver.py"
 
 
-def job_cells(release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode, oracle: Oracle,
-              demo_cells: list[str] | tuple[str, ...] = ()) -> list[dict]:
+def job_cells(
+    release: nbformat.NotebookNode,
+    rebuilt: nbformat.NotebookNode,
+    oracle: Oracle,
+    demo_cells: list[str] | tuple[str, ...] = (),
+) -> list[dict]:
     """The code cells the driver runs, in release order: the release's setup cells (never the learner's
     edits of them), the learner's answer cells in place of the stubs; test cells, the lesson's demonstration
     cells (``demo_cells``: the markers of ``SafeExecute.demo_cells``, which the grading kernel skips too) and the
@@ -41,18 +46,30 @@ def job_cells(release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode, or
 @dataclass
 class OracleOutcome:
     verdicts: dict[str, TestVerdict] = field(default_factory=dict)
-    problem: str = ""          # why some cases did not run (timeout, the process died, ...)
+    problem: str = ""  # why some cases did not run (timeout, the process died, ...)
     seconds: float = 0.0
     cells_failed: list[str] = field(default_factory=list)
     cases: int = 0
 
 
-def run_oracle(slot, oracle: Oracle, cases, release: nbformat.NotebookNode, rebuilt: nbformat.NotebookNode,
-               cell_timeout: int, timeout: float, demo_cells: list[str] | tuple[str, ...] = ()) -> OracleOutcome:
+def run_oracle(
+    slot,
+    oracle: Oracle,
+    cases,
+    release: nbformat.NotebookNode,
+    rebuilt: nbformat.NotebookNode,
+    cell_timeout: int,
+    timeout: float,
+    demo_cells: list[str] | tuple[str, ...] = (),
+) -> OracleOutcome:
     job_dir = slot.oracle_job_dir()
     shutil.copyfile(DRIVER, job_dir / "driver.py")
-    job = {"cells": job_cells(release, rebuilt, oracle, demo_cells), "cases": [c.wire() for c in cases],
-           "cell_timeout": cell_timeout, "case_timeout": min(cell_timeout, 15)}
+    job = {
+        "cells": job_cells(release, rebuilt, oracle, demo_cells),
+        "cases": [c.wire() for c in cases],
+        "cell_timeout": cell_timeout,
+        "case_timeout": min(cell_timeout, 15),
+    }
     (job_dir / "job.json").write_text(json.dumps(job, ensure_ascii=False), encoding="utf-8")
     (job_dir / "results.jsonl").write_text("")
     code, timed_out, seconds, stderr = slot.run_oracle(job_dir, timeout)

@@ -27,6 +27,7 @@ A case is a dict ``{assignment: spec}``; a spec may hold:
 The lessons of the sample class are ``LESSONS``: adding a lesson = its name there, its entries in the cases
 (at least s01-s04), and its rows in ``expected.json``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -47,12 +48,19 @@ EXPECTED = SAMPLE / "expected.json"
 # The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
 TIMEOUTS = {"cell_timeout": 15, "notebook_timeout": 50, "memory_limit_mb": 4096}
 # every lesson the sample class grades (a learner's row for a lesson it did not submit is "missing")
-LESSONS = ["nb01_group_advantages", "nb02_grpo_objective", "nb03a_cispo_trace_lab", "nb03b_loss_family_trl",
-           "nb04_verifiable_rewards", "nb05_logprobs_masks", "nb07_online_grpo"]
+LESSONS = [
+    "nb01_group_advantages",
+    "nb02_grpo_objective",
+    "nb03a_cispo_trace_lab",
+    "nb03b_loss_family_trl",
+    "nb04_verifiable_rewards",
+    "nb05_logprobs_masks",
+    "nb07_online_grpo",
+]
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
-REFERENCE_IMPORT_S = 2.0   # `python -c "import torch"` on an idle 2-core machine, about
+REFERENCE_IMPORT_S = 2.0  # `python -c "import torch"` on an idle 2-core machine, about
 
 
 def machine_timeouts(say=print) -> dict:
@@ -68,9 +76,11 @@ def machine_timeouts(say=print) -> dict:
     took = time.monotonic() - started
     factor = min(4.0, max(1.0, took / REFERENCE_IMPORT_S))
     say(f"[autograde] sample class: `import torch` took {took:.1f} s -> time limits x{factor:.1f}")
-    return {"cell_timeout": int(TIMEOUTS["cell_timeout"] * factor),
-            "notebook_timeout": int(TIMEOUTS["notebook_timeout"] * factor),
-            "memory_limit_mb": TIMEOUTS["memory_limit_mb"]}
+    return {
+        "cell_timeout": int(TIMEOUTS["cell_timeout"] * factor),
+        "notebook_timeout": int(TIMEOUTS["notebook_timeout"] * factor),
+        "memory_limit_mb": TIMEOUTS["memory_limit_mb"],
+    }
 
 
 def load_cases() -> dict[str, dict]:
@@ -191,8 +201,11 @@ def rebuild() -> list[Path]:
 def check() -> list[str]:
     """Paths of the tracked sample that differ from a fresh build (or are missing / extra)."""
     files = build_all()
-    tracked = {str(p.relative_to(SUBMITTED)): p.read_bytes() for p in SUBMITTED.rglob("*") if p.is_file()} \
-        if SUBMITTED.exists() else {}
+    tracked = (
+        {str(p.relative_to(SUBMITTED)): p.read_bytes() for p in SUBMITTED.rglob("*") if p.is_file()}
+        if SUBMITTED.exists()
+        else {}
+    )
     stale = [k for k in sorted(set(files) | set(tracked)) if files.get(k) != tracked.get(k)]
     return stale
 

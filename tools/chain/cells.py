@@ -16,6 +16,7 @@ ModelScope: no ModelScope documentation that could be found describes a link tha
 notebook, so there is no ModelScope badge; the badge cell gives a copy-paste ``git clone`` for the
 terminal of a ModelScope (PAI-DSW) or any other Jupyter instance instead.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -67,8 +68,9 @@ def clone_command(settings: dict, parent: str | None = None) -> str:
     return f"cd {parent} && {line}" if parent else line
 
 
-_SECRET_REGION = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n.*?^[ \t]*### END \1[ \t]*$",
-                            re.MULTILINE | re.DOTALL)
+_SECRET_REGION = re.compile(
+    r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n.*?^[ \t]*### END \1[ \t]*$", re.MULTILINE | re.DOTALL
+)
 
 
 def release_stamp(assignment: str, root: Path | None = None) -> str:
@@ -210,8 +212,16 @@ def bootstrap_source(profile: str, settings: dict, assignment: str = "", stamp: 
 
 # The cell runs before `tools` is importable, so it carries a copy of the settings and of the two functions of
 # tools.bootstrap that find the course (their source, stamped here): one definition for the cell and the module.
-SHARED_SETTINGS = ("ENV_PLATFORM", "ENV_DIR", "ENV_PLATFORM_ROOT", "PLATFORMS", "COLAB_MARKERS", "MODELSCOPE_MARKERS",
-                   "MODELSCOPE_PREFIX", "CLONE_PARENTS")
+SHARED_SETTINGS = (
+    "ENV_PLATFORM",
+    "ENV_DIR",
+    "ENV_PLATFORM_ROOT",
+    "PLATFORMS",
+    "COLAB_MARKERS",
+    "MODELSCOPE_MARKERS",
+    "MODELSCOPE_PREFIX",
+    "CLONE_PARENTS",
+)
 SHARED_FUNCTIONS = ("detect_platform", "clone_dir")
 
 

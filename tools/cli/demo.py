@@ -3,6 +3,7 @@
 Steps: tiny model -> execute every solution notebook -> learner release (+ check) -> autograde the
 bundled sample class -> feedback and grade table -> final experiment in dry_run and tiny_cpu.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -30,15 +31,23 @@ def main() -> int:
     executed = ROOT / "build" / "executed"
     steps = [
         ("tiny Qwen2 checkpoint (tools.tiny_model)", [PY, "-m", "tools.tiny_model"]),
-        ("execute every solution notebook", [PY, "-m", "tools.chain.notebooks", "execute", "--which", "solution",
-                                             "--save", str(executed)]),
+        (
+            "execute every solution notebook",
+            [PY, "-m", "tools.chain.notebooks", "execute", "--which", "solution", "--save", str(executed)],
+        ),
         ("learner release (nbgrader generate_assignment)", [PY, "-m", "tools.chain.notebooks", "release"]),
         ("release check (stale / leaks)", [PY, "-m", "tools.chain.notebooks", "check"]),
         ("autograde the sample class", [PY, "-m", "autograde.pipeline", "autograde", "--sample"]),
         ("feedback per learner", [PY, "-m", "autograde.pipeline", "feedback"]),
         ("grade export", [PY, "-m", "autograde.pipeline", "grades"]),
-        ("final experiment, dry_run", [PY, "-m", "tools.cli.experiment", "--mode", "dry_run", "--label", "demo_dry_run"]),
-        ("final experiment, tiny_cpu", [PY, "-m", "tools.cli.experiment", "--mode", "tiny_cpu", "--label", "demo_tiny_cpu"]),
+        (
+            "final experiment, dry_run",
+            [PY, "-m", "tools.cli.experiment", "--mode", "dry_run", "--label", "demo_dry_run"],
+        ),
+        (
+            "final experiment, tiny_cpu",
+            [PY, "-m", "tools.cli.experiment", "--mode", "tiny_cpu", "--label", "demo_tiny_cpu"],
+        ),
     ]
     results = [_step(title, command) for title, command in steps]
     print("\n=== summary")

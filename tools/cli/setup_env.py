@@ -3,6 +3,7 @@
 Runs with the system Python (nothing of the course is importable yet). Idempotent: pip skips what is
 already installed, and `make` only calls this when a requirements file changed or .venv is missing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,12 @@ def main() -> int:
     if done.returncode != 0:
         print("[setup] pip install failed: see the lines above (安装失败，见上方输出)", file=sys.stderr)
         return done.returncode
-    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "-e", str(ROOT)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if done.returncode != 0:
         print(done.stdout)
         return done.returncode
@@ -56,12 +61,17 @@ def main() -> int:
     # parser when imported: 1.4 s added to every process that imports nbformat (each nbgrader command, every
     # grading worker, the lab server). It only adds the "iri" format checks that nothing here uses; without it
     # jsonschema skips that format. pip records no requirement on it (`pip check` stays clean).
-    subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "rfc3987-syntax"],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [str(python), "-m", "pip", "uninstall", "-y", "-q", "rfc3987-syntax"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     if not shutil.which("chromium") and not shutil.which("chromium-browser"):
-        print("[setup] note: Chromium not found - the browser test of `make test` will be skipped. "
-              "Install it with `apt-get install -y chromium fonts-wqy-microhei` and "
-              "`npm ci --prefix tests/browser` (浏览器测试需要 Chromium 与 playwright-core)。")
+        print(
+            "[setup] note: Chromium not found - the browser test of `make test` will be skipped. "
+            "Install it with `apt-get install -y chromium fonts-wqy-microhei` and "
+            "`npm ci --prefix tests/browser` (浏览器测试需要 Chromium 与 playwright-core)。"
+        )
     print("[setup] done")
     return 0
 

@@ -1,4 +1,5 @@
 """Helpers for oracle modules: drawing inputs from the case generator (never from a fixed seed)."""
+
 from __future__ import annotations
 
 import torch

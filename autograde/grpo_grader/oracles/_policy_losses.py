@@ -1,5 +1,6 @@
 """The grader's own float64 references of lesson 3's loss family (TRL 1.16 semantics), used by the
 nb03a_cispo_trace_lab and nb03b_loss_family_trl oracles. Gradients come from autograd in this process."""
+
 from __future__ import annotations
 
 import torch
@@ -34,8 +35,9 @@ def ratio(policy, old, mask, level="token"):
     return torch.exp((log_ratio * m).sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True).clamp(min=1.0))
 
 
-def per_token(policy, old, adv, mask, loss_type="grpo", epsilon_low=0.2, epsilon_high=0.28, level="token", beta=0.0,
-              ref=None):
+def per_token(
+    policy, old, adv, mask, loss_type="grpo", epsilon_low=0.2, epsilon_high=0.28, level="token", beta=0.0, ref=None
+):
     r = ratio(policy, old, mask, level)
     a = adv.unsqueeze(1)
     if loss_type == "cispo":
@@ -51,8 +53,11 @@ def per_token(policy, old, adv, mask, loss_type="grpo", epsilon_low=0.2, epsilon
 def evaluate(fn, tensors: dict, weights=None, **kwargs):
     """(value, d(sum(weights * value)) / d policy) of ``fn`` on float64 copies; tensors["policy"] gets the grad."""
     policy = tensors["policy"].detach().to(torch.float64).requires_grad_(True)
-    rest = {k: (v.detach().to(torch.float64) if torch.is_tensor(v) and v.is_floating_point() else v)
-            for k, v in tensors.items() if k != "policy"}
+    rest = {
+        k: (v.detach().to(torch.float64) if torch.is_tensor(v) and v.is_floating_point() else v)
+        for k, v in tensors.items()
+        if k != "policy"
+    }
     value = fn(policy, **rest, **kwargs)
     target = value if weights is None else (value * weights).sum()
     (grad,) = torch.autograd.grad(target.sum() if target.dim() else target, policy)
