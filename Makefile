@@ -69,19 +69,16 @@ test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, gradin
 	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow and not release" --durations=10 tests || status=$$?; \
 	echo "[test] make test-fast: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
 
-# ruff check covers tools/, tests/, benchmarks/, solutions/ and autograde/ (rules in pyproject.toml). The format
-# check covers only the files below, formatted by maintainers; the rest keeps its hand-aligned style for now, so
-# that parallel edits do not drown in reformatting (add a file here after `ruff format` on it).
-FORMAT_FILES := tests/conftest.py tests/test_one_home.py tools/__init__.py tools/chain/__init__.py tools/chain/saved.py \
-                tools/chain/readme_table.py benchmarks/__init__.py benchmarks/course_code.py
-
-lint: $(VENV)/.setup-stamp ## ruff check (tools, tests, benchmarks, solutions, autograde) + ruff format --check (FORMAT_FILES)
+# ruff check covers tools/, tests/, benchmarks/, solutions/ and autograde/; ruff format --check covers every Python
+# file there except the list in pyproject.toml ([tool.ruff.format] exclude: the lesson sources and older files not
+# yet formatted). Rules and exclusions live in pyproject.toml only.
+lint: $(VENV)/.setup-stamp ## ruff check + ruff format --check (rules and exclusions in pyproject.toml)
 	@$(PY) -m ruff check .
-	@$(PY) -m ruff format --check $(FORMAT_FILES)
+	@$(PY) -m ruff format --check .
 
-format: $(VENV)/.setup-stamp ## ruff check --fix, then ruff format on FORMAT_FILES
+format: $(VENV)/.setup-stamp ## ruff check --fix, then ruff format (the files pyproject.toml does not exclude)
 	@$(PY) -m ruff check --fix .
-	@$(PY) -m ruff format $(FORMAT_FILES)
+	@$(PY) -m ruff format .
 
 demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the sample class, run the experiment
 	@GRPO_PROGRESS=1 $(PY) -m tools.cli.demo
