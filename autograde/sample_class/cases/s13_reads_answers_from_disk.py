@@ -1,6 +1,8 @@
-"""Answers that look for the worked answers and hidden tests on disk (solutions/*.py, the nbgrader source
-notebooks, gradebook.db next to the course or the virtual environment, /work, /home, /root, /tmp) and run
-what they find. Graded in the sandbox, nothing is found: every TODO raises NotImplementedError, 0 of 17."""
+"""Answers that first import the grader's own references (the hidden tests import them from
+``autograde.grpo_grader.oracles``, so their names are public), then look for the worked answers and hidden tests on
+disk (solutions/*.py, the nbgrader source notebooks, gradebook.db next to the course or the virtual environment,
+/work, /home, /root, /tmp) and run what they find. Graded in the sandbox, the grader's package cannot be imported
+and nothing is found: every TODO raises NotImplementedError, 0 of 17."""
 STEAL = '''
 import functools
 import json
@@ -45,7 +47,20 @@ def _leaked_source(name):
     return None
 
 
+# the references the hidden tests import from the grader (solutions/nb01_group_advantages.py names them)
+_GRADER = {"compute_group_advantages": ("autograde.grpo_grader.oracles.nb01_group_advantages", "course_advantages"),
+           "group_relative_advantages": ("autograde.grpo_grader.oracles.nb01_group_advantages", "minimind_advantages")}
+
+
 def _stolen(name):
+    if name in _GRADER:
+        import importlib
+        module, attribute = _GRADER[name]
+        try:
+            reference = getattr(importlib.import_module(module), attribute)
+            return lambda rewards, *args: reference(rewards, *args).to(rewards.dtype)
+        except ImportError:
+            pass
     source = _leaked_source(name)
     if source is None:
         raise NotImplementedError(f"在磁盘上没有找到 {name} 的参考答案")
