@@ -171,11 +171,13 @@ def _frequency_check(prompt):
     return check
 
 
-def reference_step(model, rollout, advantages, num_iterations, epsilon, epsilon_high, beta, loss_type, max_grad_norm,
-                   temperature, lr, max_completion_length=None):
-    """Float64 re-derivation of one ``grpo_step`` on a copy of ``model``: (per-epoch losses, parameters after,
-    clip_ratio_low, clip_ratio_high and approx_kl per epoch). The one reference of the update: this oracle and
-    the lesson's hidden test both use it."""
+def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
+                   loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+    """Float64 re-derivation of one ``grpo_step`` (same keyword arguments and defaults; ``epsilon_high=None`` means
+    ``epsilon``) on a copy of ``model`` with AdamW at ``lr``: (per-epoch losses, parameters after, clip_ratio_low,
+    clip_ratio_high and approx_kl per epoch). The one reference of the update: this oracle and the lesson's hidden
+    test both use it."""
+    epsilon_high = epsilon if epsilon_high is None else epsilon_high
     m = copy.deepcopy(model).double()
     opt = torch.optim.AdamW(m.parameters(), lr=lr)
     mask = rollout["completion_mask"] != 0
@@ -216,11 +218,7 @@ def reference_step(model, rollout, advantages, num_iterations, epsilon, epsilon_
 
 def _step_reference(rollout, advantages, settings, lr):
     model, _ = _policy()
-    eps = settings["epsilon"]
-    losses, params, lows, highs, kls = reference_step(
-        model, rollout, advantages, settings["num_iterations"], eps,
-        eps if settings["epsilon_high"] is None else settings["epsilon_high"], settings["beta"], settings["loss_type"],
-        settings["max_grad_norm"], settings["temperature"], lr, settings.get("max_completion_length"))
+    losses, params, lows, highs, kls = reference_step(model, rollout, advantages, lr, **settings)
     return losses, lows, highs, kls, torch.cat([p.reshape(-1) for p in params])
 
 
