@@ -64,7 +64,7 @@ c.SafeExecute.demo_cells = {
     "nb03b_loss_family_trl": ["length_bias_example", "accumulation_example", "clip_higher_example",
                               "trl_conformance_code", "trl_conformance_run"],
     "nb05_logprobs_masks": ["run_memory_probe("],
-    "nb07_online_grpo": ["run_online_experiment(", "og.plot_steps(", "plot_pass_maj(", "online_trl.step0_agreement(",
+    "nb07_online_grpo": ["run_online_experiment(", "og.plot_steps(", "plot_pass_maj(", "online_trl.trl_agreement(",
                          "check_accelerate_configs("],
 }
 c.LimitOutput.max_lines = 1000

@@ -150,7 +150,7 @@ import numbers
 import torch
 
 from tools.lessons.nb02_grpo_objective import token_kl_penalty
-from tools.lessons.nb03b_loss_family_trl import grpo_family_loss
+from tools.lessons.nb03b_loss_family_trl import extended_loss
 from tools.lessons.nb05_logprobs_masks import completion_mask_from_eos
 from tools.online_grpo import completion_logps, encode_prompts
 
@@ -285,10 +285,16 @@ expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, max_new_token
 # %%
 from tools.lessons.nb01_group_advantages import compute_group_advantages
 
-demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8, max_new_tokens=6, seed=0)
 demo_answers = [p["answer"] for p in TRAIN_PROBLEMS[:2] for _ in range(8)]
-demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers), dtype=torch.float32)  # [N]
-demo_advantages = compute_group_advantages(demo_rewards, demo["group_ids"].cpu())  # [N]
+for demo_seed in range(20):  # the first seed whose batch has a group with different rewards (fixed: the same each run)
+    demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8, max_new_tokens=6,
+                        seed=demo_seed)
+    demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers), dtype=torch.float32)  # [N]
+    demo_advantages = compute_group_advantages(demo_rewards, demo["group_ids"].cpu())  # [N]
+    if bool((demo_advantages != 0).any()):
+        break
+print(f"种子 {demo_seed}：非零优势 {int((demo_advantages != 0).sum())} 个 / {demo_advantages.numel()}"
+      f"（更小的种子两组奖励都全同，优势全为 0）" if demo_seed else f"种子 0：非零优势 {int((demo_advantages != 0).sum())} 个")
 display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
     f"| {int(g)} | `{TRAIN_PROBLEMS[int(g)]['prompt']}` | `{c!r}` | {r:.1f} | {a:+.3f} |"
     for g, c, r, a in zip(demo["group_ids"].tolist(), demo["completions"], demo_rewards.tolist(),
@@ -302,12 +308,14 @@ display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | ---
 # 1. 用当前模型重算 `per_token_logps`（同样除以 `temperature`，`og.completion_logps(..., with_entropy=True)`
 #    同时给出逐词元熵）；
 # 2. **先掩码再取指数**（课程约定 C3）：`log_ratio = (per_token_logps − old).masked_fill(~mask, 0)`，`ratio = exp(log_ratio)`；
-# 3–5. 损失**不用重写**：调用第 3B 课你写并通过评分的 `grpo_family_loss`（已从 `tools.lessons.nb03b_loss_family_trl`
-#    导入，“一个函数只有一个家”），传 `epsilon_low=epsilon`、`epsilon_high`、`beta`、`ref_logps`、`max_completion_length`，
-#    以及 `num_items_in_batch=` 整批掩码词元数。它计算的正是：
+# 3–5. 损失**不用重写**：调用第 3B 课的 `extended_loss`（课程的参考版本，已从 `tools.lessons.nb03b_loss_family_trl`
+#    导入，“一个函数只有一个家”），传 `epsilon_low=epsilon`、`epsilon_high`、`beta`、`ref_logps`、
+#    `use_bias_correction_kl`、`max_completion_length`，以及 `num_items_in_batch=` 整批掩码词元数。它计算的正是：
 # 3. 逐词元损失 $-\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon_{high}) A)$，$A$ 按行广播；
 # 4. β > 0 时加上 $\beta\,\mathrm{KL}$，k3 形式 $e^{d} - d - 1$，$d = \log\pi_{ref} - \log\pi_\theta$（同样先掩码）；
-#    β > 0 却没有 `ref_per_token_logps` → `ValueError`（约定 C2，在调用前检查）；β = 0 时忽略参考；
+#    `use_bias_correction_kl=True`（TRL 1.16 `GRPOConfig` 的同名选项，默认也是 `True`）时 KL 项再乘以概率比 $\rho$，
+#    而且 $\rho$ **参与求导**：μ = 1 时 $\rho = 1$，损失的值不变，梯度却多出 $\beta\,\mathrm{KL}\,\nabla\rho$ 一项；
+#    β > 0 却没有 `ref_per_token_logps` → `ValueError`（约定 C2，在调用前检查）；β = 0 时忽略参考，这个选项也不起作用；
 # 5. 按 `loss_type` 归约（与 TRL 1.16 相同；完全被掩码的行贡献 0，分母 `clamp(min=1)`，约定 C5）：
 #    - `grpo`：每行掩码平均，再对行平均；
 #    - `bnpo`、`dapo`：整批掩码词元求和 ÷ 掩码词元总数（单进程时两者相同）；
@@ -331,7 +339,7 @@ display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | ---
 #
 # `completion_mask` 接受 bool 或任意实数 dtype 的 0/1 张量（约定 C1），其他值 → `ValueError`。
 # 其余输入契约：`advantages` 必须是长度为 N 的一维有限浮点张量；`num_iterations` 为正整数；`epsilon`、`max_grad_norm` 为正数；
-# `epsilon_high` 为 `None`（= `epsilon`）或正数；`beta` 非负；`loss_type` 是上面四种之一。
+# `epsilon_high` 为 `None`（= `epsilon`）或正数；`beta` 非负；`loss_type` 是上面四种之一；`use_bias_correction_kl` 是 `True` 或 `False`。
 
 # %% nbgrader={"solution": true, "grade_id": "grpo_step"}
 #@save
@@ -350,7 +358,8 @@ def _as_bool_mask(mask, shape):
 
 
 def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
-              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None,
+              use_bias_correction_kl=True):
     """One GRPO update from one rollout batch: num_iterations epochs of the clipped token-level loss."""
     ### BEGIN SOLUTION
     completion_ids = rollout["completion_ids"]  # [N, C]
@@ -371,6 +380,8 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
         raise ValueError(f"beta 必须是非负的有限数，收到 {beta!r}")
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type 必须是 {LOSS_TYPES} 之一，收到 {loss_type!r}")
+    if not isinstance(use_bias_correction_kl, bool):
+        raise ValueError(f"use_bias_correction_kl 必须是 True 或 False，收到 {use_bias_correction_kl!r}")
     ref = rollout.get("ref_per_token_logps") if beta > 0 else None
     if beta > 0 and ref is None:
         raise ValueError("beta > 0 需要参考模型的对数概率 ref_per_token_logps（约定 C2）")
@@ -389,10 +400,12 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
     for epoch in range(num_iterations):
         logps, entropies = completion_logps(model, rollout["prompt_ids"], rollout["prompt_mask"], completion_ids,
                                             mask, temperature=float(temperature), with_entropy=True)  # [N, C]
-        # the loss: lesson 3B's graded function (clipped token-level surrogate + beta * k3, reduced by loss_type)
-        loss = grpo_family_loss(logps, old, adv.squeeze(1), mask, loss_type=loss_type, epsilon_low=epsilon,
-                                epsilon_high=epsilon_high, beta=float(beta), ref_logps=ref,
-                                max_completion_length=max_completion_length, num_items_in_batch=tokens)
+        # the loss: lesson 3B's extended_loss (clipped token-level surrogate + beta * k3, times the ratio when
+        # use_bias_correction_kl as in TRL, reduced by loss_type)
+        loss = extended_loss(logps, old, adv.squeeze(1), mask, loss_type=loss_type, epsilon_low=epsilon,
+                             epsilon_high=epsilon_high, beta=float(beta), ref_logps=ref,
+                             use_bias_correction_kl=use_bias_correction_kl,
+                             max_completion_length=max_completion_length, num_items_in_batch=tokens)
         with torch.no_grad():  # the metrics' inputs, masked before exp (C3)
             log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C]
             ratio = torch.exp(log_ratio)  # [N, C]
@@ -474,6 +487,7 @@ _cases = [
     dict(num_iterations=3, epsilon=0.05, epsilon_high=0.1, beta=0.0, loss_type="dapo"),
     dict(num_iterations=2, epsilon=0.1, epsilon_high=0.3, beta=0.2, loss_type="dr_grpo"),
     dict(num_iterations=2, epsilon=0.1, epsilon_high=None, beta=0.0, loss_type="bnpo"),
+    dict(num_iterations=2, epsilon=0.1, epsilon_high=None, beta=0.3, loss_type="grpo", use_bias_correction_kl=False),
 ]
 for _case in _cases:
     _mm = copy.deepcopy(policy).double()
@@ -653,7 +667,8 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
                            num_iterations=config.num_iterations, epsilon=config.epsilon,
                            epsilon_high=config.epsilon_high, beta=config.beta, loss_type=config.loss_type,
                            max_grad_norm=config.max_grad_norm, temperature=config.temperature,
-                           max_completion_length=config.max_new_tokens)
+                           max_completion_length=config.max_new_tokens,
+                           use_bias_correction_kl=config.use_bias_correction_kl)
         row = log_step_metrics(step, rewards, config.num_generations, rollout["completion_mask"], update,
                                strict_correct(rollout["completions"], answers), seconds=time.perf_counter() - started)
         history.append(row)
@@ -783,9 +798,16 @@ from tools import online_trl
 if RECORD is None:
     print("先完成上面的 TODO，再做 TRL 对照。")
 else:
-    agreement = online_trl.step0_agreement(sample_group, grpo_step, policy, tokenizer, TRAIN_PROBLEMS)
+    from tools.tiny_model import tiny_checkpoint_path
+
+    if RUN_MODE == "real_gpu":
+        agreement_ref = copy.deepcopy(policy).eval()  # (no pre-SFT checkpoint here; KL starts at 0)
+    else:
+        agreement_ref = online_trl.mixed_reference(policy, og.load_policy(tiny_checkpoint_path(seed=0))[0])
+    agreement = online_trl.trl_agreement(sample_group, grpo_step, policy, agreement_ref, tokenizer, TRAIN_PROBLEMS)
     display(Markdown(online_trl.agreement_table(agreement)))
-    assert all(row["abs_diff"] <= 1e-5 for row in agreement), "第 0 步损失与 TRL 相差超过 1e-5"
+    assert all(row["agree"] for row in agreement), "本课 grpo_step 与 TRL 的损失或梯度相对差超过 1e-5"
+    assert all(c["detected"] for row in agreement for c in row["sensitivity"].values()), "改掉一项后核对应当失败"
     trl_run = online_trl.train_with_trl(og.sft_checkpoint_path(seed=0)[0] if RUN_MODE != "real_gpu" else MODEL_PATH,
                                         CONFIG, TRAIN_PROBLEMS, max_steps=2 if RUN_MODE == "smoke" else 30)
     display(Markdown(online_trl.comparison_table(trl_run, RECORD)))

@@ -50,6 +50,7 @@ def solution_run(notebook_runs):
     return done, record
 
 
+@pytest.mark.slow
 def test_solution_runs_green_and_writes_a_valid_record(solution_run):
     done, record = solution_run
     results = chain.cell_results(done)
@@ -63,6 +64,7 @@ def test_solution_runs_green_and_writes_a_valid_record(solution_run):
     assert "TRL `_compute_loss`" in text and "DEEPSPEED" in text
 
 
+@pytest.mark.slow
 def test_learner_version_fails_only_with_not_implemented(notebook_runs):
     try:
         done = notebook_runs.learner(A)
@@ -91,6 +93,7 @@ WRONG = [
 ]
 
 
+@pytest.mark.slow
 def test_wrong_answers_fail_the_hidden_tests(notebook_runs):
     nb = chain.build_notebook(A)
     for grade_id, old, new in WRONG:
@@ -113,7 +116,9 @@ def test_wrong_answers_fail_the_hidden_tests(notebook_runs):
 def test_reference_record_meets_the_headline():
     record = json.loads((ROOT / og.output_relative_path("reference")).read_text(encoding="utf-8"))
     og.validate_record(record)
-    assert record["config"] == og.OnlineConfig().to_dict(), "the reference record uses the default configuration"
+    # (records written before use_bias_correction_kl existed lack it; they used beta = 0, where it does nothing)
+    assert og.OnlineConfig(**record["config"]).to_dict() == og.OnlineConfig().to_dict(), \
+        "the reference record uses the default configuration"
     assert record["task"]["disjoint"] and record["eval"]["heldout_prompts"] == og.HELDOUT_SIZE
     gain = record["eval"]["after"]["pass_at_1"] - record["eval"]["before"]["pass_at_1"]
     assert gain >= 0.30, f"held-out pass@1 gain {gain:.3f} < 0.30"
@@ -176,20 +181,85 @@ def test_schema_rejects_a_broken_record():
             og.validate_record(broken)
 
 
-def test_step0_losses_agree_with_trl(solution_run):
-    """The notebook's TRL cell asserts |course - TRL| <= 1e-5 for every row (a failure is a cell error, caught
-    above); here: the table is there, covers the four loss types, beta > 0 and off-policy rows where clipping fires."""
+@pytest.mark.slow
+def test_step0_table_is_in_the_notebook(solution_run):
+    """The notebook's TRL cell asserts agreement and sensitivity itself (a failure is a cell error, caught above);
+    here: its table is there and covers the whole matrix."""
     done, _ = solution_run
     tables = [o["data"]["text/markdown"] for c in done.cells for o in c.get("outputs", [])
-              if "data" in o and "TRL `_compute_loss`" in o["data"].get("text/markdown", "")]
+              if "data" in o and "TRL 损失" in o["data"].get("text/markdown", "")]
     assert len(tables) == 1
-    rows = [line.split("|")[1:-1] for line in tables[0].splitlines()[2:]]
-    assert {r[0].strip() for r in rows} == {"grpo", "bnpo", "dr_grpo", "dapo"}
-    assert any(float(r[1]) > 0 for r in rows)
+    rows = [[x.strip() for x in line.split("|")[1:-1]] for line in tables[0].splitlines()[2:]]
+    assert {(r[0], float(r[1]), r[2] == "True") for r in rows} == \
+        {(m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl_module().MATRIX}
+
+
+def online_trl_module():
+    from tools import online_trl
+
+    return online_trl
+
+
+@pytest.fixture(scope="module")
+def agreement_rows():
+    """The lesson's saved sample_group / grpo_step against GRPOTrainer on the agreement batch (about 40 s)."""
+    import torch
+
+    from tools.lessons.nb07_online_grpo import grpo_step, sample_group
+    from tools.tiny_model import tiny_checkpoint_path
+
+    online_trl = online_trl_module()
+    torch.set_num_threads(1)
+    policy, tokenizer = og.load_policy(og.sft_checkpoint_path(seed=0)[0])
+    ref = online_trl.mixed_reference(policy, og.load_policy(tiny_checkpoint_path(seed=0))[0])
+    train, _ = og.split_problems()
+    batch = online_trl.agreement_batch(sample_group, policy, ref, tokenizer, train)
+    return batch, online_trl.trl_agreement(sample_group, grpo_step, policy, ref, tokenizer, train)
+
+
+@pytest.mark.slow
+def test_trl_agreement_matrix_values_and_gradients(agreement_rows):
+    """Every loss type x beta in {0, 0.04} x use_bias_correction_kl: loss and gradient agree with TRL to 1e-5
+    relative, on a batch where they could differ (unequal lengths in groups, group advantage sums != 0, a real KL,
+    perturbed old log-probs with clipping at both ends)."""
+    online_trl = online_trl_module()
+    batch, rows = agreement_rows
+    mask, g = batch["completion_mask"], 4
+    lengths = mask.sum(1).view(-1, g)
+    assert bool((lengths.max(1).values > lengths.min(1).values).all()), "completion lengths differ in every group"
+    assert bool((batch["advantages"].view(-1, g).sum(1).abs() > 1e-3).all()), "no group's advantages sum to 0"
+    assert {(r["loss_type"], r["beta"], r["use_bias_correction_kl"]) for r in rows} == \
+        {(m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl.MATRIX}
+    assert len(rows) == 16
     for r in rows:
-        assert float(r[-1]) <= 1e-5, r
-    off_policy = [r for r in rows if "离策略" in r[3]]
-    assert off_policy and all(sum(float(x) for x in r[4].split("/")) > 0 for r in off_policy), "clipping must fire"
+        assert r["agree"] and r["loss_rel"] <= 1e-5 and r["grad_rel"] <= 1e-5, r
+        assert r["clip_ratio_low"] > 0 and r["clip_ratio_high"] > 0, "clipping fires at both ends"
+        assert r["grad_norm"] > 0
+        if r["beta"] > 0:
+            assert r["kl_ref"] > 0.1, f"the reference differs from the policy (KL {r['kl_ref']})"
+
+
+@pytest.mark.slow
+def test_trl_agreement_fails_when_one_side_drops_an_option(agreement_rows):
+    """Sensitivity: each row disagrees (> 1e-5 relative) when one side drops the option the row exercises: another
+    loss type (bnpo and dapo are the same reduction on one process with one step per batch, and agree), on-policy
+    old log-probs, epsilon_high = epsilon, and for beta > 0: beta = 0, and use_bias_correction_kl flipped on the
+    course side or on TRL's. With beta = 0 TRL ignores use_bias_correction_kl: flipping it changes nothing."""
+    _, rows = agreement_rows
+    for r in rows:
+        checks = r["sensitivity"]
+        expected = {"on-policy old", "epsilon_high=epsilon"} | {
+            f"loss_type={o}" for o in ("grpo", "bnpo", "dr_grpo", "dapo")
+            if o != r["loss_type"] and {o, r["loss_type"]} != {"bnpo", "dapo"}}
+        if r["beta"] > 0:
+            expected |= {"beta=0", "course use_bias_correction_kl flipped", "TRL use_bias_correction_kl flipped"}
+        assert set(checks) == expected, (r["loss_type"], sorted(checks))
+        for name, check in checks.items():
+            assert check["detected"], (r["loss_type"], r["beta"], r["use_bias_correction_kl"], name, check)
+        for name, check in r["not_exercised"].items():
+            assert not check["detected"], (name, check)
+    same = {(r["loss_type"], r["beta"], r["use_bias_correction_kl"]): r["trl_loss"] for r in rows}
+    assert all(same[("bnpo", b, c)] == same[("dapo", b, c)] for b in (0.0, 0.04) for c in (False, True))
 
 
 def test_accelerate_configs_load_with_accelerates_parser():
@@ -215,9 +285,31 @@ def test_make_online_checks_arguments_before_importing_torch():
 def test_pass_at_k_and_majority():
     assert og.pass_at_k(16, 0, 4) == 0.0 and og.pass_at_k(16, 16, 1) == 1.0
     assert abs(og.pass_at_k(4, 1, 1) - 0.25) < 1e-12 and abs(og.pass_at_k(4, 1, 2) - 0.5) < 1e-12
-    assert og.majority_correct([None, 3, 4, 4], 4, 4) == 1.0 and og.majority_correct([3, 4, 3, 4], 4, 4) == 0.0
-    assert og.majority_correct([None, None], 1, 2) == 0.0
+    # an unparseable sample votes for "no answer"; ties count 1/m; blocks of k samples are averaged
+    assert og.majority_correct([None, 3, 4, 4], 4, 4) == 1.0 and og.majority_correct([3, 4, 3, 4], 4, 4) == 0.5
+    assert og.majority_correct([None, None, None, 4], 4, 4) == 0.0, "most samples unparseable: no answer wins"
+    assert og.majority_correct([None, 4, 4, 3], 4, 2) == 0.5 and og.majority_correct([None, None], 1, 2) == 0.0
+    with pytest.raises(ValueError):
+        og.majority_correct([1, 2], 1, 3)
     with pytest.raises(ValueError):
         og.pass_at_k(4, 1, 5)
     train, heldout = og.split_problems()
     assert len(train) == 75 and not {p["prompt"] for p in train} & {p["prompt"] for p in heldout}
+
+
+def test_maj_at_1_equals_pass_at_1():
+    """maj@1 is the fraction of right samples (pass@1) for every prompt, unparseable samples included; and over
+    random draws maj@k of a prompt whose samples are right with probability p > 1/2 (others wrong or unparseable,
+    spread over many values) rises with k, as a majority vote should."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.choice([1, 4, 16])
+        parsed = [rng.choice([None, 3, 4, 5]) for _ in range(n)]
+        right = sum(a == 4 for a in parsed) / n
+        assert og.majority_correct(parsed, 4, 1) == right
+        assert og.pass_at_k(n, sum(a == 4 for a in parsed), 1) == right
+    draws = [[4 if rng.random() < 0.6 else rng.choice([None, 1, 2, 3, 5, 6]) for _ in range(16)] for _ in range(400)]
+    maj = {k: sum(og.majority_correct(d, 4, k) for d in draws) / len(draws) for k in (1, 4, 16)}
+    assert abs(maj[1] - 0.6) < 0.03 and maj[1] < maj[4] < maj[16], maj

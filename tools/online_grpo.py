@@ -10,7 +10,8 @@ What lives here (reusable, not graded):
   the starting policy is right only sometimes;
 * ``completion_logps``: per-token log-probs (and entropies) of completion tokens at a sampling temperature,
   as TRL's ``GRPOTrainer`` computes them (logits divided by the temperature);
-* held-out evaluation: pass@1 (mean sampled accuracy), pass@k (unbiased estimator) and maj@k;
+* held-out evaluation: pass@1 (mean sampled accuracy), pass@k (unbiased estimator) and maj@k (disjoint blocks
+  of k samples vote; an unparseable sample votes for "no answer", so maj@1 equals pass@1);
 * the record: ``new_record`` / ``validate_record`` / ``write_record`` for
   ``benchmarks/results/online/online-grpo_<label>.json`` (schema ``tools/schemas/online-grpo-v1.json``).
 
@@ -304,17 +305,36 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def majority_correct(parsed_answers, answer, k: int) -> float:
-    """maj@k of one prompt: 1.0 when the most frequent parsed answer among the first k samples is right.
+MAJ_RULE = ("n // k disjoint blocks of k samples each vote, votes averaged; an unparseable sample votes for "
+            "'no answer' (never right); a tie counts 1/m when the right answer is one of m leaders")
+NO_ANSWER = "no-answer"  # the vote of a sample whose answer cannot be parsed (never the right answer)
 
-    Unparseable samples (``None``) do not vote; ties are broken by first appearance (deterministic).
+
+def majority_vote(parsed_answers, answer) -> float:
+    """maj of one vote over the given samples: 1.0 when the right answer has strictly the most votes, 1/m when it
+    ties with m - 1 other candidates (the expected value of a uniformly random tie-break), else 0.0.
+
+    Rule for unparseable samples (``None``): each votes for NO_ANSWER, a candidate that is never right - so a
+    prompt where most samples cannot be parsed is not answered, and a vote over one sample is right exactly when
+    that sample is (maj@1 equals pass@1).
     """
-    votes = Counter(a for a in parsed_answers[:k] if a is not None)
-    if not votes:
-        return 0.0
+    if not parsed_answers:
+        raise ValueError("majority_vote 需要至少一个样本")
+    votes = Counter(NO_ANSWER if a is None else a for a in parsed_answers)
     best = max(votes.values())
-    winner = next(a for a in parsed_answers[:k] if a is not None and votes[a] == best)
-    return 1.0 if winner == answer else 0.0
+    leaders = [a for a, count in votes.items() if count == best]
+    return 1.0 / len(leaders) if answer in leaders else 0.0
+
+
+def majority_correct(parsed_answers, answer, k: int) -> float:
+    """maj@k of one prompt from its n samples: the n // k disjoint blocks of k consecutive samples each vote
+    (``majority_vote``) and the votes are averaged. Samples are independent draws, so every block is an unbiased
+    draw of k samples; with k = 1 the result is the fraction of right samples, i.e. pass@1."""
+    n = len(parsed_answers)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(f"maj@k 需要 1 <= k <= n，收到 k={k!r}, n={n}")
+    blocks = [parsed_answers[i:i + k] for i in range(0, n - n % k, k)]
+    return sum(majority_vote(block, answer) for block in blocks) / len(blocks)
 
 
 def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperature: float = 1.0,
@@ -345,7 +365,7 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     ks = [k for k in ks if k <= n]
     pass_sums = {k: 0.0 for k in ks}
     maj_sums = {k: 0.0 for k in ks}
-    correct_total = contains_total = 0.0
+    correct_total = contains_total = unparseable_total = 0.0
     for i, problem in enumerate(problems):
         group = texts[i * n:(i + 1) * n]  # the n samples of this prompt
         records = [verify_integer_response(t, problem["answer"]) for t in group]
@@ -353,6 +373,7 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
         c = int(sum(r["correctness"] for r in records))
         correct_total += c / n
         parsed = [r["parsed_answer"] for r in records]
+        unparseable_total += sum(a is None for a in parsed) / n
         for k in ks:
             pass_sums[k] += pass_at_k(n, c, k)
             maj_sums[k] += majority_correct(parsed, problem["answer"], k)
@@ -366,6 +387,9 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
         "maj_at_k": {str(k): round(v / count, 6) for k, v in maj_sums.items()},
         "temperature": float(temperature),
         "samples_per_prompt": n,
+        "maj_rule": MAJ_RULE,
+        "outcomes": {"right": round(correct_total / count, 6), "unparseable": round(unparseable_total / count, 6),
+                     "wrong": round(max(0.0, 1.0 - (correct_total + unparseable_total) / count), 6)},
         "examples": texts[:n],
     }
 
@@ -391,6 +415,7 @@ class OnlineConfig:
     seed: int = 0
     reward: str = "integer-answer-v1"  # or "contains-answer-loophole"
     eval_k: int = 16  # samples per held-out prompt for pass@k / maj@k
+    use_bias_correction_kl: bool = True  # TRL's option and default: KL term times the ratio (matters when beta > 0)
 
     def __post_init__(self):
         check_config(self)
@@ -413,6 +438,8 @@ def check_config(config: OnlineConfig) -> None:
             raise ValueError(f"{name} 必须是正的有限数，收到 {value!r}")
     if isinstance(config.beta, bool) or not isinstance(config.beta, (int, float)) or not config.beta >= 0:
         raise ValueError(f"beta 必须是非负数，收到 {config.beta!r}")
+    if not isinstance(config.use_bias_correction_kl, bool):
+        raise ValueError(f"use_bias_correction_kl 必须是 True 或 False，收到 {config.use_bias_correction_kl!r}")
     if not 0 < config.top_p <= 1:
         raise ValueError(f"top_p 必须在 (0, 1] 内，收到 {config.top_p!r}")
     if config.loss_type not in LOSS_TYPES:

@@ -27,6 +27,8 @@ def parse(argv=None):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     for name in ("epsilon", "epsilon_high", "beta", "temperature", "top_p", "learning_rate", "max_grad_norm"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
+    parser.add_argument("--no-bias-correction-kl", dest="use_bias_correction_kl", action="store_false",
+                        help="TRL's use_bias_correction_kl=False: the plain k3 KL (default: True, as in TRL 1.16)")
     parser.add_argument("--loss-type", default=defaults.loss_type, choices=og.LOSS_TYPES)
     parser.add_argument("--reward", default=defaults.reward, choices=og.REWARDS)
     parser.add_argument("--warm-start", default="sft", choices=og.WARM_STARTS,

@@ -172,7 +172,8 @@ def _frequency_check(prompt):
 
 
 def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
-                   loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+                   loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None,
+                   use_bias_correction_kl=True):
     """Float64 re-derivation of one ``grpo_step`` (same keyword arguments and defaults; ``epsilon_high=None`` means
     ``epsilon``) on a copy of ``model`` with AdamW at ``lr``: (per-epoch losses, parameters after, clip_ratio_low,
     clip_ratio_high and approx_kl per epoch). The one reference of the update: this oracle and the lesson's hidden
@@ -197,7 +198,7 @@ def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2
         ptl = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
         if beta > 0:
             d = torch.where(mask, rollout["ref_per_token_logps"].double() - logps, torch.zeros_like(logps))
-            ptl = ptl + beta * (torch.exp(d) - d - 1)
+            ptl = ptl + beta * (torch.exp(d) - d - 1) * (ratio if use_bias_correction_kl else 1.0)
         if loss_type == "grpo":
             loss = ((ptl * w).sum(-1) / w.sum(-1).clamp(min=1)).mean()
         elif loss_type in ("bnpo", "dapo"):
