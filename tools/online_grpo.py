@@ -20,6 +20,7 @@ them live in the lesson and are saved (``#@save``) into ``tools/lessons/nb07_onl
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -36,7 +37,11 @@ from pathlib import Path
 TASK_ID = "single-digit-addition-v1"
 SCHEMA_VERSION = "online-grpo/v1"
 WORKLOAD_ID = "online-grpo"
+SEEDS_SCHEMA_VERSION = "online-grpo-seeds/v1"
+SEEDS_WORKLOAD_ID = "online-grpo-seeds"
 RESULTS_DIR = Path("benchmarks") / "results" / "online"
+# Records of runs under any other label than the committed reference ones go here (git-ignored; shared with nb06).
+LOCAL_RESULTS_DIR = Path("benchmarks") / "results" / "local"
 SFT_BUILDER_VERSION = 1
 SFT_MARKER = "online_sft.json"
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -58,6 +63,9 @@ SFT_LIST_FRACTION = 0.3
 SFT_STEPS = 800
 SFT_BATCH = 32
 SFT_LEARNING_RATE = 3e-3
+# The SFT runs on one torch thread whatever the caller set: float sums in another order give other weights, and the
+# records' warm-start hash must be the one any fresh build gives (tested).
+SFT_THREADS = 1
 HELDOUT_SIZE = 25
 SPLIT_SEED = 0
 
@@ -170,6 +178,7 @@ def _sft_marker(seed: int, variant: str = "sft") -> dict:
               "copies": SFT_COPIES, "hedge": HEDGE, "hedge_fraction": SFT_HEDGE_FRACTION,
               "batch": SFT_BATCH, "learning_rate": SFT_LEARNING_RATE, "heldout_size": HELDOUT_SIZE,
               "split_seed": SPLIT_SEED, "tiny_builder_version": tiny_model.BUILDER_VERSION,
+              "torch_threads": SFT_THREADS,
               "torch": package_version("torch"), "transformers": package_version("transformers")}
     if check_warm_start(variant) != "sft":  # (the lesson's own warm start keeps its marker: its cache stays valid)
         marker.update(variant=variant, list_fraction=SFT_LIST_FRACTION)
@@ -221,6 +230,24 @@ def build_sft_checkpoint(path, seed: int = 0, variant: str = "sft") -> Path:
     optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LEARNING_RATE)
     model.train()
     pad = tokenizer.pad_token_id
+    threads = torch.get_num_threads()
+    torch.set_num_threads(SFT_THREADS)
+    try:
+        _sft_steps(model, optimizer, rows, order, pad)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    (path / SFT_MARKER).write_text(json.dumps(_sft_marker(seed, variant), indent=2, sort_keys=True) + "\n",
+                                   encoding="utf-8")
+    return path
+
+
+def _sft_steps(model, optimizer, rows, order, pad) -> None:
+    import torch
+
     for _ in range(SFT_STEPS):
         batch = [rows[order.randrange(len(rows))] for _ in range(SFT_BATCH)]
         width = max(len(p) + len(a) for p, a in batch)
@@ -235,13 +262,6 @@ def build_sft_checkpoint(path, seed: int = 0, variant: str = "sft") -> Path:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    model.eval()
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
-    (path / SFT_MARKER).write_text(json.dumps(_sft_marker(seed, variant), indent=2, sort_keys=True) + "\n",
-                                   encoding="utf-8")
-    return path
 
 
 def _sft_matches(path: Path, seed: int, variant: str = "sft") -> bool:
@@ -394,6 +414,37 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     }
 
 
+def entropy_by_kind(model, tokenizer, problems, temperature: float = 1.0) -> dict:
+    """Mean per-token entropy of two teacher-forced completions of each problem: the hedge HEDGE<EOS> and the right
+    answer <answer><EOS>; also the entropy at the first completion token (where the model chooses what to write).
+
+    The step log's ``entropy`` is a mean over all completion tokens, so it depends on which completions were sampled
+    as well as on how certain each position is; these numbers separate the two (used to read the entropy curve).
+    """
+    import torch
+
+    def per_token(completions):
+        enc = encode_prompts(tokenizer, [p["prompt"] for p in problems])
+        rows = [tokenizer(c + tokenizer.eos_token, add_special_tokens=False)["input_ids"] for c in completions]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)  # [B, C]
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)  # [B, C]
+        for i, row in enumerate(rows):
+            ids[i, :len(row)] = torch.tensor(row)
+            mask[i, :len(row)] = True
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            _, entropy = completion_logps(model, enc["input_ids"].to(device), enc["attention_mask"].to(device),
+                                          ids.to(device), mask.to(device), temperature=temperature,
+                                          with_entropy=True)  # [B, C]
+        entropy, mask = entropy.cpu().double(), mask.double()
+        return {"mean": float((entropy * mask).sum() / mask.sum()), "first_token": float(entropy[:, 0].mean()),
+                "tokens": float(mask.sum(1).mean())}
+
+    return {"hedge": per_token([HEDGE] * len(problems)),
+            "answer": per_token([str(p["answer"]) for p in problems])}
+
+
 # ----------------------------------------------------------------------------------------------- configuration
 @dataclass
 class OnlineConfig:
@@ -448,14 +499,88 @@ def check_config(config: OnlineConfig) -> None:
         raise ValueError(f"reward 必须是 {REWARDS} 之一，收到 {config.reward!r}")
 
 
+# ----------------------------------------------------------------------------------------------- RUN_MODE presets
+# One preset per RUN_MODE (the notebook and the tests read them here). real_gpu: Qwen2.5-0.5B-Instruct without a
+# warm start, LoRA on the attention projections only (the base weights stay frozen, AdamW keeps state for the adapter
+# only), a learning rate within TRL's range (GRPOConfig's default 1e-6 is for full fine-tuning; LoRA adapters are
+# usually trained about ten times faster), bf16 where the card supports it natively, else float32.
+REAL_GPU_MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+RUN_PRESETS = {
+    "tiny_cpu": {"config": {}, "heldout": None, "lora": None},
+    "smoke": {"config": {"num_steps": 3, "prompts_per_step": 4, "eval_k": 4}, "heldout": 8, "lora": None},
+    "real_gpu": {"config": {"learning_rate": 1e-5, "max_new_tokens": 16, "prompts_per_step": 8, "num_generations": 8,
+                            "eval_k": 8},
+                 "heldout": None,
+                 "lora": {"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": LORA_TARGET_MODULES}},
+}
+
+
+def check_run_mode(mode: str) -> str:
+    if mode not in RUN_PRESETS:
+        raise ValueError(f"RUN_MODE 必须是 {' / '.join(RUN_PRESETS)} 之一，收到 {mode!r}")
+    return mode
+
+
+def preset_config(mode: str, **overrides) -> OnlineConfig:
+    """The OnlineConfig of RUN_MODE ``mode`` (its preset over the defaults, then ``overrides``)."""
+    return OnlineConfig(**{**RUN_PRESETS[check_run_mode(mode)]["config"], **overrides})
+
+
+def preset_dtype(mode: str):
+    """bf16 for real_gpu on a card with native bf16, else float32 (the CPU modes always float32)."""
+    import torch
+
+    if check_run_mode(mode) == "real_gpu" and torch.cuda.is_available() and \
+            torch.cuda.is_bf16_supported(including_emulation=False):
+        return torch.bfloat16
+    return torch.float32
+
+
+def load_preset_policy(mode: str, path, device="cpu", seed: int = 0):
+    """(model, tokenizer) for RUN_MODE ``mode`` from the local checkpoint folder or model id ``path``: its dtype and,
+    for real_gpu, a LoRA adapter on LORA_TARGET_MODULES (tools.grpo_experiment.attach_lora; only the adapter
+    trains). Eval mode (no dropout)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lora = RUN_PRESETS[check_run_mode(mode)]["lora"]
+    local = Path(str(path)).is_dir()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local, dtype=preset_dtype(mode)).to(device)
+    if lora is not None:
+        from tools.grpo_experiment import attach_lora
+
+        torch.manual_seed(seed)
+        model, _ = attach_lora(model, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
+    model.eval()
+    return model, tokenizer
+
+
+def make_optimizer(model, learning_rate: float):
+    """AdamW over the parameters that require grad (with LoRA: the adapter only; no state for frozen weights)."""
+    import torch
+
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
 def check_run_label(label: str) -> str:
     if not isinstance(label, str) or not LABEL_PATTERN.fullmatch(label):
         raise ValueError(f"RUN_LABEL 只能含字母、数字和 . _ -（不以符号开头，最长 64 个字符），收到 {label!r}")
     return label
 
 
-def output_relative_path(label: str) -> Path:
-    return RESULTS_DIR / f"{WORKLOAD_ID}_{check_run_label(label)}.json"
+def output_relative_path(label: str, workload: str = WORKLOAD_ID, seed: int | None = None) -> Path:
+    """Where the record of ``label`` lives: the committed reference labels (REFERENCE_LABELS) under RESULTS_DIR,
+    every other label (a learner's run, a test's scratch run) under the git-ignored LOCAL_RESULTS_DIR. ``seed``:
+    one seed's record of a multi-seed run (``<workload>_<label>_seed<k>.json``)."""
+    folder = RESULTS_DIR if check_run_label(label) in REFERENCE_LABELS else LOCAL_RESULTS_DIR
+    return folder / (f"{workload}_{label}.json" if seed is None else f"{workload}_{label}_seed{int(seed)}.json")
+
+
+def seeds_summary_path(label: str) -> Path:
+    return output_relative_path(label, SEEDS_WORKLOAD_ID)
 
 
 # ----------------------------------------------------------------------------------------------- record
@@ -519,6 +644,12 @@ ABLATIONS = [
 ]
 
 
+# The labels of the committed records (the ablations above and the multi-seed summary): only these are written
+# under RESULTS_DIR.
+SEEDS_REFERENCE_LABEL = "reference"
+REFERENCE_LABELS = frozenset(label for _, label, _ in ABLATIONS) | {SEEDS_REFERENCE_LABEL}
+
+
 def print_progress(row: dict) -> None:
     if row["step"] % 5 == 0:
         kl = "-" if row["kl_ref"] is None else f"{row['kl_ref']:.4f}"
@@ -537,7 +668,7 @@ def _content_hash(folder) -> str:
 
 def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=None, tokenizer=None, warm_start=None,
                           heldout=None, train=None, root=None, progress=None, write: bool = True,
-                          warm_start_variant: str = "sft") -> dict:
+                          warm_start_variant: str = "sft", record_seed: int | None = None) -> dict:
     """Evaluate -> ``train_fn`` -> evaluate, and write the validated record; returns it.
 
     ``train_fn(model, tokenizer, train_problems, config, ref_model=..., progress=...)`` is the lesson's
@@ -600,8 +731,190 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
         "hardware": hardware,
     }
     if write:
-        write_record(root / output_relative_path(label), record)
+        write_record(root / output_relative_path(label, seed=record_seed), record)
     return record
+
+
+def resolve_root() -> Path:
+    from tools.project_runtime import resolve_project_root
+
+    return resolve_project_root(Path(__file__).resolve().parent)
+
+
+def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
+    """``steps`` training steps of RUN_MODE ``mode``'s preset (its config, dtype and LoRA) on the checkpoint folder
+    ``model_path`` with the lesson's ``train_fn``, on CUDA when available else the CPU. Checks: the trainable
+    parameters are exactly the LoRA adapter's (count from the shapes: rank x (in + out) per targeted Linear), AdamW
+    holds state for those parameters only, the base weights are bit-identical after training and the adapter moved,
+    every logged metric is finite. Returns a JSON-ready report with ``passed``."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_preset_policy(mode, model_path, device=device)
+    config = preset_config(mode, num_steps=steps, prompts_per_step=2, num_generations=4)
+    lora = RUN_PRESETS[mode]["lora"]
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    frozen_before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    trainable_before = {n: p.detach().clone() for n, p in trainable.items()}
+    expected = None
+    if lora is not None:
+        expected = sum(lora["rank"] * (m.in_features + m.out_features) for name, m in model.named_modules()
+                       if name.split(".")[-1] in lora["target_modules"] and hasattr(m, "base_layer"))
+    optimizer = make_optimizer(model, config.learning_rate)
+    train, _ = split_problems()
+    started = time.perf_counter()
+    steps_log = train_fn(model, tokenizer, train, config, optimizer=optimizer)
+    seconds = time.perf_counter() - started
+    state_tensors = [t for st in optimizer.state.values() for t in st.values() if torch.is_tensor(t) and t.dim() > 0]
+    state_numel = sum(t.numel() for t in state_tensors)
+    n_trainable = sum(p.numel() for p in trainable.values())
+    n_total = sum(p.numel() for p in model.parameters())
+    checks = {
+        "steps_logged": len(steps_log) == steps,
+        "metrics_finite": all(math.isfinite(v) for row in steps_log for v in row.values()
+                              if isinstance(v, float)),
+        "optimizer_state_only_for_trainable": state_numel == 2 * n_trainable,  # exp_avg + exp_avg_sq
+        "base_weights_unchanged": all(torch.equal(p.detach(), frozen_before[n])
+                                      for n, p in model.named_parameters() if not p.requires_grad),
+        "trainable_weights_moved": any(not torch.equal(p.detach(), trainable_before[n]) for n, p in trainable.items()),
+    }
+    if lora is not None:
+        checks["trainable_count_is_lora"] = n_trainable == expected
+        checks["only_lora_trainable"] = all("lora_" in n for n in trainable)
+        checks["dtype_is_preset"] = all(p.dtype == preset_dtype(mode) for p in frozen_before.values()
+                                        if p.is_floating_point())
+    return {"mode": mode, "model": str(model_path), "device": device, "dtype": str(preset_dtype(mode)),
+            "learning_rate": config.learning_rate, "lora": None if lora is None else dict(lora, target_modules=list(
+                lora["target_modules"])), "trainable_parameters": n_trainable, "expected_trainable": expected,
+            "total_parameters": n_total, "optimizer_state_numel": state_numel, "seconds": round(seconds, 3),
+            "completion_length": [row["completion_length"] for row in steps_log], "checks": checks,
+            "passed": all(checks.values())}
+
+
+# ----------------------------------------------------------------------------------------------- several seeds
+@functools.cache
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (bisection on the CDF, the density integrated
+    by Simpson's rule; no scipy): 12.706 for df 1, 4.303 for df 2, 1.96 in the limit."""
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"自由度必须是正整数，收到 {df!r}")
+    const = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(x):  # P(T <= x) for x >= 0: 1/2 + the integral of the density over [0, x]; substitution u = atan(t)
+        # t = tan(u) keeps the integrand smooth even for heavy tails (df = 1)
+        top = math.atan(x)
+        steps = 400
+        h = top / steps
+        total = 0.0
+        for i in range(steps + 1):
+            u = i * h
+            t = math.tan(u)
+            f = const * (1 + t * t / df) ** (-(df + 1) / 2) / math.cos(u) ** 2
+            total += f * (1 if i in (0, steps) else 4 if i % 2 else 2)
+        return 0.5 + total * h / 3
+
+    low, high = 0.0, 100.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if cdf(mid) < 0.975 else (low, mid)
+    return (low + high) / 2
+
+
+def mean_ci95(values) -> dict:
+    """Mean and two-sided 95 % t-interval of independent per-seed values (n >= 2; n = 1 gives no interval)."""
+    values = [float(v) for v in values]
+    n = len(values)
+    if n == 0:
+        raise ValueError("至少需要一个种子")
+    mean = sum(values) / n
+    if n == 1:
+        return {"mean": round(mean, 6), "ci95": None, "method": "single seed: no interval", "n": 1}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    return {"mean": round(mean, 6), "ci95": [round(mean - half, 6), round(mean + half, 6)],
+            "method": f"Student t interval over {n} seeds (t_0.975,{n - 1} = {t_quantile_975(n - 1):.3f}, sample sd)",
+            "n": n, "sd": round(sd, 6)}
+
+
+def load_seeds_schema() -> dict:
+    path = Path(__file__).resolve().parent / "schemas" / "online-grpo-seeds-v1.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def validate_seeds_summary(summary) -> None:
+    import jsonschema
+
+    jsonschema.validate(summary, load_seeds_schema())
+
+
+def seeds_summary(label: str, records: list[dict]) -> dict:
+    """The multi-seed summary of ``records`` (one per seed, same configuration up to the seed)."""
+    if not records:
+        raise ValueError("至少需要一个种子的记录")
+    base = {k: v for k, v in records[0]["config"].items() if k != "seed"}
+    for record in records[1:]:
+        if {k: v for k, v in record["config"].items() if k != "seed"} != base:
+            raise ValueError("各种子的配置除 seed 外必须相同")
+    seeds = []
+    for record in records:
+        before, after = record["eval"]["before"], record["eval"]["after"]
+        entry = {"seed": record["config"]["seed"], "pass_at_1_before": before["pass_at_1"],
+                 "pass_at_1_after": after["pass_at_1"], "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
+                 "wall_seconds": record["wall_seconds"], "train_seconds": record.get("train_seconds"),
+                 "cpu_seconds": record.get("cpu_seconds"),
+                 "warm_start_hash": record["warm_start"]["content_sha256"],
+                 "record": record["run_label"]}
+        if "outcomes" in before and "outcomes" in after:
+            entry["outcomes_before"], entry["outcomes_after"] = before["outcomes"], after["outcomes"]
+        seeds.append(entry)
+    summary = {"schema_version": SEEDS_SCHEMA_VERSION, "run_label": check_run_label(label), "created_utc": utc_now(),
+               "config": base, "task": records[0]["task"], "seeds": seeds,
+               "gain_pass_at_1": mean_ci95([e["gain"] for e in seeds]),
+               "pass_at_1_before": mean_ci95([e["pass_at_1_before"] for e in seeds]),
+               "pass_at_1_after": mean_ci95([e["pass_at_1_after"] for e in seeds]),
+               "framework": records[-1]["framework"], "hardware": records[-1]["hardware"]}
+    if all("outcomes_before" in e for e in seeds):
+        summary["gain_by_outcome"] = {
+            kind: mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind] for e in seeds])
+            for kind in ("right", "wrong", "unparseable")}
+    return summary
+
+
+def write_seeds_summary(path, summary) -> Path:
+    from tools.notebook_runtime import save_json
+
+    validate_seeds_summary(summary)
+    return save_json(path, summary)
+
+
+def load_seeds_summary(root, label: str):
+    """The validated multi-seed summary of ``label``, or None when there is none."""
+    path = Path(root) / seeds_summary_path(label)
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    validate_seeds_summary(summary)
+    return summary
+
+
+def _interval(stat: dict) -> str:
+    if stat["ci95"] is None:
+        return f"{stat['mean']:+.3f}（只有一个种子，没有区间）"
+    return f"{stat['mean']:+.3f}，95% 区间 [{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]"
+
+
+def seeds_table(summary: dict) -> str:
+    """Markdown: one row per seed, then the mean gain with its interval (and by outcome kind)."""
+    lines = [f"多种子汇总 `{summary['run_label']}`（{len(summary['seeds'])} 个种子，同一配置）：", "",
+             "| 种子 | pass@1 前 | pass@1 后 | 提高 | 用时 (s) | 热启动哈希 |", "| --- | --- | --- | --- | --- | --- |"]
+    for e in summary["seeds"]:
+        lines.append(f"| {e['seed']} | {e['pass_at_1_before']:.3f} | {e['pass_at_1_after']:.3f} | {e['gain']:+.3f} | "
+                     f"{e['wall_seconds']:.1f} | `{e['warm_start_hash'][:12]}` |")
+    lines += ["", f"平均提高 {_interval(summary['gain_pass_at_1'])}（{summary['gain_pass_at_1']['method']}）。"]
+    for kind, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析（含拒答）")):
+        if kind in summary.get("gain_by_outcome", {}):
+            lines.append(f"- {name}的比例变化：{_interval(summary['gain_by_outcome'][kind])}")
+    return "\n".join(lines)
 
 
 def headline(record: dict) -> dict:

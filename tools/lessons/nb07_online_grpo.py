@@ -182,12 +182,12 @@ import random
 import time
 
 from tools.lessons.nb01_group_advantages import compute_group_advantages
-from tools.online_grpo import reward_function, strict_correct
+from tools.online_grpo import make_optimizer, reward_function, strict_correct
 
 
-def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, progress=None):
+def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, progress=None, optimizer=None):
     """Online GRPO: sample -> verify -> group advantages -> grpo_step, config.num_steps times; returns the log."""
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    optimizer = make_optimizer(model, config.learning_rate) if optimizer is None else optimizer
     rng = random.Random(config.seed)
     reward_fn = reward_function(config.reward)
     history = []
