@@ -141,7 +141,7 @@ print("EOS =", repr(tokenizer.eos_token), tokenizer.eos_token_id, "  pad =", rep
 #   掩码之外的位置填 0。
 # - 可选的 `ref_model`（β > 0 时需要）：同样记下参考模型的 `ref_per_token_logps`；没有参考模型时为 `None`。
 #
-# ### TODO 1：实现 `sample_group`
+# ### TODO 1　实现 `sample_group`
 #
 # 返回一个字典：
 #
@@ -356,7 +356,7 @@ display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | ---
 # `gradient_accumulation_steps`），后面几步的旧对数概率来自更新前的模型；用 vLLM 生成时，旧对数概率（或重要性修正）
 # 来自另一个引擎。这两种情况下 μ = 1 也会有概率比 ≠ 1、裁剪也会触发。
 #
-# ### TODO 2：实现 `grpo_step`
+# ### TODO 2　实现 `grpo_step`
 #
 # `completion_mask` 接受 bool 或任意实数 dtype 的 0/1 张量（约定 C1），其他值 → `ValueError`。
 # 其余输入契约：`advantages` 必须是长度为 N 的一维有限浮点张量；`num_iterations` 为正整数；`epsilon`、`max_grad_norm` 为正数；
@@ -559,7 +559,7 @@ _ma = _mb = _mm = None  # free the copies (no `del`: the lambdas above read _ma)
 #
 # 所有值都是 Python 的 `int` / `float`（`kl_ref` 可以是 `None`），可以直接写进 JSON。
 #
-# ### TODO 3：实现 `log_step_metrics`
+# ### TODO 3　实现 `log_step_metrics`
 #
 # 输入契约（`ValueError`）：`rewards` 是一维有限浮点张量，长度 N 是 `num_generations` 的整数倍且 N ≥ 2；
 # `completion_mask` 是 `[N, C]`（约定 C1）；`strict_correct` 长度为 N。
@@ -879,14 +879,16 @@ if RECORD is None:
 else:
     from tools.tiny_model import tiny_checkpoint_path
 
-    if RUN_MODE == "real_gpu":
-        agreement_ref = copy.deepcopy(policy).eval()  # (no pre-SFT checkpoint here; KL starts at 0)
+    if RUN_MODE == "real_gpu":  # the matrix needs the tiny model's pre-SFT weights for its reference
+        print("损失与梯度的核对在 CPU 模式（tiny_cpu / smoke）下用微型模型做。")
     else:
-        agreement_ref = online_trl.mixed_reference(policy, og.load_policy(tiny_checkpoint_path(seed=0))[0])
-    agreement = online_trl.trl_agreement(sample_group, grpo_step, policy, agreement_ref, tokenizer, TRAIN_PROBLEMS)
-    display(Markdown(online_trl.agreement_table(agreement)))
-    assert all(row["agree"] for row in agreement), "本课 grpo_step 与 TRL 的损失或梯度相对差超过 1e-5"
-    assert all(c["detected"] for row in agreement for c in row["sensitivity"].values()), "改掉一项后核对应当失败"
+        _sft_policy = og.load_policy(og.sft_checkpoint_path(seed=0)[0])[0]  # the warm start, not the trained policy
+        agreement_ref = online_trl.mixed_reference(_sft_policy, og.load_policy(tiny_checkpoint_path(seed=0))[0])
+        agreement = online_trl.trl_agreement(sample_group, grpo_step, _sft_policy, agreement_ref, tokenizer,
+                                             TRAIN_PROBLEMS)
+        display(Markdown(online_trl.agreement_table(agreement)))
+        assert all(row["agree"] for row in agreement), "本课 grpo_step 与 TRL 的损失或梯度相对差超过 1e-5"
+        assert all(c["detected"] for row in agreement for c in row["sensitivity"].values()), "改掉一项后核对应当失败"
     trl_run = online_trl.train_with_trl(og.sft_checkpoint_path(seed=0)[0] if RUN_MODE != "real_gpu" else MODEL_PATH,
                                         CONFIG, TRAIN_PROBLEMS, max_steps=2 if RUN_MODE == "smoke" else 30)
     display(Markdown(online_trl.comparison_table(trl_run, RECORD)))

@@ -64,7 +64,8 @@ SFT_STEPS = 800
 SFT_BATCH = 32
 SFT_LEARNING_RATE = 3e-3
 # The SFT runs on one torch thread whatever the caller set: float sums in another order give other weights, and the
-# records' warm-start hash must be the one any fresh build gives (tested).
+# records' warm-start hash must be the one any fresh build gives (tested). (Not in the marker: the hash covers the
+# marker file, and the committed records were built on one thread.)
 SFT_THREADS = 1
 HELDOUT_SIZE = 25
 SPLIT_SEED = 0
@@ -178,7 +179,6 @@ def _sft_marker(seed: int, variant: str = "sft") -> dict:
               "copies": SFT_COPIES, "hedge": HEDGE, "hedge_fraction": SFT_HEDGE_FRACTION,
               "batch": SFT_BATCH, "learning_rate": SFT_LEARNING_RATE, "heldout_size": HELDOUT_SIZE,
               "split_seed": SPLIT_SEED, "tiny_builder_version": tiny_model.BUILDER_VERSION,
-              "torch_threads": SFT_THREADS,
               "torch": package_version("torch"), "transformers": package_version("transformers")}
     if check_warm_start(variant) != "sft":  # (the lesson's own warm start keeps its marker: its cache stays valid)
         marker.update(variant=variant, list_fraction=SFT_LIST_FRACTION)
