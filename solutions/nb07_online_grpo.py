@@ -19,9 +19,9 @@
 # 5. 采样的同时记下旧策略的逐词元对数概率 `old_per_token_logps`；
 # 6. 对同一批 rollout 做 μ 个优化轮次（TRL 的 `num_iterations`），损失是第 2、3 课的逐词元裁剪损失；
 # 7. 可选的 β·KL（到冻结的参考模型）；
-# 8. AdamW + 梯度裁剪；然后回到第 1 步——这时采样用的已经是更新后的策略。
+# 8. AdamW + 梯度裁剪；然后回到第 1 项——这时采样用的已经是更新后的策略。
 #
-# 这一课你写其中三块：`sample_group`（第 1、2、5 步）、`grpo_step`（第 6–8 步）和每一步的指标记录
+# 这一课你写其中三块：`sample_group`（上面的第 1、2、5 项）、`grpo_step`（第 6–8 项）和每一步的指标记录
 # `log_step_metrics`。其余（任务、热启动、评测、循环本身）由课程提供。最后用 TRL 的 `GRPOTrainer` 跑同一个任务，
 # 逐项对照参数名和指标，并在同一批数据上核对损失与梯度；再讲同一份配置怎样放到多张 GPU 上。
 #
@@ -803,7 +803,11 @@ else:
 # **先说这些记录能证明什么。** 每个对照目前只有**一个种子**的一次运行，没有置信区间。课程维护者换种子 0、1、2
 # 重跑同样的配置时，单次记录里的几个现象**没有稳定复现**：clip-higher 对熵的影响、奖励投机里留出集“包含答案”与
 # 严格 pass@1 的差距、pass@16 的提高，换种子后都明显变小或反向。所以下面每一条只是**预测**，表格里的数是一次运行的
-# 观测，不是结论；要下结论，至少要 3 个种子和区间（`make online SEEDS=3 RUN_LABEL=<标签> ONLINE_ARGS="..."`）。
+# 观测，不是结论。课程为每个对照提交了 3 个种子的记录（`make online SEEDS=3 RUN_LABEL=<标签> ONLINE_ARGS="..."`），
+# 下面最后两张表按区间判断每条预测：区间不重叠才说“看得到”，重叠就说“这一规模上看不出”。
+#
+# - **β = 0 对 β = 0.04**（`--beta 0.04`，新增）：参考模型是训练开始前的热启动，KL 把策略往回拉；预测是回答长度、
+#   训练奖励离热启动更近（β = 0 时没有这一项，`kl_ref` 不记录）。
 #
 # - **μ = 1 对 μ = 4**（`--num-iterations 4`）：本课的循环里 μ = 1 时裁剪从不触发（第 4 步）；μ = 4 时后面的轮次
 #   已经离策略，裁剪比例与 approx_kl 随之变大——这一条由构造保证，记录里的数量级是一次运行的观测。
@@ -825,14 +829,22 @@ else:
 
 # %%
 ABLATIONS = og.ABLATIONS
-display(Markdown("| 对照 | 命令 | 记录 |\n| --- | --- | --- |\n" + "\n".join(
-    f"| {name} | `make online RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
-    f"{'有' if (REPO_ROOT / og.output_relative_path(label)).exists() else '没有（先运行命令）'} |"
+display(Markdown("| 对照 | 命令 | 单次记录 | 多种子汇总 |\n| --- | --- | --- | --- |\n" + "\n".join(
+    f"| {name} | `make online SEEDS=3 RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
+    f"{'有' if (REPO_ROOT / og.output_relative_path(label)).exists() else '没有'} | "
+    f"{'有' if (REPO_ROOT / og.seeds_summary_path(label)).exists() else '没有（先运行命令）'} |"
     for name, label, args in ABLATIONS)))
 _records = og.load_records(REPO_ROOT, [label for _, label, _ in ABLATIONS])
 if _records:
     display(Image(og.plot_ablations(_records)))
     display(Markdown(og.ablation_table(_records)))
+display(Markdown("多种子（`SEEDS=3`）的对照：最后 10 步的平均，均值 [95% t 区间]，区间跨种子计算。只有区间不重叠的差别才算"
+                 "这一规模上看得到的效应。\n\n" + og.ablation_seeds_table(REPO_ROOT, [label for _, label, _ in ABLATIONS])))
+_interval_png = og.plot_ablation_intervals(REPO_ROOT, [label for _, label, _ in ABLATIONS])
+if _interval_png is not None:
+    display(Image(_interval_png))
+display(Markdown("每条预测与区间的对照（`og.ABLATION_COMPARISONS`；“区间重叠”不证明没有效应，只说明 3 个种子分辨不出来）：\n\n"
+                 + og.verdicts_table(og.ablation_verdicts(REPO_ROOT))))
 
 # %% [markdown]
 # ## 第 9 步　同一个任务交给 TRL 的 `GRPOTrainer`

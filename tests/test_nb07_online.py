@@ -6,7 +6,10 @@ Notebook executions (each at most once per session, through ``notebook_runs``), 
 * one copy whose test cells hold only their hidden tests, with three wrong answers substituted at once (they do
   not interfere: the sample_group mutation only shows at temperature != 1, the other tests sample at 1.0), fails
   each of the three hidden test cells.
-The committed reference record meets the headline; step-0 losses agree with TRL's GRPOTrainer to 1e-5.
+The committed reference record and the 3-seed summary meet the headline; the ablations have 3-seed records and
+verdicts from their intervals; grpo_step's loss and gradient agree with TRL's GRPOTrainer to 1e-5 relative over the
+whole matrix, and the comparison fails when one side drops an option (slow); maj@1 equals pass@1; learners' records
+go to the git-ignored benchmarks/results/local/; the real_gpu preset trains a LoRA adapter only (slow).
 """
 from __future__ import annotations
 
@@ -148,11 +151,9 @@ def test_sft_list_warm_start_lists_the_answer_but_never_last():
         og.sft_examples(0, "sft-typo")
 
 
-def test_reward_hacking_records_show_the_loophole():
-    """`loophole` and `loophole_fixed` start from the same list-writing warm start and differ only in the reward:
-    under the loophole the training reward keeps rising while the strict accuracy falls from its peak, and on the
-    held-out set the share of completions the loophole accepts parts from strict pass@1; the fixed verifier
-    keeps the two together."""
+def test_reward_hacking_records_share_their_start():
+    """`loophole` and `loophole_fixed` start from the same list-writing warm start and differ only in the reward
+    (their effects are read from the multi-seed intervals, test_ablation_verdicts_cover_every_comparison)."""
     hacked, fixed = (json.loads((ROOT / og.output_relative_path(label)).read_text(encoding="utf-8"))
                      for label in ("loophole", "loophole_fixed"))
     for record in (hacked, fixed):
@@ -161,14 +162,27 @@ def test_reward_hacking_records_show_the_loophole():
     assert {k: v for k, v in hacked["config"].items() if k != "reward"} == \
         {k: v for k, v in fixed["config"].items() if k != "reward"}
     assert (hacked["config"]["reward"], fixed["config"]["reward"]) == ("contains-answer-loophole", "integer-answer-v1")
-    steps = hacked["steps"]
-    tail = lambda rows, key: sum(r[key] for r in rows[-10:]) / 10  # noqa: E731
-    assert tail(steps, "reward_mean") > steps[0]["reward_mean"] + 0.4, "the loophole's training reward rises"
-    assert tail(steps, "strict_accuracy") < max(r["strict_accuracy"] for r in steps) - 0.1, "strict falls from its peak"
-    assert tail(steps, "reward_mean") - tail(steps, "strict_accuracy") > 0.15
-    gap = lambda r: r["eval"]["after"]["contains_answer_rate"] - r["eval"]["after"]["pass_at_1"]  # noqa: E731
-    assert gap(hacked) > gap(fixed) + 0.1, (gap(hacked), gap(fixed))
-    assert hacked["eval"]["after"]["pass_at_1"] < fixed["eval"]["after"]["pass_at_1"]
+
+
+def test_ablation_verdicts_cover_every_comparison():
+    """Every ablation the lesson discusses has a committed 3-seed record, and each prediction gets a verdict from
+    the intervals; a verdict of a difference needs non-overlapping 95 % intervals (checked here from the numbers)."""
+    verdicts = og.ablation_verdicts(ROOT)
+    assert len(verdicts) == len(og.ABLATION_COMPARISONS)
+    for v in verdicts:
+        assert v["verdict"] != "missing", f"{v['a']} / {v['b']}: no multi-seed record"
+        a, b = v["a_interval"], v["b_interval"]
+        assert a["n"] >= 3 and b["n"] >= 3
+        if v["verdict"] == "a > b":
+            assert a["ci95"][0] > b["ci95"][1]
+        elif v["verdict"] == "a < b":
+            assert a["ci95"][1] < b["ci95"][0]
+        else:
+            assert a["ci95"][0] <= b["ci95"][1] and b["ci95"][0] <= a["ci95"][1]
+    # the verdict logic itself: disjoint intervals are resolved, overlapping ones are not
+    assert og.ablation_verdicts(ROOT, [("mu4", "mu4", "approx_kl", "")])[0]["verdict"] == "overlap"
+    for _, label, _ in og.ABLATIONS:
+        assert og.load_seeds_summary(ROOT, label) is not None, f"no 3-seed summary for {label}"
 
 
 def test_schema_rejects_a_broken_record():
@@ -405,20 +419,19 @@ def test_real_gpu_preset_trains_only_the_lora_adapter():
 
 @pytest.mark.slow
 def test_committed_records_start_from_a_fresh_warm_start():
-    """The warm-start hash in every committed record of the lesson's warm start ("sft") equals what a fresh build
-    (this recipe, one torch thread) gives. (The sft-list records of the reward-hacking pair are not rebuilt here.)"""
-    fresh = og._content_hash(og.sft_checkpoint_path(seed=0)[0])
-    paths = sorted((ROOT / og.RESULTS_DIR).glob("online-grpo*_*.json"))
+    """The warm-start hash in every committed record equals what a fresh build of its warm start (this recipe, one
+    torch thread) gives: "sft" for the lesson's runs, "sft-list" for the reward-hacking pair."""
+    fresh = {variant: og._content_hash(og.sft_checkpoint_path(seed=0, variant=variant)[0]) for variant in og.WARM_STARTS}
     checked = 0
-    for path in paths:
+    for path in sorted((ROOT / og.RESULTS_DIR).glob("online-grpo_*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
-        hashes = ([e["warm_start_hash"] for e in record["seeds"]] if "seeds" in record
-                  else [record["warm_start"]["content_sha256"]] if record["warm_start"].get("variant", "sft") == "sft"
-                  else [])
-        for value in hashes:
-            assert value == fresh, f"{path.name}: warm start {value[:12]} != fresh build {fresh[:12]}"
-            checked += 1
-    assert checked >= 5
+        value, want = record["warm_start"]["content_sha256"], fresh[record["warm_start"].get("variant", "sft")]
+        assert value == want, f"{path.name}: warm start {value[:12]} != fresh build {want[:12]}"
+        checked += 1
+    for path in sorted((ROOT / og.RESULTS_DIR).glob("online-grpo-seeds_*.json")):
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        assert {e["warm_start_hash"] for e in summary["seeds"]} <= set(fresh.values()), path.name
+    assert checked >= 20
 
 
 @pytest.mark.slow
@@ -442,3 +455,22 @@ def test_make_online_seeds_writes_a_validated_summary():
     finally:
         for path in paths:
             path.unlink(missing_ok=True)
+
+
+def test_reference_seeds_summary_meets_the_goal_and_matches_its_records():
+    """The committed `make online SEEDS=3 RUN_LABEL=reference` summary: seeds 0, 1, 2 of the default configuration,
+    every figure recomputed from the per-seed records, mean held-out gain >= 0.30 with ci95[0] >= 0.20, each seed
+    within the 180 s budget, and the gain split by outcome kind (the lesson reports where it comes from)."""
+    summary = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
+    assert summary is not None, "no committed multi-seed summary"
+    records = og.load_seed_records(ROOT, og.SEEDS_REFERENCE_LABEL)
+    assert [r["config"]["seed"] for r in records] == [0, 1, 2]
+    assert og.OnlineConfig(**dict(summary["config"], seed=0)) == og.OnlineConfig()
+    again = og.seeds_summary(og.SEEDS_REFERENCE_LABEL, records)
+    for key in ("seeds", "gain_pass_at_1", "gain_by_outcome"):
+        assert again[key] == summary[key], key
+    gain = summary["gain_pass_at_1"]
+    assert gain["mean"] >= 0.30 and gain["ci95"][0] >= 0.20, gain
+    assert all(e["wall_seconds"] <= 180 for e in summary["seeds"])
+    assert len({e["warm_start_hash"] for e in summary["seeds"]}) == 1
+    assert set(summary["gain_by_outcome"]) == {"right", "wrong", "unparseable"}

@@ -638,6 +638,7 @@ ABLATIONS = [
     ("μ = 4", "mu4", "--num-iterations 4"),
     ("loss_type = dr_grpo", "dr_grpo", "--loss-type dr_grpo"),
     ("loss_type = dapo", "dapo", "--loss-type dapo"),
+    ("β = 0.04（到热启动的 KL，use_bias_correction_kl=True）", "beta", "--beta 0.04"),
     ("μ = 4, ε_high = 0.28（clip-higher；对照 μ = 4）", "mu4_clip_higher", "--num-iterations 4 --epsilon-high 0.28"),
     ("奖励投机：起点有时列出三个数，包含即得分", "loophole", "--warm-start sft-list --reward contains-answer-loophole"),
     ("同一起点，严格验证器（修复后的奖励）", "loophole_fixed", "--warm-start sft-list"),
@@ -917,6 +918,116 @@ def seeds_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+ABLATION_SEED_METRICS = (("clip_ratio_high", "clip high"), ("clip_ratio_low", "clip low"), ("approx_kl", "approx_kl"),
+                         ("kl_ref", "KL 到参考"), ("completion_length", "长度"), ("entropy", "熵"),
+                         ("reward_mean", "训练奖励"), ("strict_accuracy", "strict"))
+
+
+def load_seed_records(root, label: str) -> list[dict]:
+    """The per-seed records of the multi-seed run ``label`` (those its summary lists), validated."""
+    summary = load_seeds_summary(root, label)
+    if summary is None:
+        return []
+    records = []
+    for entry in summary["seeds"]:
+        path = Path(root) / output_relative_path(label, seed=entry["seed"])
+        record = json.loads(path.read_text(encoding="utf-8"))
+        validate_record(record)
+        records.append(record)
+    return records
+
+
+def ablation_seeds_table(root, labels, tail: int = 10) -> str:
+    """Markdown: for each label with a multi-seed summary, the held-out gain and the last-``tail``-step mean of each
+    ABLATION_SEED_METRICS key, as mean [95 % t-interval] over its seeds; labels without one are listed as missing."""
+    def cell(stat):
+        if stat is None:
+            return "—"
+        if stat["ci95"] is None:
+            return f"{stat['mean']:.3g}"
+        return f"{stat['mean']:.3g} [{stat['ci95'][0]:.3g}, {stat['ci95'][1]:.3g}]"
+
+    head = ["记录", "种子数", "pass@1 提高"] + [name for _, name in ABLATION_SEED_METRICS]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    missing = []
+    for label in labels:
+        records = load_seed_records(root, label)
+        if not records:
+            missing.append(label)
+            continue
+        summary = load_seeds_summary(root, label)
+        row = [f"`{label}`", str(len(records)), cell(summary["gain_pass_at_1"])]
+        for key, _ in ABLATION_SEED_METRICS:
+            values = []
+            for record in records:
+                rows = [r[key] for r in record["steps"][-tail:] if r.get(key) is not None]
+                if rows:
+                    values.append(sum(rows) / len(rows))
+            row.append(cell(mean_ci95(values)) if len(values) == len(records) else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    text = "\n".join(lines) if len(lines) > 2 else "（还没有多种子的消融记录）"
+    if missing:
+        text += "\n\n没有多种子记录（只有单次运行或没有记录）：" + "、".join(f"`{m}`" for m in missing)
+    return text
+
+
+# (label a, label b, metric key, what the textbook predicts) of the comparisons the lesson reads from the intervals
+ABLATION_COMPARISONS = [
+    ("mu4", "reference", "clip_ratio_low", "μ = 4 裁剪（low）比 μ = 1 多"),
+    ("mu4", "reference", "approx_kl", "μ = 4 的 approx_kl 比 μ = 1 大"),
+    ("dr_grpo", "reference", "completion_length", "dr_grpo 与 grpo 的回答长度不同"),
+    ("dapo", "reference", "completion_length", "dapo 与 grpo 的回答长度不同"),
+    ("mu4_clip_higher", "mu4", "entropy", "ε_high = 0.28 时熵比 0.2 高（下降得更慢）"),
+    ("mu4_clip_higher", "mu4", "clip_ratio_high", "ε_high = 0.28 时 clip high 比 0.2 少"),
+    ("beta", "reference", "completion_length", "β > 0 时回答长度离热启动更近"),
+    ("loophole", "loophole_fixed", "strict_accuracy", "漏洞验证器下训练中的 strict 更低"),
+    ("loophole", "loophole_fixed", "completion_length", "漏洞验证器下回答更长（列出几个数）"),
+]
+
+
+def _tail_interval(root, label: str, key: str, tail: int = 10):
+    records = load_seed_records(root, label)
+    values = []
+    for record in records:
+        rows = [r[key] for r in record["steps"][-tail:] if r.get(key) is not None]
+        if rows:
+            values.append(sum(rows) / len(rows))
+    return mean_ci95(values) if len(values) >= 2 and len(values) == len(records) else None
+
+
+def ablation_verdicts(root, comparisons=None, tail: int = 10) -> list[dict]:
+    """For each comparison: the two last-``tail``-step intervals over seeds and what they support - "a > b" or
+    "a < b" when the 95 % intervals do not overlap, "no difference resolved" when they do (or a record is missing)."""
+    out = []
+    for a, b, key, prediction in comparisons or ABLATION_COMPARISONS:
+        ia, ib = _tail_interval(root, a, key, tail), _tail_interval(root, b, key, tail)
+        if ia is None or ib is None:
+            verdict = "missing"
+        elif ia["ci95"][0] > ib["ci95"][1]:
+            verdict = "a > b"
+        elif ia["ci95"][1] < ib["ci95"][0]:
+            verdict = "a < b"
+        else:
+            verdict = "overlap"
+        out.append({"a": a, "b": b, "key": key, "prediction": prediction, "a_interval": ia, "b_interval": ib,
+                    "verdict": verdict})
+    return out
+
+
+def verdicts_table(verdicts) -> str:
+    words = {"a > b": "前者更大（区间不重叠）", "a < b": "前者更小（区间不重叠）",
+             "overlap": "区间重叠：这一规模上看不出差别", "missing": "缺少多种子记录"}
+
+    def cell(stat):
+        return "—" if stat is None else f"{stat['mean']:.3g} [{stat['ci95'][0]:.3g}, {stat['ci95'][1]:.3g}]"
+
+    lines = ["| 对照 | 指标（末 10 步） | 前者 | 后者 | 教科书的预测 | 区间支持什么 |", "| --- | --- | --- | --- | --- | --- |"]
+    for v in verdicts:
+        lines.append(f"| `{v['a']}` 对 `{v['b']}` | `{v['key']}` | {cell(v['a_interval'])} | {cell(v['b_interval'])} | "
+                     f"{v['prediction']} | {words[v['verdict']]} |")
+    return "\n".join(lines)
+
+
 def headline(record: dict) -> dict:
     before, after = record["eval"]["before"], record["eval"]["after"]
     return {"run_label": record["run_label"], "pass_at_1_before": before["pass_at_1"],
@@ -1001,6 +1112,35 @@ def plot_pass_maj(record: dict) -> bytes:
 def plot_ablations(records: dict) -> bytes:
     return plot_steps(None, title="ablations (records under benchmarks/results/online/)",
                       others={label: rec["steps"] for label, rec in records.items()})
+
+
+def plot_ablation_intervals(root, labels, tail: int = 10) -> bytes | None:
+    """PNG: one panel per ABLATION_SEED_METRICS key (plus the held-out gain), each label's mean over seeds of its
+    last-``tail``-step value with its 95 % t-interval as an error bar; None when no label has a multi-seed record."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    present = [label for label in labels if load_seeds_summary(root, label) is not None]
+    if not present:
+        return None
+    panels = [("gain", "held-out pass@1 gain")] + list(ABLATION_SEED_METRICS)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.1 * len(panels), 3.6))
+    for axis, (key, name) in zip(axes, panels):
+        for i, label in enumerate(present):
+            stat = (load_seeds_summary(root, label)["gain_pass_at_1"] if key == "gain"
+                    else _tail_interval(root, label, key, tail))
+            if stat is None:
+                continue
+            low, high = stat["ci95"]
+            axis.errorbar([i], [stat["mean"]], yerr=[[stat["mean"] - low], [high - stat["mean"]]], fmt="o", capsize=3)
+        axis.set_xticks(range(len(present)))
+        axis.set_xticklabels(present, rotation=70, fontsize=7)
+        axis.set_title(name if key == "gain" else key, fontsize=8)
+        axis.grid(alpha=0.3)
+    fig.suptitle(f"mean and 95% t-interval over seeds (last {tail} steps)")
+    return _png(fig)
 
 
 def ablation_table(records: dict) -> str:
