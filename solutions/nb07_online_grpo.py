@@ -33,7 +33,8 @@
 # 比“不知道”划算：训练后的提高有一部分只是**不再拒答**，不是加法变好了。第 7 步把留出集的回答分成
 # “答对 / 答错的整数 / 无法解析（含拒答）”三类，分别给出前后的比例，你可以自己看提高来自哪一类。
 # 留出集与训练集的**提示**不相交，但一位数加法只有 100 道题：留出集里的 `b+a` 常常是训练集里某道 `a+b` 的交换形式，
-# 所以留出集并不是结构上全新的题目（第 1 步的单元格数出有多少道）。
+# 所以留出集并不是结构上全新的题目（第 1 步的单元格数出有多少道）。第 7 步把留出集的提高再分成两部分：
+# 交换形式训练过的题，和两种写法都没训练过的题。
 
 # %% [markdown]
 # ## 运行环境
@@ -103,9 +104,9 @@ TRAIN_PROBLEMS, HELDOUT_PROBLEMS = og.split_problems()
 print(f"训练提示 {len(TRAIN_PROBLEMS)} 个，留出提示 {len(HELDOUT_PROBLEMS)} 个，交集 "
       f"{len({p['prompt'] for p in TRAIN_PROBLEMS} & {p['prompt'] for p in HELDOUT_PROBLEMS})} 个")
 print("留出的前 5 题：", [p["prompt"] for p in HELDOUT_PROBLEMS[:5]])
-_train_prompts = {p["prompt"] for p in TRAIN_PROBLEMS}
-_commuted = [p["prompt"] for p in HELDOUT_PROBLEMS if "{1}+{0}=".format(*p["prompt"][:-1].split("+")) in _train_prompts]
-print(f"留出集里有 {len(_commuted)} / {len(HELDOUT_PROBLEMS)} 道题的交换形式（b+a）在训练集里，例如 {_commuted[:3]}")
+_subsets = og.heldout_subsets(TRAIN_PROBLEMS, HELDOUT_PROBLEMS)
+print(f"留出集里有 {len(_subsets['commuted_in_train'])} / {len(HELDOUT_PROBLEMS)} 道题的交换形式（b+a）在训练集里，"
+      f"例如 {_subsets['commuted_in_train'][:3]}；两种写法都没训练过的 {len(_subsets['new'])} 道：{_subsets['new']}")
 
 if RUN_MODE == "real_gpu":
     MODEL_PATH = os.environ.get("GRPO_MODEL_ID", og.REAL_GPU_MODEL_ID)  # no SFT warm start: an instruct model
@@ -763,6 +764,10 @@ else:
 # DeepSeekMath 的观察是：RL 之后 maj@k 和 pass@1 明显上升，而 k 较大时的 pass@k 提高得少得多——RL 主要是把模型
 # **已经会**的答案变得更可能被采到，而不是教会新答案。下表和图给出本次运行的实测值，最后一行把“pass@1 的提高”
 # 与“最大 k 处 pass@k 的提高”直接放在一起比较；再下一张表把留出集的回答分成三类，看提高来自哪里。
+#
+# 最后是课程提交的 3 个种子的汇总（`make online SEEDS=3 RUN_LABEL=reference`，均值与 95% t 区间）。读它的最后几行：
+# “无法解析”的比例降了多少，“答错的整数”升了多少？两种写法都没训练过的留出题提高了多少，与交换形式训练过的题相比呢？
+# 如果前者远小于后者，这个任务主要测到的是“敢于作答、说出训练时见过的答案”，而不是“学会了加法”。
 
 # %%
 if RECORD is None:
@@ -787,6 +792,10 @@ else:
         f"| {name} | {before['outcomes'][key]:.3f} | {after['outcomes'][key]:.3f} | "
         f"{after['outcomes'][key] - before['outcomes'][key]:+.3f} |"
         for key, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析（含拒答）")))))
+    for key, name in (("commuted_in_train", "交换形式训练过的留出题"), ("new", "两种写法都没训练过的留出题")):
+        if key in RECORD["eval"].get("subsets", {}):
+            sub = RECORD["eval"]["subsets"][key]
+            print(f"{name}（{sub['prompts']} 道）：pass@1 {sub['before']:.3f} → {sub['after']:.3f}")
     _seeds = og.load_seeds_summary(REPO_ROOT, og.SEEDS_REFERENCE_LABEL)
     if _seeds is None:
         print("还没有多种子汇总：make online SEEDS=3 RUN_LABEL=reference")

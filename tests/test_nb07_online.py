@@ -474,3 +474,15 @@ def test_reference_seeds_summary_meets_the_goal_and_matches_its_records():
     assert all(e["wall_seconds"] <= 180 for e in summary["seeds"])
     assert len({e["warm_start_hash"] for e in summary["seeds"]}) == 1
     assert set(summary["gain_by_outcome"]) == {"right", "wrong", "unparseable"}
+    subsets = summary["gain_by_heldout_subset"]
+    assert subsets["commuted_in_train"]["prompts"] + subsets["new"]["prompts"] == og.HELDOUT_SIZE
+
+
+def test_heldout_subsets_follow_the_commutation_rule():
+    train, heldout = og.split_problems()
+    subsets = og.heldout_subsets(train, heldout)
+    seen = {p["prompt"] for p in train}
+    assert sorted(subsets["commuted_in_train"] + subsets["new"]) == sorted(p["prompt"] for p in heldout)
+    assert all(og.commuted(p) in seen for p in subsets["commuted_in_train"])
+    assert not any(og.commuted(p) in seen or p in seen for p in subsets["new"])
+    assert og.commuted("3+7=") == "7+3="

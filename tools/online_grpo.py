@@ -77,6 +77,20 @@ def arithmetic_problems() -> list[dict]:
     return [{"prompt": f"{a}+{b}=", "answer": a + b} for a in range(10) for b in range(10)]
 
 
+def commuted(prompt: str) -> str:
+    """``"a+b="`` -> ``"b+a="``: the same problem written the other way round."""
+    a, b = prompt[:-1].split("+")
+    return f"{b}+{a}="
+
+
+def heldout_subsets(train, heldout) -> dict:
+    """The held-out prompts split by whether the training prompts hold their commuted form: ``commuted_in_train``
+    (the SFT saw ``b+a`` with its answer) and ``new`` (neither form was trained on)."""
+    seen = {p["prompt"] for p in train}
+    return {"commuted_in_train": [p["prompt"] for p in heldout if commuted(p["prompt"]) in seen],
+            "new": [p["prompt"] for p in heldout if commuted(p["prompt"]) not in seen]}
+
+
 def split_problems(heldout_size: int = HELDOUT_SIZE, seed: int = SPLIT_SEED) -> tuple[list[dict], list[dict]]:
     """(train, heldout): a fixed shuffle of the 100 problems; the first ``heldout_size`` are held out."""
     problems = arithmetic_problems()
@@ -386,12 +400,14 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     pass_sums = {k: 0.0 for k in ks}
     maj_sums = {k: 0.0 for k in ks}
     correct_total = contains_total = unparseable_total = 0.0
+    per_prompt = {}
     for i, problem in enumerate(problems):
         group = texts[i * n:(i + 1) * n]  # the n samples of this prompt
         records = [verify_integer_response(t, problem["answer"]) for t in group]
         contains_total += sum(loophole_rewards(group, [problem["answer"]] * n)) / n
         c = int(sum(r["correctness"] for r in records))
         correct_total += c / n
+        per_prompt[problem["prompt"]] = round(c / n, 6)
         parsed = [r["parsed_answer"] for r in records]
         unparseable_total += sum(a is None for a in parsed) / n
         for k in ks:
@@ -411,6 +427,7 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
         "outcomes": {"right": round(correct_total / count, 6), "unparseable": round(unparseable_total / count, 6),
                      "wrong": round(max(0.0, 1.0 - (correct_total + unparseable_total) / count), 6)},
         "examples": texts[:n],
+        "per_prompt_pass_at_1": per_prompt,
     }
 
 
@@ -724,7 +741,8 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
                  "disjoint": not ({p["prompt"] for p in train} & {p["prompt"] for p in heldout})},
         "warm_start": warm_start,
         "steps": steps,
-        "eval": {"heldout_prompts": len(heldout), "before": before, "after": after},
+        "eval": {"heldout_prompts": len(heldout), "before": before, "after": after,
+                 "subsets": subset_pass_at_1(heldout_subsets(train, heldout), before, after)},
         "train_seconds": round(train_seconds, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
@@ -734,6 +752,17 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     if write:
         write_record(root / output_relative_path(label, seed=record_seed), record)
     return record
+
+
+def subset_pass_at_1(subsets: dict, before: dict, after: dict) -> dict:
+    """{subset: {prompts, before, after}}: held-out pass@1 over each subset's prompts (per_prompt_pass_at_1)."""
+    out = {}
+    for name, prompts in subsets.items():
+        if prompts:
+            out[name] = {"prompts": len(prompts),
+                         "before": round(sum(before["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6),
+                         "after": round(sum(after["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6)}
+    return out
 
 
 def resolve_root() -> Path:
@@ -874,6 +903,12 @@ def seeds_summary(label: str, records: list[dict]) -> dict:
                "pass_at_1_before": mean_ci95([e["pass_at_1_before"] for e in seeds]),
                "pass_at_1_after": mean_ci95([e["pass_at_1_after"] for e in seeds]),
                "framework": records[-1]["framework"], "hardware": records[-1]["hardware"]}
+    subsets = [record["eval"].get("subsets", {}) for record in records]
+    if all(subsets):
+        summary["gain_by_heldout_subset"] = {
+            name: dict(mean_ci95([sub[name]["after"] - sub[name]["before"] for sub in subsets]),
+                       prompts=subsets[0][name]["prompts"])
+            for name in subsets[0] if all(name in sub for sub in subsets)}
     if all("outcomes_before" in e for e in seeds):
         summary["gain_by_outcome"] = {
             kind: mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind] for e in seeds])
@@ -915,6 +950,10 @@ def seeds_table(summary: dict) -> str:
     for kind, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析（含拒答）")):
         if kind in summary.get("gain_by_outcome", {}):
             lines.append(f"- {name}的比例变化：{_interval(summary['gain_by_outcome'][kind])}")
+    for key, name in (("commuted_in_train", "交换形式在训练集里的留出题"), ("new", "两种写法都没训练过的留出题")):
+        if key in summary.get("gain_by_heldout_subset", {}):
+            stat = summary["gain_by_heldout_subset"][key]
+            lines.append(f"- {name}（{stat['prompts']} 道）的 pass@1 提高：{_interval(stat)}")
     return "\n".join(lines)
 
 

@@ -96,6 +96,9 @@ def main(argv=None) -> int:
           f"[{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] ({gain['method']})")
     for kind, stat in summary.get("gain_by_outcome", {}).items():
         print(f"  share of {kind} completions: {stat['mean']:+.3f} [{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]")
+    for name, stat in summary.get("gain_by_heldout_subset", {}).items():
+        print(f"  held-out subset {name} ({stat['prompts']} prompts): gain {stat['mean']:+.3f} "
+              f"[{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]")
     print(f"summary: {path.relative_to(og.resolve_root())}")
     return 0
 
