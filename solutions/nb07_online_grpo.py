@@ -890,7 +890,9 @@ display(Markdown("每条预测与区间的对照（`og.ABLATION_COMPARISONS`；�
 # β = 0 时 TRL 忽略 `use_bias_correction_kl`，翻转它也不改变结果。
 #
 # 然后用 `GRPOTrainer.train()` 在同一个热启动模型上真的训练几十步（`smoke` 模式只训练 2 步），并把它的日志与上面的
-# 曲线放在一起。这是**一个种子**的对照，两条曲线的差别没有区间，不能据此说谁学得更好。
+# 曲线放在一起。这是**一个种子**的对照，两条曲线的差别没有区间，不能据此说谁学得更好；能比较的是最后两张表：
+# 课程提交的 3 个种子的记录，两边用同一个热启动、同样的设置和同样的留出集评测（TRL 的优势按 `std + 1e-4` 缩放、
+# 提示的抽样顺序也不同，所以这是“同一个任务、两份实现”的对照，不是逐步的复现）。
 
 # %%
 from tools import online_trl
@@ -914,6 +916,15 @@ else:
                                         CONFIG, TRAIN_PROBLEMS, max_steps=2 if RUN_MODE == "smoke" else 30)
     display(Markdown(online_trl.comparison_table(trl_run, RECORD)))
     display(Image(online_trl.plot_comparison(trl_run, RECORD)))
+    _ours = og.load_seeds_summary(REPO_ROOT, og.SEEDS_REFERENCE_LABEL)
+    _trl = og.load_seeds_summary(REPO_ROOT, online_trl.TRL_SEEDS_LABEL)
+    if _ours is None or _trl is None:
+        print("还没有两边的多种子汇总：make online SEEDS=3 RUN_LABEL=reference；"
+              "make online SEEDS=3 RUN_LABEL=trl ONLINE_ARGS=\"--trainer trl\"")
+    else:
+        display(Markdown(og.seeds_table(_ours) + "\n\n" + og.seeds_table(_trl) + "\n\n本课循环对 TRL 的留出集 pass@1 提高："
+                         + og.VERDICT_WORDS[og.interval_verdict(_ours["gain_pass_at_1"], _trl["gain_pass_at_1"])]))
+        display(Image(og.plot_gain_intervals({"course loop": _ours, "trl GRPOTrainer": _trl})))
 
 # %% [markdown]
 # ## 第 10 步　放到多张 GPU 上（现成的引擎）

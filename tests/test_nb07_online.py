@@ -486,3 +486,21 @@ def test_heldout_subsets_follow_the_commutation_rule():
     assert all(og.commuted(p) in seen for p in subsets["commuted_in_train"])
     assert not any(og.commuted(p) in seen or p in seen for p in subsets["new"])
     assert og.commuted("3+7=") == "7+3="
+
+
+def test_trl_seeds_summary_uses_the_same_start_settings_and_evaluation():
+    """`make online SEEDS=3 RUN_LABEL=trl ONLINE_ARGS="--trainer trl"`: GRPOTrainer from the same warm start, with the
+    same settings, evaluated the same way (the before figures equal the course loop's), seeds 0-2, with intervals."""
+    from tools import online_trl
+
+    ours = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
+    trl = og.load_seeds_summary(ROOT, online_trl.TRL_SEEDS_LABEL)
+    assert trl is not None and trl["trainer"].startswith("trl.GRPOTrainer") and "trainer" not in ours
+    assert trl["config"] == ours["config"]
+    assert [e["seed"] for e in trl["seeds"]] == [0, 1, 2] and all(e["train_steps"] == 50 for e in trl["seeds"])
+    assert {e["warm_start_hash"] for e in trl["seeds"]} == {e["warm_start_hash"] for e in ours["seeds"]}
+    assert [e["pass_at_1_before"] for e in trl["seeds"]] == [e["pass_at_1_before"] for e in ours["seeds"]]
+    assert trl["gain_pass_at_1"]["ci95"] is not None and set(trl["gain_by_heldout_subset"]) == {"commuted_in_train", "new"}
+    assert og.interval_verdict(ours["gain_pass_at_1"], trl["gain_pass_at_1"]) in ("overlap", "a > b", "a < b")
+    assert og.interval_verdict({"ci95": [0.3, 0.4]}, {"ci95": [0.1, 0.2]}) == "a > b"
+    assert og.interval_verdict({"ci95": [0.1, 0.2]}, {"ci95": [0.15, 0.4]}) == "overlap"

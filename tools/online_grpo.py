@@ -665,7 +665,7 @@ ABLATIONS = [
 # The labels of the committed records (the ablations above and the multi-seed summary): only these are written
 # under RESULTS_DIR.
 SEEDS_REFERENCE_LABEL = "reference"
-REFERENCE_LABELS = frozenset(label for _, label, _ in ABLATIONS) | {SEEDS_REFERENCE_LABEL}
+REFERENCE_LABELS = frozenset(label for _, label, _ in ABLATIONS) | {SEEDS_REFERENCE_LABEL, "trl"}
 
 
 def print_progress(row: dict) -> None:
@@ -1034,28 +1034,35 @@ def _tail_interval(root, label: str, key: str, tail: int = 10):
     return mean_ci95(values) if len(values) >= 2 and len(values) == len(records) else None
 
 
+def interval_verdict(a, b) -> str:
+    """"a > b" / "a < b" when the two 95 % intervals do not overlap, "overlap" when they do, "missing" without both."""
+    if a is None or b is None or a.get("ci95") is None or b.get("ci95") is None:
+        return "missing"
+    if a["ci95"][0] > b["ci95"][1]:
+        return "a > b"
+    if a["ci95"][1] < b["ci95"][0]:
+        return "a < b"
+    return "overlap"
+
+
+VERDICT_WORDS = {"a > b": "前者更大（区间不重叠）", "a < b": "前者更小（区间不重叠）",
+                 "overlap": "区间重叠：这一规模上看不出差别", "missing": "缺少多种子记录"}
+
+
 def ablation_verdicts(root, comparisons=None, tail: int = 10) -> list[dict]:
     """For each comparison: the two last-``tail``-step intervals over seeds and what they support - "a > b" or
     "a < b" when the 95 % intervals do not overlap, "no difference resolved" when they do (or a record is missing)."""
     out = []
     for a, b, key, prediction in comparisons or ABLATION_COMPARISONS:
         ia, ib = _tail_interval(root, a, key, tail), _tail_interval(root, b, key, tail)
-        if ia is None or ib is None:
-            verdict = "missing"
-        elif ia["ci95"][0] > ib["ci95"][1]:
-            verdict = "a > b"
-        elif ia["ci95"][1] < ib["ci95"][0]:
-            verdict = "a < b"
-        else:
-            verdict = "overlap"
+        verdict = interval_verdict(ia, ib)
         out.append({"a": a, "b": b, "key": key, "prediction": prediction, "a_interval": ia, "b_interval": ib,
                     "verdict": verdict})
     return out
 
 
 def verdicts_table(verdicts) -> str:
-    words = {"a > b": "前者更大（区间不重叠）", "a < b": "前者更小（区间不重叠）",
-             "overlap": "区间重叠：这一规模上看不出差别", "missing": "缺少多种子记录"}
+    words = VERDICT_WORDS
 
     def cell(stat):
         return "—" if stat is None else f"{stat['mean']:.3g} [{stat['ci95'][0]:.3g}, {stat['ci95'][1]:.3g}]"
@@ -1179,6 +1186,32 @@ def plot_ablation_intervals(root, labels, tail: int = 10) -> bytes | None:
         axis.set_title(name if key == "gain" else key, fontsize=8)
         axis.grid(alpha=0.3)
     fig.suptitle(f"mean and 95% t-interval over seeds (last {tail} steps)")
+    return _png(fig)
+
+
+def plot_gain_intervals(summaries: dict) -> bytes:
+    """PNG: held-out pass@1 gain, mean and 95 % t-interval, of each {name: seeds summary}, overall and per subset."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, axis = plt.subplots(figsize=(6.4, 3.4))
+    groups = ["all", "commuted_in_train", "new"]
+    for j, (name, summary) in enumerate(summaries.items()):
+        for i, group in enumerate(groups):
+            stat = summary["gain_pass_at_1"] if group == "all" else summary.get("gain_by_heldout_subset", {}).get(group)
+            if stat is None or stat["ci95"] is None:
+                continue
+            x = i + 0.15 * (j - (len(summaries) - 1) / 2)
+            axis.errorbar([x], [stat["mean"]], yerr=[[stat["mean"] - stat["ci95"][0]], [stat["ci95"][1] - stat["mean"]]],
+                          fmt="o", capsize=3, color=f"C{j}", label=name if i == 0 else None)
+    axis.set_xticks(range(len(groups)))
+    axis.set_xticklabels(["all held-out", "commuted form trained", "new (neither form)"], fontsize=8)
+    axis.set(ylabel="held-out pass@1 gain", title="mean and 95% t-interval over seeds")
+    axis.axhline(0, color="grey", linewidth=0.8)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
     return _png(fig)
 
 

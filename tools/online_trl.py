@@ -321,6 +321,62 @@ def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
     return {"steps": steps, "seconds": round(seconds, 3), "max_steps": max_steps}
 
 
+TRL_SEEDS_LABEL = "trl"  # the committed multi-seed record of GRPOTrainer on the lesson's task (`--trainer trl`)
+
+
+def trl_seed_entry(config, root=None) -> dict:
+    """One seed of ``GRPOTrainer.train()`` on the lesson's task from the lesson's SFT warm start, evaluated on the
+    held-out prompts exactly as the course loop is (``og.evaluate``, same samples per prompt and evaluation seed):
+    a ``seeds[]`` entry of the online-grpo-seeds/v1 summary."""
+    import torch
+
+    from tools import online_grpo as og
+
+    _quiet()
+    started = time.perf_counter()
+    root = Path(root) if root is not None else og.resolve_root()
+    path, _, _ = og.sft_checkpoint_path(seed=0, root=root)
+    model, tokenizer = og.load_policy(path)
+    train, heldout = og.split_problems()
+    eval_kwargs = dict(samples_per_prompt=config.eval_k, temperature=config.temperature,
+                       max_new_tokens=config.max_new_tokens, ks=(1,))
+    before = og.evaluate(model, tokenizer, heldout, **eval_kwargs)
+    torch.manual_seed(config.seed)
+    trainer = make_trainer(model, tokenizer, train, grpo_config(config, max_steps=config.num_steps))
+    trainer.train()
+    if trainer.state.global_step != config.num_steps:
+        raise RuntimeError(f"GRPOTrainer ran {trainer.state.global_step} steps, not {config.num_steps}")
+    trained = trainer.model.eval()
+    after = og.evaluate(trained, tokenizer, heldout, **eval_kwargs)
+    subsets = og.subset_pass_at_1(og.heldout_subsets(train, heldout), before, after)
+    return {"seed": config.seed, "pass_at_1_before": before["pass_at_1"], "pass_at_1_after": after["pass_at_1"],
+            "gain": round(after["pass_at_1"] - before["pass_at_1"], 6), "train_steps": trainer.state.global_step,
+            "wall_seconds": round(time.perf_counter() - started, 3), "warm_start_hash": og._content_hash(path),
+            "record": "trl.GRPOTrainer (no per-step record)", "outcomes_before": before["outcomes"],
+            "outcomes_after": after["outcomes"], "subsets": subsets}
+
+
+def trl_seeds_summary(label, config, entries) -> dict:
+    """The online-grpo-seeds/v1 summary of ``trl_seed_entry`` results (``trainer``: what produced them)."""
+    from tools import online_grpo as og
+
+    seeds = [{k: v for k, v in e.items() if k != "subsets"} for e in entries]
+    summary = {"schema_version": og.SEEDS_SCHEMA_VERSION, "run_label": og.check_run_label(label),
+               "created_utc": og.utc_now(), "config": {k: v for k, v in config.to_dict().items() if k != "seed"},
+               "trainer": f"trl.GRPOTrainer {og.framework_versions()['trl']} (grpo_config: the same settings)",
+               "seeds": seeds, "gain_pass_at_1": og.mean_ci95([e["gain"] for e in seeds]),
+               "pass_at_1_before": og.mean_ci95([e["pass_at_1_before"] for e in seeds]),
+               "pass_at_1_after": og.mean_ci95([e["pass_at_1_after"] for e in seeds]),
+               "gain_by_outcome": {kind: og.mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind]
+                                                       for e in seeds]) for kind in ("right", "wrong", "unparseable")},
+               "gain_by_heldout_subset": {
+                   name: dict(og.mean_ci95([e["subsets"][name]["after"] - e["subsets"][name]["before"]
+                                            for e in entries]), prompts=entries[0]["subsets"][name]["prompts"])
+                   for name in entries[0]["subsets"]},
+               "framework": og.framework_versions(), "hardware": og.hardware_snapshot()}
+    return summary
+
+
 def comparison_table(trl_run, record) -> str:
     """Mean of each metric over the first ``max_steps`` steps: the hand-written loop vs GRPOTrainer."""
     n = len(trl_run["steps"])

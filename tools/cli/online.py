@@ -42,11 +42,16 @@ def parse(argv=None):
                         help="instead of a run: two training steps of RUN_MODE MODE's preset on --model, checking the "
                              "trainable parameters and the optimizer state (prints JSON; exit 1 when a check fails)")
     parser.add_argument("--model", default=None, help="checkpoint folder for --preset-check")
+    parser.add_argument("--trainer", default="course", choices=("course", "trl"),
+                        help="trl: train each seed with trl.GRPOTrainer instead of the lesson's loop, same evaluation; "
+                             "writes only the seeds summary (needs --seeds >= 2)")
     args = parser.parse_args(argv)
     try:
         og.check_run_label(args.label)
         if isinstance(args.seeds, bool) or args.seeds < 1:
             raise ValueError(f"--seeds 必须是正整数，收到 {args.seeds}")
+        if args.trainer == "trl" and args.seeds < 2:
+            raise ValueError("--trainer trl 需要 --seeds >= 2（它只写多种子汇总）")
         if args.preset_check is not None:
             og.check_run_mode(args.preset_check)
             if args.model is None:
@@ -73,6 +78,23 @@ def main(argv=None) -> int:
         report = og.preset_check(train_online_grpo, args.preset_check, args.model)
         print(json.dumps(report, indent=2))
         return 0 if report["passed"] else 1
+    if args.trainer == "trl":
+        from tools import online_trl
+
+        entries = []
+        for seed in range(args.seeds):
+            seeded = og.OnlineConfig(**dict(config.to_dict(), seed=seed))
+            print(f"trl.GRPOTrainer: label={args.label} seed {seed} of 0..{args.seeds - 1}", flush=True)
+            entries.append(online_trl.trl_seed_entry(seeded))
+            print(f"held-out pass@1: {entries[-1]['pass_at_1_before']:.3f} -> {entries[-1]['pass_at_1_after']:.3f}, "
+                  f"wall {entries[-1]['wall_seconds']:.1f} s", flush=True)
+        summary = online_trl.trl_seeds_summary(args.label, config, entries)
+        path = og.write_seeds_summary(og.resolve_root() / og.seeds_summary_path(args.label), summary)
+        gain = summary["gain_pass_at_1"]
+        print(f"mean held-out pass@1 gain over {args.seeds} seeds (TRL): {gain['mean']:+.3f}, 95% CI "
+              f"[{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}]")
+        print(f"summary: {path.relative_to(og.resolve_root())}")
+        return 0
     if args.seeds == 1:
         print(f"online GRPO: label={args.label} threads={args.threads} warm_start={args.warm_start} {config}", flush=True)
         record = og.run_online_experiment(train_online_grpo, config, args.label, progress=og.print_progress,
