@@ -312,6 +312,7 @@ for demo_seed in range(20):  # the first seed whose batch has a group with diffe
     demo_advantages = compute_group_advantages(demo_rewards, demo["group_ids"].cpu())  # [N]
     if bool((demo_advantages != 0).any()):
         break
+assert bool((demo_advantages != 0).any()), "20 个种子里没有一组奖励不全相同：热启动几乎总是拒答？"
 print(f"种子 {demo_seed}：非零优势 {int((demo_advantages != 0).sum())} 个 / {demo_advantages.numel()}"
       f"（更小的种子两组奖励都全同，优势全为 0）" if demo_seed else f"种子 0：非零优势 {int((demo_advantages != 0).sum())} 个")
 display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
@@ -984,3 +985,19 @@ print(online_trl.describe_vllm_config())
 # 并把每一步该看的数记下来。奖励、优势、对数概率与掩码的规则来自前几课，用的是 `tools.lessons` 里课程的参考版本。
 # 主实验里读第 7 步：pass@1 的提高与最大 k 处 pass@k 的提高相比如何，三类回答的比例怎样变化？提高里“无法解析”
 # 减少的部分越大，越说明 RL 主要是把概率质量从“I do not know.”挪到了模型本来就会写的整数上，而不是教会了它新的加法。
+#
+# ### TODO 1　`sample_group`
+#
+# 要点是“采样的分布”和“记下的分布”必须是同一个：`do_sample=True`、`top_k=0`，logits 除以同一个 `temperature`，
+# 在 `torch.no_grad()` 下前向一次得到 `old_per_token_logps`，掩码外填 0。掩码用第 5 课的规则（到第一个 EOS 为止，含 EOS）。
+#
+# ### TODO 2　`grpo_step`
+#
+# 每个轮次都用**当前**模型重算对数概率；第 0 轮的概率比恰为 1（本课的循环里），后面的轮次才离策略。损失交给
+# `extended_loss`，`use_bias_correction_kl` 原样传下去：β > 0 时它让 KL 项乘以可导的概率比，与 TRL 1.16 的默认一致，
+# 第 9 步的核对在损失值和梯度上都检查了这一点。指标（裁剪比例、approx_kl、kl_ref）在 `torch.no_grad()` 下、用先掩码再取指数
+# 的输入计算；`clip_grad_norm_` 返回的是裁剪**前**的范数。
+#
+# ### TODO 3　`log_step_metrics`
+#
+# `reward_std` 用无偏标准差（与 TRL 的 `reward_std` 一致）；零方差组用“组内最大值 == 最小值”判断，float32 的 1.1 也精确。
