@@ -46,7 +46,7 @@
 #
 # - 第 1 课：组内优势 $A_i = (r_i - \mathrm{mean}_g) / \max(\mathrm{std}_g, \varepsilon)$，全组奖励相同时优势为 0。
 # - 第 2 课：比率 $\rho = \exp(\log\pi_\theta - \log\pi_{\text{old}})$，目标 $\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon) A)$。
-#   第 2 课的比率是**逐 token** 的；本课沿用种子实验的写法，比率是**序列级**的（见第三步），与第 3 课的 GSPO 同一类。
+#   第 2 课的概率比是**逐词元**的；本课沿用种子实验的写法，概率比是**序列级**的（见第 2 步 2.3 节），与第 3b 课的 GSPO 同一类。
 # - 第 4 课：验证器 `integer-answer-v1` 的正确性、格式与“不可判定”三种记录。本课直接调用第 4 课评分的那个
 #   `verify_integer_response`（`tools.lessons.nb04_verifiable_rewards`），组内优势也直接用第 1 课评分的
 #   `compute_group_advantages`（`tools.lessons.nb01_group_advantages`）：同一个函数只有一个家。
@@ -61,10 +61,12 @@
 #
 # - `RUN_MODE`：`"dry_run"`、`"tiny_cpu"` 或 `"real_gpu"`，写错会直接抛出 `ValueError`；
 # - `RUN_LABEL`：结果文件名的一部分。每次正式复测换一个新标签，避免覆盖以前的结果。
+#   你的记录写在 `benchmarks/results/local/pt_grpo/` 下（这个文件夹被 git 忽略，不会弄脏仓库）；
+#   只有课程提交的参考记录（标签 `tiny_cpu_reference`）放在 `benchmarks/results/pt_grpo/`。第 3 步按同一规则找到文件。
 
 # %%
 RUN_MODE = "dry_run"  # "dry_run" | "tiny_cpu" | "real_gpu"
-RUN_LABEL = "default"  # 结果写到 benchmarks/results/pt_grpo/pt-grpo-real-model-update_<RUN_LABEL>.json
+RUN_LABEL = "default"  # 结果写到 benchmarks/results/local/pt_grpo/pt-grpo-real-model-update_<RUN_LABEL>.json
 
 # %% [markdown]
 # ### 唯一的配置对象
@@ -270,7 +272,14 @@ print("第 1 课的规则，同样的输入：", gx.group_advantages(torch.full(
 # 6. **噪声边界**：不更新时对数概率也会因为数值误差而“移动”。实验在第 1 步之前量三个差：训练模式（带梯度）与评估模式
 #    （不带梯度）前向的最大差 `train_eval_logprob_gap`，评估前向重复一次的最大差 `eval_repeat_logprob_gap`，以及同一组权重
 #    用 float32 计算时的最大差 `precision_logprob_gap`（bf16/fp16 舍入本身能让对数概率移动多少；fp32 运行为 0）；
-#    `noise_margin` = 2 × 三者中的最大值。分离度只有超过它才算数。
+#    `noise_margin` = 4 × 三者中的最大值。分离度只有超过它才算数。为什么是 4：分离度是“差的差”——
+#    (正优势候选更新后均值 − 更新前均值) − (负优势候选更新后均值 − 更新前均值)，由四次求值组成；每次求值最多偏 $g$
+#    时，噪声最多能把分离度移动 $2g + 2g = 4g$。
+#
+#    这条规则**挡得住**的：与第 1 步之前量到的同量级的数值噪声（内核选择、重复前向、bf16/fp16 舍入）。
+#    它**挡不住**的：三个差只在初始权重、这 $N$ 个候选上量一次，是噪声的一个样本，不是更新后权重的上界；
+#    一次运行只有一个随机种子，没有跨种子的置信区间；而在 fp32 的 CPU 运行（`tiny_cpu`，到目前为止提交的每一份记录）里
+#    三个差都恰好是 0.0，边界为 0，规则退化为“分离度 > 0”，与种子的规则相同。
 #
 # 几个细节：
 #
