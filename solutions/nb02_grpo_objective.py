@@ -26,8 +26,8 @@
 #
 # - 环境配置：**BASE-CPU**（PyTorch + matplotlib，不下载模型，不需要 GPU）。
 # - 笔记本最上方锁定的第一个单元把课程根目录加入 `sys.path`，先于你的代码导入 `tools.grading`，并打印 BASE-CPU 的环境检查表。
-# - 运行时间：在**空闲的** 2 核 CPU 上约 10 秒量级（`make bench` 测量，不含内核启动）；机器繁忙时可能慢 2–4 倍。
-#   笔记本最后一个代码单元会打印这次运行实际用了多少秒。
+# - 运行时间：`make bench` 在**空闲的** 2 核 CPU 上测量本课（不含内核启动）；机器繁忙时可能慢 2–4 倍。
+#   笔记本最后一个代码单元会打印这次运行实际用了多少秒，以它为准。
 # - 本课**不依赖**你是否完成了第 1 课：组内优势从第 1 课的参考实现导入（原因见“准备”一节）。
 # - 掩码、`beta`、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 #
@@ -295,6 +295,7 @@ standard_error = k3.std().item() / math.sqrt(len(tokens))
 assert abs(k3.mean().item() - exact_kl) < 4 * standard_error, "k3 should be an unbiased estimate of the KL"
 assert (k3 >= 0).all().item() and (k1 < 0).any().item()
 assert k3.std() < k1.std()
+assert k2.std() < k3.std(), "here k2 has the smallest spread of the three (and is biased)"
 assert abs(k2.mean().item() - exact_kl) > 4 * k2.std().item() / math.sqrt(len(tokens)), "k2 is biased here"
 
 # Exact per-sample standard deviations (sums over V, no sampling) as pi_ref moves away from pi_theta.
@@ -336,7 +337,9 @@ print(f"k3 的标准差在 t ≈ {crossing:.2f}（KL ≈ {kl_grid[int(torch.nonz
 
 # %% [markdown]
 # k1 与 k3 的均值都落在精确值附近，但 k1 有相当一部分样本是负的——把它逐词元加进损失，会在一些词元上"奖励"偏离参考策略；
-# k3 每个样本都非负，在这对相距不远的分布上标准差也小得多；k2 同样非负，但均值偏离了精确值（有偏）。
+# k3 每个样本都非负，在这对相距不远的分布上标准差也比 k1 小得多。三者中标准差**最小**的其实是 k2（见上面的输出：
+# $d$ 很小时 $d^2/2$ 是比 $e^d-d-1$ 更小的数）——它同样非负，代价是均值偏离了精确值（有偏）。所以选 k3 不是因为它方差最小，
+# 而是因为它在无偏的估计量里非负且（在两个策略接近时）方差小。
 # 第二张表和图说明 k3 的"低方差"只在 $\pi_\theta \approx \pi_{\text{ref}}$ 时成立（图中灰线是两条标准差曲线的交点）：参考策略越走越远，k3 的标准差先是远小于 k1，
 # 最后反超——参考策略把大量概率放在当前策略很少采到的词元上，这些词元一旦被采到，$e^{d}$ 就非常大。
 

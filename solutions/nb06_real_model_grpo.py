@@ -23,7 +23,7 @@
 # | `RUN_MODE` | 需要什么 | 做什么 | 证据级别 |
 # | --- | --- | --- | --- |
 # | `dry_run`（默认） | 只要 CPU，不加载模型 | 验证器记录、奖励、优势、零方差保护照常计算并写入 JSON | `dry_run`，决策 `not_measured` |
-# | `tiny_cpu` | CPU，本地构建的小模型（`tools.tiny_model`） | 与 GPU 完全相同的更新代码，fp32；空闲的 2 核 CPU 上一分钟以内（本次实测写进证据的 `timing.total_seconds`，第 3 步打印） | `tiny_cpu_mechanism_check` |
+# | `tiny_cpu` | CPU，本地构建的小模型（`tools.tiny_model`） | 与 GPU 完全相同的更新代码，fp32；耗时由本次运行实测，写进证据的 `timing.total_seconds`，第 3 步打印 | `tiny_cpu_mechanism_check` |
 # | `real_gpu` | 一张 CUDA 卡 | Qwen2.5-0.5B-Instruct（或本地检查点文件夹）+ LoRA，bf16（不支持时 fp16） | `real_model_grpo_rlvr_mechanism_benchmark` |
 #
 # 你通常只需要改 `RUN_MODE` 和 `RUN_LABEL` 两个值。本课没有需要提交的练习，重点是**读懂证据**。
@@ -45,7 +45,7 @@
 # ## 前置阅读
 #
 # - 第 1 课：组内优势 $A_i = (r_i - \mathrm{mean}_g) / \max(\mathrm{std}_g, \varepsilon)$，全组奖励相同时优势为 0。
-# - 第 2 课：比率 $\rho = \exp(\log\pi_\theta - \log\pi_{\text{old}})$，目标 $\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon) A)$。
+# - 第 2 课：概率比 $\rho = \exp(\log\pi_\theta - \log\pi_{\text{old}})$，目标 $\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon) A)$。
 #   第 2 课的概率比是**逐词元**的；本课沿用种子实验的写法，概率比是**序列级**的（见第 2 步 2.3 节），与第 3b 课的 GSPO 同一类。
 # - 第 4 课：验证器 `integer-answer-v1` 的正确性、格式与“不可判定”三种记录。本课直接调用第 4 课评分的那个
 #   `verify_integer_response`（`tools.lessons.nb04_verifiable_rewards`），组内优势也直接用第 1 课评分的
@@ -76,7 +76,7 @@ RUN_LABEL = "default"  # 结果写到 benchmarks/results/local/pt_grpo/pt-grpo-r
 # 否则新旧结果不可比较。
 #
 # 唯一与种子不同的是 `tiny_cpu_learning_rate`：小模型（隐藏维 64、随机初始化）在种子的 `2e-4` 下四步只移动百分之一
-# nat 量级，比率始终留在 $[0.8, 1.2]$ 之内，裁剪项完全没有被触发。`1e-2` 让比率在四步之内离开裁剪区间，
+# nat 量级，概率比始终留在 $[0.8, 1.2]$ 之内，裁剪项完全没有被触发。`1e-2` 让概率比在四步之内离开裁剪区间，
 # 分离方向与裁剪都能看到。这只是让机制在小模型上可见的设置，候选组、验证器、裁剪范围与步数都不变；
 # `real_gpu` 始终使用种子的 `2e-4`。
 
@@ -259,13 +259,13 @@ print("第 1 课的规则，同样的输入：", gx.group_advantages(torch.full(
 # 2. 在固定 `seed` 下重新加载模型，挂上 LoRA（只训练 q/v 投影上的低秩矩阵；peft 把 B 初始化为 0，所以起点就是原模型）；
 # 3. 记下更新前的序列对数概率 `old_logps`——这就是基线 `sampling_policy_before_update`；
 # 4. 做 `update_steps` 步：$\rho = \exp(\text{new} - \text{old})$，损失 $-\mathrm{mean}(\min(\rho A, \mathrm{clip}(\rho) A))$，
-#    记录每步的损失、梯度范数、裁剪比例（比率离开 $[1-\epsilon, 1+\epsilon]$ 的候选占比）和耗时。
-#    **注意这里的 new / old 是什么**：每个候选回答的**平均 token 对数概率**（`response_sequence_logps(normalize=True)`），
-#    所以 $\rho$ 是**序列级**比率 $\exp(\overline{\log\pi_\theta} - \overline{\log\pi_{\text{old}}})$，每个候选一个，
+#    记录每步的损失、梯度范数、裁剪比例（概率比离开 $[1-\epsilon, 1+\epsilon]$ 的候选占比）和耗时。
+#    **注意这里的 new / old 是什么**：每个候选回答的**平均词元对数概率**（`response_sequence_logps(normalize=True)`），
+#    所以 $\rho$ 是**序列级**概率比 $\exp(\overline{\log\pi_\theta} - \overline{\log\pi_{\text{old}}})$，每个候选一个，
 #    裁剪也作用在整条序列上，且 $\beta = 0$（没有 Reference KL）。这就是 GSPO 式的序列级目标（第 3 课），不是第 2 课
-#    逐 token 的 `compute_grpo_loss`。本课沿用种子实验的写法和它的 $\epsilon = 0.2$；GSPO 论文本身的序列级裁剪
-#    范围要小得多（$\epsilon \approx 3\times10^{-4}$ 量级），因为序列级比率比单个 token 的比率稳定得多。
-#    所以这里的裁剪比例不能与逐 token GRPO 或 GSPO 论文的裁剪比例直接比较。
+#    逐词元的 `compute_grpo_loss`。本课沿用种子实验的写法和它的 $\epsilon = 0.2$；GSPO 论文本身的序列级裁剪
+#    范围要小得多（$\epsilon \approx 3\times10^{-4}$ 量级），因为序列级概率比比单个词元的概率比稳定得多。
+#    所以这里的裁剪比例不能与逐词元 GRPO 或 GSPO 论文的裁剪比例直接比较。
 #    fp16 时梯度缩放器（GradScaler）遇到溢出会跳过那一步并调小缩放系数，这是正常现象：实验会补做，直到取满
 #    `update_steps` 个有效步，跳过的次数记在 `scaler_skipped_steps`；
 # 5. 更新后再算一次对数概率，**策略分离** = 正优势候选的平均对数概率变化 − 负优势候选的平均变化。大于 0 说明模型确实往验证器偏好的方向移动了。
@@ -283,7 +283,7 @@ print("第 1 课的规则，同样的输入：", gx.group_advantages(torch.full(
 #
 # 几个细节：
 #
-# - 对数概率只经过 `tools.post_training_runtime.response_sequence_logps`：它只取目标 token 的 logit 再减去分块
+# - 对数概率只经过 `tools.post_training_runtime.response_sequence_logps`：它只取目标词元的 logit 再减去分块
 #   计算的 `logsumexp`，不会再复制一份 `[B, T, V]` 的 log-softmax；bf16/fp16 时反向传播也只保留 logits 本身
 #   （`make bench` 的 `logprobs_peak_memory_vs_logits_bf16` 在 CPU 上按“为反向保存的张量字节数”测量）。
 #   **预测**（尚未在 GPU 上测量）：同样的工作负载，峰值显存会比种子代码低。
@@ -564,7 +564,7 @@ else:
 #   **预测**（尚未在 GPU 上测量）：同样工作负载下峰值显存低于种子的 2.16 / 3.29 GB。只在同一代码、同一硬件、
 #   同一 `token_ids_hash` 的运行之间比较。
 #
-# ## 小结
+# ### 小结
 #
 # 你现在手里有一份自己运行出来的证据文件：它记录了验证器的每个分量、每档候选的优势与零方差保护、每一步的损失与裁剪，
 # 以及按固定规则给出的决策。想再做一次对照，就换一个 `RUN_LABEL` 重跑；想改工作负载（候选、学习率、步数），
