@@ -9,15 +9,16 @@
 #
 # ## 导读
 #
-# 第 3A 课写了 MiniMind 的两个策略损失 `grpo_policy_loss` 与 `cispo_policy_loss`。本课回答两个问题：
+# 第 3a 课写了 MiniMind 的两个策略损失 `grpo_policy_loss` 与 `cispo_policy_loss`。本课回答两个问题：
 #
 # 1. **“损失家族”到底差在哪里？** TRL 1.16 的 `GRPOTrainer` 用 `loss_type` 区分 `grpo`、`bnpo`、`dr_grpo`、`dapo`、
 #    `cispo`、`sapo`、`luspo`、`vespo`。`grpo`、`bnpo`、`dr_grpo`、`dapo` 的逐词元损失相同（都是裁剪目标
 #    `−min(r·A, clip(r)·A)`），差别只在**归约**：把 `[B*G, T]` 的逐词元损失变成一个标量时，每个词元拿到多大的权重。
 #    `cispo` 不同：它的逐词元损失是另一个目标 `−sg(min(r, ε_max))·A·log π`，梯度在裁剪区外也不消失（第 3a 课的主题；
-#    TRL 1.16.0 `GRPOTrainer._compute_loss` 的 `loss_type == "cispo"` 分支），归约与 `dapo` 相同。你会写一个统一的归约器，并用一条 3 词元的回答和一条
-#    30 词元的回答算出每种归约的**长度偏置**；再看 DAPO 的 clip-higher 为什么能缓解熵塌缩、GSPO 的**序列级**
-#    概率比，以及 TRL 另外三种 `loss_type` 和 `delta`、`use_bias_correction_kl` 两个选项。
+#    TRL 1.16.0 `GRPOTrainer._compute_loss` 的 `loss_type == "cispo"` 分支），归约与 `dapo` 相同。
+#    你会写一个统一的归约器，并用一条 3 词元的回答和一条 30 词元的回答算出每种归约的**长度偏置**；
+#    再看 DAPO 的 clip-higher 为什么能缓解熵塌缩、GSPO 的**序列级**概率比、概率比从哪里偏离 1，
+#    以及 TRL 另外三种 `loss_type` 和 `delta`、`use_bias_correction_kl` 两个选项。
 # 2. **和框架对得上吗？** 最后一节把你写的函数交给 `tools/trl_conformance.py`，它在概率比确实越过裁剪边界的输入上
 #    逐个 `loss_type` 调用 TRL 1.16.0 真实的 `GRPOTrainer._compute_loss`，核对数值与梯度；优势则直接执行 TRL
 #    `_generate_and_score_completions` 里计算优势的那段源码。
@@ -50,7 +51,7 @@
 # %% [markdown]
 # ## 前置阅读
 #
-# - 第 3A 课（`nb03a_cispo_trace_lab`）：本课从 `tools.lessons.nb03a_cispo_trace_lab` 导入那一课评分过的
+# - 第 3a 课（`nb03a_cispo_trace_lab`）：本课从 `tools.lessons.nb03a_cispo_trace_lab` 导入那一课评分过的
 #   `grpo_policy_loss`、`cispo_policy_loss` 和共享部件 `check_policy_inputs`、`completion_bool_mask`。
 # - 论文（可选）：DAPO（arXiv 2503.14476：clip-higher 与词元级归约）；Dr. GRPO（arXiv 2503.20783：用常数
 #   归约消除长度偏置）；GSPO（arXiv 2507.18071：序列级概率比）。
@@ -62,7 +63,7 @@
 # %% [markdown]
 # ## 第 1 步　符号与共享部件
 #
-# 符号与第 3A 课相同：`B` 个提示、每个 `G = num_generations` 条回答（平铺在第 0 维，同一提示的回答连续），
+# 符号与第 3a 课相同：`B` 个提示、每个 `G = num_generations` 条回答（平铺在第 0 维，同一提示的回答连续），
 # 回答最长 `T` 个词元；`policy_logps` / `old_logps` / `ref_logps` 与 `completion_mask` 都是 `[B*G, T]`，`advantages` 是 `[B*G]`。
 # 下面的**只读**单元导入前几课评分过的函数（不另抄一份），并准备画图的小工具。
 
@@ -397,7 +398,7 @@ print(f"把 ε_high 从 0.2 放宽到 0.28：π_old=0.01 的上升空间变为 {
 # - `loss_type` 为 `"grpo"`、`"bnpo"`、`"dr_grpo"`、`"dapo"`：`−min(r·A, clip(r, 1−ε_low, 1+ε_high)·A)`；
 # - `loss_type == "cispo"`：`−sg(min(r, ε_high))·A·ℓ^θ`（此时 `ε_high` 是绝对上限，调用方要自己传 5.0 这样的值）；
 # - `beta != 0` 时加 `beta * token_kl_penalty(policy_logps, ref_logps)`（KL 永远是词元级的）；
-# - 被掩码的位置：和第 3A 课一样，乘进损失的 `policy_logps` 和 KL 的输入先用 `torch.where` 挡住，那里的损失值
+# - 被掩码的位置：和第 3a 课一样，乘进损失的 `policy_logps` 和 KL 的输入先用 `torch.where` 挡住，那里的损失值
 #   不必为 0，但必须有限，并且不影响有效位置的梯度；
 # - 契约：`check_policy_inputs(...)`（返回布尔掩码）；`0 <= epsilon_low < 1`；`epsilon_high >= 0`（`cispo` 时 `> 0`）；
 #   未知 `loss_type` 或 `importance_sampling_level` 抛出 `ValueError`。
@@ -681,15 +682,15 @@ def family_demo(seed=3):
 family_demo()
 
 # %% [markdown]
-# 读最后三行时注意：这个演示的逐词元对数概率比标准差是 σ = 0.4（`policy = old + 0.4 × 噪声`），远比 GSPO 论文的训练
-# 更离线（off-policy）。几何平均把噪声缩小到约 σ/√L，但 `3e-4` 的区间仍然比它窄得多，所以 σ = 0.4 那一行的序列级裁剪
+# 读最后四行时注意：这个演示的逐词元对数概率比标准差是 σ = 0.4（`policy = old + 0.4 × 噪声`），是为了让词元级裁剪
+# 看得见而取的大值，比 GSPO 论文的窄区间所针对的情形离线（off-policy）得多。几何平均把噪声缩小到约 σ/√L，但 `3e-4` 的区间仍然比它窄得多，所以 σ = 0.4 那一行的序列级裁剪
 # 比例接近 1——这不是“GSPO 什么都裁剪”，而是这批数据离采样策略太远。把同一份噪声缩小（σ = 0.04、0.004、0.0004），
 # 序列级窄区间的裁剪比例随之下降；实际训练中概率比离 1 多远，取决于下面这一节说的两件事。
 #
 # ### 概率比从哪里偏离 1：μ 个轮次，以及一批回答拆成几个优化步
 #
 # 如果每批回答只用来做**一次**优化步，计算损失时当前策略就是采样策略，概率比恰好是 1，裁剪永远不会触发。
-# 概率比偏离 1 有两个来源，缺一个都不行的结论（“μ = 1 就不会裁剪”）在 TRL 里并不成立：
+# 概率比偏离 1 有两个来源，所以“μ = 1 就不会裁剪”在 TRL 里并不总是成立：
 #
 # 1. **μ > 1**：同一批回答反复用 `num_iterations` 个轮次（TRL 的 `num_iterations`，GRPO 论文的 μ），第二轮起策略已经更新过；
 # 2. **一批回答拆成几个优化步**：TRL 1.16 的 `GRPOConfig` 里，一次生成的批次大小是
@@ -955,7 +956,7 @@ print(f"同一组 [1, 0, 1, 0]：MiniMind（总体 std）{_minimind.tolist()}，
 # %% [markdown]
 # ## 第 7 步　检查题 Q9
 #
-# 这一题接着第 3A 课的 8 道检查题（MiniMind 第 24 课的清单），考本课的损失家族，自动评分。
+# 这一题接着第 3a 课的 8 道检查题（MiniMind 第 24 课的清单），考本课的损失家族，自动评分。
 
 # %% [markdown]
 # **Q9（数值，本课补充）** 一个批里有一条 3 词元和一条 30 词元的回答，每个词元的损失相同，没有梯度累积。
@@ -983,7 +984,7 @@ assert _h_trusted("abs")(float(q9_ratio["dapo"]) - 1.0) < 1e-6, "dapo：全局 t
 # %% [markdown]
 # ## 第 8 步　框架一致性核对（TRL，PT-CPU）
 #
-# 这一节不再写新代码，而是把**你在本课写的函数**（以及第 3A 课的两个损失、本课只读的 `extended_loss` 与
+# 这一节不再写新代码，而是把**你在本课写的函数**（以及第 3a 课的两个损失、本课只读的 `extended_loss` 与
 # `trl_layout_advantages`）交给 `tools/trl_conformance.py` 的 `check_trl_conformance`，放到 TRL 的 `GRPOTrainer`
 # 内部路径旁边逐项核对。核对是为 `trl==1.16.0` 写的：它调用**私有**方法，不启动完整的 Trainer、不加载模型，
 # 只用一个记录属性读取的替身对象提供这些方法读到的配置和状态。
