@@ -37,6 +37,7 @@ def gradebook(template_db, tmp_path):
         gb.add_assignment("none")
         gb.add_notebook("none", "none")
         gb.add_student("alice")
+        gb.add_student("bob")  # submitted nothing
         gb.add_submission("mixed", "alice")
         gb.add_submission("none", "alice")
         yield gb
@@ -104,7 +105,10 @@ def test_grades_command_prints_the_status(gradebook, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "待人工评分 8 分" in printed and "无自动评分" in printed and "0/0" not in printed, printed
     with open(tmp_path / "grades.csv", encoding="utf-8") as handle:
-        rows = {r["assignment"]: r for r in csv.DictReader(handle)}
+        everyone = list(csv.DictReader(handle))
+    rows = {r["assignment"]: r for r in everyone if r["learner"] == "alice"}
+    missing = {r["assignment"]: r["reason"] for r in everyone if r["learner"] == "bob"}
+    assert missing == {"mixed": "得 0 分：没有提交（no submission）", "none": "无自动评分：没有提交（no submission）"}
     assert (rows["mixed"]["score"], rows["mixed"]["max_score"], rows["mixed"]["manual_pending"]) == (
         "14.0",
         "22.0",

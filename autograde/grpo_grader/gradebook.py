@@ -180,9 +180,10 @@ def export_rows(settings: Settings) -> tuple[list[dict], list[dict]]:
                 try:
                     submission = gb.find_submission(assignment.name, student.id)
                 except MissingEntry:
+                    nothing = "得 0 分" if assignment.max_score else NO_AUTO_POINTS
                     rows.append({"learner": student.id, "assignment": assignment.name, "score": 0.0,
                                  "max_score": assignment.max_score, "status": "missing",
-                                 "reason": "得 0 分：没有提交（no submission）", "flags": "",
+                                 "reason": f"{nothing}：没有提交（no submission）", "flags": "",
                                  "needs_manual_grade": False, "timestamp": ""})
                     continue
                 penalty = submission.late_submission_penalty or 0.0
