@@ -166,6 +166,7 @@ H2_STEP = re.compile(r"^## 第 (\d+) 步" + FW + r"\S")
 H2_PREP = re.compile(r"^## 准备" + FW + r"\S")
 H3_NUMBERED = re.compile(r"^### (\d+)\.(\d+)" + FW + r"\S")
 H3_TODO = re.compile(r"^### TODO (\d+)" + FW + r"\S")
+CARD_LINK = "[约定卡](../../docs/CONVENTIONS.md)"
 _ANNOUNCES = re.compile(r"下面|以下|下方|向下|接下来|后面|见下|如下")
 
 
@@ -176,6 +177,9 @@ def lesson_violations(path: Path, text: str | None = None) -> list[Violation]:
     cells = parse_cells(text)
     found: list[Violation] = []
     titles, stop_at, step, todo, phase = 0, None, 0, 0, 0  # phase: order of the second-level headings
+    seen: dict[str, int] = {}  # fixed second-level headings -> count
+    section = ""  # the second-level heading the current line sits under
+    card_linked = False
     order = {"导读": 1, "运行环境": 2, "前置阅读": 3, "step": 4, "解析": 6}
     for index, cell in enumerate(cells):
         if cell.kind != "markdown":
@@ -184,6 +188,8 @@ def lesson_violations(path: Path, text: str | None = None) -> list[Violation]:
             found += glossary_violations(rel, number, line)
             found += duration_violations(rel, number, line)
         for number, line in cell.lines:
+            if section == "运行环境" and CARD_LINK in line:
+                card_linked = True
             if not line.startswith("#"):
                 continue
             heading = line.rstrip()
@@ -203,6 +209,8 @@ def lesson_violations(path: Path, text: str | None = None) -> list[Violation]:
                     )
             elif heading.startswith("## "):
                 name = heading[3:].strip()
+                section = name
+                seen[name] = seen.get(name, 0) + 1
                 if name in H2_FIXED or name == "解析":
                     rank = order[name]
                 elif H2_STEP.match(heading):
@@ -261,6 +269,11 @@ def lesson_violations(path: Path, text: str | None = None) -> list[Violation]:
                             heading,
                         )
                     )
+    for name in H2_FIXED:
+        if seen.get(name, 0) != 1:
+            found.append(Violation(rel, 1, f"标题格式：`## {name}` 恰好一个（找到 {seen.get(name, 0)} 个）", ""))
+    if not card_linked:
+        found.append(Violation(rel, 1, f"运行环境：这一节链接约定卡 `{CARD_LINK}`", ""))
     if titles != 1:
         found.append(Violation(rel, 1, f"标题格式：每课恰好一个课程标题 `# 第 N 课{FW}标题`（找到 {titles} 个）", ""))
     graded = [c for c in cells if c.graded]
@@ -320,6 +333,8 @@ LESSON = """# %% [markdown]
 #
 # ## 运行环境
 #
+# 约定见[约定卡](../../docs/CONVENTIONS.md)。
+#
 # ## 前置阅读
 #
 # ## 第 1 步{fw}开始
@@ -371,6 +386,8 @@ def test_checker_accepts_a_lesson_that_follows_the_card():
         ("# 本课到此结束。", "# 下面是解析。", "不能预告"),
         ('# %% [markdown] tags=["solution-only"]', "# %% [markdown]", "之后的单元只在源文件里"),
         ("# ## 导读", "# ## 小结", "二级标题只用"),
+        ("# ## 导读", "# 导读", "`## 导读` 恰好一个"),
+        ("[约定卡](../../docs/CONVENTIONS.md)", "约定卡", "这一节链接约定卡"),
     ],
 )
 def test_checker_names_the_broken_rule(old, new, rule):
