@@ -62,7 +62,7 @@ c.SafeExecute.demo_cells = {
     "nb02_grpo_objective": ["ratio_grid = torch.linspace(", "torch.multinomial(", "lengths = torch.tensor([3, 12])"],
     "nb03a_cispo_trace_lab": ["gradient_figure"],
     "nb03b_loss_family_trl": ["length_bias_example", "accumulation_example", "clip_higher_example",
-                              "trl_conformance_code", "trl_conformance_run"],
+                              "trl_conformance_code", "trl_conformance_run", "def ratio_drift("],
     "nb05_logprobs_masks": ["run_memory_probe("],
     "nb07_online_grpo": ["run_online_experiment(", "og.plot_steps(", "plot_pass_maj(", "online_trl.step0_agreement(",
                          "check_accelerate_configs("],

@@ -35,6 +35,7 @@ from autograde.grpo_grader.course import Settings, load_settings, prepare_kernel
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
 from autograde.grpo_grader.run import (
+    NO_AUTO_POINTS,
     SAFE_ID,
     AssignmentResult,
     NotebookResult,
@@ -45,7 +46,7 @@ from autograde.grpo_grader.run import (
 from autograde.grpo_grader.slots import Slot, choose_sandbox, mount_socket_tmpfs, unmount
 
 GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
-                "timestamp"]
+                "manual_pending", "automatic_max_score", "timestamp"]
 TEST_FIELDS = ["learner", "assignment", "notebook", "test", "score", "max_score", "outcome", "message"]
 
 
@@ -384,6 +385,13 @@ def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
+def score_text(row: dict) -> str:
+    """The score column of `make grades`: "14/22"; "无自动评分" for a lesson without any points."""
+    if not row["max_score"]:
+        return NO_AUTO_POINTS
+    return f"{row['score']:g}/{row['max_score']:g}"
+
+
 def grades(settings: Settings) -> int:
     rows, test_rows = export_rows(settings)
     _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
@@ -395,7 +403,7 @@ def grades(settings: Settings) -> int:
     print(header)
     print("-" * min(columns, _width(header) + 10))
     for row in rows:
-        score = f"{row['score']:g}/{row['max_score']:g}"
+        score = score_text(row)
         print(_fit(row["learner"], 30), _fit(row["assignment"], 24), _fit(score, 12), _fit(row["status"], 10),
               _fit(row["reason"] or "-", reason_width), row["flags"])
     print(f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
