@@ -803,6 +803,64 @@ def test_local_exchange_release_fetch_submit_collect(tmp_path):
     assert list((root / ".cache" / "lab" / "nbgrader_cache").rglob(f"{name}.ipynb"))  # not in ~/.local/share
 
 
+# --------------------------------------------------------------------------- the instructor's course config
+# A fresh interpreter without site processing: site-packages on sys.path, but no .pth file run, so no editable
+# install; it loads a course config from another working directory and names where the preprocessors came from.
+_NO_EDITABLE_LOAD = """
+import sys
+sys.path.append(sys.argv[2])
+from traitlets.config.loader import PyFileConfigLoader
+config = PyFileConfigLoader("nbgrader_config.py", path=sys.argv[1]).load_config()
+print(sorted({sys.modules[p.__module__].__file__ for p in config.GenerateFeedback.preprocessors
+              if p.__module__.startswith("autograde")}))
+"""
+
+
+@pytest.mark.slow  # fresh interpreters importing nbgrader (a few seconds each)
+def test_course_config_loads_from_any_folder_without_an_editable_install(tmp_path):
+    """nbgrader_config.py puts its own checkout first on sys.path: it loads from any working directory with no
+    editable install and imports this checkout's grader; a copy without that line fails there (the check can fail)."""
+    import sysconfig
+
+    site_packages = sysconfig.get_paths()["purelib"]  # this venv's (a child started with -S would not know it)
+    run = lambda folder: subprocess.run([sys.executable, "-S", "-c", _NO_EDITABLE_LOAD, str(folder), site_packages],  # noqa: E731
+                                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    done = run(ROOT / "autograde")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == repr([str(ROOT / "autograde" / "grpo_grader" / "preprocessors.py")]), done.stdout
+    copy_dir = tmp_path / "elsewhere"
+    copy_dir.mkdir()
+    shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", copy_dir / "nbgrader_config.py")  # no package beside it
+    failed = run(copy_dir)
+    assert failed.returncode != 0 and "No module named 'autograde'" in failed.stderr, failed.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_lab_instructor_stops_when_the_course_config_does_not_load(tmp_path, monkeypatch, capsys):
+    """`make lab-instructor` checks the course config in the server's environment first: when it does not load,
+    it says so and starts nothing (the formgrader would otherwise run on nbgrader's defaults)."""
+    from tools.cli import lab
+
+    assert lab.course_config_problem(ROOT) is None  # this checkout's config loads and is the course's
+    root = tmp_path / "course"
+    (root / "autograde").mkdir(parents=True)
+    shutil.copy2(ROOT / "course.toml", root / "course.toml")
+    text = (ROOT / "autograde" / "nbgrader_config.py").read_text(encoding="utf-8")
+    (root / "autograde" / "nbgrader_config.py").write_text(text + "\nimport no_such_module_for_this_test\n",
+                                                         encoding="utf-8")
+    problem = lab.course_config_problem(root)
+    assert problem and "no_such_module_for_this_test" in problem, problem
+    monkeypatch.setattr(lab, "ROOT", root)
+    monkeypatch.setenv(lab.ENV_STATE_DIR, str(tmp_path / "state"))
+    started = []
+    monkeypatch.setattr(lab.LabServer, "start", lambda self, *a, **k: started.append(self))
+    assert lab.main(["--role", "instructor", "--no-browser", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "无法加载" in err and "no_such_module_for_this_test" in err and "make lab-instructor" in err, err
+    assert not started
+
+
 # --------------------------------------------------------------------------- learners' work copies
 def _released_course(tmp_path: Path) -> Path:
     root = tmp_path / "course"

@@ -48,12 +48,16 @@ NBGRADER_SERVER_EXTENSIONS = (
     "nbgrader.server_extensions.course_list",
 )
 INSTRUCTOR_ONLY_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",)
+# the course's own extension on the instructor's server: the formgrader's Autograde refuses (make autograde),
+# its Generate Feedback runs make feedback, its Collect names the learners (autograde/grpo_grader/formgrader_guard.py)
+FORMGRADER_GUARD = "autograde.grpo_grader.formgrader_guard"
 # nbgrader's JupyterLab plugins a learner should not see (plugin ids of the @jupyter/nbgrader lab extension):
 # the formgrader panel, the "Create Assignment" side bar, the instructors' course list.
 INSTRUCTOR_ONLY_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                                "@jupyter/nbgrader:course-list")
 EXCHANGE_DIR = "autograde/exchange"
 WORK_DIR = "work"
+FETCH_DIR = "work/fetched"  # where the Assignment List's Fetch puts a released assignment (not the work copy)
 STATE_DIR = ".cache/lab"
 
 
@@ -111,15 +115,17 @@ def nbgrader_settings(root: Path, role: str, *, exchange: Path | None = None) ->
     """The nbgrader settings both roles' servers read (``nbgrader_config.json`` of the config folder).
 
     The Assignment List loads nbgrader config from files only (not from the server's command line),
-    hence a file. ``Exchange.assignment_dir``: where "Fetch" puts a copy - ``work/`` for both roles,
-    so nothing lands among the tracked files of an instructor's checkout; ``Exchange.cache`` (the record
-    of one's submissions) stays inside the course folder too.
+    hence a file. ``Exchange.assignment_dir``: where "Fetch" puts a copy - ``work/fetched/`` for both roles:
+    inside the learner server's folder (so the Assignment List links open), apart from the work copies
+    ``work/<assignment>/`` that ``make lab`` makes (so Fetch is offered rather than "already downloaded"), and
+    never among the tracked files of an instructor's checkout; ``Exchange.cache`` (the record of one's
+    submissions) stays inside the course folder too.
     """
     root = Path(root).resolve()
     return {
         "CourseDirectory": {"course_id": course_id(root), "root": str(root / "autograde")},
         "Exchange": {"root": str(Path(exchange or root / EXCHANGE_DIR).resolve()),
-                     "assignment_dir": str(root / WORK_DIR),
+                     "assignment_dir": str(root / FETCH_DIR),
                      # the learner's copies of what was submitted (nbgrader's default is in ~/.local/share)
                      "cache": str(root / STATE_DIR / "nbgrader_cache")},
     }
@@ -144,9 +150,9 @@ def write_config_dir(root: Path, role: str, *, exchange: Path | None = None) -> 
 
 
 def server_extensions(role: str) -> dict[str, bool]:
-    """nbgrader server extensions switched on / off for ``role``."""
+    """nbgrader server extensions (and the course's formgrader guard) switched on / off for ``role``."""
     off = INSTRUCTOR_ONLY_SERVER_EXTENSIONS if role == "learner" else ()
-    return {name: name not in off for name in NBGRADER_SERVER_EXTENSIONS}
+    return {**{name: name not in off for name in NBGRADER_SERVER_EXTENSIONS}, FORMGRADER_GUARD: role == "instructor"}
 
 
 def lab_command(root: Path, port: int, token: str, *, ip: str = "127.0.0.1", open_browser: bool = False,
@@ -206,6 +212,45 @@ def alive(pid: int) -> bool:
         return True
 
 
+def server_env(root: Path, role: str, config: Path, base: dict) -> dict:
+    """The server's environment: its config folder first on ``JUPYTER_CONFIG_PATH``; for the instructor, the
+    checkout on ``PYTHONPATH`` (the formgrader guard and the course config import it, editable install or not)."""
+    env = dict(base)
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (str(config), env.get("JUPYTER_CONFIG_PATH")) if p)
+    if role == "instructor":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(root).resolve()), env.get("PYTHONPATH")) if p)
+    return env
+
+
+# Loaded in a fresh interpreter from the formgrader's working directory, as nbgrader loads it: the course config
+# must load and be the course's (its feedback drops hidden tests, its autograde strips them).
+_CONFIG_CHECK = """
+from traitlets.config.loader import PyFileConfigLoader
+config = PyFileConfigLoader("nbgrader_config.py", path=".").load_config()
+names = lambda key, section: [getattr(p, "__name__", str(p)) for p in config[section][key]]
+assert "HideHiddenTests" in names("preprocessors", "GenerateFeedback"), "GenerateFeedback.preprocessors"
+assert "StripHiddenTests" in names("sanitize_preprocessors", "Autograde"), "Autograde.sanitize_preprocessors"
+"""
+
+
+def course_config_problem(root: Path = ROOT, env: dict | None = None) -> str | None:
+    """None when ``autograde/nbgrader_config.py`` loads in the instructor server's environment and sets the
+    course's preprocessors; else what went wrong (the end of the error)."""
+    course = Path(root).resolve() / "autograde"
+    if not (course / "nbgrader_config.py").is_file():
+        return f"{course / 'nbgrader_config.py'} does not exist"
+    env = server_env(root, "instructor", Path(root) / STATE_DIR / "instructor", os.environ if env is None else env)
+    try:
+        done = subprocess.run([sys.executable, "-c", _CONFIG_CHECK], cwd=course, env=env, capture_output=True,
+                              text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "loading nbgrader_config.py took more than 120 s"
+    if done.returncode:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return "\n".join(lines[-6:])
+    return None
+
+
 class LabServer:
     """A JupyterLab server on the course for ``role``; a context manager that always stops what it started
     (the server and every kernel it started)."""
@@ -240,8 +285,7 @@ class LabServer:
         (self.root / WORK_DIR).mkdir(exist_ok=True)
         command = lab_command(self.root, self.port, self.token, ip=self.ip, open_browser=self.open_browser,
                               role=self.role, serve=self.serve)
-        env = dict(os.environ if self.env is None else self.env)
-        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (str(config), env.get("JUPYTER_CONFIG_PATH")) if p)
+        env = server_env(self.root, self.role, config, os.environ if self.env is None else self.env)
         # cwd = the nbgrader course folder: the formgrader reads ./nbgrader_config.py from the server's cwd.
         cwd = self.root / "autograde" if (self.root / "autograde").is_dir() else self.root
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=self.log,
@@ -372,6 +416,7 @@ def prepare_instructor(root: Path = ROOT, build_missing: bool = True) -> list[st
     if not (course / "gradebook.db").is_file():
         missing = names
     if not missing:
+        name_gradebook_learners(root)
         return []
     if not build_missing:
         raise SystemExit("formgrader 还没有作业：请先运行 `make release`（生成 autograde/source、release 与 gradebook.db）。")
@@ -383,7 +428,20 @@ def prepare_instructor(root: Path = ROOT, build_missing: bool = True) -> list[st
     for name in missing:
         chain._generate_assignment(course, name)
         print(f"  {name}: ok", flush=True)
+    name_gradebook_learners(root)
     return missing
+
+
+def name_gradebook_learners(root: Path = ROOT) -> list[str]:
+    """Give the gradebook's learners without a name the ``[roster]`` name of ``course.toml`` or their id (the
+    formgrader showed "None, None"); the learners collected later are named by the formgrader guard."""
+    from nbgrader.api import Gradebook
+
+    from autograde.grpo_grader.roster import name_learners
+
+    root = Path(root).resolve()
+    with Gradebook(f"sqlite:///{root / 'autograde' / 'gradebook.db'}", course_id(root)) as gb:
+        return name_learners(gb, root / "course.toml")
 
 
 class _Stop(Exception):
@@ -429,6 +487,15 @@ def main(argv: list[str] | None = None) -> int:
         workspace.notice(ROOT)
         serve, landing = ROOT / WORK_DIR, "lab/tree"
     else:
+        problem = course_config_problem(ROOT)
+        if problem:
+            print(f"课程的 nbgrader 配置 {ROOT / 'autograde' / 'nbgrader_config.py'} 无法加载，不启动教师界面：\n"
+                  f"{problem}\n"
+                  "没有它，formgrader 会退回 nbgrader 的默认设置（不用本课程的评分器，反馈里会出现隐藏测试）。"
+                  "请修正上面的错误（或运行 `make setup`），再运行 `make lab-instructor`。\n"
+                  "(The course's nbgrader config does not load; the instructor server is not started.)",
+                  file=sys.stderr)
+            return 2
         try:
             prepare_instructor(ROOT)
         except Exception as error:  # e.g. nbgrader failed: say what to run instead of a traceback
