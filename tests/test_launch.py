@@ -920,6 +920,12 @@ def test_experiment_rejects_bad_arguments_before_importing_torch():
     bad_label = subprocess.run([sys.executable, "-m", "tools.cli.experiment", "--label", "a b"], cwd=ROOT,
                                capture_output=True, text=True, timeout=60)
     assert bad_label.returncode == 2 and "RUN_LABEL" in bad_label.stderr
+    for target in ("experiment", "online"):  # a label with a space reaches the check whole (the Makefile quotes it)
+        via_make = subprocess.run(["make", "-s", target, "RUN_LABEL=my run", f"VENV={Path(sys.executable).parents[1]}"],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert via_make.returncode != 0 and "RUN_LABEL" in via_make.stderr and "'my run'" in via_make.stderr, (
+            target, via_make.stderr[-2000:])
+        assert "unrecognized arguments" not in via_make.stderr
     from tools import grpo_experiment as gx
     from tools.cli import experiment
 

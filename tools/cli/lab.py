@@ -282,7 +282,7 @@ class LabServer:
         config = write_config_dir(self.root, self.role)
         if (self.root / "autograde").is_dir():
             ensure_exchange(self.root)
-        (self.root / WORK_DIR).mkdir(exist_ok=True)
+        (self.root / FETCH_DIR).mkdir(parents=True, exist_ok=True)
         command = lab_command(self.root, self.port, self.token, ip=self.ip, open_browser=self.open_browser,
                               role=self.role, serve=self.serve)
         env = server_env(self.root, self.role, config, os.environ if self.env is None else self.env)
