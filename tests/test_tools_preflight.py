@@ -89,8 +89,15 @@ def test_platform_torch_rule():
 
 
 def test_required_column_shows_the_accepted_range_not_the_pin():
-    rows = collect_rows("BASE-CPU", requirements=[Requirement("pytest", "==", "1.0"), Requirement("numpy", ">=", "1.2"),
-                                                  Requirement("nbformat", None, None)], root=REPO_ROOT)
+    rows = collect_rows(
+        "BASE-CPU",
+        requirements=[
+            Requirement("pytest", "==", "1.0"),
+            Requirement("numpy", ">=", "1.2"),
+            Requirement("nbformat", None, None),
+        ],
+        root=REPO_ROOT,
+    )
     required = {row["item"]: row["required"] for row in rows}
     assert required["pytest"] == ">=1.0" and required["numpy"] == ">=1.2" and required["nbformat"] == "any"
     assert not any(value.startswith("==") for value in required.values()), required

@@ -35,19 +35,26 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 FEEDBACK_TIMEOUT_S = 600
 
 AUTOGRADE_REFUSED = (
-    "本课程不在 formgrader 里自动评分：这个按钮只会在学员自己的内核里运行 nbgrader，没有 oracle、沙箱和硬时限，"
-    "分数可以被提交骗过。请在终端（课程目录）运行：\n"
+    "本课程不在 formgrader 里自动评分：\n"
+    "这个按钮只会在学员自己的内核里运行 nbgrader，\n"
+    "没有 oracle、沙箱和硬时限，分数可以被提交骗过。\n"
+    "请在终端（课程目录）运行：\n"
     '    make autograde ARGS="--learner {learner}"\n'
-    "评分结果会写进同一个 gradebook，刷新本页即可看到；之后 `make feedback` 生成反馈。\n"
-    "(The formgrader's Autograde is disabled for this course: it would grade in the learner's kernel without the "
-    'oracle and the sandbox. Run `make autograde ARGS="--learner {learner}"` in the course folder, then reload.)'
+    "结果写进同一个 gradebook，刷新本页即可看到；\n"
+    "之后运行 make feedback 生成反馈。\n"
+    "\n"
+    "Autograde is disabled in the formgrader for this course:\n"
+    "it would grade in the learner's own kernel, without the\n"
+    "oracle and the sandbox. In the course folder run\n"
+    '    make autograde ARGS="--learner {learner}"\n'
+    "then reload this page."
 )
 
 
 def autograde_refusal(learner: str) -> dict:
     """The JSON answer of the formgrader's Autograde route (nbgrader's shape: success, error, log)."""
     message = AUTOGRADE_REFUSED.format(learner=learner)
-    return {"success": False, "error": message, "log": message}
+    return {"success": False, "log": message}
 
 
 class AutogradeRefused(BaseApiHandler):
