@@ -794,7 +794,7 @@ def test_local_exchange_release_fetch_submit_collect(tmp_path):
     listed = run(["list"], learner)
     assert name in listed and "Error" not in listed, listed
     run(["fetch_assignment", name], learner)
-    assert (learner / name / f"{name}.ipynb").is_file()
+    assert (root / "work" / "fetched" / name / f"{name}.ipynb").is_file()  # apart from the work copy work/<name>/
     run(["submit", name], learner)
     run(["collect", name], root / "autograde")
     user = os.environ.get("USER") or __import__("getpass").getuser()

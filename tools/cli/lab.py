@@ -37,6 +37,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 from tools.project_runtime import resolve_project_root
 
 ROOT = resolve_project_root(Path(__file__))  # the checkout this module belongs to
@@ -183,33 +185,19 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 
 def descendants(pid: int) -> list[int]:
-    """PIDs of every process below ``pid`` (Linux ``/proc``; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    """PIDs of every process below ``pid`` (psutil; empty when ``pid`` is gone)."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def server_env(root: Path, role: str, config: Path, base: dict) -> dict:
@@ -314,7 +302,10 @@ class LabServer:
         process, self.process = self.process, None
         if process is None:
             return
-        below = descendants(process.pid)
+        try:
+            below = psutil.Process(process.pid).children(recursive=True)
+        except psutil.Error:
+            below = []
         if process.poll() is None:
             try:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -324,12 +315,11 @@ class LabServer:
                 process.wait(timeout=timeout)
             except ProcessLookupError:
                 pass
-        for pid in below:
-            if alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        for child in below:
+            try:
+                child.kill()  # (psutil checks the process is the one it saw: a reused pid is left alone)
+            except psutil.Error:
+                pass
 
     def __enter__(self) -> LabServer:
         return self.start()
