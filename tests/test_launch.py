@@ -588,6 +588,20 @@ def test_install_failure_is_a_clear_message(origin, tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- README table
+def test_readme_table_update_says_one_line_unless_asked_to_print(tmp_path, monkeypatch, capsys):
+    """`make release` runs the table update: one line saying what changed, the table only with --print."""
+    for name in ("README.md", "course.toml"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    for name in ("solutions", "notebooks"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    monkeypatch.setattr(readme_table, "ROOT", tmp_path)
+    assert readme_table.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "notebook table" in out and "| [`" not in out, out
+    assert readme_table.main(["--print"]) == 0
+    assert "| [`nb01_group_advantages`]" in capsys.readouterr().out
+
+
 def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
     assert readme_table.main(["--check"]) == 0, "run `python -m tools.chain.readme_table`"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
