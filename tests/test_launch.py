@@ -625,7 +625,7 @@ def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
 # --------------------------------------------------------------------------- make lab
 def _lab_env(tmp_path: Path) -> dict:
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), GRPO_LAB_STATE_DIR=str(tmp_path / "state"))
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
     env.pop("PYTHONPATH", None)
     return env
 
@@ -866,7 +866,7 @@ def test_lab_instructor_stops_when_the_course_config_does_not_load(tmp_path, mon
     problem = lab.course_config_problem(root)
     assert problem and "no_such_module_for_this_test" in problem, problem
     monkeypatch.setattr(lab, "ROOT", root)
-    monkeypatch.setenv(lab.ENV_STATE_DIR, str(tmp_path / "state"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server of this user is "running"
     started = []
     monkeypatch.setattr(lab.LabServer, "start", lambda self, *a, **k: started.append(self))
     assert lab.main(["--role", "instructor", "--no-browser", "--port", "0"]) == 2

@@ -17,7 +17,8 @@ formgrader, all on one machine. The per-server settings live in a generated Jupy
 
 Stopping: Ctrl-C, SIGTERM and SIGHUP stop the server and its kernels (the server is also told to stop
 when this process dies, through Linux's parent-death signal). A second start finds the server already
-running on this course and prints its URL; a busy port is reported and another one used.
+running on this course in Jupyter's runtime files (what ``jupyter server list --json`` reads) and prints its URL;
+a busy port is left to jupyter_server's own ``--port-retries`` and the port it took is reported.
 :class:`LabServer` is also what the tests use to serve the course on a free port and stop it again.
 """
 from __future__ import annotations
@@ -28,7 +29,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -69,34 +69,6 @@ def course_id(root: Path = ROOT) -> str:
 
     with open(Path(root) / "course.toml", "rb") as handle:
         return str(tomllib.load(handle)["course"]["id"])
-
-
-def port_in_use(port: int, ip: str = "127.0.0.1") -> bool:
-    """True when something accepts connections on ``ip:port`` or the port cannot be bound."""
-    if not port:
-        return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.settimeout(0.5)
-        if probe.connect_ex((ip if ip not in ("0.0.0.0", "") else "127.0.0.1", port)) == 0:
-            return True
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((ip, port))
-        except OSError:
-            return True
-    return False
-
-
-def free_port(preferred: int = 0, ip: str = "127.0.0.1") -> int:
-    """``preferred`` if it can be bound on ``ip``, else a port the OS hands out."""
-    for port in ((preferred, 0) if preferred else (0,)):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((ip, port))
-            except OSError:
-                continue
-            return probe.getsockname()[1]
-    raise OSError(f"no free port on {ip}")
 
 
 def ensure_exchange(root: Path = ROOT) -> Path:
@@ -165,7 +137,7 @@ def lab_command(root: Path, port: int, token: str, *, ip: str = "127.0.0.1", ope
         f"--ServerApp.root_dir={serve or root}",
         f"--ServerApp.ip={ip}",
         f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0",
+        f"--ServerApp.port_retries={PORT_RETRIES if port else 0}",
         f"--ServerApp.open_browser={open_browser}",
         f"--IdentityProvider.token={token}",
         f"--CourseDirectory.root={root / 'autograde'}",
@@ -252,7 +224,7 @@ class LabServer:
         self.role = role
         self.serve = Path(serve).resolve() if serve else self.root
         self.ip = ip
-        self.port = free_port(port, ip)
+        self.port = port  # the preferred port (0: any); the one the server took once it started
         self.token = token or os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(16)
         self.open_browser = open_browser
         self.log = log
@@ -279,12 +251,17 @@ class LabServer:
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=self.log,
                                         start_new_session=True,
                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        runtime_dir = env.get("JUPYTER_RUNTIME_DIR")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"JupyterLab exited with code {self.process.returncode} before it answered")
-            if self.ready():
-                return self
+            # the port the server took (it retries busy ones itself) is in its runtime file, written once it listens
+            mine = [info for info in running_servers(runtime_dir) if info.get("pid") == self.process.pid]
+            if mine:
+                self.port = int(mine[0]["port"])
+                if self.ready():
+                    return self
             time.sleep(0.5)
         self.stop()
         raise TimeoutError(f"JupyterLab did not answer on {self.base_url} within {timeout:.0f} s")
@@ -328,65 +305,53 @@ class LabServer:
         self.stop()
 
 
-# ----------------------------------------------------------------------------- state of a running server
-ENV_STATE_DIR = "GRPO_LAB_STATE_DIR"  # where the running server's {pid, url} is recorded (tests use their own)
+# ----------------------------------------------------------------------------- running servers (jupyter_server's own list)
+PORT_RETRIES = 50  # jupyter_server tries the next ports itself when the preferred one is busy
 
 
-def state_file(root: Path, role: str) -> Path:
-    folder = os.environ.get(ENV_STATE_DIR) or Path(root).resolve() / STATE_DIR
-    return Path(folder) / f"{role}-server.json"
+def running_servers(runtime_dir: str | None = None) -> list[dict]:
+    """``jupyter server list --json``: the servers of Jupyter's runtime folder that still run."""
+    from jupyter_server.serverapp import list_running_servers
+
+    try:
+        return [info for info in list_running_servers(runtime_dir) if alive(int(info.get("pid", 0)))]
+    except Exception:  # unreadable runtime files: nothing to report
+        return []
+
+
+def server_url(info: dict, path: str = "lab") -> str:
+    token = f"?token={info['token']}" if info.get("token") else ""
+    return f"{info['url'].rstrip('/')}/{path.lstrip('/')}{token}"
 
 
 def running_server(root: Path = ROOT, role: str | None = None) -> dict | None:
-    """The server this tool started on the course earlier and that still answers (``{pid, url, role}``)."""
-    for name in ((role,) if role else ROLES):
-        path = state_file(root, name)
+    """A server this tool started on the course (its command line names the course's nbgrader folder) for ``role``
+    (learner: serving ``work/``; instructor: the course root), from Jupyter's runtime files: ``{pid, url, role}``."""
+    root = Path(root).resolve()
+    folders = {"learner": root / WORK_DIR, "instructor": root}
+    for info in running_servers():
+        folder = Path(info.get("root_dir") or "/").resolve()
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            ours = f"--CourseDirectory.root={root / 'autograde'}" in psutil.Process(int(info["pid"])).cmdline()
+        except psutil.Error:
             continue
-        if not alive(int(state.get("pid", 0) or 0)):
-            path.unlink(missing_ok=True)
-            continue
-        try:
-            with urllib.request.urlopen(state["status_url"], timeout=2) as reply:
-                if reply.status == 200:
-                    return state
-        except (urllib.error.URLError, OSError, KeyError):
-            continue
+        for name in (role,) if role else ROLES:
+            if ours and folder == folders[name]:
+                return {"pid": info["pid"], "role": name,
+                        "url": server_url(info, "lab/tree" if name == "learner" else "formgrader")}
     return None
 
 
 def other_course_servers(root: Path = ROOT) -> list[dict]:
     """Jupyter servers (started any way, e.g. a plain ``jupyter lab``) whose folder is the course or inside it,
     from Jupyter's runtime files: ``[{pid, url, root_dir}]``."""
-    try:
-        from jupyter_server.serverapp import list_running_servers
-    except ImportError:
-        return []
     root = Path(root).resolve()
     found = []
-    try:
-        for info in list_running_servers():
-            folder = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
-            if folder == root or root in folder.parents:
-                token = f"?token={info['token']}" if info.get("token") else ""
-                found.append({"pid": info.get("pid"), "url": f"{info['url'].rstrip('/')}/lab{token}",
-                              "root_dir": str(folder)})
-    except Exception:  # unreadable runtime files: nothing to report
-        return []
+    for info in running_servers():
+        folder = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
+        if folder == root or root in folder.parents:
+            found.append({"pid": info.get("pid"), "url": server_url(info), "root_dir": str(folder)})
     return found
-
-
-def _write_state(root: Path, server: LabServer, landing: str) -> Path:
-    path = state_file(root, server.role)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"pid": server.process.pid, "role": server.role, "url": server.url(landing),
-                               "status_url": f"{server.base_url}/api/status?token={server.token}"}, indent=2),
-                   encoding="utf-8")
-    os.replace(tmp, path)
-    return path
 
 
 # ----------------------------------------------------------------------------- roles
@@ -464,12 +429,6 @@ def main(argv: list[str] | None = None) -> int:
         if not other or foreign["pid"] != other["pid"]:
             print(f"提示：已有一个 Jupyter 服务器在本课程目录（{foreign['root_dir']}）上运行（进程 {foreign['pid']}）："
                   f"{foreign['url']}", flush=True)
-    port = args.port
-    if port_in_use(port, args.ip):
-        print(f"端口 {port} 已被{'上面那个服务器' if other and f':{port}/' in other['url'] else '其他程序'}占用，"
-              "改用一个空闲端口（地址见下方）。", flush=True)
-        port = 0
-
     if args.role == "learner":
         from tools.cli import workspace
 
@@ -494,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         serve, landing = ROOT, "formgrader"
 
-    server = LabServer(ROOT, port=port, ip=args.ip, open_browser=not args.no_browser, role=args.role, serve=serve)
+    server = LabServer(ROOT, port=args.port, ip=args.ip, open_browser=not args.no_browser, role=args.role, serve=serve)
 
     def stop_signal(signum, frame):
         raise _Stop(signal.Signals(signum).name)
@@ -502,14 +461,14 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT too: a process started with SIGINT ignored (a background job, some launchers) inherits that, and
     # Python then never raises KeyboardInterrupt; Ctrl-C must stop the server whatever started this process
     previous = {sig: signal.signal(sig, stop_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-    state = None
     try:
         try:
             server.start()
         except (RuntimeError, TimeoutError) as error:
             print(f"JupyterLab 启动失败：{error}", file=sys.stderr)
             return 1
-        state = _write_state(ROOT, server, landing)
+        if args.port and server.port != args.port:
+            print(f"端口 {args.port} 已被占用（其他程序或上面提到的服务器），JupyterLab 改用了端口 {server.port}。", flush=True)
         print("\n" + "=" * 72)
         if args.role == "learner":
             print(f"JupyterLab（学员）已启动，打开的是你的工作副本 {ROOT / WORK_DIR}：")
@@ -532,8 +491,6 @@ def main(argv: list[str] | None = None) -> int:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # a second signal must not interrupt the clean-up
         server.stop()
-        if state is not None:
-            state.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
