@@ -105,10 +105,10 @@ grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and
 	@$(PY) -m autograde.pipeline grades $(ARGS)
 
 experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
-	@$(PY) -m tools.cli.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)
+	@$(PY) -m tools.cli.experiment --mode "$(RUN_MODE)" --label "$(RUN_LABEL)"
 
 online: $(VENV)/.setup-stamp ## lesson 7's online GRPO run -> benchmarks/results/online/online-grpo_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ...")
-	@$(PY) -m tools.cli.online --label $(RUN_LABEL) $(ONLINE_ARGS)
+	@$(PY) -m tools.cli.online --label "$(RUN_LABEL)" $(ONLINE_ARGS)
 
 bench: $(VENV)/.setup-stamp ## run the benchmarks, write benchmarks/results/latest.json
 	@$(PY) benchmarks/run.py

@@ -4,6 +4,15 @@
 ``GradingPipeline`` section below holds its settings (nbgrader itself ignores that section).
 """
 import os
+import sys
+
+# This checkout's course code comes first on sys.path: nbgrader, the formgrader and the pipeline then import the
+# grader below (and `tools`) from any working directory, with or without an editable install (which may be missing
+# or point at another checkout). A copy of this file without the package beside it (a test's course folder) leaves
+# sys.path alone.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_CHECKOUT, "autograde", "__init__.py")) and sys.path[:1] != [_CHECKOUT]:
+    sys.path.insert(0, _CHECKOUT)
 
 c = get_config()  # noqa: F821  (provided by nbgrader)
 

@@ -202,6 +202,15 @@ def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slo
 
 def autograde(settings: Settings, force: bool = False, only: list[str] | None = None, keep: bool = False,
               shard: tuple[int, int] | None = None) -> int:
+    if only:
+        submitted = settings.dir("submitted")
+        unknown = [learner for learner in only if not (submitted / learner).is_dir()]
+        if unknown:
+            known = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
+            print(f"[autograde] 没有这个学员（no such learner）：{', '.join(unknown)}；{submitted} 下的学员（learners）："
+                  + (", ".join(known[:20]) + (f" ...（共 {len(known)} 个）" if len(known) > 20 else "") or "（没有 none）"),
+                  file=sys.stderr)
+            return 2
     course_info = _check_course(settings)
     if course_info is None:
         return 2
@@ -442,7 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in sample_class.machine_timeouts().items():
             if overrides.get(key) is None:
                 overrides[key] = value
-    settings = load_settings(args.course, **overrides)
+    try:
+        settings = load_settings(args.course, **overrides)
+    except ValueError as error:  # a setting of nbgrader_config.py that is not one (check_pipeline_options)
+        print(f"[{args.command}] {error}", file=sys.stderr)
+        return 2
     if args.command == "autograde":
         if args.sample:
             learners = sample_class.install(settings.dir("submitted"))

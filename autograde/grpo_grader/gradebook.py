@@ -12,6 +12,7 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
 from .course import ROOT, Settings
+from .roster import name_learners
 from .run import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 
 
@@ -72,7 +73,7 @@ def merge(settings: Settings, results: list[AssignmentResult]) -> None:
     with warnings.catch_warnings(), Gradebook(settings.db_url, settings.course_id) as gb:
         # nbgrader's add_submission triggers harmless SQLAlchemy 2 "not in session" autoflush warnings
         warnings.filterwarnings("ignore", message=".*not in session.*")
-        gb.update_or_create_student(learner)
+        name_learners(gb, settings.course.parent / "course.toml", [learner])  # the roster's name, else the id
         for result in results:
             kwargs = {"timestamp": result.timestamp} if result.timestamp else {}
             gb.update_or_create_submission(result.assignment, learner, **kwargs)
