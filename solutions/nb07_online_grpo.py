@@ -48,7 +48,7 @@
 #     LoRA（只训练注意力投影上的低秩适配器）、bf16（显卡支持时）、TRL 常用范围内的学习率，走同一份代码；
 #     三种模式各自的设置都在 `og.RUN_PRESETS` 里（一处定义）。本课程的开发机器没有 GPU，`real_gpu` 的完整训练**没有在这里运行过**。
 # - 无界面运行：`make online RUN_LABEL=my_run`（`python -m tools.cli.online --label my_run`），结果写到
-#   `benchmarks/results/local/online-grpo_<RUN_LABEL>.json`。`benchmarks/results/local/` 不进 git：你自己的运行不会弄脏仓库。
+#   `benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json`。`benchmarks/results/local/` 不进 git：你自己的运行不会弄脏仓库。
 #   课程提交的参考记录（标签 `reference`、`mu4` 等）在 `benchmarks/results/online/`。
 # - 本课的行为约定见[约定卡](../../docs/CONVENTIONS.md)。
 #
@@ -84,7 +84,7 @@ torch.set_num_threads(1)  # one thread: on a busy 2-core machine more threads th
 REPO_ROOT = resolve_project_root()
 
 RUN_MODE = "tiny_cpu"  # "tiny_cpu" | "smoke" | "real_gpu"
-RUN_LABEL = "notebook"  # 结果写到 benchmarks/results/local/online-grpo_<RUN_LABEL>.json（不进 git）
+RUN_LABEL = "notebook"  # 结果写到 benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json（不进 git）
 RUN_MODE = og.check_run_mode(os.environ.get("GRPO_ONLINE_RUN_MODE", RUN_MODE))
 RUN_LABEL = og.check_run_label(os.environ.get("GRPO_ONLINE_RUN_LABEL", RUN_LABEL))
 DEVICE = torch.device("cuda" if RUN_MODE == "real_gpu" else "cpu")

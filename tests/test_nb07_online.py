@@ -9,7 +9,7 @@ Notebook executions (each at most once per session, through ``notebook_runs``), 
 The committed reference record and the 3-seed summary meet the headline; the ablations have 3-seed records and
 verdicts from their intervals; grpo_step's loss and gradient agree with TRL's GRPOTrainer to 1e-5 relative over the
 whole matrix, and the comparison fails when one side drops an option (slow); maj@1 equals pass@1; learners' records
-go to the git-ignored benchmarks/results/local/; the real_gpu preset trains a LoRA adapter only (slow).
+go to the git-ignored benchmarks/results/local/online/; the real_gpu preset trains a LoRA adapter only (slow).
 """
 from __future__ import annotations
 
@@ -381,7 +381,7 @@ def test_learner_records_go_to_the_ignored_local_folder():
     assert og.seeds_summary_path("reference").as_posix() == "benchmarks/results/online/online-grpo-seeds_reference.json"
     for label in ("my_run", "notebook", "default", "pytest-scratch"):
         path = og.output_relative_path(label)
-        assert path.parent.as_posix() == "benchmarks/results/local", path
+        assert path.parent.as_posix() == "benchmarks/results/local/online", path
         ignored = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT)
         assert ignored.returncode == 0, f"{path} is not git-ignored"
     assert og.output_relative_path("my_run", seed=2).name == "online-grpo_my_run_seed2.json"

@@ -39,9 +39,8 @@ SCHEMA_VERSION = "online-grpo/v1"
 WORKLOAD_ID = "online-grpo"
 SEEDS_SCHEMA_VERSION = "online-grpo-seeds/v1"
 SEEDS_WORKLOAD_ID = "online-grpo-seeds"
-RESULTS_DIR = Path("benchmarks") / "results" / "online"
-# Records of runs under any other label than the committed reference ones go here (git-ignored; shared with nb06).
-LOCAL_RESULTS_DIR = Path("benchmarks") / "results" / "local"
+RESULTS_KIND = "online"  # benchmarks/results/online/ (reference labels) or benchmarks/results/local/online/ (others)
+RESULTS_DIR = Path("benchmarks") / "results" / RESULTS_KIND
 SFT_BUILDER_VERSION = 1
 SFT_MARKER = "online_sft.json"
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -592,8 +591,10 @@ def output_relative_path(label: str, workload: str = WORKLOAD_ID, seed: int | No
     """Where the record of ``label`` lives: the committed reference labels (REFERENCE_LABELS) under RESULTS_DIR,
     every other label (a learner's run, a test's scratch run) under the git-ignored LOCAL_RESULTS_DIR. ``seed``:
     one seed's record of a multi-seed run (``<workload>_<label>_seed<k>.json``)."""
-    folder = RESULTS_DIR if check_run_label(label) in REFERENCE_LABELS else LOCAL_RESULTS_DIR
-    return folder / (f"{workload}_{label}.json" if seed is None else f"{workload}_{label}_seed{int(seed)}.json")
+    from tools.project_runtime import record_relative_path
+
+    name = check_run_label(label) if seed is None else f"{label}_seed{int(seed)}"
+    return record_relative_path(RESULTS_KIND, workload, name, (name,) if label in REFERENCE_LABELS else ())
 
 
 def seeds_summary_path(label: str) -> Path:
