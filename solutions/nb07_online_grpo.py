@@ -84,7 +84,7 @@ print(f"RUN_MODE = {RUN_MODE}   RUN_LABEL = {RUN_LABEL}   device = {DEVICE}   to
 # 100 道一位数加法题按固定种子打乱，前 25 道留作评测（**留出集与训练提示不相交**），其余 75 道用于 SFT 和强化学习。
 # 提示按 ChatML 渲染成一个用户轮次，再打开助手轮次：
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "setup_warm_start"}
 TRAIN_PROBLEMS, HELDOUT_PROBLEMS = og.split_problems()
 print(f"训练提示 {len(TRAIN_PROBLEMS)} 个，留出提示 {len(HELDOUT_PROBLEMS)} 个，交集 "
       f"{len({p['prompt'] for p in TRAIN_PROBLEMS} & {p['prompt'] for p in HELDOUT_PROBLEMS})} 个")
@@ -282,7 +282,7 @@ expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, max_new_token
 # `compute_group_advantages`——两个函数都从 `tools.lessons` 导入，正是你在那两课写并通过评分的版本。
 # 全组奖励相同的组（全答对、全部“不知道”）优势恰为 0：这组不提供学习信号。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_sample_group"}
 from tools.lessons.nb01_group_advantages import compute_group_advantages
 
 demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8, max_new_tokens=6, seed=0)
@@ -670,7 +670,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
 # `og.run_online_experiment` 负责加载、评测、计时、记录机器负载，并把记录校验后原子地写出；训练本身用的是上面的
 # `train_online_grpo`（也就是你写的三个函数）。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_experiment"}
 if RUN_MODE == "smoke":
     CONFIG = og.OnlineConfig(num_steps=3, prompts_per_step=4, eval_k=4)
 else:
@@ -689,7 +689,7 @@ print(og.headline(RECORD))
 # 回答长度——热启动的“I do not know.”要 6 个词元，一个数字只要 2 个——在变短吗？熵在下降吗（策略越来越确定）？
 # μ = 1 时两条裁剪比例恒为 0，approx_kl 也恒为 0：这不是 bug，见 Step 4。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_plot_steps"}
 if RECORD is None:
     print("先完成上面的 TODO，再运行主实验。")
 else:
@@ -703,7 +703,7 @@ else:
 # **已经会**的答案变得更可能被采到，而不是教会新答案。下表和图给出本次运行的实测值，最后一行把“pass@1 的提高”
 # 与“最大 k 处 pass@k 的提高”直接放在一起比较。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_pass_maj"}
 if RECORD is None:
     print("先完成上面的 TODO，再运行主实验。")
 else:
@@ -744,7 +744,7 @@ else:
 #
 # 表格只写记录里的数：训练奖励、`strict`（严格验证器判对的比例）、长度、熵都是最后 10 步的平均；“包含答案”是留出集采样回答里含有答案数字的比例，也就是漏洞验证器会接受的比例。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_ablations"}
 ABLATIONS = og.ABLATIONS
 display(Markdown("| 对照 | 命令 | 记录 |\n| --- | --- | --- |\n" + "\n".join(
     f"| {name} | `make online RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
@@ -777,7 +777,7 @@ if _records:
 # 与 `grpo_step` 第 0 轮的损失比较（设置一致的地方必须相差不到 1e-5）。然后用 `GRPOTrainer.train()`
 # 在同一个热启动模型上真的训练几十步（`smoke` 模式只训练 2 步），并把它的日志与上面的曲线放在一起。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_trl"}
 from tools import online_trl
 
 if RECORD is None:
@@ -822,7 +822,7 @@ else:
 #
 # 下面用 accelerate **自己的**解析器加载三份配置，并构造一份多卡的 `GRPOConfig`（只检查参数，不启动训练）：
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_accelerate"}
 accelerate_rows = online_trl.check_accelerate_configs(REPO_ROOT / "environments" / "accelerate")
 display(Markdown("| 配置 | distributed_type | num_processes | mixed_precision | ZeRO stage |\n| --- | --- | --- | --- | --- |\n"
                  + "\n".join(f"| `{r['file']}` | {r['distributed_type']} | {r['num_processes']} | {r['mixed_precision']} | "

@@ -2,9 +2,10 @@
 
 Started by the grading pipeline inside the kernel sandbox (the same one nbgrader's kernels get), as
 ``python driver.py <job folder>``, with a copy of this file in the job folder. It reads
-``<job>/job.json`` = ``{"cells": [{"id", "source"}], "cases": [...], "cell_timeout", "case_timeout"}``, runs
-the cells in order in one IPython shell (magics work; a failing cell is recorded and the next one runs),
-then calls each case's function and appends one JSON line per cell and per case to ``<job>/results.jsonl``.
+``<job>/job.json`` = ``{"cells": [{"id", "source"} or {"id", "test": true}], "cases": [...], "cell_timeout",
+"case_timeout"}``, runs the cells in order in one IPython shell (magics work; a failing cell is recorded and the
+next one runs); where a test cell stood, it calls the function of each case of that test (cases whose test cell is
+not there run at the end), and appends one JSON line per cell and per case to ``<job>/results.jsonl``.
 
 Nothing here is trusted: the learner's code runs in this process and may change anything in it. The job holds
 inputs only; the expected values and the comparison stay in the grader's process (``oracle.py``), which
@@ -111,6 +112,10 @@ def main(job_dir):
             return {"__dict__": [[k, encode(v, depth + 1)] for k, v in value.items()]}
         if kind in (bool, int, float, str) or value is None:
             return value
+        if kind.__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+            item = value.item()  # a NumPy scalar or 0-d array: the plain number (the contract accepts both)
+            if type(item) in (bool, int, float):
+                return item
         if kind in (set, frozenset):
             items = list(value)
             if all(type(v) in (int, float, str) for v in items):
@@ -221,6 +226,9 @@ def main(job_dir):
                 emit({"case": case["id"], "status": "raised", **error_record(error)})
 
     for cell in job["cells"]:
+        if cell.get("test"):  # where the learner's notebook has this test cell: its cases run now
+            run_pending(cell["id"])
+            continue
         started = time.monotonic()
         signal.alarm(int(job.get("cell_timeout", 60)))
         try:
