@@ -47,27 +47,11 @@ def _alarm(_signum, _frame):
     raise CellTimeout("运行超时（timeout）")
 
 
-def main(job_dir):
-    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
-        job = json.load(handle)
-    out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
-
-    def emit(record):
-        try:
-            line = _dumps(record, ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError) as error:
-            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
-                          | {"status": "raised", "type": "EncodeError", "mro": [], "message": str(error)[:200]})
-        if len(line) > _MAX_LINE:
-            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
-                          | {"status": "raised", "type": "OutputTooLarge", "mro": [], "message": "返回值过大"})
-        out.write(line + "\n")
-        out.flush()
-
-    import torch
-    from IPython.core.interactiveshell import InteractiveShell
-
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+def make_codec(torch):
+    """(encode, decode) between the learner's values and the plain data format of ``oracle.py``: only exact
+    ``torch.Tensor``, tuple, list, dict with str keys, set, bool/int/float/str/None - and NumPy scalars or 0-d
+    arrays, sent as the Python number their ``.item()`` gives - are sent as themselves; anything else becomes
+    ``{"__object__": type name}``. A function of ``torch`` so that this file imports nothing heavy at the top."""
     tensor_type = torch.Tensor
     dtypes = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
               "int32": torch.int32, "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -121,6 +105,33 @@ def main(job_dir):
             if all(type(v) in (int, float, str) for v in items):
                 return {"__set__": sorted(items, key=repr)}
         return {"__object__": f"{kind.__module__}.{kind.__qualname__}"[:100]}
+
+    return encode, decode
+
+
+def main(job_dir):
+    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
+        job = json.load(handle)
+    out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
+
+    def emit(record):
+        try:
+            line = _dumps(record, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError) as error:
+            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
+                          | {"status": "raised", "type": "EncodeError", "mro": [], "message": str(error)[:200]})
+        if len(line) > _MAX_LINE:
+            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
+                          | {"status": "raised", "type": "OutputTooLarge", "mro": [], "message": "返回值过大"})
+        out.write(line + "\n")
+        out.flush()
+
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    tensor_type = torch.Tensor
+    encode, decode = make_codec(torch)
 
     def same(a, b):
         """Equal values (NaN where NaN), shape and dtype: the argument was not written into."""

@@ -260,14 +260,18 @@ def _step_reference(rollout, advantages, settings, lr):
 
 
 def _step_check(rollout, advantages, settings, lr):
+    reference: list = []   # computed once, on the first answer that has every key
+
     def check(got):
         if not isinstance(got, dict) or not isinstance(got.get("metrics"), dict):
             return "grpo_step 应返回指标 dict"
         metrics = got["metrics"]
-        losses, lows, highs, kls, params, extras = _step_reference(rollout, advantages, settings, lr)
         for key in ("loss", "losses", "clip_ratio_low", "clip_ratio_high", "approx_kl", "kl_ref", "entropy", "grad_norm"):
             if key not in metrics:
                 return f"返回的指标缺少 {key!r}"
+        if not reference:
+            reference.append(_step_reference(rollout, advantages, settings, lr))
+        losses, lows, highs, kls, params, extras = reference[0]
         got_losses = metrics["losses"]
         if not isinstance(got_losses, list) or len(got_losses) != len(losses) or not all(
                 as_number(x) is not None and close_number(as_number(x), y, 1e-6, 1e-6) for x, y in zip(got_losses, losses)):
