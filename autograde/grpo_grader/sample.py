@@ -134,7 +134,9 @@ def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[
     unknown = sorted((set(sources) | set(spec.get("delete", []))) - known)
     unknown += [gid for gid, _ in spec.get("insert_after", []) + spec.get("insert_before", []) if gid not in known]
     for marker, old, new in spec.get("edit_setup", []):
-        cell = next((c for c in nb.cells if c.cell_type == "code" and _grade_id(c) is None and marker in c.source), None)
+        cell = next(
+            (c for c in nb.cells if c.cell_type == "code" and _grade_id(c) is None and marker in c.source), None
+        )
         if cell is None or old not in cell.source:
             raise ValueError(f"{assignment}: no setup cell with {marker!r} containing {old!r}")
         cell.source = cell.source.replace(old, new, 1)
