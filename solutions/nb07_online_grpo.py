@@ -314,7 +314,8 @@ display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | ---
 #    - `dr_grpo`：整批求和 ÷ (N × `max_completion_length`)，`max_completion_length` 为 `None` 时用回答宽度 `C`；
 # 6. `optimizer.zero_grad()` → `backward()` → `torch.nn.utils.clip_grad_norm_(可训练参数, max_grad_norm)`（记下它返回的范数）→ `optimizer.step()`。
 #
-# 返回这次更新的指标（各轮次的平均，除非另有说明）：
+# 返回这次更新的指标（各轮次的平均，除非另有说明）；每个指标是一个数：Python 的 `float`、NumPy 标量或 0 维张量都可以
+# （评分按数值比较，NaN 与无穷大不算对）：
 #
 # | 键 | 含义（掩码内词元上的平均） |
 # | --- | --- |

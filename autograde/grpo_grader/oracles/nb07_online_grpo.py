@@ -346,9 +346,9 @@ def _metrics_check(want):
                 if got[key] is not None:
                     return f"{key} 应为 None"
                 continue
-            number = as_number(got[key])
+            number = as_number(got[key], tensor_ok=False)  # the lesson: Python numbers, written into JSON
             if number is None:
-                return f"{key} 应是一个数（{NUMBER_KINDS}），实际 {type(got[key]).__name__}"
+                return f"{key} 应是 Python 的 int / float（可以直接写进 JSON），实际 {type(got[key]).__name__}"
             if not close_number(number, value, 1e-6):
                 return f"{key} 应为 {value!r}，实际 {got[key]!r}"
         return None
