@@ -268,17 +268,16 @@ def test_number_contract_accepts_numpy_and_0d_tensors_and_names_what_arrived():
     assert not isinstance(oracle_lib.decode(ENCODE(numpy.array([1.0, 2.0]))), float)
 
 
-def test_raises_cases_alone_never_make_a_test_cell():
+@pytest.mark.parametrize(
+    "lesson",
+    [pytest.param(lesson, marks=pytest.mark.slow) if lesson == "nb07_online_grpo" else lesson for lesson in LESSONS],
+)
+def test_raises_cases_alone_never_make_a_test_cell(lesson):
     """A test cell whose every case expects ValueError would give "always raise ValueError" its points: every
     test cell of every lesson has at least one case that expects a value."""
-    lonely = []
-    for lesson in LESSONS:
-        oracle = oracle_lib.load_oracle(lesson)
-        cases = oracle.cases("raises-only-seed", {})
-        for gid in oracle.tests:
-            kinds = {isinstance(c.expect, Raises) for c in cases if c.test == gid}
-            if kinds == {True}:
-                lonely.append(f"{lesson}/{gid}")
+    oracle = oracle_lib.load_oracle(lesson)
+    cases = lesson_cases(lesson)
+    lonely = [gid for gid in oracle.tests if {isinstance(c.expect, Raises) for c in cases if c.test == gid} == {True}]
     assert not lonely, lonely
 
 
@@ -465,3 +464,89 @@ def test_an_orphan_case_is_reported():
         assert _orphans("nb01_group_advantages", [])[1] == ["这句话不在笔记本里"]
     finally:
         CASE_SOURCES["nb01_group_advantages"].pop()
+
+
+# ----------------------------------------------------------------------------- the submission as written
+def test_the_driver_runs_the_learners_notebook_as_written():
+    """job_cells: every code cell of the learner in the learner's order (an added cell, an edited unlocked setup cell
+    as edited), locked cells as released, test cells as markers where they stand, demonstrations left out by grade_id
+    only (a learner's cell that contains a demo's text still runs), a moved bootstrap first."""
+    import nbformat
+
+    from autograde.grpo_grader.course import ROOT, load_settings
+    from autograde.grpo_grader.oracle_run import job_cells
+    from autograde.grpo_grader.submission import rebuild_metadata
+
+    lesson = "nb01_group_advantages"
+    release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    sub = nbformat.reads(nbformat.writes(release), as_version=4)
+
+    def gid(cell):
+        return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+    answer = next(i for i, c in enumerate(sub.cells) if gid(c) == "compute_group_advantages")
+    imports = next(c for c in sub.cells if c.cell_type == "code" and gid(c) is None and "import math" in c.source)
+    imports.source = imports.source.replace("import math\n", "import math\nimport numpy as np\n", 1)
+    demo = next(c for c in sub.cells if gid(c) == "demo_timing")
+    sub.cells.insert(answer, nbformat.v4.new_code_cell("def _helper():\n    return 1\n"))
+    sub.cells.insert(answer + 2, nbformat.v4.new_code_cell("# copied from the demo\n" + demo.source))
+    bootstrap = next(c for c in sub.cells if gid(c) == "bootstrap")
+    bootstrap.source += "\n# edited by the learner"
+    sub.cells.remove(bootstrap)
+    sub.cells.append(bootstrap)  # moved to the end
+    rebuilt, _ = rebuild_metadata(sub, release)
+    oracle = oracle_lib.load_oracle(lesson)
+    cells = job_cells(release, rebuilt, oracle, load_settings().demo_cells[lesson])
+    ids = [c["id"] for c in cells]
+    sources = [c.get("source", "") for c in cells]
+    released_bootstrap = next(c for c in release.cells if gid(c) == "bootstrap").source
+    assert ids[0] == "bootstrap" and sources[0] == released_bootstrap and ids.count("bootstrap") == 1
+    assert "def _helper():\n    return 1\n" in sources
+    assert ids.index("compute_group_advantages") == sources.index("def _helper():\n    return 1\n") + 1
+    assert any("import numpy as np" in s for s in sources), "the edited imports cell runs as the learner wrote it"
+    assert "demo_timing" not in ids and "demo_pipeline_answers" not in ids
+    assert any(s.startswith("# copied from the demo") for s in sources), "a learner's cell is never a demo"
+    markers = [c["id"] for c in cells if c.get("test")]
+    assert markers == [t for t in oracle.tests if t in markers] and set(markers) == set(oracle.tests)
+    assert ids.index("test_compute_group_advantages_visible") > ids.index("compute_group_advantages")
+    assert all(c.after == c.test for c in oracle.cases("job-cells-seed", {}))
+
+
+@pytest.mark.slow  # builds every lesson's notebook from its source (~8 s)
+def test_copies_of_the_reference_are_found_and_independent_answers_are_not():
+    """Fingerprints over every lesson: the worked answer with renamed names, comments and a dead assignment keeps
+    >= 80% of its fingerprint in the reference; every answer of s02 (written independently) stays below 80% of both
+    the reference and s01's answer (the flags' threshold)."""
+    import re
+
+    import nbformat
+
+    from autograde.grpo_grader.course import ROOT
+    from autograde.grpo_grader.run import COPY_THRESHOLD, reference_fingerprints
+    from autograde.grpo_grader.sample import load_cases, worked_answers
+    from autograde.grpo_grader.submission import MIN_PRINTS, answer_sources, containment, fingerprints, similarity
+
+    independent = load_cases()["s02_independent_answers"]
+    checked = 0
+    for lesson in LESSONS:
+        release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+        stubs = {gid: fingerprints(source) for gid, source in answer_sources(release).items()}
+        reference = reference_fingerprints(lesson)
+        for gid, source in worked_answers(lesson).items():
+            if gid not in stubs:  # a markdown answer
+                continue
+            own = fingerprints(source) - stubs[gid]
+            if len(own) < MIN_PRINTS:
+                continue
+            disguised = re.sub(r"\b(mask|valid|ratio|loss|rewards|values|out)\b", r"\1_renamed", source)
+            disguised = disguised.replace("\n    ", "\n    _ = None  # 无用的一行\n    ", 1)
+            prints = fingerprints(disguised) - stubs[gid]
+            assert containment(prints, reference[gid] | reference.get("*", frozenset())) >= COPY_THRESHOLD, gid
+            mine = independent.get(lesson, {}).get("cells", {}).get(gid)
+            if mine is not None:
+                theirs = fingerprints(mine) - stubs[gid]
+                if len(theirs) >= MIN_PRINTS:
+                    assert containment(theirs, reference[gid] | reference.get("*", frozenset())) < COPY_THRESHOLD, gid
+                    assert similarity(theirs, own) < COPY_THRESHOLD, gid
+                    checked += 1
+    assert checked >= 15, checked
