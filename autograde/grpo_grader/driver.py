@@ -1,4 +1,4 @@
-"""The learner side of oracle grading: run the answer cells, call the functions on the given inputs.
+"""The learner side of oracle grading: run the learner's notebook, call the functions on the given inputs.
 
 Started by the grading pipeline inside the kernel sandbox (the same one nbgrader's kernels get), as
 ``python driver.py <job folder>``, with a copy of this file in the job folder. It reads
@@ -225,7 +225,7 @@ def main(job_dir):
 
     cell_ids = {cell["id"] for cell in job["cells"]}
     pending = {}
-    for case in job["cases"]:  # each case runs right after its answer cell, as a test cell would
+    for case in job["cases"]:  # each case runs where its test cell stands, as the test cell would
         after = case.get("after") if case.get("after") in cell_ids else None
         pending.setdefault(after, []).append(case)
 

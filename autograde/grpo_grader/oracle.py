@@ -3,7 +3,7 @@
 A lesson's oracle is a module ``autograde/grpo_grader/oracles/<assignment>.py`` (see "Writing an oracle for
 a lesson" in autograde/README.md). It never enters a learner kernel: the grader process imports it, asks it
 for cases, sends only the cases' *inputs* (plain JSON) to a sandboxed driver process that runs the learner's
-answer cells (``driver.py``), and compares what comes back (plain JSON, parsed without executing anything)
+notebook as written (``driver.py``), and compares what comes back (plain JSON, parsed without executing anything)
 with the expectations that stayed here.
 
 The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
@@ -11,8 +11,9 @@ The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
 - a tensor is ``{"__tensor__": "<dtype>", "shape": [...], "data": [flat list]}`` (dtypes: bool, uint8,
   int8/16/32/64, float16/bfloat16/float32/float64), a tuple ``{"__tuple__": [...]}``, a dict with string keys
   ``{"__dict__": [[key, value], ...]}``, a torch dtype (an argument only) ``{"__dtype__": "float32"}``; numbers, strings, booleans, None and lists are themselves;
-  anything else the learner returns arrives as ``{"__object__": "<type name>"}`` and fails every check;
-- a case sent to the driver: ``{"id", "call", "args", "kwargs", "grad": [arg indices], "backward": {"output":
+  a NumPy scalar or 0-d array the learner returns arrives as the number its ``.item()`` gives; anything else
+  arrives as ``{"__object__": "<type name>"}`` and fails every check;
+- a case sent to the driver: ``{"id", "call", "after": its test cell, "args", "kwargs", "grad": [arg indices], "backward": {"output":
   index or null, "weights": tensor or null}}``;
 - one result line per case: ``{"case": id, "status": "returned" | "raised" | "missing", "value", "grads":
   {index: tensor or null}, "mutated": [arg indices], "type": exception name, "mro": [...], "message"}``.

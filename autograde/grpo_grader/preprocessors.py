@@ -182,10 +182,10 @@ class SafeExecute(Execute):
     ).tag(config=True)
 
     demo_cells = Dict(
-        {}, help="{assignment: [grade_id or source marker, ...]}: setup/demo code cells (never answer or test "
-                 "cells) that the grading kernel and the oracle's driver do not run: slow demonstrations that no "
-                 "later cell and no point depends on (tests/test_autograde.py checks that no later cell reads a "
-                 "name they define); a marker without a grade_id matches a substring of the cell's source"
+        {}, help="{assignment: [grade_id, ...]}: locked setup/demo code cells (never answer or test cells) that "
+                 "the grading kernel and the oracle's driver do not run: slow demonstrations that no later cell and "
+                 "no point depends on (tests/test_autograde.py checks that no later cell reads a name they define); "
+                 "matched by the release's grade_id only, so a cell the learner added always runs"
     ).tag(config=True)
 
     def _is_demo(self, cell, resources) -> bool:
