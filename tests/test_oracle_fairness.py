@@ -550,3 +550,22 @@ def test_copies_of_the_reference_are_found_and_independent_answers_are_not():
                     assert similarity(theirs, own) < COPY_THRESHOLD, gid
                     checked += 1
     assert checked >= 15, checked
+
+
+def test_review_flags_read_only_the_lines_the_learner_wrote():
+    """``import numpy as np`` added to nb04's imports cell (which imports ``subprocess`` and ``sys`` as released)
+    raises no flag; a line the learner adds that calls ``subprocess`` does."""
+    import nbformat
+
+    from autograde.grpo_grader.course import ROOT
+    from autograde.grpo_grader.run import compare_with_release, scan_flags
+
+    lesson = "nb04_verifiable_rewards"
+    release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    sub = nbformat.reads(nbformat.writes(release), as_version=4)
+    imports = next(c for c in sub.cells if c.cell_type == "code" and "import subprocess" in c.source)
+    assert "import subprocess" in imports.source and not imports.metadata.get("nbgrader")
+    imports.source = imports.source.replace("import math\n", "import math\nimport numpy as np\n", 1)
+    assert scan_flags(compare_with_release(sub, release)[2]) == []
+    imports.source += "\nsubprocess.run(['ls', '/'])\n"
+    assert scan_flags(compare_with_release(sub, release)[2]) == ["processes"]
