@@ -4,6 +4,15 @@
 ``GradingPipeline`` section below holds its settings (nbgrader itself ignores that section).
 """
 import os
+import sys
+
+# This checkout's course code comes first on sys.path: nbgrader, the formgrader and the pipeline then import the
+# grader below (and `tools`) from any working directory, with or without an editable install (which may be missing
+# or point at another checkout). A copy of this file without the package beside it (a test's course folder) leaves
+# sys.path alone.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_CHECKOUT, "autograde", "__init__.py")) and sys.path[:1] != [_CHECKOUT]:
+    sys.path.insert(0, _CHECKOUT)
 
 c = get_config()  # noqa: F821  (provided by nbgrader)
 
@@ -62,7 +71,7 @@ c.SafeExecute.demo_cells = {   # by grade_id (locked cells of the lesson source)
     "nb02_grpo_objective": ["demo_ratio_grid", "demo_kl_samples", "demo_score_function", "demo_length_weights"],
     "nb03a_cispo_trace_lab": ["gradient_figure"],
     "nb03b_loss_family_trl": ["length_bias_example", "accumulation_example", "clip_higher_example",
-                              "trl_conformance_code", "trl_conformance_run"],
+                              "trl_conformance_code", "trl_conformance_run", "ratio_drift_example"],
     "nb05_logprobs_masks": ["demo_memory_probe"],
     "nb07_online_grpo": ["demo_experiment", "demo_plot_steps", "demo_pass_maj", "demo_trl", "demo_accelerate"],
 }

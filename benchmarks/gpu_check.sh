@@ -29,7 +29,7 @@ SITE=${GPU_SITE:-$ROOT/.cache/gpu-site}
 PREFIX=${GPU_CHECK_LABEL:-gpu_check}
 OUT_DIR=${GPU_CHECK_OUT:-}
 CHECKPOINT=$ROOT/.cache/qwen2.5-0.5b-shaped
-RESULTS=$ROOT/benchmarks/results/pt_grpo
+RESULTS=$ROOT/benchmarks/results/local/pt_grpo  # non-reference labels (tools.project_runtime.record_relative_path)
 STARTED=$(date +%s)
 FAILED=0
 

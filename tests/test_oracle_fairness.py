@@ -311,7 +311,7 @@ CASE_SOURCES = {
             "两个输入形状不同时抛出中文说明的 `ValueError`（不要依赖广播）",
         ),
         (r"^两个候选、比率|^多组且含单元素组", "组内优势与一个可以手算的损失值"),
-        (r"^beta=0 时忽略给出的参考策略|^参考 KL", "`beta == 0` 时忽略参考策略"),
+        (r"^beta=0 时忽略给出的参考策略|^参考 KL", "`beta == 0` 时不计算 KL"),
         (r"^长短候选先各自|^response_mask=None", "长短不同的候选先各自求均值再等权；response_mask=None 表示全部有效"),
         (
             r"^随机批次|^改变无效位置的值不应改变结果|^新旧策略是同一个张量的值时",
@@ -325,10 +325,10 @@ CASE_SOURCES = {
         (r"^group_ids 与 rewards 形状不同$", "group_ids 必须与 rewards 同形状 [N]"),
         (r"^rewards 含 NaN$", "rewards 必须是浮点张量，且全部是有限数"),
         (r"^对数概率含 -inf$", "无效位置请填 0，而不是 -inf"),
-        (r"^参考策略形状不同$", "log_probs_ref 必须与 log_probs_new 同形状 [N, T]"),
-        (r"^response_mask 形状不同$", "response_mask 必须是与 log_probs_new 同形状 [N, T] 的张量"),
-        (r"^response_mask 含 0/1 以外的值$", "response_mask 必须是布尔掩码或只含 0 与 1 的数值掩码"),
-        (r"^0/1 掩码|掩码.*结果相同", "布尔掩码与 0/1 掩码结果相同"),
+        (r"^参考策略形状不同", "给出的 `log_probs_ref` 即使 `beta == 0` 也要与 `log_probs_new` 同形状"),
+        (r"的 0/1 掩码（章节契约", "response_mask 必须是同形布尔张量"),
+        (r"^response_mask 形状不同$", "response_mask 必须是与 log_probs_new 同形状 [N, T] 的布尔张量"),
+        (r"^response_mask 含 0/1 以外的值$", "response_mask 必须是同形布尔张量"),
         (r"^beta > 0 却没有参考策略$", "`beta > 0` 却没有给 `log_probs_ref`"),
         (r"^无效位置的对数比为 800", "无效位置上的大数值不影响损失与梯度"),
     ],
@@ -351,7 +351,7 @@ CASE_SOURCES = {
         (r"^Q[2358]$", "检查 Q"),
     ],
     "nb03b_loss_family_trl": [
-        (r"^loss_type=\w+ 的归约|^全部被 mask 时", "全被 mask 掉的回答贡献 0"),
+        (r"^loss_type=\w+ 的归约|^全部被 mask 时", "全被掩码掉的回答贡献 0"),
         (r"^per_token_loss 不是二维$|^mask 形状不一致$", "`per_token_loss` 是二维张量，`completion_mask` 形状与它相同"),
         (
             r"^未知 loss_type$|^loss_type 大小写错误$",

@@ -293,10 +293,30 @@ STATUS_TEXT = {"graded": "已评分（graded）", "timeout": "超时终止（tim
                "missing": "未提交（missing）", "error": "评分出错（error）"}
 
 
+NO_AUTO_POINTS = "无自动评分"
+
+
+def manual_pending_text(points: float) -> str:
+    """How a grade row and the note say that points wait for the instructor (never a bare '-' or a lost point)."""
+    return f"待人工评分 {points:g} 分"
+
+
+def manual_points(result: NotebookResult) -> float:
+    """The notebook's points that only the instructor can give (manually graded answers)."""
+    return sum(t["max_score"] for t in result.tests if t["outcome"] == "manual")
+
+
 def note_markdown(result: NotebookResult) -> str:
+    manual = manual_points(result)
+    automatic = result.max_score - manual
     lines = ["### 自动评分说明（autograder note）", "",
-             f"- 状态：{STATUS_TEXT.get(result.status, result.status)}",
-             f"- 自动评分得分：{result.score:g} / {result.max_score:g}（教师人工调整后以上方总分为准）"]
+             f"- 状态：{STATUS_TEXT.get(result.status, result.status)}"]
+    if automatic > 0:
+        lines.append(f"- 自动评分得分：{result.score:g} / {automatic:g}（教师人工调整后以上方总分为准）")
+    else:
+        lines.append(f"- 自动评分：{NO_AUTO_POINTS}（这一课没有自动计分的测试）")
+    if manual > 0:
+        lines.append(f"- {manual_pending_text(manual)}：问答题由教师评阅后计入总分（满分共 {result.max_score:g} 分）")
     if result.reason:
         lines.append(f"- 原因：{result.reason}")
     lines += [f"- 说明：{note}" for note in result.notes]
@@ -468,7 +488,9 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             nres.score = max(0.0, nres.score - nres.late_penalty)
         if nres.status == "graded":
             nres.reason = summarise(nres.tests)
-            if nres.score == 0 and not nres.reason:
+            if nres.max_score - manual_points(nres) == 0 and not nres.reason:
+                nres.reason = f"{NO_AUTO_POINTS}（本课没有自动计分的测试）"
+            elif nres.score == 0 and not nres.reason:
                 nres.reason = "得 0 分（score 0）"
         # stage the notebook the feedback is made from
         staged_nb = stage / f"{name}.ipynb"

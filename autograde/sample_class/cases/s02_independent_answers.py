@@ -119,9 +119,7 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
     if not torch.is_tensor(mask) or tuple(mask.shape) != (n, t):
         raise ValueError("response_mask 必须是形状 [N, T] 的张量")
     if mask.dtype != torch.bool:
-        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
-            raise ValueError("response_mask 只能是布尔或 0/1 数值掩码")
-        mask = mask != 0
+        raise ValueError("response_mask 必须是同形布尔张量")
     if not bool(mask.any(dim=1).all()):
         raise ValueError("每个候选至少需要一个有效 token")
 
