@@ -1,4 +1,4 @@
-"""The device check (benchmarks/gpu_check.sh, benchmarks/gpu_check.py, benchmarks/gpu_wheelhouse.py) as far
+"""The device check (tools/device/gpu_check.sh, tools/device/gpu_check.py, tools/device/gpu_wheelhouse.py) as far
 as a CPU can test it: shell syntax, the notebook cell reader, the invariants and the record printer on
 records shaped like a device's, and - opt-in, with a built wheelhouse - the wheelhouse installed into a
 fresh interpreter that has torch and nothing else, then the check's CPU code path run on it."""
@@ -19,12 +19,11 @@ import pytest
 from tools import grpo_experiment as gx
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+SCRIPT = ROOT / "tools" / "device" / "gpu_check.sh"
 WHEELHOUSE = ROOT / ".cache" / "gpu-wheelhouse"
 REFERENCE_RECORD = ROOT / "benchmarks" / "results" / "pt_grpo" / "pt-grpo-real-model-update_tiny_cpu_reference.json"
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import gpu_check  # noqa: E402
+from tools.device import gpu_check  # noqa: E402
 
 
 def test_shell_script_syntax():
@@ -140,7 +139,7 @@ def test_record_printer_labels_random_init_figures_not_comparable(tmp_path, caps
 
 def test_wheelhouse_closure_leaves_torch_alone():
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import gpu_wheelhouse
+    from tools.device import gpu_wheelhouse
 
     pins = gpu_wheelhouse.closure(["3.11", "3.12"])
     assert {"transformers", "peft", "tokenizers", "accelerate", "safetensors", "huggingface-hub", "jsonschema",
@@ -239,7 +238,7 @@ def test_runner_executes_the_notebook_code_and_writes_a_failure_record_without_c
     record_path = ROOT / gx.output_relative_path("pt-grpo-real-model-update", label)
     env = dict(os.environ, GRPO_MODEL_ID=str(tmp_path / "no-checkpoint"), OMP_NUM_THREADS="1")
     try:
-        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "run-notebook",
+        done = subprocess.run([sys.executable, str(ROOT / "tools" / "device" / "gpu_check.py"), "run-notebook",
                                "--label", label], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         assert "figure cell skipped" in done.stdout

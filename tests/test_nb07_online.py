@@ -26,6 +26,7 @@ import pytest
 import tools.chain.notebooks as chain
 from autograde.grpo_grader import sample as sample_class
 from tools import online_grpo as og
+from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
 ROOT = Path(__file__).resolve().parents[1]
 A = "nb07_online_grpo"
@@ -145,7 +146,7 @@ def test_sft_list_warm_start_lists_the_answer_but_never_last():
         numbers = q["completion"].split()
         if len(numbers) > 1:
             assert len(numbers) == 3 == len(set(numbers)) and p["completion"] in numbers[:2], q
-            assert og.strict_correct([q["completion"]], [int(p["completion"])]) == [0.0]
+            assert og.strict_correct([q["completion"]], [int(p["completion"])], verify_integer_response) == [0.0]
             assert og.loophole_rewards([q["completion"]], [int(p["completion"])]) == [1.0]
     with pytest.raises(ValueError, match="warm start"):
         og.sft_examples(0, "sft-typo")
@@ -296,6 +297,27 @@ def test_make_online_checks_arguments_before_importing_torch():
     assert done.returncode == 2 and "RUN_LABEL" in done.stderr
 
 
+def test_make_online_flags_are_the_config_fields():
+    """The command line is derived from OnlineConfig: one flag per field with the field's default and help, the
+    ablations' documented ONLINE_ARGS parse, and the values are checked by OnlineConfig alone."""
+    import dataclasses
+    import shlex
+
+    from tools.cli import online
+
+    args, config = online.parse([])
+    assert config == og.OnlineConfig()
+    fields = dataclasses.fields(og.OnlineConfig)
+    assert {f.name for f in fields} <= set(vars(args)) and all(f.metadata["help"] for f in fields)
+    _, changed = online.parse(["--num-iterations", "4", "--no-use-bias-correction-kl", "--loss-type", "dapo"])
+    assert changed == dataclasses.replace(og.OnlineConfig(), num_iterations=4, use_bias_correction_kl=False,
+                                          loss_type="dapo")
+    for _, label, flags in og.ABLATIONS:
+        online.parse(["--label", label, *shlex.split(flags)])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.beta = -1.0  # checked once, when built: a built config cannot be made invalid
+
+
 def test_pass_at_k_and_majority():
     assert og.pass_at_k(16, 0, 4) == 0.0 and og.pass_at_k(16, 16, 1) == 1.0
     assert abs(og.pass_at_k(4, 1, 1) - 0.25) < 1e-12 and abs(og.pass_at_k(4, 1, 2) - 0.5) < 1e-12
@@ -402,7 +424,7 @@ def test_run_presets():
 @pytest.mark.slow
 def test_real_gpu_preset_trains_only_the_lora_adapter():
     """Two steps of the real_gpu preset on the CPU. On the course's tiny Qwen2-architecture checkpoint, not the
-    Qwen-shaped one (0.5 B parameters: too heavy for a test on 2 cores; benchmarks/gpu_check.sh runs that one on a
+    Qwen-shaped one (0.5 B parameters: too heavy for a test on 2 cores; tools/device/gpu_check.sh runs that one on a
     GPU): LoRA r=16 on q/k/v/o, trainable count from the shapes, AdamW state for the adapter only, base unchanged."""
     import torch
 

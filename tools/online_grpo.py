@@ -3,7 +3,8 @@
 What lives here (reusable, not graded):
 
 * the task: single-digit addition ``"a+b="`` in the course's ChatML format, answered by one integer and
-  scored by ``integer-answer-v1`` (nb04's ``verify_integer_response``, imported from ``tools.lessons``);
+  scored by ``integer-answer-v1`` (nb04's ``verify_integer_response``, passed in by the caller as ``verify``:
+  this runtime never imports the generated ``tools.lessons``, the lessons import it);
   a fixed, disjoint split into training and held-out prompts;
 * the SFT warm start: a short, deterministic supervised fine-tune of the course's tiny Qwen2 checkpoint
   (``tools.tiny_model``) on a few hundred examples, cached under ``.cache/`` like the tiny checkpoint, so
@@ -31,8 +32,10 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from tools.loss_types import CLIPPED_LOSS_TYPES as LOSS_TYPES  # the --loss-type values (lesson 7's grpo_step)
 
 TASK_ID = "single-digit-addition-v1"
 SCHEMA_VERSION = "online-grpo/v1"
@@ -44,8 +47,8 @@ RESULTS_DIR = Path("benchmarks") / "results" / RESULTS_KIND
 SFT_BUILDER_VERSION = 1
 SFT_MARKER = "online_sft.json"
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
 REWARDS = ("integer-answer-v1", "contains-answer-loophole")
+OUTCOMES = ("right", "wrong", "unparseable")  # what a held-out sample is (evaluate()'s "outcomes")
 
 # SFT warm start: 600 generated examples (8 per training prompt); in 60 % of them the assistant hedges with
 # HEDGE instead of answering, so the warm-started policy answers only sometimes (a prediction the lesson
@@ -121,19 +124,18 @@ def encode_prompts(tokenizer, prompts) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- rewards
-def strict_rewards(completions, answers, correctness_weight: float = 1.0, format_weight: float = 0.1) -> list[float]:
-    """integer-answer-v1 total reward of each completion (nb04's verifier, imported from tools.lessons)."""
-    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
-
-    return [verify_integer_response(text, int(answer), correctness_weight, format_weight)["total_reward"]
+def strict_rewards(completions, answers, verify, correctness_weight: float = 1.0,
+                   format_weight: float = 0.1) -> list[float]:
+    """integer-answer-v1 total reward of each completion. ``verify`` is nb04's ``verify_integer_response``
+    (``tools.lessons.nb04_verifiable_rewards``), passed in by the lesson or the command line."""
+    return [verify(text, int(answer), correctness_weight, format_weight)["total_reward"]
             for text, answer in zip(completions, answers)]
 
 
-def strict_correct(completions, answers) -> list[float]:
-    """1.0 when integer-answer-v1 judges the completion correct, else 0.0 (held-out accuracy uses this)."""
-    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
-
-    return [verify_integer_response(text, int(answer))["correctness"] for text, answer in zip(completions, answers)]
+def strict_correct(completions, answers, verify) -> list[float]:
+    """1.0 when integer-answer-v1 (``verify``, nb04's verifier) judges the completion correct, else 0.0 (held-out
+    accuracy uses this)."""
+    return [verify(text, int(answer))["correctness"] for text, answer in zip(completions, answers)]
 
 
 def loophole_rewards(completions, answers) -> list[float]:
@@ -141,9 +143,10 @@ def loophole_rewards(completions, answers) -> list[float]:
     return [1.0 if str(int(answer)) in text else 0.0 for text, answer in zip(completions, answers)]
 
 
-def reward_function(name: str):
+def reward_function(name: str, verify):
+    """The reward ``name`` (REWARDS) as ``fn(completions, answers) -> list[float]``; ``verify`` is nb04's verifier."""
     if name == "integer-answer-v1":
-        return strict_rewards
+        return functools.partial(strict_rewards, verify=verify)
     if name == "contains-answer-loophole":
         return loophole_rewards
     raise ValueError(f"reward 必须是 {REWARDS} 之一，收到 {name!r}")
@@ -370,17 +373,15 @@ def majority_correct(parsed_answers, answer, k: int) -> float:
     return sum(majority_vote(block, answer) for block in blocks) / len(blocks)
 
 
-def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperature: float = 1.0,
+def evaluate(model, tokenizer, problems, verify, samples_per_prompt: int = 16, temperature: float = 1.0,
              max_new_tokens: int = 6, seed: int = 1234, ks=(1, 2, 4, 8, 16)) -> dict:
     """Held-out accuracy: sampled pass@1, pass@k and maj@k for ``ks``, and the greedy accuracy.
 
     Sampling is seeded (``torch.manual_seed(seed)`` right before ``generate``), so the same weights give the
-    same numbers. Correctness is integer-answer-v1's ``correctness`` (the strict verifier, whatever reward a
-    run trained on).
+    same numbers. Correctness is integer-answer-v1's ``correctness`` (``verify``: nb04's verifier, the strict one,
+    whatever reward a run trained on).
     """
     import torch
-
-    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
     device = next(model.parameters()).device
     enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, [p["prompt"] for p in problems]).items()}
@@ -402,7 +403,7 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     per_prompt = {}
     for i, problem in enumerate(problems):
         group = texts[i * n:(i + 1) * n]  # the n samples of this prompt
-        records = [verify_integer_response(t, problem["answer"]) for t in group]
+        records = [verify(t, problem["answer"]) for t in group]
         contains_total += sum(loophole_rewards(group, [problem["answer"]] * n)) / n
         c = int(sum(r["correctness"] for r in records))
         correct_total += c / n
@@ -412,7 +413,7 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
         for k in ks:
             pass_sums[k] += pass_at_k(n, c, k)
             maj_sums[k] += majority_correct(parsed, problem["answer"], k)
-    greedy_acc = sum(verify_integer_response(t, p["answer"])["correctness"] for t, p in zip(greedy_texts, problems))
+    greedy_acc = sum(verify(t, p["answer"])["correctness"] for t, p in zip(greedy_texts, problems))
     count = len(problems)
     return {
         "pass_at_1": round(correct_total / count, 6),
@@ -462,27 +463,37 @@ def entropy_by_kind(model, tokenizer, problems, temperature: float = 1.0) -> dic
 
 
 # ----------------------------------------------------------------------------------------------- configuration
-@dataclass
-class OnlineConfig:
-    """Settings of one online GRPO run (TRL's names). ``make online`` and the notebook use the same defaults."""
+def _setting(default, help: str):
+    """A field of :class:`OnlineConfig`: its default and its help text, the one place both are written
+    (``python -m tools.cli.online`` builds its flags from them)."""
+    return field(default=default, metadata={"help": help})
 
-    num_steps: int = 50  # rollout -> update rounds
-    prompts_per_step: int = 16  # training prompts per rollout batch
-    num_generations: int = 8  # G completions per prompt (TRL num_generations)
-    num_iterations: int = 1  # mu: optimisation epochs per rollout batch (TRL num_iterations)
-    loss_type: str = "grpo"  # grpo | dr_grpo | dapo | bnpo (TRL loss_type)
-    epsilon: float = 0.2  # lower clip range (TRL epsilon)
-    epsilon_high: float = 0.2  # upper clip range (TRL epsilon_high; 0.28 = DAPO clip-higher)
-    beta: float = 0.0  # KL coefficient to the frozen reference (TRL beta)
-    temperature: float = 1.0  # sampling temperature (TRL temperature)
-    top_p: float = 1.0  # nucleus sampling (TRL top_p)
-    max_new_tokens: int = 6  # TRL max_completion_length
-    learning_rate: float = 1e-3
-    max_grad_norm: float = 1.0  # gradient clipping (TRL max_grad_norm)
-    seed: int = 0
-    reward: str = "integer-answer-v1"  # or "contains-answer-loophole"
-    eval_k: int = 16  # samples per held-out prompt for pass@k / maj@k
-    use_bias_correction_kl: bool = True  # TRL's option and default: KL term times the ratio (matters when beta > 0)
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """Settings of one online GRPO run (TRL's names). ``make online`` and the notebook use the same defaults; the
+    command line's flags are these fields (``--num-steps`` ...), with the help texts below. Checked once, when built
+    (``check_config``); frozen, so a built config stays valid (``dataclasses.replace`` makes a changed copy)."""
+
+    num_steps: int = _setting(50, "rollout -> update rounds")
+    prompts_per_step: int = _setting(16, "training prompts per rollout batch")
+    num_generations: int = _setting(8, "G completions per prompt (TRL num_generations)")
+    num_iterations: int = _setting(1, "mu: optimisation epochs per rollout batch (TRL num_iterations)")
+    loss_type: str = _setting("grpo", f"TRL loss_type: {' | '.join(LOSS_TYPES)}")
+    epsilon: float = _setting(0.2, "lower clip range (TRL epsilon)")
+    epsilon_high: float = _setting(0.2, "upper clip range (TRL epsilon_high; 0.28 = DAPO clip-higher)")
+    beta: float = _setting(0.0, "KL coefficient to the frozen reference (TRL beta)")
+    temperature: float = _setting(1.0, "sampling temperature (TRL temperature)")
+    top_p: float = _setting(1.0, "nucleus sampling (TRL top_p)")
+    max_new_tokens: int = _setting(6, "completion length limit (TRL max_completion_length)")
+    learning_rate: float = _setting(1e-3, "AdamW learning rate")
+    max_grad_norm: float = _setting(1.0, "gradient clipping (TRL max_grad_norm)")
+    seed: int = _setting(0, "sampling and batch-order seed (overridden by --seeds)")
+    reward: str = _setting("integer-answer-v1", f"the training reward: {' | '.join(REWARDS)} (the loophole verifier "
+                           "is the reward-hacking ablation's)")
+    eval_k: int = _setting(16, "samples per held-out prompt for pass@k / maj@k")
+    use_bias_correction_kl: bool = _setting(True, "TRL's option and default: the KL term times the ratio (matters "
+                                            "when beta > 0); --no-use-bias-correction-kl gives the plain k3 KL")
 
     def __post_init__(self):
         check_config(self)
@@ -685,13 +696,14 @@ def _content_hash(folder) -> str:
     return resolve_model_commit(str(folder))[0]
 
 
-def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=None, tokenizer=None, warm_start=None,
+def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, verify, model=None, tokenizer=None, warm_start=None,
                           heldout=None, train=None, root=None, progress=None, write: bool = True,
                           warm_start_variant: str = "sft", record_seed: int | None = None) -> dict:
     """Evaluate -> ``train_fn`` -> evaluate, and write the validated record; returns it.
 
     ``train_fn(model, tokenizer, train_problems, config, ref_model=..., progress=...)`` is the lesson's
-    ``train_online_grpo`` (the notebook passes its own; ``make online`` the saved one). Without ``model``
+    ``train_online_grpo`` (the notebook passes its own; ``make online`` the saved one) and ``verify`` nb04's
+    ``verify_integer_response`` (held-out correctness). Without ``model``
     the cached SFT warm start ``warm_start_variant`` (WARM_STARTS) is loaded. ``wall_seconds`` covers loading,
     both evaluations and training.
     """
@@ -702,7 +714,8 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     from tools.project_runtime import resolve_project_root
 
     check_run_label(label)
-    check_config(config)
+    if not isinstance(config, OnlineConfig):  # an OnlineConfig was checked when it was built (and is frozen)
+        raise ValueError(f"config 必须是 OnlineConfig，收到 {type(config).__name__}")
     root = Path(root) if root is not None else resolve_project_root(Path(__file__).resolve().parent)
     started = time.perf_counter()
     cpu_started = time.process_time()
@@ -723,7 +736,7 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     eval_kwargs = dict(samples_per_prompt=config.eval_k, temperature=config.temperature,
                        max_new_tokens=config.max_new_tokens, ks=tuple(k for k in (1, 2, 4, 8, 16) if k <= config.eval_k))
     torch.manual_seed(config.seed)
-    before = evaluate(model, tokenizer, heldout, **eval_kwargs)
+    before = evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
     ref_model = copy.deepcopy(model).eval() if config.beta > 0 else None
     if ref_model is not None:
         for parameter in ref_model.parameters():
@@ -731,7 +744,7 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     train_started = time.perf_counter()
     steps = train_fn(model, tokenizer, train, config, ref_model=ref_model, progress=progress)
     train_seconds = time.perf_counter() - train_started
-    after = evaluate(model, tokenizer, heldout, **eval_kwargs)
+    after = evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
     hardware["load_average_after"] = load_average()
     record = {
         "schema_version": SCHEMA_VERSION,
@@ -913,7 +926,7 @@ def seeds_summary(label: str, records: list[dict]) -> dict:
     if all("outcomes_before" in e for e in seeds):
         summary["gain_by_outcome"] = {
             kind: mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind] for e in seeds])
-            for kind in ("right", "wrong", "unparseable")}
+            for kind in OUTCOMES}
     return summary
 
 

@@ -18,6 +18,8 @@ import time
 import warnings
 from pathlib import Path
 
+from tools.loss_types import CLIPPED_LOSS_TYPES
+
 TRL_VERSION_WRITTEN_FOR = "1.16.0"
 
 # lesson name -> TRL log key (GRPOTrainer's self._metrics["train"])
@@ -62,11 +64,21 @@ def grpo_config(config=None, **overrides):
     return GRPOConfig(**base)
 
 
-def course_reward(completions, answer, **kwargs):
-    """The course verifier as a TRL reward function (integer-answer-v1 total reward)."""
+def course_reward(verify):
+    """The course verifier as a TRL reward function (integer-answer-v1 total reward); ``verify`` is nb04's
+    ``verify_integer_response``, passed in by the lesson or the command line (this runtime never imports
+    ``tools.lessons``)."""
     from tools.online_grpo import strict_rewards
 
-    return strict_rewards(completions, answer)
+    def integer_answer_v1(completions, answer, **kwargs):
+        return strict_rewards(completions, answer, verify)
+
+    return integer_answer_v1
+
+
+def _reward_never_called(completions, **kwargs):
+    """The reward of a trainer that only computes ``_compute_loss`` on a given batch: never sampled, never scored."""
+    raise RuntimeError("trl_loss_and_grad computes the loss of a given batch; no reward is scored")
 
 
 def _dataset(problems, tokenizer):
@@ -78,7 +90,7 @@ def _dataset(problems, tokenizer):
                               for p in problems])
 
 
-def make_trainer(model, tokenizer, problems, args):
+def make_trainer(model, tokenizer, problems, args, reward):
     from trl import GRPOTrainer
 
     _quiet()
@@ -86,14 +98,14 @@ def make_trainer(model, tokenizer, problems, args):
     tokenizer.padding_side = "left"
     from transformers import PrinterCallback
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[course_reward], args=args,
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args,
                           train_dataset=_dataset(problems, tokenizer), processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # the log is read from trainer.state.log_history instead
     return trainer
 
 
 # The comparison matrix: every loss type of grpo_step x beta in {0, 0.04} x use_bias_correction_kl in {False, True}.
-MATRIX_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+MATRIX_LOSS_TYPES = CLIPPED_LOSS_TYPES
 MATRIX_BETAS = (0.0, 0.04)
 MATRIX = [{"loss_type": lt, "beta": beta, "use_bias_correction_kl": bc}
           for lt in MATRIX_LOSS_TYPES for beta in MATRIX_BETAS for bc in (False, True)]
@@ -196,7 +208,7 @@ def trl_loss_and_grad(model, tokenizer, problems, batch, *, loss_type, beta, use
                           loss_type=loss_type, beta=beta, epsilon=epsilon, epsilon_high=epsilon_high,
                           use_bias_correction_kl=use_bias_correction_kl)
     trl_model = copy.deepcopy(model)
-    trainer = make_trainer(trl_model, tokenizer, problems, grpo_config(config, max_steps=1))
+    trainer = make_trainer(trl_model, tokenizer, problems, grpo_config(config, max_steps=1), _reward_never_called)
     if trainer.args.use_bias_correction_kl is not use_bias_correction_kl or trainer.beta != beta:
         raise RuntimeError("GRPOConfig did not take the settings")
     mask = batch["completion_mask"]
@@ -296,8 +308,9 @@ def agreement_table(rows) -> str:
                         f"{r['trl_loss']:.6f} | {r['loss_rel']:.1e} | {r['grad_rel']:.1e} | {sens(r)} |" for r in rows))
 
 
-def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
-    """``GRPOTrainer.train()`` for ``max_steps`` steps from ``model_path``; its per-step log under our names."""
+def train_with_trl(model_path, config, problems, verify, max_steps: int = 30) -> dict:
+    """``GRPOTrainer.train()`` for ``max_steps`` steps from ``model_path`` with ``verify`` (nb04's verifier) as the
+    reward; its per-step log under our names."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -305,7 +318,7 @@ def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=Path(str(model_path)).is_dir())
     model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=Path(str(model_path)).is_dir())
     torch.manual_seed(config.seed)
-    trainer = make_trainer(model, tokenizer, problems, grpo_config(config, max_steps=max_steps))
+    trainer = make_trainer(model, tokenizer, problems, grpo_config(config, max_steps=max_steps), course_reward(verify))
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
@@ -324,9 +337,10 @@ def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
 TRL_SEEDS_LABEL = "trl"  # the committed multi-seed record of GRPOTrainer on the lesson's task (`--trainer trl`)
 
 
-def trl_seed_entry(config, root=None) -> dict:
+def trl_seed_entry(config, verify, root=None) -> dict:
     """One seed of ``GRPOTrainer.train()`` on the lesson's task from the lesson's SFT warm start, evaluated on the
-    held-out prompts exactly as the course loop is (``og.evaluate``, same samples per prompt and evaluation seed):
+    held-out prompts exactly as the course loop is (``og.evaluate`` with ``verify``, nb04's verifier, which is also the
+    reward; same samples per prompt and evaluation seed):
     a ``seeds[]`` entry of the online-grpo-seeds/v1 summary."""
     import torch
 
@@ -340,14 +354,14 @@ def trl_seed_entry(config, root=None) -> dict:
     train, heldout = og.split_problems()
     eval_kwargs = dict(samples_per_prompt=config.eval_k, temperature=config.temperature,
                        max_new_tokens=config.max_new_tokens, ks=(1,))
-    before = og.evaluate(model, tokenizer, heldout, **eval_kwargs)
+    before = og.evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
     torch.manual_seed(config.seed)
-    trainer = make_trainer(model, tokenizer, train, grpo_config(config, max_steps=config.num_steps))
+    trainer = make_trainer(model, tokenizer, train, grpo_config(config, max_steps=config.num_steps), course_reward(verify))
     trainer.train()
     if trainer.state.global_step != config.num_steps:
         raise RuntimeError(f"GRPOTrainer ran {trainer.state.global_step} steps, not {config.num_steps}")
     trained = trainer.model.eval()
-    after = og.evaluate(trained, tokenizer, heldout, **eval_kwargs)
+    after = og.evaluate(trained, tokenizer, heldout, verify, **eval_kwargs)
     subsets = og.subset_pass_at_1(og.heldout_subsets(train, heldout), before, after)
     return {"seed": config.seed, "pass_at_1_before": before["pass_at_1"], "pass_at_1_after": after["pass_at_1"],
             "gain": round(after["pass_at_1"] - before["pass_at_1"], 6), "train_steps": trainer.state.global_step,
@@ -368,7 +382,7 @@ def trl_seeds_summary(label, config, entries) -> dict:
                "pass_at_1_before": og.mean_ci95([e["pass_at_1_before"] for e in seeds]),
                "pass_at_1_after": og.mean_ci95([e["pass_at_1_after"] for e in seeds]),
                "gain_by_outcome": {kind: og.mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind]
-                                                       for e in seeds]) for kind in ("right", "wrong", "unparseable")},
+                                                       for e in seeds]) for kind in og.OUTCOMES},
                "gain_by_heldout_subset": {
                    name: dict(og.mean_ci95([e["subsets"][name]["after"] - e["subsets"][name]["before"]
                                             for e in entries]), prompts=entries[0]["subsets"][name]["prompts"])

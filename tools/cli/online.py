@@ -15,25 +15,36 @@ Exit status: 0 - record written; 2 - bad arguments.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from tools import online_grpo as og
 
 
+# The type of an OnlineConfig field as argparse reads it (the annotations are strings: `from __future__ import
+# annotations` in tools.online_grpo).
+_FLAG_TYPES = {"int": int, "float": float, "str": str}
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per ``OnlineConfig`` field (``num_steps`` -> ``--num-steps``) with the field's default and help text;
+    a bool field gets ``--x`` / ``--no-x``. The dataclass is the one home of the settings (as CleanRL
+    derives its command line from its ``Args``); their values are checked once, when ``OnlineConfig`` is built."""
+    for item in dataclasses.fields(og.OnlineConfig):
+        flag = "--" + item.name.replace("_", "-")
+        if item.type == "bool":
+            parser.add_argument(flag, default=item.default, action=argparse.BooleanOptionalAction,
+                                help=item.metadata["help"])
+        else:
+            parser.add_argument(flag, type=_FLAG_TYPES[item.type], default=item.default,
+                                help=f"{item.metadata['help']} (default: %(default)s)")
+
+
 def parse(argv=None):
-    defaults = og.OnlineConfig()
     parser = argparse.ArgumentParser(prog="python -m tools.cli.online", description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="default", help="RUN_LABEL: part of the record's file name")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: on a shared or busy machine more threads than free cores slow torch down badly)")
-    for name in ("num_steps", "prompts_per_step", "num_generations", "num_iterations", "max_new_tokens", "seed",
-                 "eval_k"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    for name in ("epsilon", "epsilon_high", "beta", "temperature", "top_p", "learning_rate", "max_grad_norm"):
-        parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
-    parser.add_argument("--no-bias-correction-kl", dest="use_bias_correction_kl", action="store_false",
-                        help="TRL's use_bias_correction_kl=False: the plain k3 KL (default: True, as in TRL 1.16)")
-    parser.add_argument("--loss-type", default=defaults.loss_type, choices=og.LOSS_TYPES)
-    parser.add_argument("--reward", default=defaults.reward, choices=og.REWARDS)
+    add_config_arguments(parser)
     parser.add_argument("--warm-start", default="sft", choices=og.WARM_STARTS,
                         help="SFT warm start: sft (the lesson's) or sft-list (sometimes lists three numbers)")
     parser.add_argument("--seeds", type=int, default=1,
@@ -56,8 +67,7 @@ def parse(argv=None):
             og.check_run_mode(args.preset_check)
             if args.model is None:
                 raise ValueError("--preset-check 需要 --model（检查点文件夹）")
-        fields = {k: getattr(args, k) for k in defaults.to_dict()}
-        config = og.OnlineConfig(**fields)
+        config = og.OnlineConfig(**{item.name: getattr(args, item.name) for item in dataclasses.fields(og.OnlineConfig)})
         if args.threads < 1:
             raise ValueError(f"--threads 必须是正整数，收到 {args.threads}")
     except ValueError as error:
@@ -70,6 +80,9 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    # The composition root: the lessons' saved functions are imported here and handed to the runtime, which never
+    # imports tools.lessons itself (tests/test_one_home.py checks the import directions).
+    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
     from tools.lessons.nb07_online_grpo import train_online_grpo
 
     if args.preset_check is not None:
@@ -83,9 +96,9 @@ def main(argv=None) -> int:
 
         entries = []
         for seed in range(args.seeds):
-            seeded = og.OnlineConfig(**dict(config.to_dict(), seed=seed))
+            seeded = dataclasses.replace(config, seed=seed)
             print(f"trl.GRPOTrainer: label={args.label} seed {seed} of 0..{args.seeds - 1}", flush=True)
-            entries.append(online_trl.trl_seed_entry(seeded))
+            entries.append(online_trl.trl_seed_entry(seeded, verify_integer_response))
             print(f"held-out pass@1: {entries[-1]['pass_at_1_before']:.3f} -> {entries[-1]['pass_at_1_after']:.3f}, "
                   f"wall {entries[-1]['wall_seconds']:.1f} s", flush=True)
         summary = online_trl.trl_seeds_summary(args.label, config, entries)
@@ -97,17 +110,17 @@ def main(argv=None) -> int:
         return 0
     if args.seeds == 1:
         print(f"online GRPO: label={args.label} threads={args.threads} warm_start={args.warm_start} {config}", flush=True)
-        record = og.run_online_experiment(train_online_grpo, config, args.label, progress=og.print_progress,
+        record = og.run_online_experiment(train_online_grpo, config, args.label, verify=verify_integer_response, progress=og.print_progress,
                                           warm_start_variant=args.warm_start)
         _print_headline(record)
         print(f"record: {og.output_relative_path(args.label)}")
         return 0
     records = []
     for seed in range(args.seeds):
-        seeded = og.OnlineConfig(**dict(config.to_dict(), seed=seed))
+        seeded = dataclasses.replace(config, seed=seed)
         print(f"online GRPO: label={args.label} seed {seed} of 0..{args.seeds - 1}  threads={args.threads} "
               f"warm_start={args.warm_start} {seeded}", flush=True)
-        record = og.run_online_experiment(train_online_grpo, seeded, args.label, progress=og.print_progress,
+        record = og.run_online_experiment(train_online_grpo, seeded, args.label, verify=verify_integer_response, progress=og.print_progress,
                                           warm_start_variant=args.warm_start, record_seed=seed)
         _print_headline(record)
         records.append(record)

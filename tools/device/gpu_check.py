@@ -1,4 +1,4 @@
-"""The device check's Python side (``benchmarks/gpu_check.sh`` calls it; tests/test_gpu_check.py tests it).
+"""The device check's Python side (``tools/device/gpu_check.sh`` calls it; tests/test_gpu_check.py tests it).
 
 Subcommands:
 
@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -210,7 +210,7 @@ def report(paths: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="benchmarks/gpu_check.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="tools/device/gpu_check.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run-notebook")
     run.add_argument("--label", required=True)
