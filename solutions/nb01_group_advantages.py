@@ -69,7 +69,7 @@ print("torch", torch.__version__)
 # 图里的数字也是当场算出来的：一道题采样 $G=4$ 个回答，验证器判两个对、两个错，组内优势把它们变成 $\pm1$，
 # 更新时把每个回答的概率比限制在 $[1-\epsilon, 1+\epsilon]$ 之内。本课讲前三段，第 2、3 课讲最后一段，第 4 课讲验证器。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_pipeline_answers"}
 pipeline_answers = ["19", "19", "18", "20"]                    # G = 4 candidates for the prompt "12 + 7 = ?"
 pipeline_rewards = torch.tensor([1.0 if a == "19" else 0.0 for a in pipeline_answers])  # [G] verifier
 pipeline_centered = pipeline_rewards - pipeline_rewards.mean()  # [G]
@@ -542,7 +542,7 @@ print("✅ compute_group_advantages 隐藏测试通过")
 # 朴素写法每处理一个组都要在整个批次上做一次比较 `group_ids == g`，所以每组的开销随批次变大而变大。
 # 两种写法都限定在一个线程上计时。计时只是为了直观感受：数字取决于机器，这里不对时间做任何断言；严肃的速度结论放在 `benchmarks/` 里。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_timing"}
 def loop_group_advantages(rewards, group_ids, eps=1e-6):
     """Naive baseline for timing only: one Python iteration per group (no exact-zero guard, no checks)."""
     out = torch.zeros_like(rewards)

@@ -133,7 +133,7 @@ assert grad_broken.abs().max().item() == 0.0
 # 裁剪只去掉"朝有利方向走得太远"的那一侧；朝不利方向偏离时，惩罚不受限制。
 # 下图在一个概率比网格上用自动求导算出 $\partial s/\partial\rho$，把它恰好为 0 的区域涂成灰色。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_ratio_grid"}
 clip_eps = 0.2
 ratio_grid = torch.linspace(0.3, 1.8, 601, dtype=torch.float64, requires_grad=True)  # [R]
 
@@ -278,7 +278,7 @@ print("✅ token_kl_penalty 隐藏测试通过")
 # 用你的实现做一次蒙特卡洛实验：从一个 4 个词的 $\pi_\theta$ 里采样 50,000 个词元，比较 k1 与 k3 的均值、标准差，
 # 以及单个样本为负的比例，再与精确的 KL 对照。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_kl_samples"}
 p_theta = torch.tensor([0.55, 0.25, 0.15, 0.05], dtype=torch.float64)  # [V] current policy
 p_ref = torch.tensor([0.40, 0.30, 0.20, 0.10], dtype=torch.float64)    # [V] reference policy
 exact_kl = (p_theta * (p_theta.log() - p_ref.log())).sum().item()
@@ -365,7 +365,7 @@ print(f"k3 的标准差在 t ≈ {crossing:.2f}（KL ≈ {kl_grid[int(torch.nonz
 # 下面用蒙特卡洛验证这张表：一个 4 个词的策略，采样 200,000 个词元，把每种估计量的样本均值当作损失求梯度，
 # 与精确的两个 KL 梯度比较。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_score_function"}
 theta = torch.tensor([0.8, 0.1, -0.4, -1.5], dtype=torch.float64, requires_grad=True)   # [V] policy logits
 log_p_ref = torch.log(torch.tensor([0.15, 0.25, 0.35, 0.25], dtype=torch.float64))       # [V] reference
 log_p = torch.log_softmax(theta, dim=-1)                                                 # [V]
@@ -455,7 +455,7 @@ assert_close(grad_corrected * 30, bc_new.detach() - bc_ref, atol=1e-12, what="�
 #
 # 下图用一组两个回答算出这两种权重：一个 3 个词元的短回答，一个 12 个词元的长回答。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_length_weights"}
 lengths = torch.tensor([3, 12])                                                   # [N] valid tokens per answer
 T_max = int(lengths.max())
 mask_demo = torch.arange(T_max).unsqueeze(0) < lengths.unsqueeze(1)               # [N, T] prefix masks

@@ -707,7 +707,7 @@ family_demo()
 # 用第 3a 课评分过的 `grpo_policy_loss`（ε = 0.2）和 Adam 更新，记录每个优化步**计算损失时**的 max |r − 1| 与
 # 落在 [0.8, 1.2] 之外的有效词元比例；三个随机种子。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "ratio_drift_example"}
 def ratio_drift(seed, steps_per_generation, num_iterations, lr=0.1, vocab=12, length=6, prompts=4, group=4):
     """One rollout batch of prompts * group answers sampled from a toy bigram policy, used for num_iterations
     passes; each pass splits it into steps_per_generation slices with one optimizer step each (TRL's order).

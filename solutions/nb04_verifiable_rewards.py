@@ -347,7 +347,7 @@ print_records([(text, verify_integer_response(text, 4)) for text in ["4.0", "4 (
 # 下面是一个真的会执行候选代码的小验证器：每个候选代码在独立的子进程里运行，带超时。
 # 第四个候选故意死循环；最后一次调用把解释器路径指向一个不存在的文件，模拟“验证器自身出错”。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_code_verifier"}
 CODE_TASK_TESTS = "assert add(2, 3) == 5\nassert add(-4, 4) == 0\n"
 
 

@@ -487,7 +487,7 @@ print(f"参照：均匀分布下每个词元的对数概率 = −log V = {-torch
 #
 # 形状取 `B=8, T=32, V=151,936`（Qwen2.5 的词表），logits 本身约 148 MiB。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_memory_probe"}
 MEMORY_PROBE = r"""
 import json, resource, sys
 import torch

@@ -99,7 +99,7 @@ print(f"RUN_MODE = {RUN_MODE}   RUN_LABEL = {RUN_LABEL}   device = {DEVICE}   to
 # 交换形式（`b+a` 对 `a+b`）不算新题：下面的单元格数出留出集里有多少道题的交换形式在训练集里。
 # 提示按 ChatML 渲染成一个用户轮次，再打开助手轮次：
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "setup_warm_start"}
 TRAIN_PROBLEMS, HELDOUT_PROBLEMS = og.split_problems()
 print(f"训练提示 {len(TRAIN_PROBLEMS)} 个，留出提示 {len(HELDOUT_PROBLEMS)} 个，交集 "
       f"{len({p['prompt'] for p in TRAIN_PROBLEMS} & {p['prompt'] for p in HELDOUT_PROBLEMS})} 个")
@@ -301,7 +301,7 @@ expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, max_new_token
 # 全组奖励相同的组（全答对、全部“不知道”）优势恰为 0：这组不提供学习信号。热启动常常整组都说“不知道”，
 # 所以下面的单元格从种子 0 开始，取第一个至少有一组奖励不全相同的种子（每次运行都是同一个），并打印它。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_sample_group"}
 from tools.lessons.nb01_group_advantages import compute_group_advantages
 from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
@@ -343,7 +343,8 @@ display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | ---
 #    - `dr_grpo`：整批求和 ÷ (N × `max_completion_length`)，`max_completion_length` 为 `None` 时用回答宽度 `C`；
 # 6. `optimizer.zero_grad()` → `backward()` → `torch.nn.utils.clip_grad_norm_(可训练参数, max_grad_norm)`（记下它返回的范数）→ `optimizer.step()`。
 #
-# 返回这次更新的指标（各轮次的平均，除非另有说明）：
+# 返回这次更新的指标（各轮次的平均，除非另有说明）；每个指标是一个数：Python 的 `float`、NumPy 标量或 0 维张量都可以
+# （评分按数值比较，NaN 与无穷大不算对）：
 #
 # | 键 | 含义（掩码内词元上的平均） |
 # | --- | --- |
@@ -711,7 +712,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
 # `og.run_online_experiment` 负责加载、评测、计时、记录机器负载，并把记录校验后原子地写出；训练本身用的是上面的
 # `train_online_grpo`（也就是你写的三个函数）。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_experiment"}
 CONFIG = og.preset_config(RUN_MODE)  # one preset per RUN_MODE: og.RUN_PRESETS
 print(CONFIG)
 RECORD = None
@@ -733,13 +734,13 @@ print(og.headline(RECORD))
 # 曲线下面的单元格用数据检查这个解释：在热启动和训练后的模型上，分别量“拒答”和“正确答案”两种回答的逐词元熵，
 # 并打印熵曲线的峰值出现在哪一步、那时回答长度是多少。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_plot_steps"}
 if RECORD is None:
     print("先完成上面的 TODO，再运行主实验。")
 else:
     display(Image(og.plot_steps(RECORD["steps"], title=f"online GRPO / {RECORD['run_label']}")))
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_entropy_kinds"}
 if RECORD is None:
     print("先完成上面的 TODO，再运行主实验。")
 elif RUN_MODE == "real_gpu":
@@ -772,7 +773,7 @@ else:
 # “无法解析”的比例降了多少，“答错的整数”升了多少？两种写法都没训练过的留出题提高了多少，与交换形式训练过的题相比呢？
 # 如果前者远小于后者，这个任务主要测到的是“敢于作答、说出训练时见过的答案”，而不是“学会了加法”。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_pass_maj"}
 if RECORD is None:
     print("先完成上面的 TODO，再运行主实验。")
 else:
@@ -839,7 +840,7 @@ else:
 #
 # 表格只写记录里的数：训练奖励、`strict`（严格验证器判对的比例）、长度、熵都是最后 10 步的平均；“包含答案”是留出集采样回答里含有答案数字的比例，也就是漏洞验证器会接受的比例。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_ablations"}
 ABLATIONS = og.ABLATIONS
 display(Markdown("| 对照 | 命令 | 单次记录 | 多种子汇总 |\n| --- | --- | --- | --- |\n" + "\n".join(
     f"| {name} | `make online SEEDS=3 RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
@@ -897,7 +898,7 @@ display(Markdown("每条预测与区间的对照（`og.ABLATION_COMPARISONS`；�
 # 课程提交的 3 个种子的记录，两边用同一个热启动、同样的设置和同样的留出集评测（TRL 的优势按 `std + 1e-4` 缩放、
 # 提示的抽样顺序也不同，所以这是“同一个任务、两份实现”的对照，不是逐步的复现）。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_trl"}
 from tools import online_trl
 
 if RECORD is None:
@@ -966,7 +967,7 @@ else:
 #
 # 下面用 accelerate **自己的**解析器加载三份配置，并构造一份多卡的 `GRPOConfig`（只检查参数，不启动训练）：
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_accelerate"}
 accelerate_rows = online_trl.check_accelerate_configs(REPO_ROOT / "environments" / "accelerate")
 display(Markdown("| 配置 | distributed_type | num_processes | mixed_precision | ZeRO stage |\n| --- | --- | --- | --- | --- |\n"
                  + "\n".join(f"| `{r['file']}` | {r['distributed_type']} | {r['num_processes']} | {r['mixed_precision']} | "

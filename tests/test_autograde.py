@@ -456,10 +456,13 @@ def test_cells_left_out_of_grading_define_nothing_that_runs_later(lesson):
 
     def driver_skips(cell) -> bool:
         meta = cell.metadata.get("nbgrader", {})
-        return not meta.get("solution") and not meta.get("grade") and oracle.skip_setup(cell.source, meta.get("grade_id"))
+        return not meta.get("solution") and not meta.get("grade") and oracle.skip_setup(meta.get("grade_id"))
 
-    for marker in getattr(oracle.module, "SKIP_SETUP", ()):
-        assert any(oracle.skip_setup(c.source, c.metadata.get("nbgrader", {}).get("grade_id")) for c in code), marker
+    for marker in getattr(oracle.module, "SKIP_SETUP", ()):  # each names a locked setup cell by grade_id
+        assert any(c.metadata.get("nbgrader", {}).get("grade_id") == marker and driver_skips(c)
+                   and c.metadata["nbgrader"].get("locked") for c in code), marker
+    for marker in markers:
+        assert any(is_demo_cell(c, [marker]) and c.metadata["nbgrader"].get("locked") for c in code), marker
     graded = [c for c in code if not c.metadata.get("nbgrader", {}).get("grade")
               or c.metadata["nbgrader"].get("solution")]  # the driver runs no test cell
     left_out = {i for i, c in enumerate(graded) if is_demo_cell(c, markers) or driver_skips(c)}

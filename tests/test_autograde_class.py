@@ -199,10 +199,22 @@ def test_feedback_and_export(graded_class):
     failed = [t for t in tests if float(t["score"]) < float(t["max_score"]) and t["outcome"] != "manual"]
     assert failed and all(t["message"] for t in failed), "every lost point names its cause"
     # copies are flagged, never scored: m1 is s01's nb01 with edited metadata; s02 wrote its own answers
+    # (similar:<learner>:<share>%: winnowed fingerprints of the answer cells, issue 25)
     flags = {(r["learner"], r["assignment"]): r["flags"].split() for r in rows}
-    assert "similar:m1_edited_metadata" in flags[("s01_worked_answers", "nb01_group_advantages")]
-    assert "similar:s01_worked_answers" in flags[("m1_edited_metadata", "nb01_group_advantages")]
-    assert not any(f.startswith("similar:") for f in flags[("s02_independent_answers", "nb01_group_advantages")])
+    names = {key: {f.rsplit(":", 1)[0] if f.startswith("similar:") else f.split(":")[0] for f in value}
+             for key, value in flags.items()}
+    assert "similar:m1_edited_metadata" in names[("s01_worked_answers", "nb01_group_advantages")]
+    assert "similar:s01_worked_answers" in names[("m1_edited_metadata", "nb01_group_advantages")]
+    assert "similar:s01_worked_answers:100%" in flags[("m1_edited_metadata", "nb01_group_advantages")]
+    s02 = names[("s02_independent_answers", "nb01_group_advantages")]
+    assert not any(f.startswith("similar:") for f in s02) and "copies-reference" not in s02
+    # a disguised copy of the reference (renamed, commented, dead code) keeps its points and is flagged; so is
+    # the copier in the batch it resembles; honest edits of setup cells raise no review flag
+    assert "copies-reference" in names[("f03_copies_the_reference", "nb01_group_advantages")]
+    assert "similar:f03_copies_the_reference" in names[("s01_worked_answers", "nb01_group_advantages")]
+    for learner, lesson in (("f01_nb01_written_its_own_way", "nb01_group_advantages"),
+                            ("f02_uses_the_notebooks_own_names", "nb04_verifiable_rewards")):
+        assert not names[(learner, lesson)] & {"grader-internals", "processes", "file-access"}, flags[(learner, lesson)]
 
 
 SHARD_SUBSET = ["s14_invalid_json", "m3_deeply_nested_json", "s15_wrong_file_name"]  # (one executed notebook)

@@ -115,25 +115,36 @@ def read_report(settings: Settings, learner: str, assignment: str) -> dict | Non
         return None
 
 
-def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, str], list[str]]:
-    """{(learner, assignment): other learners of the batch with an identical or near-identical answer cell}
-    (same normalised tokens: renamed variables, comments and layout do not hide a copy)."""
-    owners: dict[tuple[str, str, str], set[str]] = {}
+def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, str], list[tuple[str, float]]]:
+    """{(learner, assignment): [(other learner of the batch, similarity)]} for answer cells whose winnowed
+    fingerprints mostly agree (``submission.similarity`` >= ``run.COPY_THRESHOLD``: renamed variables, comments,
+    layout, dead code and reordered statements do not hide a copy); the highest similarity per pair."""
+    from .run import COPY_THRESHOLD
+    from .submission import similarity
+
+    answers: dict[tuple[str, str], dict[str, list[str]]] = {}
+    prints: dict[tuple[str, str, str], set] = {}
     for (learner, assignment), report in reports.items():
         for nb in report.get("notebooks", []):
-            for gid, digest in (nb.get("answers") or {}).items():
-                owners.setdefault((assignment, gid, digest), set()).add(learner)
-    out: dict[tuple[str, str], set[str]] = {}
-    for (assignment, _, _), learners in owners.items():
-        if len(learners) < 2:
-            continue
-        for learner in learners:
-            out.setdefault((learner, assignment), set()).update(learners - {learner})
-    return {key: sorted(value) for key, value in out.items()}
+            for gid, value in (nb.get("answers") or {}).items():
+                if isinstance(value, list):  # reports of grader version 2 hold a digest: not comparable
+                    prints[(learner, assignment, gid)] = set(value)
+                    answers.setdefault((assignment, gid), []).append(learner)
+    best: dict[tuple[str, str], dict[str, float]] = {}
+    for (assignment, gid), learners in answers.items():
+        for i, a in enumerate(learners):
+            for b in learners[i + 1:]:
+                share = similarity(prints[(a, assignment, gid)], prints[(b, assignment, gid)])
+                if share >= COPY_THRESHOLD:
+                    for one, other in ((a, b), (b, a)):
+                        seen = best.setdefault((one, assignment), {})
+                        seen[other] = max(seen.get(other, 0.0), share)
+    return {key: sorted(value.items(), key=lambda item: (-item[1], item[0])) for key, value in best.items()}
 
 
-def _similar_flags(others: list[str], limit: int = 5) -> list[str]:
-    flags = [f"similar:{o}" for o in others[:limit]]
+def _similar_flags(others: list[tuple[str, float]], limit: int = 5) -> list[str]:
+    """``similar:<learner>:<similarity>%`` for the most similar learners (then ``similar:+<more>``)."""
+    flags = [f"similar:{other}:{round(100 * share)}%" for other, share in others[:limit]]
     if len(others) > limit:
         flags.append(f"similar:+{len(others) - limit}")
     return flags

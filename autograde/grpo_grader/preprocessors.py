@@ -59,15 +59,16 @@ del _grader_trust"""
 
 def is_demo_cell(cell, markers) -> bool:
     """Whether ``cell`` is one of a lesson's demonstration cells (``SafeExecute.demo_cells[assignment]``): a setup
-    code cell (never an answer or test cell) whose grade_id is a marker or, without a grade_id, whose source
-    contains one. Neither the grading kernel nor the oracle's driver runs it."""
+    code cell (never an answer or test cell) whose release grade_id is listed. Only the release's locked cells
+    carry a grade_id (``rebuild_metadata``), so a cell the learner added is never a demonstration. Neither the
+    grading kernel nor the oracle's driver runs it."""
     if cell.get("cell_type") != "code":
         return False
     meta = cell.get("metadata", {}).get("nbgrader", {})
     if meta.get("solution") or meta.get("grade"):
         return False
     gid = meta.get("grade_id")
-    return any(marker == gid or (gid is None and marker in cell.get("source", "")) for marker in markers)
+    return gid is not None and gid in markers
 
 
 def _error_output(ename: str, evalue: str) -> NotebookNode:
@@ -183,10 +184,10 @@ class SafeExecute(Execute):
     ).tag(config=True)
 
     demo_cells = Dict(
-        {}, help="{assignment: [grade_id or source marker, ...]}: setup/demo code cells (never answer or test "
-                 "cells) that the grading kernel and the oracle's driver do not run: slow demonstrations that no "
-                 "later cell and no point depends on (tests/test_autograde.py checks that no later cell reads a "
-                 "name they define); a marker without a grade_id matches a substring of the cell's source"
+        {}, help="{assignment: [grade_id, ...]}: locked setup/demo code cells (never answer or test cells) that "
+                 "the grading kernel and the oracle's driver do not run: slow demonstrations that no later cell and "
+                 "no point depends on (tests/test_autograde.py checks that no later cell reads a name they define); "
+                 "matched by the release's grade_id only, so a cell the learner added always runs"
     ).tag(config=True)
 
     def _is_demo(self, cell, resources) -> bool:
