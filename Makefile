@@ -51,8 +51,8 @@ tiny-model: $(VENV)/.setup-stamp ## build (once) the tiny Qwen2-architecture che
 qwen-shaped-checkpoint: $(VENV)/.setup-stamp ## random-init checkpoint with Qwen2.5-0.5B's shape (offline GPU timing)
 	@$(PY) -m tools.tiny_model --qwen-shaped
 
-gpu-wheelhouse: $(VENV)/.setup-stamp ## wheels for benchmarks/gpu_check.sh on a bare CUDA machine -> .cache/gpu-wheelhouse (GPU_PYTHONS="3.11 3.12")
-	@$(PY) benchmarks/gpu_wheelhouse.py $(foreach v,$(or $(GPU_PYTHONS),3.11 3.12),--python $(v))
+gpu-wheelhouse: $(VENV)/.setup-stamp ## wheels for tools/device/gpu_check.sh on a bare CUDA machine -> .cache/gpu-wheelhouse (GPU_PYTHONS="3.11 3.12")
+	@$(PY) tools/device/gpu_wheelhouse.py $(foreach v,$(or $(GPU_PYTHONS),3.11 3.12),--python $(v))
 
 # `make test` runs on 2 workers (pytest-xdist): a module's tests stay together, so its module fixtures run once, and
 # modules are handed out in file order (tests/test_autograde_class.py, the longest chain, starts at once on the

@@ -77,8 +77,7 @@ import torch
 from tools.lessons.nb01_group_advantages import group_relative_advantages
 from tools.lessons.nb02_grpo_objective import token_kl_penalty
 from tools.lessons.nb03a_cispo_trace_lab import check_policy_inputs, cispo_policy_loss, completion_bool_mask, grpo_policy_loss
-
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")  # the TRL loss types the graded functions cover
+from tools.loss_types import CLIPPED_LOSS_TYPES, LOSS_TYPES  # the TRL loss types the graded functions cover
 
 # %% nbgrader={"locked": true, "grade_id": "display_helpers"}
 import json
@@ -207,7 +206,7 @@ def _h_ref_reduce(ptl, mask, loss_type, lmax, nitems):
 
 
 _h_gen = torch.Generator().manual_seed(3005)
-_H_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
+from tools.loss_types import LOSS_TYPES as _H_LOSS_TYPES
 _h_seen = {lt: [] for lt in _H_LOSS_TYPES}
 for _h_dtype, _h_n, _h_t in [(torch.float64, 5, 7), (torch.float32, 9, 12), (torch.float64, 1, 1), (torch.float32, 16, 30)]:
     _hptl = (torch.randn(_h_n, _h_t, generator=_h_gen, dtype=torch.float64) * 2.0).to(_h_dtype)
@@ -279,7 +278,7 @@ def token_weights(loss_type, lengths, max_completion_length, num_items_in_batch=
 
 lengths, l_max = [3, 30], 32
 rows = {}
-for lt in ("grpo", "bnpo", "dr_grpo", "dapo"):
+for lt in CLIPPED_LOSS_TYPES:
     w = token_weights(lt, lengths, l_max)
     rows[lt] = {"token_3": w[0, 0].item(), "token_30": w[1, 0].item(),
                 "seq_3": w[0].sum().item(), "seq_30": w[1].sum().item()}
@@ -663,7 +662,7 @@ def family_demo(seed=3):
     cispo_trl = grpo_family_loss(policy, old, adv, mask, "cispo", epsilon_high=5.0, num_items_in_batch=items)
     print(f"CISPO：MiniMind 归约 {cispo_minimind.item():.6f} = 家族 + grpo 归约 {cispo_as_grpo.item():.6f}；"
           f"TRL 的 cispo 归约（全局词元均值）{cispo_trl.item():.6f}")
-    for lt in ("grpo", "bnpo", "dr_grpo", "dapo"):
+    for lt in CLIPPED_LOSS_TYPES:
         value = grpo_family_loss(policy, old, adv, mask, lt, max_completion_length=t, num_items_in_batch=items)
         print(f"loss_type={lt:<8} clip-higher (0.2, 0.28) 的损失 = {value.item():+.6f}")
     # How far outside the clip band the ratios fall depends on how off-policy the batch is. This demo's per-token

@@ -303,12 +303,13 @@ expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, max_new_token
 
 # %% nbgrader={"locked": true, "grade_id": "demo_sample_group"}
 from tools.lessons.nb01_group_advantages import compute_group_advantages
+from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
 demo_answers = [p["answer"] for p in TRAIN_PROBLEMS[:2] for _ in range(8)]
 for demo_seed in range(20):  # the first seed whose batch has a group with different rewards (fixed: the same each run)
     demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8, max_new_tokens=6,
                         seed=demo_seed)
-    demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers), dtype=torch.float32)  # [N]
+    demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers, verify_integer_response), dtype=torch.float32)  # [N]
     demo_advantages = compute_group_advantages(demo_rewards, demo["group_ids"].cpu())  # [N]
     if bool((demo_advantages != 0).any()):
         break
@@ -367,7 +368,7 @@ display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | ---
 
 # %% nbgrader={"solution": true, "grade_id": "grpo_step"}
 #@save
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+from tools.loss_types import CLIPPED_LOSS_TYPES as LOSS_TYPES  # grpo, bnpo, dr_grpo, dapo
 
 
 def _as_bool_mask(mask, shape):
@@ -466,7 +467,7 @@ def _fresh(model):
 
 
 _vr = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:4]], 4, max_new_tokens=6, seed=21)
-_vadv = compute_group_advantages(torch.tensor(og.strict_rewards(_vr["completions"], [p["answer"] for p in TRAIN_PROBLEMS[:4] for _ in range(4)])) + torch.linspace(0, 0.3, 16), _vr["group_ids"])  # [N]
+_vadv = compute_group_advantages(torch.tensor(og.strict_rewards(_vr["completions"], [p["answer"] for p in TRAIN_PROBLEMS[:4] for _ in range(4)], verify_integer_response)) + torch.linspace(0, 0.3, 16), _vr["group_ids"])  # [N]
 _m, _opt = _fresh(policy)
 _before = [p.detach().clone() for p in _m.parameters()]
 _out = grpo_step(_m, _opt, _vr, _vadv, num_iterations=1)
@@ -668,6 +669,7 @@ import random
 import time
 
 from tools.lessons.nb01_group_advantages import compute_group_advantages
+from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 from tools.online_grpo import make_optimizer, reward_function, strict_correct
 
 
@@ -675,7 +677,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
     """Online GRPO: sample -> verify -> group advantages -> grpo_step, config.num_steps times; returns the log."""
     optimizer = make_optimizer(model, config.learning_rate) if optimizer is None else optimizer
     rng = random.Random(config.seed)
-    reward_fn = reward_function(config.reward)
+    reward_fn = reward_function(config.reward, verify_integer_response)
     history = []
     for step in range(config.num_steps):
         started = time.perf_counter()
@@ -694,7 +696,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
                            max_completion_length=config.max_new_tokens,
                            use_bias_correction_kl=config.use_bias_correction_kl)
         row = log_step_metrics(step, rewards, config.num_generations, rollout["completion_mask"], update,
-                               strict_correct(rollout["completions"], answers), seconds=time.perf_counter() - started)
+                               strict_correct(rollout["completions"], answers, verify_integer_response), seconds=time.perf_counter() - started)
         history.append(row)
         if progress is not None:
             progress(row)
@@ -714,7 +716,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
 CONFIG = og.preset_config(RUN_MODE)  # one preset per RUN_MODE: og.RUN_PRESETS
 print(CONFIG)
 RECORD = None
-RECORD = og.run_online_experiment(train_online_grpo, CONFIG, RUN_LABEL, model=policy, tokenizer=tokenizer,
+RECORD = og.run_online_experiment(train_online_grpo, CONFIG, RUN_LABEL, verify=verify_integer_response, model=policy, tokenizer=tokenizer,
                                   warm_start=WARM_START, heldout=HELDOUT_PROBLEMS[:og.RUN_PRESETS[RUN_MODE]["heldout"]],
                                   train=TRAIN_PROBLEMS, root=REPO_ROOT, progress=og.print_progress)
 print(og.headline(RECORD))
@@ -915,7 +917,7 @@ else:
         assert all(row["agree"] for row in agreement), "本课 grpo_step 与 TRL 的损失或梯度相对差超过 1e-5"
         assert all(c["detected"] for row in agreement for c in row["sensitivity"].values()), "改掉一项后核对应当失败"
     trl_run = online_trl.train_with_trl(og.sft_checkpoint_path(seed=0)[0] if RUN_MODE != "real_gpu" else MODEL_PATH,
-                                        CONFIG, TRAIN_PROBLEMS, max_steps=2 if RUN_MODE == "smoke" else 30)
+                                        CONFIG, TRAIN_PROBLEMS, verify_integer_response, max_steps=2 if RUN_MODE == "smoke" else 30)
     display(Markdown(online_trl.comparison_table(trl_run, RECORD)))
     display(Image(online_trl.plot_comparison(trl_run, RECORD)))
     _ours = og.load_seeds_summary(REPO_ROOT, og.SEEDS_REFERENCE_LABEL)

@@ -1,7 +1,8 @@
-"""The device check (benchmarks/gpu_check.sh, benchmarks/gpu_check.py, benchmarks/gpu_wheelhouse.py) as far
+"""The device check (tools/device/gpu_check.sh, tools/device/gpu_check.py, tools/device/gpu_wheelhouse.py) as far
 as a CPU can test it: shell syntax, the notebook cell reader, the invariants and the record printer on
 records shaped like a device's, and - opt-in, with a built wheelhouse - the wheelhouse installed into a
 fresh interpreter that has torch and nothing else, then the check's CPU code path run on it."""
+
 from __future__ import annotations
 
 import copy
@@ -19,12 +20,11 @@ import pytest
 from tools import grpo_experiment as gx
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+SCRIPT = ROOT / "tools" / "device" / "gpu_check.sh"
 WHEELHOUSE = ROOT / ".cache" / "gpu-wheelhouse"
 REFERENCE_RECORD = ROOT / "benchmarks" / "results" / "pt_grpo" / "pt-grpo-real-model-update_tiny_cpu_reference.json"
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import gpu_check  # noqa: E402
+from tools.device import gpu_check  # noqa: E402
 
 
 def test_shell_script_syntax():
@@ -33,8 +33,9 @@ def test_shell_script_syntax():
 
 
 def test_script_refuses_to_run_without_a_wheelhouse(tmp_path):
-    env = dict(os.environ, GPU_PYTHON=sys.executable, GPU_WHEELHOUSE=str(tmp_path / "none"),
-               GPU_SITE=str(tmp_path / "site"))
+    env = dict(
+        os.environ, GPU_PYTHON=sys.executable, GPU_WHEELHOUSE=str(tmp_path / "none"), GPU_SITE=str(tmp_path / "site")
+    )
     done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2
     assert "make gpu-wheelhouse" in done.stdout
@@ -55,18 +56,32 @@ def gpu_like_record(dtype="bfloat16", choice="auto"):
 
     record = json.loads(REFERENCE_RECORD.read_text(encoding="utf-8"))
     record.update({"run_mode": "real_gpu", "run_label": "unit_gpu"})
-    record["hardware"] = {"cuda_available": True, "gpu_name": "NVIDIA Example", "compute_capability": "9.0",
-                          "bf16_supported": True, "torch": "2.13.0", "cuda_runtime": "12.8", "driver_version": "570"}
-    record["runtime"].update({"device": "cuda", "dtype": dtype, "dtype_choice": choice, "autocast": True,
-                              "grad_scaler": dtype == "float16"})
+    record["hardware"] = {
+        "cuda_available": True,
+        "gpu_name": "NVIDIA Example",
+        "compute_capability": "9.0",
+        "bf16_supported": True,
+        "torch": "2.13.0",
+        "cuda_runtime": "12.8",
+        "driver_version": "570",
+    }
+    record["runtime"].update(
+        {"device": "cuda", "dtype": dtype, "dtype_choice": choice, "autocast": True, "grad_scaler": dtype == "float16"}
+    )
     record["model"].update({"id": ".cache/qwen2.5-0.5b-shaped", "weights": "random_init"})
     record["workload"]["learning_rate"], record["workload"]["learning_rate_source"] = 2e-4, "seed"
     for shape, size in zip(record["workload"]["batch_shapes"], (44, 49)):
         shape["input_ids_shape"][1] = size
     for c in record["candidates"]:
-        c.update({"trainable_parameters": gpu_check.EXPECTED_LORA_PARAMETERS, "peak_memory_metric": "cuda_max_memory_allocated",
-                  "peak_allocated_bytes": 2_500_000_000, "allocated_bytes_at_start": 8192,
-                  "scaler_skipped_steps": 1 if dtype == "float16" else 0})
+        c.update(
+            {
+                "trainable_parameters": gpu_check.EXPECTED_LORA_PARAMETERS,
+                "peak_memory_metric": "cuda_max_memory_allocated",
+                "peak_allocated_bytes": 2_500_000_000,
+                "allocated_bytes_at_start": 8192,
+                "scaler_skipped_steps": 1 if dtype == "float16" else 0,
+            }
+        )
     gx.finalize_measured(record)
     return record
 
@@ -78,16 +93,19 @@ def test_invariants_hold_for_a_device_shaped_record():
     assert gpu_check.check_record(gpu_like_record("float16", "forced"), "float16", "forced") == []
 
 
-@pytest.mark.parametrize("breakage, expected", [
-    (lambda r: r["candidates"][0].update(trainable_parameters=540_000), "540,672"),
-    (lambda r: r["candidates"][1].update(allocated_bytes_at_start=900 * 2**20), "not freed"),
-    (lambda r: r["runtime"].update(dtype="float16"), "dtype float16"),
-    (lambda r: r["runtime"].update(dtype_choice="forced"), "dtype_choice"),
-    (lambda r: r.update(decision="accept_mechanism"), "random-init vocabulary"),
-    (lambda r: r["candidates"][0].update(losses=[0.0, 0.1]), "effective steps"),
-    (lambda r: r["workload"]["batch_shapes"][0].update(input_ids_shape=[4, 23]), "token workload"),
-    (lambda r: r["candidates"][0].update(scaler_skipped_steps=2), "without a scaler"),
-])
+@pytest.mark.parametrize(
+    "breakage, expected",
+    [
+        (lambda r: r["candidates"][0].update(trainable_parameters=540_000), "540,672"),
+        (lambda r: r["candidates"][1].update(allocated_bytes_at_start=900 * 2**20), "not freed"),
+        (lambda r: r["runtime"].update(dtype="float16"), "dtype float16"),
+        (lambda r: r["runtime"].update(dtype_choice="forced"), "dtype_choice"),
+        (lambda r: r.update(decision="accept_mechanism"), "random-init vocabulary"),
+        (lambda r: r["candidates"][0].update(losses=[0.0, 0.1]), "effective steps"),
+        (lambda r: r["workload"]["batch_shapes"][0].update(input_ids_shape=[4, 23]), "token workload"),
+        (lambda r: r["candidates"][0].update(scaler_skipped_steps=2), "without a scaler"),
+    ],
+)
 def test_each_broken_invariant_is_reported(breakage, expected):
     record = gpu_like_record()
     breakage(record)
@@ -140,11 +158,20 @@ def test_record_printer_labels_random_init_figures_not_comparable(tmp_path, caps
 
 def test_wheelhouse_closure_leaves_torch_alone():
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import gpu_wheelhouse
+    from tools.device import gpu_wheelhouse
 
     pins = gpu_wheelhouse.closure(["3.11", "3.12"])
-    assert {"transformers", "peft", "tokenizers", "accelerate", "safetensors", "huggingface-hub", "jsonschema",
-            "numpy", "ipython"} <= set(pins)
+    assert {
+        "transformers",
+        "peft",
+        "tokenizers",
+        "accelerate",
+        "safetensors",
+        "huggingface-hub",
+        "jsonschema",
+        "numpy",
+        "ipython",
+    } <= set(pins)
     assert "torch" not in pins and not any(name.startswith("nvidia-") for name in pins)
     assert not set(pins) & gpu_wheelhouse.NOT_IMPORTED
     assert pins["transformers"] == md.version("transformers")
@@ -180,27 +207,37 @@ def _torch_only_site(folder: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (WHEELHOUSE / "requirements.txt").is_file(),
-                    reason="no wheelhouse: run `make gpu-wheelhouse` first (needs PyPI or a warm pip cache)")
-@pytest.mark.skipif(os.environ.get("GRPO_TEST_GPU_WHEELHOUSE") != "1",
-                    reason="opt-in (installs ~60 MiB of wheels): set GRPO_TEST_GPU_WHEELHOUSE=1")
+@pytest.mark.skipif(
+    not (WHEELHOUSE / "requirements.txt").is_file(),
+    reason="no wheelhouse: run `make gpu-wheelhouse` first (needs PyPI or a warm pip cache)",
+)
+@pytest.mark.skipif(
+    os.environ.get("GRPO_TEST_GPU_WHEELHOUSE") != "1",
+    reason="opt-in (installs ~60 MiB of wheels): set GRPO_TEST_GPU_WHEELHOUSE=1",
+)
 def test_wheelhouse_installs_into_a_bare_interpreter_and_runs_the_cpu_path(tmp_path):
     env_dir = tmp_path / "bare"
     venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
     python = env_dir / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(site) / "device_torch.pth").write_text(str(_torch_only_site(tmp_path / "torch-only")) + "\n")
-    bare = subprocess.run([str(python), "-c", "import torch\ntry:\n import transformers\nexcept ImportError:\n print('bare')"],
-                          capture_output=True, text=True)
+    bare = subprocess.run(
+        [str(python), "-c", "import torch\ntry:\n import transformers\nexcept ImportError:\n print('bare')"],
+        capture_output=True,
+        text=True,
+    )
     assert bare.stdout.strip() == "bare", bare.stderr  # torch, and no transformers
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(GPU_PYTHON=str(python), GPU_SITE=str(tmp_path / "site"), PATH=os.defpath)
-    done = subprocess.run(["bash", str(SCRIPT), "--install-only"], capture_output=True, text=True, env=env,
-                          timeout=900)
+    done = subprocess.run(["bash", str(SCRIPT), "--install-only"], capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "install-only: done (torch unchanged" in done.stdout
-    smoke = r'''
+    smoke = r"""
 import json, sys, torch, transformers
 assert transformers.__file__.startswith(sys.argv[1]), transformers.__file__
 from tools import grpo_experiment as gx
@@ -222,10 +259,16 @@ shape = gx.batch_shape_entry("minimal_pair", build_response_batch(build_qwen25_l
 assert shape["input_ids_shape"] == [4, 44], shape
 gx.validate_record(json.load(open(sys.argv[2])))
 print("smoke ok", transformers.__version__)
-'''
+"""
     env_run = dict(env, PYTHONPATH=f"{tmp_path / 'site'}:{ROOT}", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    ran = subprocess.run([str(python), "-c", smoke, str(tmp_path / "site"), str(REFERENCE_RECORD)], cwd=ROOT,
-                         capture_output=True, text=True, env=env_run, timeout=600)
+    ran = subprocess.run(
+        [str(python), "-c", smoke, str(tmp_path / "site"), str(REFERENCE_RECORD)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env_run,
+        timeout=600,
+    )
     assert ran.returncode == 0 and "smoke ok" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-3000:]
     shutil.rmtree(tmp_path / "site", ignore_errors=True)
 
@@ -239,8 +282,14 @@ def test_runner_executes_the_notebook_code_and_writes_a_failure_record_without_c
     record_path = ROOT / gx.output_relative_path("pt-grpo-real-model-update", label)
     env = dict(os.environ, GRPO_MODEL_ID=str(tmp_path / "no-checkpoint"), OMP_NUM_THREADS="1")
     try:
-        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "run-notebook",
-                               "--label", label], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "device" / "gpu_check.py"), "run-notebook", "--label", label],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         assert "figure cell skipped" in done.stdout
         record = json.loads(record_path.read_text(encoding="utf-8"))

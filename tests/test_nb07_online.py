@@ -11,6 +11,7 @@ verdicts from their intervals; grpo_step's loss and gradient agree with TRL's GR
 whole matrix, and the comparison fails when one side drops an option (slow); maj@1 equals pass@1; learners' records
 go to the git-ignored benchmarks/results/local/online/; the real_gpu preset trains a LoRA adapter only (slow).
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,6 +27,7 @@ import pytest
 import tools.chain.notebooks as chain
 from autograde.grpo_grader import sample as sample_class
 from tools import online_grpo as og
+from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
 ROOT = Path(__file__).resolve().parents[1]
 A = "nb07_online_grpo"
@@ -88,11 +90,17 @@ def _mutate(nb, grade_id, old, new):
 
 
 WRONG = [
-    ("sample_group", "                               temperature=float(temperature))  # [N, C]\n        old = ",
-     "                               temperature=1.0)  # [N, C]\n        old = "),  # old logps ignore the temperature
+    (
+        "sample_group",
+        "                               temperature=float(temperature))  # [N, C]\n        old = ",
+        "                               temperature=1.0)  # [N, C]\n        old = ",
+    ),  # old logps ignore the temperature
     ("grpo_step", "log_ratio = (logps - old).masked_fill(~mask, 0.0)", "log_ratio = logps - old"),  # exp before mask
     # population std: the sample class's hidden-bug learner (s04) submits this one; one home, its case file
-    ("log_step_metrics", *sample_class.load_cases()["s04_bug_only_hidden_tests_catch"][A]["edit"]["log_step_metrics"][0]),
+    (
+        "log_step_metrics",
+        *sample_class.load_cases()["s04_bug_only_hidden_tests_catch"][A]["edit"]["log_step_metrics"][0],
+    ),
 ]
 
 
@@ -120,8 +128,9 @@ def test_reference_record_meets_the_headline():
     record = json.loads((ROOT / og.output_relative_path("reference")).read_text(encoding="utf-8"))
     og.validate_record(record)
     # (records written before use_bias_correction_kl existed lack it; they used beta = 0, where it does nothing)
-    assert og.OnlineConfig(**record["config"]).to_dict() == og.OnlineConfig().to_dict(), \
+    assert og.OnlineConfig(**record["config"]).to_dict() == og.OnlineConfig().to_dict(), (
         "the reference record uses the default configuration"
+    )
     assert record["task"]["disjoint"] and record["eval"]["heldout_prompts"] == og.HELDOUT_SIZE
     gain = record["eval"]["after"]["pass_at_1"] - record["eval"]["before"]["pass_at_1"]
     assert gain >= 0.30, f"held-out pass@1 gain {gain:.3f} < 0.30"
@@ -141,11 +150,11 @@ def test_sft_list_warm_start_lists_the_answer_but_never_last():
     assert all(q["completion"] == og.HEDGE for p, q in zip(plain, listed) if p["completion"] == og.HEDGE)
     lists = [q["completion"].split() for p, q in answering if q["completion"] != p["completion"]]
     assert 0.2 <= len(lists) / len(answering) <= 0.4, len(lists) / len(answering)
-    for (p, q) in answering:
+    for p, q in answering:
         numbers = q["completion"].split()
         if len(numbers) > 1:
             assert len(numbers) == 3 == len(set(numbers)) and p["completion"] in numbers[:2], q
-            assert og.strict_correct([q["completion"]], [int(p["completion"])]) == [0.0]
+            assert og.strict_correct([q["completion"]], [int(p["completion"])], verify_integer_response) == [0.0]
             assert og.loophole_rewards([q["completion"]], [int(p["completion"])]) == [1.0]
     with pytest.raises(ValueError, match="warm start"):
         og.sft_examples(0, "sft-typo")
@@ -154,13 +163,16 @@ def test_sft_list_warm_start_lists_the_answer_but_never_last():
 def test_reward_hacking_records_share_their_start():
     """`loophole` and `loophole_fixed` start from the same list-writing warm start and differ only in the reward
     (their effects are read from the multi-seed intervals, test_ablation_verdicts_cover_every_comparison)."""
-    hacked, fixed = (json.loads((ROOT / og.output_relative_path(label)).read_text(encoding="utf-8"))
-                     for label in ("loophole", "loophole_fixed"))
+    hacked, fixed = (
+        json.loads((ROOT / og.output_relative_path(label)).read_text(encoding="utf-8"))
+        for label in ("loophole", "loophole_fixed")
+    )
     for record in (hacked, fixed):
         og.validate_record(record)
         assert record["warm_start"]["variant"] == "sft-list"
-    assert {k: v for k, v in hacked["config"].items() if k != "reward"} == \
-        {k: v for k, v in fixed["config"].items() if k != "reward"}
+    assert {k: v for k, v in hacked["config"].items() if k != "reward"} == {
+        k: v for k, v in fixed["config"].items() if k != "reward"
+    }
     assert (hacked["config"]["reward"], fixed["config"]["reward"]) == ("contains-answer-loophole", "integer-answer-v1")
 
 
@@ -187,8 +199,12 @@ def test_ablation_verdicts_cover_every_comparison():
 
 def test_schema_rejects_a_broken_record():
     record = json.loads((ROOT / og.output_relative_path("reference")).read_text(encoding="utf-8"))
-    for mutate in (lambda r: r.pop("steps"), lambda r: r["eval"]["after"].pop("pass_at_1"),
-                   lambda r: r.update(schema_version="online-grpo/v0"), lambda r: r["steps"][0].pop("entropy")):
+    for mutate in (
+        lambda r: r.pop("steps"),
+        lambda r: r["eval"]["after"].pop("pass_at_1"),
+        lambda r: r.update(schema_version="online-grpo/v0"),
+        lambda r: r["steps"][0].pop("entropy"),
+    ):
         broken = copy.deepcopy(record)
         mutate(broken)
         with pytest.raises(jsonschema.ValidationError):
@@ -200,12 +216,17 @@ def test_step0_table_is_in_the_notebook(solution_run):
     """The notebook's TRL cell asserts agreement and sensitivity itself (a failure is a cell error, caught above);
     here: its table is there and covers the whole matrix."""
     done, _ = solution_run
-    tables = [o["data"]["text/markdown"] for c in done.cells for o in c.get("outputs", [])
-              if "data" in o and "TRL 损失" in o["data"].get("text/markdown", "")]
+    tables = [
+        o["data"]["text/markdown"]
+        for c in done.cells
+        for o in c.get("outputs", [])
+        if "data" in o and "TRL 损失" in o["data"].get("text/markdown", "")
+    ]
     assert len(tables) == 1
     rows = [[x.strip() for x in line.split("|")[1:-1]] for line in tables[0].splitlines()[2:]]
-    assert {(r[0], float(r[1]), r[2] == "True") for r in rows} == \
-        {(m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl_module().MATRIX}
+    assert {(r[0], float(r[1]), r[2] == "True") for r in rows} == {
+        (m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl_module().MATRIX
+    }
 
 
 def online_trl_module():
@@ -242,8 +263,9 @@ def test_trl_agreement_matrix_values_and_gradients(agreement_rows):
     lengths = mask.sum(1).view(-1, g)
     assert bool((lengths.max(1).values > lengths.min(1).values).all()), "completion lengths differ in every group"
     assert bool((batch["advantages"].view(-1, g).sum(1).abs() > 1e-3).all()), "no group's advantages sum to 0"
-    assert {(r["loss_type"], r["beta"], r["use_bias_correction_kl"]) for r in rows} == \
-        {(m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl.MATRIX}
+    assert {(r["loss_type"], r["beta"], r["use_bias_correction_kl"]) for r in rows} == {
+        (m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl.MATRIX
+    }
     assert len(rows) == 16
     for r in rows:
         assert r["agree"] and r["loss_rel"] <= 1e-5 and r["grad_rel"] <= 1e-5, r
@@ -263,8 +285,10 @@ def test_trl_agreement_fails_when_one_side_drops_an_option(agreement_rows):
     for r in rows:
         checks = r["sensitivity"]
         expected = {"on-policy old", "epsilon_high=epsilon"} | {
-            f"loss_type={o}" for o in ("grpo", "bnpo", "dr_grpo", "dapo")
-            if o != r["loss_type"] and {o, r["loss_type"]} != {"bnpo", "dapo"}}
+            f"loss_type={o}"
+            for o in ("grpo", "bnpo", "dr_grpo", "dapo")
+            if o != r["loss_type"] and {o, r["loss_type"]} != {"bnpo", "dapo"}
+        }
         if r["beta"] > 0:
             expected |= {"beta=0", "course use_bias_correction_kl flipped", "TRL use_bias_correction_kl flipped"}
         assert set(checks) == expected, (r["loss_type"], sorted(checks))
@@ -285,15 +309,40 @@ def test_accelerate_configs_load_with_accelerates_parser():
 
 
 def test_make_online_checks_arguments_before_importing_torch():
-    probe = ("import sys\nfrom tools.cli import online\n"
-             "for bad in (['--label', 'a b'], ['--epsilon', '-1'], ['--loss-type', 'ppo'], ['--num-generations', '1']):\n"
-             "    try:\n        online.parse(bad)\n    except SystemExit as e:\n        assert e.code == 2, bad\n"
-             "    else:\n        raise AssertionError(bad)\n"
-             "assert 'torch' not in sys.modules, 'torch was imported before the arguments were checked'\n")
+    probe = (
+        "import sys\nfrom tools.cli import online\n"
+        "for bad in (['--label', 'a b'], ['--epsilon', '-1'], ['--loss-type', 'ppo'], ['--num-generations', '1']):\n"
+        "    try:\n        online.parse(bad)\n    except SystemExit as e:\n        assert e.code == 2, bad\n"
+        "    else:\n        raise AssertionError(bad)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported before the arguments were checked'\n"
+    )
     subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True, capture_output=True, text=True)
-    done = subprocess.run([sys.executable, "-m", "tools.cli.online", "--label", "../x"], cwd=ROOT,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.cli.online", "--label", "../x"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 2 and "RUN_LABEL" in done.stderr
+
+
+def test_make_online_flags_are_the_config_fields():
+    """The command line is derived from OnlineConfig: one flag per field with the field's default and help, the
+    ablations' documented ONLINE_ARGS parse, and the values are checked by OnlineConfig alone."""
+    import dataclasses
+    import shlex
+
+    from tools.cli import online
+
+    args, config = online.parse([])
+    assert config == og.OnlineConfig()
+    fields = dataclasses.fields(og.OnlineConfig)
+    assert {f.name for f in fields} <= set(vars(args)) and all(f.metadata["help"] for f in fields)
+    _, changed = online.parse(["--num-iterations", "4", "--no-use-bias-correction-kl", "--loss-type", "dapo"])
+    assert changed == dataclasses.replace(
+        og.OnlineConfig(), num_iterations=4, use_bias_correction_kl=False, loss_type="dapo"
+    )
+    for _, label, flags in og.ABLATIONS:
+        online.parse(["--label", label, *shlex.split(flags)])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.beta = -1.0  # checked once, when built: a built config cannot be made invalid
 
 
 def test_pass_at_k_and_majority():
@@ -333,7 +382,7 @@ def test_t_quantile_and_interval():
     for df, want in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)):
         assert abs(og.t_quantile_975(df) - want) < 2e-3, (df, og.t_quantile_975(df))
     stat = og.mean_ci95([0.3, 0.4, 0.35])
-    half = 4.303 * 0.05 / 3 ** 0.5
+    half = 4.303 * 0.05 / 3**0.5
     assert stat["mean"] == 0.35 and abs(stat["ci95"][0] - (0.35 - half)) < 1e-3 and stat["n"] == 3
     assert "t interval" in stat["method"]
     assert og.mean_ci95([0.2])["ci95"] is None
@@ -362,9 +411,13 @@ def test_seeds_summary_is_schema_checked():
     assert abs(summary["gain_pass_at_1"]["mean"] - (0.5 - before)) < 1e-6
     low, high = summary["gain_pass_at_1"]["ci95"]
     assert low < summary["gain_pass_at_1"]["mean"] < high
-    for mutate in (lambda s: s.pop("gain_pass_at_1"), lambda s: s["seeds"][0].pop("warm_start_hash"),
-                   lambda s: s.update(schema_version="online-grpo-seeds/v0"),
-                   lambda s: s["gain_pass_at_1"].pop("method"), lambda s: s["seeds"][1].update(pass_at_1_after=1.5)):
+    for mutate in (
+        lambda s: s.pop("gain_pass_at_1"),
+        lambda s: s["seeds"][0].pop("warm_start_hash"),
+        lambda s: s.update(schema_version="online-grpo-seeds/v0"),
+        lambda s: s["gain_pass_at_1"].pop("method"),
+        lambda s: s["seeds"][1].update(pass_at_1_after=1.5),
+    ):
         broken = copy.deepcopy(summary)
         mutate(broken)
         with pytest.raises(jsonschema.ValidationError):
@@ -402,7 +455,7 @@ def test_run_presets():
 @pytest.mark.slow
 def test_real_gpu_preset_trains_only_the_lora_adapter():
     """Two steps of the real_gpu preset on the CPU. On the course's tiny Qwen2-architecture checkpoint, not the
-    Qwen-shaped one (0.5 B parameters: too heavy for a test on 2 cores; benchmarks/gpu_check.sh runs that one on a
+    Qwen-shaped one (0.5 B parameters: too heavy for a test on 2 cores; tools/device/gpu_check.sh runs that one on a
     GPU): LoRA r=16 on q/k/v/o, trainable count from the shapes, AdamW state for the adapter only, base unchanged."""
     import torch
 
@@ -421,7 +474,9 @@ def test_real_gpu_preset_trains_only_the_lora_adapter():
 def test_committed_records_start_from_a_fresh_warm_start():
     """The warm-start hash in every committed record equals what a fresh build of its warm start (this recipe, one
     torch thread) gives: "sft" for the lesson's runs, "sft-list" for the reward-hacking pair."""
-    fresh = {variant: og._content_hash(og.sft_checkpoint_path(seed=0, variant=variant)[0]) for variant in og.WARM_STARTS}
+    fresh = {
+        variant: og._content_hash(og.sft_checkpoint_path(seed=0, variant=variant)[0]) for variant in og.WARM_STARTS
+    }
     checked = 0
     for path in sorted((ROOT / og.RESULTS_DIR).glob("online-grpo_*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -442,9 +497,27 @@ def test_make_online_seeds_writes_a_validated_summary():
     for path in paths:
         path.unlink(missing_ok=True)
     try:
-        done = subprocess.run([sys.executable, "-m", "tools.cli.online", "--label", label, "--seeds", "2",
-                               "--num-steps", "1", "--prompts-per-step", "2", "--eval-k", "2"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tools.cli.online",
+                "--label",
+                label,
+                "--seeds",
+                "2",
+                "--num-steps",
+                "1",
+                "--prompts-per-step",
+                "2",
+                "--eval-k",
+                "2",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert "mean held-out pass@1 gain over 2 seeds" in done.stdout and "95% CI" in done.stdout
         summary = json.loads(paths[0].read_text(encoding="utf-8"))
@@ -500,7 +573,10 @@ def test_trl_seeds_summary_uses_the_same_start_settings_and_evaluation():
     assert [e["seed"] for e in trl["seeds"]] == [0, 1, 2] and all(e["train_steps"] == 50 for e in trl["seeds"])
     assert {e["warm_start_hash"] for e in trl["seeds"]} == {e["warm_start_hash"] for e in ours["seeds"]}
     assert [e["pass_at_1_before"] for e in trl["seeds"]] == [e["pass_at_1_before"] for e in ours["seeds"]]
-    assert trl["gain_pass_at_1"]["ci95"] is not None and set(trl["gain_by_heldout_subset"]) == {"commuted_in_train", "new"}
+    assert trl["gain_pass_at_1"]["ci95"] is not None and set(trl["gain_by_heldout_subset"]) == {
+        "commuted_in_train",
+        "new",
+    }
     assert og.interval_verdict(ours["gain_pass_at_1"], trl["gain_pass_at_1"]) in ("overlap", "a > b", "a < b")
     assert og.interval_verdict({"ci95": [0.3, 0.4]}, {"ci95": [0.1, 0.2]}) == "a > b"
     assert og.interval_verdict({"ci95": [0.1, 0.2]}, {"ci95": [0.15, 0.4]}) == "overlap"

@@ -1,5 +1,6 @@
 """One home per function, checked on the sources: no function body is written twice across the lessons'
-solutions, ``tools/``, ``benchmarks/`` and the grader, and the hidden tests take their references and random
+solutions, ``tools/``, ``benchmarks/`` and the grader, no tuple of names (loss types, run modes, record keys) is
+written out in two files, and the hidden tests take their references and random
 batches from the grader's oracle modules (a trusted place: a grading kernel cannot import them) instead of
 carrying copies of their own.
 
@@ -79,6 +80,68 @@ def test_the_duplicate_check_finds_a_copied_body(tmp_path):
         and any("course_advantages" in place for place in group)
         for group in copies
     ), copies
+
+
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")  # an identifier, a key, a file name: not prose, not test data
+MIN_NAMES = 3  # a pair ("x", "y") is too common to mean a shared constant
+# Known copies of a tuple of names, each with the reason it is still here. The coordinator empties this as the
+# grader work lands (the grader may import a runtime constant from tools/, it may not import tools.lessons); an
+# entry that is no longer copied fails the test, so the list cannot go stale.
+KNOWN_REPEATED_NAMES = {
+    # The grader's oracles restate what the lessons' visible tests check (grader package, rewritten elsewhere):
+    ("A", "B", "C", "D"),  # nb03a's multiple-choice letters
+    ("correctness", "format_pass", "parsed_answer", "status", "total_reward", "verifier_id"),  # nb04 record keys
+    ("correctness", "format_pass", "total_reward"),  # nb04 record keys
+    ("holes", "left", "none", "right"),  # nb05's padding cases
+    ("approx_kl", "clip_ratio_high", "clip_ratio_low", "entropy", "grad_norm", "kl_ref", "loss", "losses"),  # nb07
+    ("approx_kl", "clip_ratio_high", "clip_ratio_low", "entropy", "grad_norm", "kl_ref", "loss"),  # grpo_step metrics
+    ("bnpo", "dapo", "dr_grpo", "grpo"),  # oracles/nb07_online_grpo.py loops over tools.loss_types.CLIPPED_LOSS_TYPES
+    ("bnpo", "cispo", "dapo", "dr_grpo", "grpo"),  # oracles/_policy_losses.py: tools.loss_types.LOSS_TYPES
+    # nb06's RUN_MODES: tools/cli/experiment.py restates tools.grpo_experiment.RUN_MODES (moved on another branch).
+    ("dry_run", "real_gpu", "tiny_cpu"),
+}
+
+
+def repeated_names(files: list[Path]) -> dict[tuple[str, ...], list[str]]:
+    """Tuples, lists and sets of at least MIN_NAMES string literals that all look like names, written in more than
+    one file: {the names, sorted (another order is the same constant): [path:line, ...]}."""
+    places = collections.defaultdict(list)
+    for path in files:
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if not isinstance(node, (ast.Tuple, ast.List, ast.Set)) or len(node.elts) < MIN_NAMES:
+                continue
+            values = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            if all(isinstance(v, str) and NAME.fullmatch(v) for v in values):
+                places[tuple(sorted(set(values)))].append(f"{shown}:{node.lineno}")
+    return {names: where for names, where in places.items() if len({w.rsplit(":", 1)[0] for w in where}) > 1}
+
+
+def test_no_tuple_of_names_is_written_in_two_files():
+    repeated = repeated_names(_sources())
+    new = {names: where for names, where in repeated.items() if names not in KNOWN_REPEATED_NAMES}
+    assert not new, "the same names written out in several files (define them once, import them):\n" + "\n".join(
+        f"{names}: {' == '.join(where)}" for names, where in new.items()
+    )
+    gone = KNOWN_REPEATED_NAMES - set(repeated)
+    assert not gone, f"no longer repeated, remove from KNOWN_REPEATED_NAMES: {sorted(gone)}"
+
+
+def test_the_repeated_names_check_finds_a_copied_tuple(tmp_path):
+    """The check above can fail: the loss types written out again, in another order, are found; prose and a
+    tuple built from the home are not."""
+    copied = tmp_path / "copied.py"
+    copied.write_text('MY_LOSSES = ["dapo", "grpo", "cispo", "dr_grpo", "bnpo"]\n', encoding="utf-8")
+    clean = tmp_path / "clean.py"
+    clean.write_text(
+        "from tools.loss_types import LOSS_TYPES\nOURS = (*LOSS_TYPES,)\nWORDS = ('I do not know.', '4', 'x y')\n",
+        encoding="utf-8",
+    )
+    home = ROOT / "tools" / "loss_types.py"
+    found = repeated_names([home, copied, clean])
+    assert list(found) == [("bnpo", "cispo", "dapo", "dr_grpo", "grpo")], found
+    assert any("copied.py" in place for place in found[("bnpo", "cispo", "dapo", "dr_grpo", "grpo")])
+    assert repeated_names([home, clean]) == {}
 
 
 def test_hidden_tests_import_the_graders_references_and_define_no_copies():

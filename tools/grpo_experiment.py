@@ -50,7 +50,7 @@ ENV_RUN_LABEL = "GRPO_RUN_LABEL"
 # (e.g. the Qwen-shaped random-init checkpoint of `make qwen-shaped-checkpoint`).
 ENV_MODEL_ID = "GRPO_MODEL_ID"
 # Optional, real_gpu only: force the compute dtype ("float16" -> fp16 autocast + GradScaler, "bfloat16").
-# Used by benchmarks/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
+# Used by tools/device/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
 ENV_FORCE_DTYPE = "GRPO_REAL_GPU_DTYPE"
 # A GradScaler skips a step whose scaled gradients overflowed; the update loop retries until it has
 # taken `update_steps` effective steps, but gives up after this many skips (a broken run, not noise).

@@ -3,7 +3,8 @@
 What lives here (reusable, not graded):
 
 * the task: single-digit addition ``"a+b="`` in the course's ChatML format, answered by one integer and
-  scored by ``integer-answer-v1`` (nb04's ``verify_integer_response``, imported from ``tools.lessons``);
+  scored by ``integer-answer-v1`` (nb04's ``verify_integer_response``, passed in by the caller as ``verify``:
+  this runtime never imports the generated ``tools.lessons``, the lessons import it);
   a fixed, disjoint split into training and held-out prompts;
 * the SFT warm start: a short, deterministic supervised fine-tune of the course's tiny Qwen2 checkpoint
   (``tools.tiny_model``) on a few hundred examples, cached under ``.cache/`` like the tiny checkpoint, so
@@ -18,6 +19,7 @@ What lives here (reusable, not graded):
 The graded pieces (``sample_group``, ``grpo_step``, ``log_step_metrics``) and the training loop that uses
 them live in the lesson and are saved (``#@save``) into ``tools/lessons/nb07_online_grpo.py``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,8 +33,10 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from tools.loss_types import CLIPPED_LOSS_TYPES as LOSS_TYPES  # the --loss-type values (lesson 7's grpo_step)
 
 TASK_ID = "single-digit-addition-v1"
 SCHEMA_VERSION = "online-grpo/v1"
@@ -44,8 +48,8 @@ RESULTS_DIR = Path("benchmarks") / "results" / RESULTS_KIND
 SFT_BUILDER_VERSION = 1
 SFT_MARKER = "online_sft.json"
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
 REWARDS = ("integer-answer-v1", "contains-answer-loophole")
+OUTCOMES = ("right", "wrong", "unparseable")  # what a held-out sample is (evaluate()'s "outcomes")
 
 # SFT warm start: 600 generated examples (8 per training prompt); in 60 % of them the assistant hedges with
 # HEDGE instead of answering, so the warm-started policy answers only sometimes (a prediction the lesson
@@ -86,8 +90,10 @@ def heldout_subsets(train, heldout) -> dict:
     """The held-out prompts split by whether the training prompts hold their commuted form: ``commuted_in_train``
     (the SFT saw ``b+a`` with its answer) and ``new`` (neither form was trained on)."""
     seen = {p["prompt"] for p in train}
-    return {"commuted_in_train": [p["prompt"] for p in heldout if commuted(p["prompt"]) in seen],
-            "new": [p["prompt"] for p in heldout if commuted(p["prompt"]) not in seen]}
+    return {
+        "commuted_in_train": [p["prompt"] for p in heldout if commuted(p["prompt"]) in seen],
+        "new": [p["prompt"] for p in heldout if commuted(p["prompt"]) not in seen],
+    }
 
 
 def split_problems(heldout_size: int = HELDOUT_SIZE, seed: int = SPLIT_SEED) -> tuple[list[dict], list[dict]]:
@@ -101,8 +107,9 @@ def split_problems(heldout_size: int = HELDOUT_SIZE, seed: int = SPLIT_SEED) -> 
 
 def chat_prompt(tokenizer, prompt: str) -> str:
     """The prompt rendered as one ChatML user turn plus the generation prompt (assistant turn opened)."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def encode_prompts(tokenizer, prompts) -> dict:
@@ -115,25 +122,27 @@ def encode_prompts(tokenizer, prompts) -> dict:
     ids = torch.full((len(rows), width), pad, dtype=torch.long)  # [B, P]
     mask = torch.zeros((len(rows), width), dtype=torch.long)  # [B, P]
     for i, row in enumerate(rows):
-        ids[i, width - len(row):] = torch.tensor(row)
-        mask[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
     return {"input_ids": ids, "attention_mask": mask}
 
 
 # ----------------------------------------------------------------------------------------------- rewards
-def strict_rewards(completions, answers, correctness_weight: float = 1.0, format_weight: float = 0.1) -> list[float]:
-    """integer-answer-v1 total reward of each completion (nb04's verifier, imported from tools.lessons)."""
-    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
+def strict_rewards(
+    completions, answers, verify, correctness_weight: float = 1.0, format_weight: float = 0.1
+) -> list[float]:
+    """integer-answer-v1 total reward of each completion. ``verify`` is nb04's ``verify_integer_response``
+    (``tools.lessons.nb04_verifiable_rewards``), passed in by the lesson or the command line."""
+    return [
+        verify(text, int(answer), correctness_weight, format_weight)["total_reward"]
+        for text, answer in zip(completions, answers)
+    ]
 
-    return [verify_integer_response(text, int(answer), correctness_weight, format_weight)["total_reward"]
-            for text, answer in zip(completions, answers)]
 
-
-def strict_correct(completions, answers) -> list[float]:
-    """1.0 when integer-answer-v1 judges the completion correct, else 0.0 (held-out accuracy uses this)."""
-    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
-
-    return [verify_integer_response(text, int(answer))["correctness"] for text, answer in zip(completions, answers)]
+def strict_correct(completions, answers, verify) -> list[float]:
+    """1.0 when integer-answer-v1 (``verify``, nb04's verifier) judges the completion correct, else 0.0 (held-out
+    accuracy uses this)."""
+    return [verify(text, int(answer))["correctness"] for text, answer in zip(completions, answers)]
 
 
 def loophole_rewards(completions, answers) -> list[float]:
@@ -141,17 +150,25 @@ def loophole_rewards(completions, answers) -> list[float]:
     return [1.0 if str(int(answer)) in text else 0.0 for text, answer in zip(completions, answers)]
 
 
-def reward_function(name: str):
+def reward_function(name: str, verify):
+    """The reward ``name`` (REWARDS) as ``fn(completions, answers) -> list[float]``; ``verify`` is nb04's verifier."""
     if name == "integer-answer-v1":
-        return strict_rewards
+        return functools.partial(strict_rewards, verify=verify)
     if name == "contains-answer-loophole":
         return loophole_rewards
     raise ValueError(f"reward 必须是 {REWARDS} 之一，收到 {name!r}")
 
 
 # ----------------------------------------------------------------------------------------------- log-probs
-def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature: float = 1.0,
-                     with_entropy: bool = False):
+def completion_logps(
+    model,
+    prompt_ids,
+    prompt_mask,
+    completion_ids,
+    completion_mask,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+):
     """Per-token log-probs ``[N, C]`` of the completion tokens (and entropies ``[N, C]`` if asked).
 
     One forward pass over ``prompt + completion``; logits are divided by ``temperature`` first (as TRL's
@@ -167,7 +184,7 @@ def completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_
     attention_mask = torch.cat([prompt_mask.long(), completion_mask.long()], dim=1)  # [N, P+C]
     width = completion_ids.shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits  # [N, P+C, V]
-    logits = logits[:, -width - 1:-1, :] / temperature  # [N, C, V] the distributions that produced each token
+    logits = logits[:, -width - 1 : -1, :] / temperature  # [N, C, V] the distributions that produced each token
     logps = selective_log_softmax(logits, completion_ids)  # [N, C]
     if not with_entropy:
         return logps
@@ -188,11 +205,22 @@ def _sft_marker(seed: int, variant: str = "sft") -> dict:
     from tools import tiny_model
     from tools.notebook_runtime import package_version  # (no transformers import to check a cache)
 
-    marker = {"builder_version": SFT_BUILDER_VERSION, "task": TASK_ID, "seed": seed, "steps": SFT_STEPS,
-              "copies": SFT_COPIES, "hedge": HEDGE, "hedge_fraction": SFT_HEDGE_FRACTION,
-              "batch": SFT_BATCH, "learning_rate": SFT_LEARNING_RATE, "heldout_size": HELDOUT_SIZE,
-              "split_seed": SPLIT_SEED, "tiny_builder_version": tiny_model.BUILDER_VERSION,
-              "torch": package_version("torch"), "transformers": package_version("transformers")}
+    marker = {
+        "builder_version": SFT_BUILDER_VERSION,
+        "task": TASK_ID,
+        "seed": seed,
+        "steps": SFT_STEPS,
+        "copies": SFT_COPIES,
+        "hedge": HEDGE,
+        "hedge_fraction": SFT_HEDGE_FRACTION,
+        "batch": SFT_BATCH,
+        "learning_rate": SFT_LEARNING_RATE,
+        "heldout_size": HELDOUT_SIZE,
+        "split_seed": SPLIT_SEED,
+        "tiny_builder_version": tiny_model.BUILDER_VERSION,
+        "torch": package_version("torch"),
+        "transformers": package_version("transformers"),
+    }
     if check_warm_start(variant) != "sft":  # (the lesson's own warm start keeps its marker: its cache stays valid)
         marker.update(variant=variant, list_fraction=SFT_LIST_FRACTION)
     return marker
@@ -253,8 +281,9 @@ def build_sft_checkpoint(path, seed: int = 0, variant: str = "sft") -> Path:
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
-    (path / SFT_MARKER).write_text(json.dumps(_sft_marker(seed, variant), indent=2, sort_keys=True) + "\n",
-                                   encoding="utf-8")
+    (path / SFT_MARKER).write_text(
+        json.dumps(_sft_marker(seed, variant), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
     return path
 
 
@@ -268,9 +297,9 @@ def _sft_steps(model, optimizer, rows, order, pad) -> None:
         labels = torch.full((len(batch), width), -100, dtype=torch.long)  # [B, T] loss on the answer only
         mask = torch.zeros((len(batch), width), dtype=torch.long)  # [B, T]
         for i, (p, a) in enumerate(batch):
-            ids[i, :len(p) + len(a)] = torch.tensor(p + a)
-            labels[i, len(p):len(p) + len(a)] = torch.tensor(a)
-            mask[i, :len(p) + len(a)] = 1
+            ids[i, : len(p) + len(a)] = torch.tensor(p + a)
+            labels[i, len(p) : len(p) + len(a)] = torch.tensor(a)
+            mask[i, : len(p) + len(a)] = 1
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         optimizer.step()
@@ -338,8 +367,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-MAJ_RULE = ("n // k disjoint blocks of k samples each vote, votes averaged; an unparseable sample votes for "
-            "'no answer' (never right); a tie counts 1/m when the right answer is one of m leaders")
+MAJ_RULE = (
+    "n // k disjoint blocks of k samples each vote, votes averaged; an unparseable sample votes for "
+    "'no answer' (never right); a tie counts 1/m when the right answer is one of m leaders"
+)
 NO_ANSWER = "no-answer"  # the vote of a sample whose answer cannot be parsed (never the right answer)
 
 
@@ -366,31 +397,46 @@ def majority_correct(parsed_answers, answer, k: int) -> float:
     n = len(parsed_answers)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
         raise ValueError(f"maj@k 需要 1 <= k <= n，收到 k={k!r}, n={n}")
-    blocks = [parsed_answers[i:i + k] for i in range(0, n - n % k, k)]
+    blocks = [parsed_answers[i : i + k] for i in range(0, n - n % k, k)]
     return sum(majority_vote(block, answer) for block in blocks) / len(blocks)
 
 
-def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperature: float = 1.0,
-             max_new_tokens: int = 6, seed: int = 1234, ks=(1, 2, 4, 8, 16)) -> dict:
+def evaluate(
+    model,
+    tokenizer,
+    problems,
+    verify,
+    samples_per_prompt: int = 16,
+    temperature: float = 1.0,
+    max_new_tokens: int = 6,
+    seed: int = 1234,
+    ks=(1, 2, 4, 8, 16),
+) -> dict:
     """Held-out accuracy: sampled pass@1, pass@k and maj@k for ``ks``, and the greedy accuracy.
 
     Sampling is seeded (``torch.manual_seed(seed)`` right before ``generate``), so the same weights give the
-    same numbers. Correctness is integer-answer-v1's ``correctness`` (the strict verifier, whatever reward a
-    run trained on).
+    same numbers. Correctness is integer-answer-v1's ``correctness`` (``verify``: nb04's verifier, the strict one,
+    whatever reward a run trained on).
     """
     import torch
-
-    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
     device = next(model.parameters()).device
     enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, [p["prompt"] for p in problems]).items()}
     width = enc["input_ids"].shape[1]
-    common = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                  eos_token_id=tokenizer.eos_token_id)
+    common = dict(
+        max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     with torch.no_grad():
         torch.manual_seed(seed)
-        sampled = model.generate(**enc, do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
-                                 num_return_sequences=samples_per_prompt, **common)  # [B*n, P+C]
+        sampled = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=0,
+            num_return_sequences=samples_per_prompt,
+            **common,
+        )  # [B*n, P+C]
         greedy = model.generate(**enc, do_sample=False, **common)  # [B, P+C]
     texts = tokenizer.batch_decode(sampled[:, width:], skip_special_tokens=True)
     greedy_texts = tokenizer.batch_decode(greedy[:, width:], skip_special_tokens=True)
@@ -401,8 +447,8 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     correct_total = contains_total = unparseable_total = 0.0
     per_prompt = {}
     for i, problem in enumerate(problems):
-        group = texts[i * n:(i + 1) * n]  # the n samples of this prompt
-        records = [verify_integer_response(t, problem["answer"]) for t in group]
+        group = texts[i * n : (i + 1) * n]  # the n samples of this prompt
+        records = [verify(t, problem["answer"]) for t in group]
         contains_total += sum(loophole_rewards(group, [problem["answer"]] * n)) / n
         c = int(sum(r["correctness"] for r in records))
         correct_total += c / n
@@ -412,7 +458,7 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
         for k in ks:
             pass_sums[k] += pass_at_k(n, c, k)
             maj_sums[k] += majority_correct(parsed, problem["answer"], k)
-    greedy_acc = sum(verify_integer_response(t, p["answer"])["correctness"] for t, p in zip(greedy_texts, problems))
+    greedy_acc = sum(verify(t, p["answer"])["correctness"] for t, p in zip(greedy_texts, problems))
     count = len(problems)
     return {
         "pass_at_1": round(correct_total / count, 6),
@@ -423,8 +469,11 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
         "temperature": float(temperature),
         "samples_per_prompt": n,
         "maj_rule": MAJ_RULE,
-        "outcomes": {"right": round(correct_total / count, 6), "unparseable": round(unparseable_total / count, 6),
-                     "wrong": round(max(0.0, 1.0 - (correct_total + unparseable_total) / count), 6)},
+        "outcomes": {
+            "right": round(correct_total / count, 6),
+            "unparseable": round(unparseable_total / count, 6),
+            "wrong": round(max(0.0, 1.0 - (correct_total + unparseable_total) / count), 6),
+        },
         "examples": texts[:n],
         "per_prompt_pass_at_1": per_prompt,
     }
@@ -446,43 +495,66 @@ def entropy_by_kind(model, tokenizer, problems, temperature: float = 1.0) -> dic
         ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)  # [B, C]
         mask = torch.zeros((len(rows), width), dtype=torch.bool)  # [B, C]
         for i, row in enumerate(rows):
-            ids[i, :len(row)] = torch.tensor(row)
-            mask[i, :len(row)] = True
+            ids[i, : len(row)] = torch.tensor(row)
+            mask[i, : len(row)] = True
         device = next(model.parameters()).device
         with torch.no_grad():
-            _, entropy = completion_logps(model, enc["input_ids"].to(device), enc["attention_mask"].to(device),
-                                          ids.to(device), mask.to(device), temperature=temperature,
-                                          with_entropy=True)  # [B, C]
+            _, entropy = completion_logps(
+                model,
+                enc["input_ids"].to(device),
+                enc["attention_mask"].to(device),
+                ids.to(device),
+                mask.to(device),
+                temperature=temperature,
+                with_entropy=True,
+            )  # [B, C]
         entropy, mask = entropy.cpu().double(), mask.double()
-        return {"mean": float((entropy * mask).sum() / mask.sum()), "first_token": float(entropy[:, 0].mean()),
-                "tokens": float(mask.sum(1).mean())}
+        return {
+            "mean": float((entropy * mask).sum() / mask.sum()),
+            "first_token": float(entropy[:, 0].mean()),
+            "tokens": float(mask.sum(1).mean()),
+        }
 
-    return {"hedge": per_token([HEDGE] * len(problems)),
-            "answer": per_token([str(p["answer"]) for p in problems])}
+    return {"hedge": per_token([HEDGE] * len(problems)), "answer": per_token([str(p["answer"]) for p in problems])}
 
 
 # ----------------------------------------------------------------------------------------------- configuration
-@dataclass
-class OnlineConfig:
-    """Settings of one online GRPO run (TRL's names). ``make online`` and the notebook use the same defaults."""
+def _setting(default, help: str):
+    """A field of :class:`OnlineConfig`: its default and its help text, the one place both are written
+    (``python -m tools.cli.online`` builds its flags from them)."""
+    return field(default=default, metadata={"help": help})
 
-    num_steps: int = 50  # rollout -> update rounds
-    prompts_per_step: int = 16  # training prompts per rollout batch
-    num_generations: int = 8  # G completions per prompt (TRL num_generations)
-    num_iterations: int = 1  # mu: optimisation epochs per rollout batch (TRL num_iterations)
-    loss_type: str = "grpo"  # grpo | dr_grpo | dapo | bnpo (TRL loss_type)
-    epsilon: float = 0.2  # lower clip range (TRL epsilon)
-    epsilon_high: float = 0.2  # upper clip range (TRL epsilon_high; 0.28 = DAPO clip-higher)
-    beta: float = 0.0  # KL coefficient to the frozen reference (TRL beta)
-    temperature: float = 1.0  # sampling temperature (TRL temperature)
-    top_p: float = 1.0  # nucleus sampling (TRL top_p)
-    max_new_tokens: int = 6  # TRL max_completion_length
-    learning_rate: float = 1e-3
-    max_grad_norm: float = 1.0  # gradient clipping (TRL max_grad_norm)
-    seed: int = 0
-    reward: str = "integer-answer-v1"  # or "contains-answer-loophole"
-    eval_k: int = 16  # samples per held-out prompt for pass@k / maj@k
-    use_bias_correction_kl: bool = True  # TRL's option and default: KL term times the ratio (matters when beta > 0)
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """Settings of one online GRPO run (TRL's names). ``make online`` and the notebook use the same defaults; the
+    command line's flags are these fields (``--num-steps`` ...), with the help texts below. Checked once, when built
+    (``check_config``); frozen, so a built config stays valid (``dataclasses.replace`` makes a changed copy)."""
+
+    num_steps: int = _setting(50, "rollout -> update rounds")
+    prompts_per_step: int = _setting(16, "training prompts per rollout batch")
+    num_generations: int = _setting(8, "G completions per prompt (TRL num_generations)")
+    num_iterations: int = _setting(1, "mu: optimisation epochs per rollout batch (TRL num_iterations)")
+    loss_type: str = _setting("grpo", f"TRL loss_type: {' | '.join(LOSS_TYPES)}")
+    epsilon: float = _setting(0.2, "lower clip range (TRL epsilon)")
+    epsilon_high: float = _setting(0.2, "upper clip range (TRL epsilon_high; 0.28 = DAPO clip-higher)")
+    beta: float = _setting(0.0, "KL coefficient to the frozen reference (TRL beta)")
+    temperature: float = _setting(1.0, "sampling temperature (TRL temperature)")
+    top_p: float = _setting(1.0, "nucleus sampling (TRL top_p)")
+    max_new_tokens: int = _setting(6, "completion length limit (TRL max_completion_length)")
+    learning_rate: float = _setting(1e-3, "AdamW learning rate")
+    max_grad_norm: float = _setting(1.0, "gradient clipping (TRL max_grad_norm)")
+    seed: int = _setting(0, "sampling and batch-order seed (overridden by --seeds)")
+    reward: str = _setting(
+        "integer-answer-v1",
+        f"the training reward: {' | '.join(REWARDS)} (the loophole verifier is the reward-hacking ablation's)",
+    )
+    eval_k: int = _setting(16, "samples per held-out prompt for pass@k / maj@k")
+    use_bias_correction_kl: bool = _setting(
+        True,
+        "TRL's option and default: the KL term times the ratio (matters "
+        "when beta > 0); --no-use-bias-correction-kl gives the plain k3 KL",
+    )
 
     def __post_init__(self):
         check_config(self)
@@ -493,8 +565,14 @@ class OnlineConfig:
 
 def check_config(config: OnlineConfig) -> None:
     """Raise ValueError (Chinese) for a setting no run can use."""
-    ints = {"num_steps": 0, "prompts_per_step": 1, "num_generations": 2, "num_iterations": 1, "max_new_tokens": 1,
-            "eval_k": 1}
+    ints = {
+        "num_steps": 0,
+        "prompts_per_step": 1,
+        "num_generations": 2,
+        "num_iterations": 1,
+        "max_new_tokens": 1,
+        "eval_k": 1,
+    }
     for name, low in ints.items():
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -525,10 +603,17 @@ LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 RUN_PRESETS = {
     "tiny_cpu": {"config": {}, "heldout": None, "lora": None},
     "smoke": {"config": {"num_steps": 3, "prompts_per_step": 4, "eval_k": 4}, "heldout": 8, "lora": None},
-    "real_gpu": {"config": {"learning_rate": 1e-5, "max_new_tokens": 16, "prompts_per_step": 8, "num_generations": 8,
-                            "eval_k": 8},
-                 "heldout": None,
-                 "lora": {"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": LORA_TARGET_MODULES}},
+    "real_gpu": {
+        "config": {
+            "learning_rate": 1e-5,
+            "max_new_tokens": 16,
+            "prompts_per_step": 8,
+            "num_generations": 8,
+            "eval_k": 8,
+        },
+        "heldout": None,
+        "lora": {"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": LORA_TARGET_MODULES},
+    },
 }
 
 
@@ -547,8 +632,11 @@ def preset_dtype(mode: str):
     """bf16 for real_gpu on a card with native bf16, else float32 (the CPU modes always float32)."""
     import torch
 
-    if check_run_mode(mode) == "real_gpu" and torch.cuda.is_available() and \
-            torch.cuda.is_bf16_supported(including_emulation=False):
+    if (
+        check_run_mode(mode) == "real_gpu"
+        and torch.cuda.is_available()
+        and torch.cuda.is_bf16_supported(including_emulation=False)
+    ):
         return torch.bfloat16
     return torch.float32
 
@@ -612,9 +700,14 @@ def load_average() -> list[float]:
 def hardware_snapshot() -> dict:
     import torch
 
-    return {"cpu_count": os.cpu_count() or 1, "torch_threads": torch.get_num_threads(),
-            "load_average_before": load_average(), "load_average_after": load_average(),
-            "cuda_available": bool(torch.cuda.is_available()), "platform": platform.platform()}
+    return {
+        "cpu_count": os.cpu_count() or 1,
+        "torch_threads": torch.get_num_threads(),
+        "load_average_before": load_average(),
+        "load_average_after": load_average(),
+        "cuda_available": bool(torch.cuda.is_available()),
+        "platform": platform.platform(),
+    }
 
 
 def framework_versions() -> dict:
@@ -622,8 +715,12 @@ def framework_versions() -> dict:
 
     from tools.notebook_runtime import package_version
 
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": package_version("transformers"), "trl": package_version("trl")}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": package_version("transformers"),
+        "trl": package_version("trl"),
+    }
 
 
 def utc_now() -> str:
@@ -672,11 +769,14 @@ REFERENCE_LABELS = frozenset(label for _, label, _ in ABLATIONS) | {SEEDS_REFERE
 def print_progress(row: dict) -> None:
     if row["step"] % 5 == 0:
         kl = "-" if row["kl_ref"] is None else f"{row['kl_ref']:.4f}"
-        print(f"step {row['step']:3d}  reward {row['reward_mean']:.3f}±{row['reward_std']:.3f}  "
-              f"zero_std {row['frac_reward_zero_std']:.2f}  len {row['completion_length']:.2f}  "
-              f"clip {row['clip_ratio_low']:.3f}/{row['clip_ratio_high']:.3f}  approx_kl {row['approx_kl']:.5f}  "
-              f"kl_ref {kl}  entropy {row['entropy']:.3f}  strict {row['strict_accuracy']:.3f}  "
-              f"{row['seconds']:.2f}s", flush=True)
+        print(
+            f"step {row['step']:3d}  reward {row['reward_mean']:.3f}±{row['reward_std']:.3f}  "
+            f"zero_std {row['frac_reward_zero_std']:.2f}  len {row['completion_length']:.2f}  "
+            f"clip {row['clip_ratio_low']:.3f}/{row['clip_ratio_high']:.3f}  approx_kl {row['approx_kl']:.5f}  "
+            f"kl_ref {kl}  entropy {row['entropy']:.3f}  strict {row['strict_accuracy']:.3f}  "
+            f"{row['seconds']:.2f}s",
+            flush=True,
+        )
 
 
 def _content_hash(folder) -> str:
@@ -685,13 +785,28 @@ def _content_hash(folder) -> str:
     return resolve_model_commit(str(folder))[0]
 
 
-def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=None, tokenizer=None, warm_start=None,
-                          heldout=None, train=None, root=None, progress=None, write: bool = True,
-                          warm_start_variant: str = "sft", record_seed: int | None = None) -> dict:
+def run_online_experiment(
+    train_fn,
+    config: OnlineConfig,
+    label: str,
+    *,
+    verify,
+    model=None,
+    tokenizer=None,
+    warm_start=None,
+    heldout=None,
+    train=None,
+    root=None,
+    progress=None,
+    write: bool = True,
+    warm_start_variant: str = "sft",
+    record_seed: int | None = None,
+) -> dict:
     """Evaluate -> ``train_fn`` -> evaluate, and write the validated record; returns it.
 
     ``train_fn(model, tokenizer, train_problems, config, ref_model=..., progress=...)`` is the lesson's
-    ``train_online_grpo`` (the notebook passes its own; ``make online`` the saved one). Without ``model``
+    ``train_online_grpo`` (the notebook passes its own; ``make online`` the saved one) and ``verify`` nb04's
+    ``verify_integer_response`` (held-out correctness). Without ``model``
     the cached SFT warm start ``warm_start_variant`` (WARM_STARTS) is loaded. ``wall_seconds`` covers loading,
     both evaluations and training.
     """
@@ -702,7 +817,8 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     from tools.project_runtime import resolve_project_root
 
     check_run_label(label)
-    check_config(config)
+    if not isinstance(config, OnlineConfig):  # an OnlineConfig was checked when it was built (and is frozen)
+        raise ValueError(f"config 必须是 OnlineConfig，收到 {type(config).__name__}")
     root = Path(root) if root is not None else resolve_project_root(Path(__file__).resolve().parent)
     started = time.perf_counter()
     cpu_started = time.process_time()
@@ -711,8 +827,12 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     if model is None:
         path, cached, build_seconds = sft_checkpoint_path(seed=0, root=root, variant=warm_start_variant)
         model, tokenizer = load_policy(path)
-        warm_start = {"path": str(path.relative_to(root)), "cached": cached, "build_seconds": build_seconds,
-                      "variant": warm_start_variant}
+        warm_start = {
+            "path": str(path.relative_to(root)),
+            "cached": cached,
+            "build_seconds": build_seconds,
+            "variant": warm_start_variant,
+        }
     warm_start = dict(warm_start or {})
     path = Path(warm_start.get("path", ""))
     full = path if path.is_absolute() else root / path
@@ -720,10 +840,14 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     default_train, default_heldout = split_problems()
     train = default_train if train is None else train
     heldout = default_heldout if heldout is None else heldout
-    eval_kwargs = dict(samples_per_prompt=config.eval_k, temperature=config.temperature,
-                       max_new_tokens=config.max_new_tokens, ks=tuple(k for k in (1, 2, 4, 8, 16) if k <= config.eval_k))
+    eval_kwargs = dict(
+        samples_per_prompt=config.eval_k,
+        temperature=config.temperature,
+        max_new_tokens=config.max_new_tokens,
+        ks=tuple(k for k in (1, 2, 4, 8, 16) if k <= config.eval_k),
+    )
     torch.manual_seed(config.seed)
-    before = evaluate(model, tokenizer, heldout, **eval_kwargs)
+    before = evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
     ref_model = copy.deepcopy(model).eval() if config.beta > 0 else None
     if ref_model is not None:
         for parameter in ref_model.parameters():
@@ -731,19 +855,27 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
     train_started = time.perf_counter()
     steps = train_fn(model, tokenizer, train, config, ref_model=ref_model, progress=progress)
     train_seconds = time.perf_counter() - train_started
-    after = evaluate(model, tokenizer, heldout, **eval_kwargs)
+    after = evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
     hardware["load_average_after"] = load_average()
     record = {
         "schema_version": SCHEMA_VERSION,
         "run_label": label,
         "created_utc": utc_now(),
         "config": config.to_dict(),
-        "task": {"id": TASK_ID, "train_prompts": len(train), "heldout_prompts": len(heldout),
-                 "disjoint": not ({p["prompt"] for p in train} & {p["prompt"] for p in heldout})},
+        "task": {
+            "id": TASK_ID,
+            "train_prompts": len(train),
+            "heldout_prompts": len(heldout),
+            "disjoint": not ({p["prompt"] for p in train} & {p["prompt"] for p in heldout}),
+        },
         "warm_start": warm_start,
         "steps": steps,
-        "eval": {"heldout_prompts": len(heldout), "before": before, "after": after,
-                 "subsets": subset_pass_at_1(heldout_subsets(train, heldout), before, after)},
+        "eval": {
+            "heldout_prompts": len(heldout),
+            "before": before,
+            "after": after,
+            "subsets": subset_pass_at_1(heldout_subsets(train, heldout), before, after),
+        },
         "train_seconds": round(train_seconds, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
@@ -760,9 +892,11 @@ def subset_pass_at_1(subsets: dict, before: dict, after: dict) -> dict:
     out = {}
     for name, prompts in subsets.items():
         if prompts:
-            out[name] = {"prompts": len(prompts),
-                         "before": round(sum(before["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6),
-                         "after": round(sum(after["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6)}
+            out[name] = {
+                "prompts": len(prompts),
+                "before": round(sum(before["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6),
+                "after": round(sum(after["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6),
+            }
     return out
 
 
@@ -789,8 +923,11 @@ def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
     trainable_before = {n: p.detach().clone() for n, p in trainable.items()}
     expected = None
     if lora is not None:
-        expected = sum(lora["rank"] * (m.in_features + m.out_features) for name, m in model.named_modules()
-                       if name.split(".")[-1] in lora["target_modules"] and hasattr(m, "base_layer"))
+        expected = sum(
+            lora["rank"] * (m.in_features + m.out_features)
+            for name, m in model.named_modules()
+            if name.split(".")[-1] in lora["target_modules"] and hasattr(m, "base_layer")
+        )
     optimizer = make_optimizer(model, config.learning_rate)
     train, _ = split_problems()
     started = time.perf_counter()
@@ -802,24 +939,35 @@ def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
     n_total = sum(p.numel() for p in model.parameters())
     checks = {
         "steps_logged": len(steps_log) == steps,
-        "metrics_finite": all(math.isfinite(v) for row in steps_log for v in row.values()
-                              if isinstance(v, float)),
+        "metrics_finite": all(math.isfinite(v) for row in steps_log for v in row.values() if isinstance(v, float)),
         "optimizer_state_only_for_trainable": state_numel == 2 * n_trainable,  # exp_avg + exp_avg_sq
-        "base_weights_unchanged": all(torch.equal(p.detach(), frozen_before[n])
-                                      for n, p in model.named_parameters() if not p.requires_grad),
+        "base_weights_unchanged": all(
+            torch.equal(p.detach(), frozen_before[n]) for n, p in model.named_parameters() if not p.requires_grad
+        ),
         "trainable_weights_moved": any(not torch.equal(p.detach(), trainable_before[n]) for n, p in trainable.items()),
     }
     if lora is not None:
         checks["trainable_count_is_lora"] = n_trainable == expected
         checks["only_lora_trainable"] = all("lora_" in n for n in trainable)
-        checks["dtype_is_preset"] = all(p.dtype == preset_dtype(mode) for p in frozen_before.values()
-                                        if p.is_floating_point())
-    return {"mode": mode, "model": str(model_path), "device": device, "dtype": str(preset_dtype(mode)),
-            "learning_rate": config.learning_rate, "lora": None if lora is None else dict(lora, target_modules=list(
-                lora["target_modules"])), "trainable_parameters": n_trainable, "expected_trainable": expected,
-            "total_parameters": n_total, "optimizer_state_numel": state_numel, "seconds": round(seconds, 3),
-            "completion_length": [row["completion_length"] for row in steps_log], "checks": checks,
-            "passed": all(checks.values())}
+        checks["dtype_is_preset"] = all(
+            p.dtype == preset_dtype(mode) for p in frozen_before.values() if p.is_floating_point()
+        )
+    return {
+        "mode": mode,
+        "model": str(model_path),
+        "device": device,
+        "dtype": str(preset_dtype(mode)),
+        "learning_rate": config.learning_rate,
+        "lora": None if lora is None else dict(lora, target_modules=list(lora["target_modules"])),
+        "trainable_parameters": n_trainable,
+        "expected_trainable": expected,
+        "total_parameters": n_total,
+        "optimizer_state_numel": state_numel,
+        "seconds": round(seconds, 3),
+        "completion_length": [row["completion_length"] for row in steps_log],
+        "checks": checks,
+        "passed": all(checks.values()),
+    }
 
 
 # ----------------------------------------------------------------------------------------------- several seeds
@@ -862,9 +1010,13 @@ def mean_ci95(values) -> dict:
         return {"mean": round(mean, 6), "ci95": None, "method": "single seed: no interval", "n": 1}
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = t_quantile_975(n - 1) * sd / math.sqrt(n)
-    return {"mean": round(mean, 6), "ci95": [round(mean - half, 6), round(mean + half, 6)],
-            "method": f"Student t interval over {n} seeds (t_0.975,{n - 1} = {t_quantile_975(n - 1):.3f}, sample sd)",
-            "n": n, "sd": round(sd, 6)}
+    return {
+        "mean": round(mean, 6),
+        "ci95": [round(mean - half, 6), round(mean + half, 6)],
+        "method": f"Student t interval over {n} seeds (t_0.975,{n - 1} = {t_quantile_975(n - 1):.3f}, sample sd)",
+        "n": n,
+        "sd": round(sd, 6),
+    }
 
 
 def load_seeds_schema() -> dict:
@@ -889,31 +1041,48 @@ def seeds_summary(label: str, records: list[dict]) -> dict:
     seeds = []
     for record in records:
         before, after = record["eval"]["before"], record["eval"]["after"]
-        entry = {"seed": record["config"]["seed"], "pass_at_1_before": before["pass_at_1"],
-                 "pass_at_1_after": after["pass_at_1"], "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
-                 "wall_seconds": record["wall_seconds"], "train_seconds": record.get("train_seconds"),
-                 "cpu_seconds": record.get("cpu_seconds"),
-                 "warm_start_hash": record["warm_start"]["content_sha256"],
-                 "record": record["run_label"]}
+        entry = {
+            "seed": record["config"]["seed"],
+            "pass_at_1_before": before["pass_at_1"],
+            "pass_at_1_after": after["pass_at_1"],
+            "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
+            "wall_seconds": record["wall_seconds"],
+            "train_seconds": record.get("train_seconds"),
+            "cpu_seconds": record.get("cpu_seconds"),
+            "warm_start_hash": record["warm_start"]["content_sha256"],
+            "record": record["run_label"],
+        }
         if "outcomes" in before and "outcomes" in after:
             entry["outcomes_before"], entry["outcomes_after"] = before["outcomes"], after["outcomes"]
         seeds.append(entry)
-    summary = {"schema_version": SEEDS_SCHEMA_VERSION, "run_label": check_run_label(label), "created_utc": utc_now(),
-               "config": base, "task": records[0]["task"], "seeds": seeds,
-               "gain_pass_at_1": mean_ci95([e["gain"] for e in seeds]),
-               "pass_at_1_before": mean_ci95([e["pass_at_1_before"] for e in seeds]),
-               "pass_at_1_after": mean_ci95([e["pass_at_1_after"] for e in seeds]),
-               "framework": records[-1]["framework"], "hardware": records[-1]["hardware"]}
+    summary = {
+        "schema_version": SEEDS_SCHEMA_VERSION,
+        "run_label": check_run_label(label),
+        "created_utc": utc_now(),
+        "config": base,
+        "task": records[0]["task"],
+        "seeds": seeds,
+        "gain_pass_at_1": mean_ci95([e["gain"] for e in seeds]),
+        "pass_at_1_before": mean_ci95([e["pass_at_1_before"] for e in seeds]),
+        "pass_at_1_after": mean_ci95([e["pass_at_1_after"] for e in seeds]),
+        "framework": records[-1]["framework"],
+        "hardware": records[-1]["hardware"],
+    }
     subsets = [record["eval"].get("subsets", {}) for record in records]
     if all(subsets):
         summary["gain_by_heldout_subset"] = {
-            name: dict(mean_ci95([sub[name]["after"] - sub[name]["before"] for sub in subsets]),
-                       prompts=subsets[0][name]["prompts"])
-            for name in subsets[0] if all(name in sub for sub in subsets)}
+            name: dict(
+                mean_ci95([sub[name]["after"] - sub[name]["before"] for sub in subsets]),
+                prompts=subsets[0][name]["prompts"],
+            )
+            for name in subsets[0]
+            if all(name in sub for sub in subsets)
+        }
     if all("outcomes_before" in e for e in seeds):
         summary["gain_by_outcome"] = {
             kind: mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind] for e in seeds])
-            for kind in ("right", "wrong", "unparseable")}
+            for kind in OUTCOMES
+        }
     return summary
 
 
@@ -942,11 +1111,17 @@ def _interval(stat: dict) -> str:
 
 def seeds_table(summary: dict) -> str:
     """Markdown: one row per seed, then the mean gain with its interval (and by outcome kind)."""
-    lines = [f"多种子汇总 `{summary['run_label']}`（{len(summary['seeds'])} 个种子，同一配置）：", "",
-             "| 种子 | pass@1 前 | pass@1 后 | 提高 | 用时 (s) | 热启动哈希 |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"多种子汇总 `{summary['run_label']}`（{len(summary['seeds'])} 个种子，同一配置）：",
+        "",
+        "| 种子 | pass@1 前 | pass@1 后 | 提高 | 用时 (s) | 热启动哈希 |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for e in summary["seeds"]:
-        lines.append(f"| {e['seed']} | {e['pass_at_1_before']:.3f} | {e['pass_at_1_after']:.3f} | {e['gain']:+.3f} | "
-                     f"{e['wall_seconds']:.1f} | `{e['warm_start_hash'][:12]}` |")
+        lines.append(
+            f"| {e['seed']} | {e['pass_at_1_before']:.3f} | {e['pass_at_1_after']:.3f} | {e['gain']:+.3f} | "
+            f"{e['wall_seconds']:.1f} | `{e['warm_start_hash'][:12]}` |"
+        )
     lines += ["", f"平均提高 {_interval(summary['gain_pass_at_1'])}（{summary['gain_pass_at_1']['method']}）。"]
     for kind, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析（含拒答）")):
         if kind in summary.get("gain_by_outcome", {}):
@@ -958,9 +1133,16 @@ def seeds_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-ABLATION_SEED_METRICS = (("clip_ratio_high", "clip high"), ("clip_ratio_low", "clip low"), ("approx_kl", "approx_kl"),
-                         ("kl_ref", "KL 到参考"), ("completion_length", "长度"), ("entropy", "熵"),
-                         ("reward_mean", "训练奖励"), ("strict_accuracy", "strict"))
+ABLATION_SEED_METRICS = (
+    ("clip_ratio_high", "clip high"),
+    ("clip_ratio_low", "clip low"),
+    ("approx_kl", "approx_kl"),
+    ("kl_ref", "KL 到参考"),
+    ("completion_length", "长度"),
+    ("entropy", "熵"),
+    ("reward_mean", "训练奖励"),
+    ("strict_accuracy", "strict"),
+)
 
 
 def load_seed_records(root, label: str) -> list[dict]:
@@ -980,6 +1162,7 @@ def load_seed_records(root, label: str) -> list[dict]:
 def ablation_seeds_table(root, labels, tail: int = 10) -> str:
     """Markdown: for each label with a multi-seed summary, the held-out gain and the last-``tail``-step mean of each
     ABLATION_SEED_METRICS key, as mean [95 % t-interval] over its seeds; labels without one are listed as missing."""
+
     def cell(stat):
         if stat is None:
             return "—"
@@ -1036,7 +1219,7 @@ def _tail_interval(root, label: str, key: str, tail: int = 10):
 
 
 def interval_verdict(a, b) -> str:
-    """"a > b" / "a < b" when the two 95 % intervals do not overlap, "overlap" when they do, "missing" without both."""
+    """ "a > b" / "a < b" when the two 95 % intervals do not overlap, "overlap" when they do, "missing" without both."""
     if a is None or b is None or a.get("ci95") is None or b.get("ci95") is None:
         return "missing"
     if a["ci95"][0] > b["ci95"][1]:
@@ -1046,8 +1229,12 @@ def interval_verdict(a, b) -> str:
     return "overlap"
 
 
-VERDICT_WORDS = {"a > b": "前者更大（区间不重叠）", "a < b": "前者更小（区间不重叠）",
-                 "overlap": "区间重叠：这一规模上看不出差别", "missing": "缺少多种子记录"}
+VERDICT_WORDS = {
+    "a > b": "前者更大（区间不重叠）",
+    "a < b": "前者更小（区间不重叠）",
+    "overlap": "区间重叠：这一规模上看不出差别",
+    "missing": "缺少多种子记录",
+}
 
 
 def ablation_verdicts(root, comparisons=None, tail: int = 10) -> list[dict]:
@@ -1057,8 +1244,17 @@ def ablation_verdicts(root, comparisons=None, tail: int = 10) -> list[dict]:
     for a, b, key, prediction in comparisons or ABLATION_COMPARISONS:
         ia, ib = _tail_interval(root, a, key, tail), _tail_interval(root, b, key, tail)
         verdict = interval_verdict(ia, ib)
-        out.append({"a": a, "b": b, "key": key, "prediction": prediction, "a_interval": ia, "b_interval": ib,
-                    "verdict": verdict})
+        out.append(
+            {
+                "a": a,
+                "b": b,
+                "key": key,
+                "prediction": prediction,
+                "a_interval": ia,
+                "b_interval": ib,
+                "verdict": verdict,
+            }
+        )
     return out
 
 
@@ -1068,22 +1264,35 @@ def verdicts_table(verdicts) -> str:
     def cell(stat):
         return "—" if stat is None else f"{stat['mean']:.3g} [{stat['ci95'][0]:.3g}, {stat['ci95'][1]:.3g}]"
 
-    lines = ["| 对照 | 指标（末 10 步） | 前者 | 后者 | 教科书的预测 | 区间支持什么 |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| 对照 | 指标（末 10 步） | 前者 | 后者 | 教科书的预测 | 区间支持什么 |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for v in verdicts:
-        lines.append(f"| `{v['a']}` 对 `{v['b']}` | `{v['key']}` | {cell(v['a_interval'])} | {cell(v['b_interval'])} | "
-                     f"{v['prediction']} | {words[v['verdict']]} |")
+        lines.append(
+            f"| `{v['a']}` 对 `{v['b']}` | `{v['key']}` | {cell(v['a_interval'])} | {cell(v['b_interval'])} | "
+            f"{v['prediction']} | {words[v['verdict']]} |"
+        )
     return "\n".join(lines)
 
 
 def headline(record: dict) -> dict:
     before, after = record["eval"]["before"], record["eval"]["after"]
-    return {"run_label": record["run_label"], "pass_at_1_before": before["pass_at_1"],
-            "pass_at_1_after": after["pass_at_1"], "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
-            "greedy_before": before["greedy_accuracy"], "greedy_after": after["greedy_accuracy"],
-            "steps": len(record["steps"]), "train_seconds": record.get("train_seconds"),
-            "wall_seconds": record["wall_seconds"], "load_average_before": record["hardware"]["load_average_before"],
-            "load_average_after": record["hardware"]["load_average_after"], "cpu_count": record["hardware"]["cpu_count"],
-            "torch_threads": record["hardware"]["torch_threads"]}
+    return {
+        "run_label": record["run_label"],
+        "pass_at_1_before": before["pass_at_1"],
+        "pass_at_1_after": after["pass_at_1"],
+        "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
+        "greedy_before": before["greedy_accuracy"],
+        "greedy_after": after["greedy_accuracy"],
+        "steps": len(record["steps"]),
+        "train_seconds": record.get("train_seconds"),
+        "wall_seconds": record["wall_seconds"],
+        "load_average_before": record["hardware"]["load_average_before"],
+        "load_average_after": record["hardware"]["load_average_after"],
+        "cpu_count": record["hardware"]["cpu_count"],
+        "torch_threads": record["hardware"]["torch_threads"],
+    }
 
 
 def load_records(root, labels) -> dict:
@@ -1106,11 +1315,18 @@ def _png(fig) -> bytes:
     return figure_png(fig, dpi=90, tight=False)
 
 
-STEP_PANELS = [("reward_mean", "reward mean"), ("reward_std", "reward std"),
-               ("frac_reward_zero_std", "frac_reward_zero_std"), ("completion_length", "completion length"),
-               ("clip_ratio_low", "clip ratio low"), ("clip_ratio_high", "clip ratio high"),
-               ("approx_kl", "approx KL old->new"), ("kl_ref", "KL to reference"), ("entropy", "token entropy"),
-               ("strict_accuracy", "strict accuracy (train samples)")]
+STEP_PANELS = [
+    ("reward_mean", "reward mean"),
+    ("reward_std", "reward std"),
+    ("frac_reward_zero_std", "frac_reward_zero_std"),
+    ("completion_length", "completion length"),
+    ("clip_ratio_low", "clip ratio low"),
+    ("clip_ratio_high", "clip ratio high"),
+    ("approx_kl", "approx KL old->new"),
+    ("kl_ref", "KL to reference"),
+    ("entropy", "token entropy"),
+    ("strict_accuracy", "strict accuracy (train samples)"),
+]
 
 
 def plot_steps(steps, title: str = "", others: dict | None = None) -> bytes:
@@ -1157,8 +1373,11 @@ def plot_pass_maj(record: dict) -> bytes:
 
 
 def plot_ablations(records: dict) -> bytes:
-    return plot_steps(None, title="ablations (records under benchmarks/results/online/)",
-                      others={label: rec["steps"] for label, rec in records.items()})
+    return plot_steps(
+        None,
+        title="ablations (records under benchmarks/results/online/)",
+        others={label: rec["steps"] for label, rec in records.items()},
+    )
 
 
 def plot_ablation_intervals(root, labels, tail: int = 10) -> bytes | None:
@@ -1176,8 +1395,11 @@ def plot_ablation_intervals(root, labels, tail: int = 10) -> bytes | None:
     fig, axes = plt.subplots(1, len(panels), figsize=(2.1 * len(panels), 3.6))
     for axis, (key, name) in zip(axes, panels):
         for i, label in enumerate(present):
-            stat = (load_seeds_summary(root, label)["gain_pass_at_1"] if key == "gain"
-                    else _tail_interval(root, label, key, tail))
+            stat = (
+                load_seeds_summary(root, label)["gain_pass_at_1"]
+                if key == "gain"
+                else _tail_interval(root, label, key, tail)
+            )
             if stat is None:
                 continue
             low, high = stat["ci95"]
@@ -1205,8 +1427,15 @@ def plot_gain_intervals(summaries: dict) -> bytes:
             if stat is None or stat["ci95"] is None:
                 continue
             x = i + 0.15 * (j - (len(summaries) - 1) / 2)
-            axis.errorbar([x], [stat["mean"]], yerr=[[stat["mean"] - stat["ci95"][0]], [stat["ci95"][1] - stat["mean"]]],
-                          fmt="o", capsize=3, color=f"C{j}", label=name if i == 0 else None)
+            axis.errorbar(
+                [x],
+                [stat["mean"]],
+                yerr=[[stat["mean"] - stat["ci95"][0]], [stat["ci95"][1] - stat["mean"]]],
+                fmt="o",
+                capsize=3,
+                color=f"C{j}",
+                label=name if i == 0 else None,
+            )
     axis.set_xticks(range(len(groups)))
     axis.set_xticklabels(["all held-out", "commuted form trained", "new (neither form)"], fontsize=8)
     axis.set(ylabel="held-out pass@1 gain", title="mean and 95% t-interval over seeds")
@@ -1217,20 +1446,27 @@ def plot_gain_intervals(summaries: dict) -> bytes:
 
 
 def ablation_table(records: dict) -> str:
-    lines = ["| 记录 | 起点 | μ | loss_type | ε_high | reward | pass@1 前 → 后 | 留出集“包含答案” 前 → 后 | "
-             "末 10 步 clip high | 末 10 步 approx_kl | 末 10 步长度 | 末 10 步熵 | 末 10 步训练奖励 | 末 10 步 strict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| 记录 | 起点 | μ | loss_type | ε_high | reward | pass@1 前 → 后 | 留出集“包含答案” 前 → 后 | "
+        "末 10 步 clip high | 末 10 步 approx_kl | 末 10 步长度 | 末 10 步熵 | 末 10 步训练奖励 | 末 10 步 strict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for label, rec in records.items():
         cfg, tail = rec["config"], rec["steps"][-10:] or [{}]
         mean = lambda key, tail=tail: sum(r.get(key, 0.0) for r in tail) / len(tail)  # noqa: E731
         before, after = rec["eval"]["before"], rec["eval"]["after"]
-        contains = (f"{before['contains_answer_rate']:.3f} → {after['contains_answer_rate']:.3f}"
-                    if "contains_answer_rate" in before and "contains_answer_rate" in after else "—")
-        lines.append(f"| `{label}` | {rec['warm_start'].get('variant', 'sft')} | {cfg['num_iterations']} | "
-                     f"{cfg['loss_type']} | {cfg['epsilon_high']} | "
-                     f"{cfg['reward']} | {before['pass_at_1']:.3f} → {after['pass_at_1']:.3f} | {contains} | "
-                     f"{mean('clip_ratio_high'):.4f} | {mean('approx_kl'):.5f} | {mean('completion_length'):.2f} | "
-                     f"{mean('entropy'):.3f} | {mean('reward_mean'):.3f} | {mean('strict_accuracy'):.3f} |")
+        contains = (
+            f"{before['contains_answer_rate']:.3f} → {after['contains_answer_rate']:.3f}"
+            if "contains_answer_rate" in before and "contains_answer_rate" in after
+            else "—"
+        )
+        lines.append(
+            f"| `{label}` | {rec['warm_start'].get('variant', 'sft')} | {cfg['num_iterations']} | "
+            f"{cfg['loss_type']} | {cfg['epsilon_high']} | "
+            f"{cfg['reward']} | {before['pass_at_1']:.3f} → {after['pass_at_1']:.3f} | {contains} | "
+            f"{mean('clip_ratio_high'):.4f} | {mean('approx_kl'):.5f} | {mean('completion_length'):.2f} | "
+            f"{mean('entropy'):.3f} | {mean('reward_mean'):.3f} | {mean('strict_accuracy'):.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -1251,8 +1487,9 @@ def grading_policy(seed: int = 0):
 
     tokenizer = tiny_model.build_tokenizer()
     tokenizer.padding_side = "left"
-    model = tiny_model._build_model(dict(tiny_model.TINY_ARCHITECTURE, vocab_size=len(tokenizer)), tokenizer, seed,
-                                    torch.float32)
+    model = tiny_model._build_model(
+        dict(tiny_model.TINY_ARCHITECTURE, vocab_size=len(tokenizer)), tokenizer, seed, torch.float32
+    )
     rows = []
     for problem in arithmetic_problems():
         prompt_ids = tokenizer(chat_prompt(tokenizer, problem["prompt"]), add_special_tokens=False)["input_ids"]
@@ -1267,9 +1504,11 @@ def grading_policy(seed: int = 0):
         ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)  # [B, T]
         labels = torch.full((len(batch), width), -100, dtype=torch.long)  # [B, T]
         for i, row in enumerate(batch):
-            ids[i, :len(row)] = torch.tensor(row)
-            labels[i, len(row) - 3:len(row)] = torch.tensor(row[-3:])
-        model(input_ids=ids, attention_mask=(labels != -100) | (ids != tokenizer.pad_token_id), labels=labels).loss.backward()
+            ids[i, : len(row)] = torch.tensor(row)
+            labels[i, len(row) - 3 : len(row)] = torch.tensor(row[-3:])
+        model(
+            input_ids=ids, attention_mask=(labels != -100) | (ids != tokenizer.pad_token_id), labels=labels
+        ).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     model.eval()

@@ -9,6 +9,7 @@
   course verifier as reward function; returns its logged metrics per step under the lesson's names.
 * ``check_accelerate_configs``: loads ``environments/accelerate/*.yaml`` with accelerate's own config parser.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,13 +19,20 @@ import time
 import warnings
 from pathlib import Path
 
+from tools.loss_types import CLIPPED_LOSS_TYPES
+
 TRL_VERSION_WRITTEN_FOR = "1.16.0"
 
 # lesson name -> TRL log key (GRPOTrainer's self._metrics["train"])
 TRL_METRIC_NAMES = {
-    "reward_mean": "reward", "reward_std": "reward_std", "frac_reward_zero_std": "frac_reward_zero_std",
-    "completion_length": "completions/mean_length", "clip_ratio_low": "clip_ratio/low_mean",
-    "clip_ratio_high": "clip_ratio/high_mean", "kl_ref": "kl", "entropy": "entropy",
+    "reward_mean": "reward",
+    "reward_std": "reward_std",
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "completion_length": "completions/mean_length",
+    "clip_ratio_low": "clip_ratio/low_mean",
+    "clip_ratio_high": "clip_ratio/high_mean",
+    "kl_ref": "kl",
+    "entropy": "entropy",
 }
 
 
@@ -47,26 +55,59 @@ def grpo_config(config=None, **overrides):
     config = config or OnlineConfig()
     base = dict(
         output_dir=os.path.join(tempfile.gettempdir(), "grpo-course-online-trl"),
-        use_cpu=not torch.cuda.is_available(), report_to="none",
-        save_strategy="no", logging_steps=1, disable_tqdm=True,
-        per_device_train_batch_size=config.prompts_per_step * config.num_generations, gradient_accumulation_steps=1,
-        num_generations=config.num_generations, num_iterations=config.num_iterations, loss_type=config.loss_type,
-        epsilon=config.epsilon, epsilon_high=config.epsilon_high, beta=config.beta, temperature=config.temperature,
-        top_p=config.top_p, top_k=0, max_completion_length=config.max_new_tokens, learning_rate=config.learning_rate,
-        lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=config.max_grad_norm, weight_decay=0.01,
-        adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, seed=config.seed, use_vllm=False,
+        use_cpu=not torch.cuda.is_available(),
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        per_device_train_batch_size=config.prompts_per_step * config.num_generations,
+        gradient_accumulation_steps=1,
+        num_generations=config.num_generations,
+        num_iterations=config.num_iterations,
+        loss_type=config.loss_type,
+        epsilon=config.epsilon,
+        epsilon_high=config.epsilon_high,
+        beta=config.beta,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        top_k=0,
+        max_completion_length=config.max_new_tokens,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_grad_norm=config.max_grad_norm,
+        weight_decay=0.01,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        seed=config.seed,
+        use_vllm=False,
         use_bias_correction_kl=config.use_bias_correction_kl,
-        scale_rewards="group", log_completions=False, shuffle_dataset=True, bf16=False, fp16=False,  # TRL defaults to bf16 autocast
+        scale_rewards="group",
+        log_completions=False,
+        shuffle_dataset=True,
+        bf16=False,
+        fp16=False,  # TRL defaults to bf16 autocast
     )
     base.update(overrides)
     return GRPOConfig(**base)
 
 
-def course_reward(completions, answer, **kwargs):
-    """The course verifier as a TRL reward function (integer-answer-v1 total reward)."""
+def course_reward(verify):
+    """The course verifier as a TRL reward function (integer-answer-v1 total reward); ``verify`` is nb04's
+    ``verify_integer_response``, passed in by the lesson or the command line (this runtime never imports
+    ``tools.lessons``)."""
     from tools.online_grpo import strict_rewards
 
-    return strict_rewards(completions, answer)
+    def integer_answer_v1(completions, answer, **kwargs):
+        return strict_rewards(completions, answer, verify)
+
+    return integer_answer_v1
+
+
+def _reward_never_called(completions, **kwargs):
+    """The reward of a trainer that only computes ``_compute_loss`` on a given batch: never sampled, never scored."""
+    raise RuntimeError("trl_loss_and_grad computes the loss of a given batch; no reward is scored")
 
 
 def _dataset(problems, tokenizer):
@@ -74,11 +115,10 @@ def _dataset(problems, tokenizer):
 
     from tools.online_grpo import chat_prompt
 
-    return Dataset.from_list([{"prompt": chat_prompt(tokenizer, p["prompt"]), "answer": p["answer"]}
-                              for p in problems])
+    return Dataset.from_list([{"prompt": chat_prompt(tokenizer, p["prompt"]), "answer": p["answer"]} for p in problems])
 
 
-def make_trainer(model, tokenizer, problems, args):
+def make_trainer(model, tokenizer, problems, args, reward):
     from trl import GRPOTrainer
 
     _quiet()
@@ -86,17 +126,26 @@ def make_trainer(model, tokenizer, problems, args):
     tokenizer.padding_side = "left"
     from transformers import PrinterCallback
 
-    trainer = GRPOTrainer(model=model, reward_funcs=[course_reward], args=args,
-                          train_dataset=_dataset(problems, tokenizer), processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=_dataset(problems, tokenizer),
+        processing_class=tokenizer,
+    )
     trainer.remove_callback(PrinterCallback)  # the log is read from trainer.state.log_history instead
     return trainer
 
 
 # The comparison matrix: every loss type of grpo_step x beta in {0, 0.04} x use_bias_correction_kl in {False, True}.
-MATRIX_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+MATRIX_LOSS_TYPES = CLIPPED_LOSS_TYPES
 MATRIX_BETAS = (0.0, 0.04)
-MATRIX = [{"loss_type": lt, "beta": beta, "use_bias_correction_kl": bc}
-          for lt in MATRIX_LOSS_TYPES for beta in MATRIX_BETAS for bc in (False, True)]
+MATRIX = [
+    {"loss_type": lt, "beta": beta, "use_bias_correction_kl": bc}
+    for lt in MATRIX_LOSS_TYPES
+    for beta in MATRIX_BETAS
+    for bc in (False, True)
+]
 AGREEMENT_RTOL = 1e-5  # relative: |a - b| / max(|a|, |b|) for the loss, ||ga - gb|| / max(||ga||, ||gb||) for gradients
 MATRIX_EPSILON, MATRIX_EPSILON_HIGH = 0.2, 0.28
 # One process, one optimizer step per rollout batch: dapo's normaliser (num_items_in_batch) equals bnpo's
@@ -129,8 +178,18 @@ def mixed_reference(policy, other, weight: float = 0.5):
     return ref
 
 
-def agreement_batch(sample_group, policy, ref_model, tokenizer, problems, num_generations=4, prompts=3,
-                    max_new_tokens=6, seed=3, old_noise=0.3) -> dict:
+def agreement_batch(
+    sample_group,
+    policy,
+    ref_model,
+    tokenizer,
+    problems,
+    num_generations=4,
+    prompts=3,
+    max_new_tokens=6,
+    seed=3,
+    old_noise=0.3,
+) -> dict:
     """A rollout batch on which every row of MATRIX can disagree with TRL (it is checked, not assumed):
 
     * completions sampled by the lesson's ``sample_group`` from ``policy``, then some cut short (never past their
@@ -143,8 +202,16 @@ def agreement_batch(sample_group, policy, ref_model, tokenizer, problems, num_ge
     """
     import torch
 
-    rollout = sample_group(policy, tokenizer, [p["prompt"] for p in problems[:prompts]], num_generations,
-                           temperature=1.0, max_new_tokens=max_new_tokens, seed=seed, ref_model=ref_model)
+    rollout = sample_group(
+        policy,
+        tokenizer,
+        [p["prompt"] for p in problems[:prompts]],
+        num_generations,
+        temperature=1.0,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        ref_model=ref_model,
+    )
     n, width = rollout["completion_ids"].shape
     gen = torch.Generator().manual_seed(seed)
     eos_lengths = rollout["completion_mask"].sum(1).cpu()  # [N] up to and including the first EOS
@@ -154,8 +221,12 @@ def agreement_batch(sample_group, policy, ref_model, tokenizer, problems, num_ge
     on_policy_old = rollout["old_per_token_logps"].masked_fill(~mask, 0.0)  # [N, C]
     noise = old_noise * torch.randn((n, width), generator=gen)  # [N, C]
     advantages = torch.randn(n, generator=gen)  # [N] group sums != 0
-    batch = dict(rollout, completion_mask=mask, old_per_token_logps=(on_policy_old + noise).masked_fill(~mask, 0.0),
-                 ref_per_token_logps=rollout["ref_per_token_logps"].masked_fill(~mask, 0.0))
+    batch = dict(
+        rollout,
+        completion_mask=mask,
+        old_per_token_logps=(on_policy_old + noise).masked_fill(~mask, 0.0),
+        ref_per_token_logps=rollout["ref_per_token_logps"].masked_fill(~mask, 0.0),
+    )
     group_lengths = lengths.view(-1, num_generations)  # [B, G]
     if bool((group_lengths.max(1).values == group_lengths.min(1).values).any()):
         raise ValueError("每组的回答长度应不全相同")
@@ -164,8 +235,19 @@ def agreement_batch(sample_group, policy, ref_model, tokenizer, problems, num_ge
     return dict(batch, advantages=advantages, on_policy_old=on_policy_old)
 
 
-def course_loss_and_grad(grpo_step, model, batch, *, loss_type, beta, use_bias_correction_kl, epsilon=MATRIX_EPSILON,
-                         epsilon_high=MATRIX_EPSILON_HIGH, old=None, max_completion_length=None):
+def course_loss_and_grad(
+    grpo_step,
+    model,
+    batch,
+    *,
+    loss_type,
+    beta,
+    use_bias_correction_kl,
+    epsilon=MATRIX_EPSILON,
+    epsilon_high=MATRIX_EPSILON_HIGH,
+    old=None,
+    max_completion_length=None,
+):
     """The lesson's ``grpo_step`` (one epoch) on a fresh copy of ``model``: (epoch-0 loss, flat gradient, metrics).
 
     SGD at lr 0 leaves the weights as they were and a ``max_grad_norm`` of 1e12 leaves the gradient unscaled
@@ -175,44 +257,82 @@ def course_loss_and_grad(grpo_step, model, batch, *, loss_type, beta, use_bias_c
 
     copy_ = copy.deepcopy(model)
     rollout = batch if old is None else dict(batch, old_per_token_logps=old)
-    out = grpo_step(copy_, torch.optim.SGD(copy_.parameters(), lr=0.0), rollout, batch["advantages"], num_iterations=1,
-                    epsilon=epsilon, epsilon_high=epsilon_high, beta=beta, loss_type=loss_type, max_grad_norm=1e12,
-                    temperature=1.0, max_completion_length=max_completion_length,
-                    use_bias_correction_kl=use_bias_correction_kl)
-    grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
-                      for p in copy_.parameters()])
+    out = grpo_step(
+        copy_,
+        torch.optim.SGD(copy_.parameters(), lr=0.0),
+        rollout,
+        batch["advantages"],
+        num_iterations=1,
+        epsilon=epsilon,
+        epsilon_high=epsilon_high,
+        beta=beta,
+        loss_type=loss_type,
+        max_grad_norm=1e12,
+        temperature=1.0,
+        max_completion_length=max_completion_length,
+        use_bias_correction_kl=use_bias_correction_kl,
+    )
+    grad = torch.cat(
+        [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double() for p in copy_.parameters()]
+    )
     return out["losses"][0], grad, out
 
 
-def trl_loss_and_grad(model, tokenizer, problems, batch, *, loss_type, beta, use_bias_correction_kl,
-                      epsilon=MATRIX_EPSILON, epsilon_high=MATRIX_EPSILON_HIGH, max_completion_length=6):
+def trl_loss_and_grad(
+    model,
+    tokenizer,
+    problems,
+    batch,
+    *,
+    loss_type,
+    beta,
+    use_bias_correction_kl,
+    epsilon=MATRIX_EPSILON,
+    epsilon_high=MATRIX_EPSILON_HIGH,
+    max_completion_length=6,
+):
     """A real ``GRPOTrainer`` (its config built from the same settings) computes ``_compute_loss`` on ``batch`` with
     a fresh copy of ``model``; backward gives its gradient. Returns (loss, flat gradient)."""
     import torch
 
     from tools.online_grpo import OnlineConfig
 
-    config = OnlineConfig(num_generations=4, prompts_per_step=3, max_new_tokens=max_completion_length,
-                          loss_type=loss_type, beta=beta, epsilon=epsilon, epsilon_high=epsilon_high,
-                          use_bias_correction_kl=use_bias_correction_kl)
+    config = OnlineConfig(
+        num_generations=4,
+        prompts_per_step=3,
+        max_new_tokens=max_completion_length,
+        loss_type=loss_type,
+        beta=beta,
+        epsilon=epsilon,
+        epsilon_high=epsilon_high,
+        use_bias_correction_kl=use_bias_correction_kl,
+    )
     trl_model = copy.deepcopy(model)
-    trainer = make_trainer(trl_model, tokenizer, problems, grpo_config(config, max_steps=1))
+    trainer = make_trainer(trl_model, tokenizer, problems, grpo_config(config, max_steps=1), _reward_never_called)
     if trainer.args.use_bias_correction_kl is not use_bias_correction_kl or trainer.beta != beta:
         raise RuntimeError("GRPOConfig did not take the settings")
     mask = batch["completion_mask"]
     inputs = {
-        "prompt_ids": batch["prompt_ids"], "prompt_mask": batch["prompt_mask"].long(),
-        "completion_ids": batch["completion_ids"], "completion_mask": mask.long(),
-        "advantages": batch["advantages"], "old_per_token_logps": batch["old_per_token_logps"],
-        "ref_per_token_logps": batch["ref_per_token_logps"], "num_items_in_batch": mask.sum().float(),
+        "prompt_ids": batch["prompt_ids"],
+        "prompt_mask": batch["prompt_mask"].long(),
+        "completion_ids": batch["completion_ids"],
+        "completion_mask": mask.long(),
+        "advantages": batch["advantages"],
+        "old_per_token_logps": batch["old_per_token_logps"],
+        "ref_per_token_logps": batch["ref_per_token_logps"],
+        "num_items_in_batch": mask.sum().float(),
     }
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.training_step during train(); one step here
     trainer.model.zero_grad(set_to_none=True)
     loss = trainer._compute_loss(trainer.model, inputs)
     loss.backward()
-    grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
-                      for p in trainer.model.parameters()])
+    grad = torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
+            for p in trainer.model.parameters()
+        ]
+    )
     return float(loss.detach()), grad
 
 
@@ -221,8 +341,18 @@ def _disagrees(course, trl_loss, trl_grad) -> dict:
     return {"loss_rel": loss_rel, "grad_rel": grad_rel, "detected": max(loss_rel, grad_rel) > AGREEMENT_RTOL}
 
 
-def trl_agreement(sample_group, grpo_step, policy, ref_model, tokenizer, problems, matrix=None, sensitivity=True,
-                  max_new_tokens=6, seed=3) -> list[dict]:
+def trl_agreement(
+    sample_group,
+    grpo_step,
+    policy,
+    ref_model,
+    tokenizer,
+    problems,
+    matrix=None,
+    sensitivity=True,
+    max_new_tokens=6,
+    seed=3,
+) -> list[dict]:
     """Loss and gradient of the lesson's ``grpo_step`` vs ``GRPOTrainer._compute_loss`` for every row of ``matrix``
     (default MATRIX) on one ``agreement_batch``.
 
@@ -237,22 +367,40 @@ def trl_agreement(sample_group, grpo_step, policy, ref_model, tokenizer, problem
     import torch
 
     torch.manual_seed(seed)
-    batch = agreement_batch(sample_group, policy, ref_model, tokenizer, problems, max_new_tokens=max_new_tokens,
-                            seed=seed)
+    batch = agreement_batch(
+        sample_group, policy, ref_model, tokenizer, problems, max_new_tokens=max_new_tokens, seed=seed
+    )
     rows = []
     for setting in matrix or MATRIX:
         lt, beta, bc = setting["loss_type"], setting["beta"], setting["use_bias_correction_kl"]
         common = dict(max_completion_length=max_new_tokens)
-        course = course_loss_and_grad(grpo_step, policy, batch, loss_type=lt, beta=beta, use_bias_correction_kl=bc,
-                                      **common)
-        trl_loss, trl_grad = trl_loss_and_grad(policy, tokenizer, problems, batch, loss_type=lt, beta=beta,
-                                               use_bias_correction_kl=bc, max_completion_length=max_new_tokens)
+        course = course_loss_and_grad(
+            grpo_step, policy, batch, loss_type=lt, beta=beta, use_bias_correction_kl=bc, **common
+        )
+        trl_loss, trl_grad = trl_loss_and_grad(
+            policy,
+            tokenizer,
+            problems,
+            batch,
+            loss_type=lt,
+            beta=beta,
+            use_bias_correction_kl=bc,
+            max_completion_length=max_new_tokens,
+        )
         metrics = course[2]
-        row = {"loss_type": lt, "beta": beta, "use_bias_correction_kl": bc, "course_loss": course[0],
-               "trl_loss": trl_loss, "loss_rel": _relative(course[0], trl_loss),
-               "grad_rel": _relative(course[1], trl_grad), "grad_norm": float(trl_grad.norm()),
-               "clip_ratio_low": metrics["clip_ratio_low"], "clip_ratio_high": metrics["clip_ratio_high"],
-               "kl_ref": metrics["kl_ref"]}
+        row = {
+            "loss_type": lt,
+            "beta": beta,
+            "use_bias_correction_kl": bc,
+            "course_loss": course[0],
+            "trl_loss": trl_loss,
+            "loss_rel": _relative(course[0], trl_loss),
+            "grad_rel": _relative(course[1], trl_grad),
+            "grad_norm": float(trl_grad.norm()),
+            "clip_ratio_low": metrics["clip_ratio_low"],
+            "clip_ratio_high": metrics["clip_ratio_high"],
+            "kl_ref": metrics["kl_ref"],
+        }
         row["agree"] = max(row["loss_rel"], row["grad_rel"]) <= AGREEMENT_RTOL
         if sensitivity:
             checks, not_exercised = {}, {}
@@ -260,18 +408,30 @@ def trl_agreement(sample_group, grpo_step, policy, ref_model, tokenizer, problem
             for other in MATRIX_LOSS_TYPES:
                 if other != lt and frozenset((lt, other)) not in EQUIVALENT_LOSS_TYPES:
                     checks[f"loss_type={other}"] = _disagrees(
-                        course_loss_and_grad(grpo_step, policy, batch, **dict(kw, loss_type=other)), trl_loss, trl_grad)
+                        course_loss_and_grad(grpo_step, policy, batch, **dict(kw, loss_type=other)), trl_loss, trl_grad
+                    )
             checks["on-policy old"] = _disagrees(
-                course_loss_and_grad(grpo_step, policy, batch, old=batch["on_policy_old"], **kw), trl_loss, trl_grad)
+                course_loss_and_grad(grpo_step, policy, batch, old=batch["on_policy_old"], **kw), trl_loss, trl_grad
+            )
             checks["epsilon_high=epsilon"] = _disagrees(
-                course_loss_and_grad(grpo_step, policy, batch, epsilon_high=MATRIX_EPSILON, **kw), trl_loss, trl_grad)
+                course_loss_and_grad(grpo_step, policy, batch, epsilon_high=MATRIX_EPSILON, **kw), trl_loss, trl_grad
+            )
             flipped = course_loss_and_grad(grpo_step, policy, batch, **dict(kw, use_bias_correction_kl=not bc))
             if beta > 0:
-                checks["beta=0"] = _disagrees(course_loss_and_grad(grpo_step, policy, batch, **dict(kw, beta=0.0)),
-                                              trl_loss, trl_grad)
+                checks["beta=0"] = _disagrees(
+                    course_loss_and_grad(grpo_step, policy, batch, **dict(kw, beta=0.0)), trl_loss, trl_grad
+                )
                 checks["course use_bias_correction_kl flipped"] = _disagrees(flipped, trl_loss, trl_grad)
-                trl_flipped = trl_loss_and_grad(policy, tokenizer, problems, batch, loss_type=lt, beta=beta,
-                                                use_bias_correction_kl=not bc, max_completion_length=max_new_tokens)
+                trl_flipped = trl_loss_and_grad(
+                    policy,
+                    tokenizer,
+                    problems,
+                    batch,
+                    loss_type=lt,
+                    beta=beta,
+                    use_bias_correction_kl=not bc,
+                    max_completion_length=max_new_tokens,
+                )
                 checks["TRL use_bias_correction_kl flipped"] = _disagrees(course, *trl_flipped)
             else:
                 not_exercised["use_bias_correction_kl flipped (beta = 0)"] = _disagrees(flipped, trl_loss, trl_grad)
@@ -287,17 +447,23 @@ def agreement_table(rows) -> str:
         caught = sum(c["detected"] for c in checks.values())
         return f"{caught}/{len(checks)}" if checks else "—"
 
-    return ("| loss_type | beta | use_bias_correction_kl | 裁剪比例 low / high | kl_ref | 本课损失 | TRL 损失 | "
-            "损失相对差 | 梯度相对差 | 改掉一项后能发现的差异 |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
-            + "\n".join(f"| {r['loss_type']} | {r['beta']} | {r['use_bias_correction_kl']} | "
-                        f"{r['clip_ratio_low']:.3f} / {r['clip_ratio_high']:.3f} | "
-                        f"{'—' if r['kl_ref'] is None else format(r['kl_ref'], '.3f')} | {r['course_loss']:.6f} | "
-                        f"{r['trl_loss']:.6f} | {r['loss_rel']:.1e} | {r['grad_rel']:.1e} | {sens(r)} |" for r in rows))
+    return (
+        "| loss_type | beta | use_bias_correction_kl | 裁剪比例 low / high | kl_ref | 本课损失 | TRL 损失 | "
+        "损失相对差 | 梯度相对差 | 改掉一项后能发现的差异 |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        + "\n".join(
+            f"| {r['loss_type']} | {r['beta']} | {r['use_bias_correction_kl']} | "
+            f"{r['clip_ratio_low']:.3f} / {r['clip_ratio_high']:.3f} | "
+            f"{'—' if r['kl_ref'] is None else format(r['kl_ref'], '.3f')} | {r['course_loss']:.6f} | "
+            f"{r['trl_loss']:.6f} | {r['loss_rel']:.1e} | {r['grad_rel']:.1e} | {sens(r)} |"
+            for r in rows
+        )
+    )
 
 
-def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
-    """``GRPOTrainer.train()`` for ``max_steps`` steps from ``model_path``; its per-step log under our names."""
+def train_with_trl(model_path, config, problems, verify, max_steps: int = 30) -> dict:
+    """``GRPOTrainer.train()`` for ``max_steps`` steps from ``model_path`` with ``verify`` (nb04's verifier) as the
+    reward; its per-step log under our names."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -305,7 +471,7 @@ def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=Path(str(model_path)).is_dir())
     model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=Path(str(model_path)).is_dir())
     torch.manual_seed(config.seed)
-    trainer = make_trainer(model, tokenizer, problems, grpo_config(config, max_steps=max_steps))
+    trainer = make_trainer(model, tokenizer, problems, grpo_config(config, max_steps=max_steps), course_reward(verify))
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
@@ -324,9 +490,10 @@ def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
 TRL_SEEDS_LABEL = "trl"  # the committed multi-seed record of GRPOTrainer on the lesson's task (`--trainer trl`)
 
 
-def trl_seed_entry(config, root=None) -> dict:
+def trl_seed_entry(config, verify, root=None) -> dict:
     """One seed of ``GRPOTrainer.train()`` on the lesson's task from the lesson's SFT warm start, evaluated on the
-    held-out prompts exactly as the course loop is (``og.evaluate``, same samples per prompt and evaluation seed):
+    held-out prompts exactly as the course loop is (``og.evaluate`` with ``verify``, nb04's verifier, which is also the
+    reward; same samples per prompt and evaluation seed):
     a ``seeds[]`` entry of the online-grpo-seeds/v1 summary."""
     import torch
 
@@ -338,22 +505,33 @@ def trl_seed_entry(config, root=None) -> dict:
     path, _, _ = og.sft_checkpoint_path(seed=0, root=root)
     model, tokenizer = og.load_policy(path)
     train, heldout = og.split_problems()
-    eval_kwargs = dict(samples_per_prompt=config.eval_k, temperature=config.temperature,
-                       max_new_tokens=config.max_new_tokens, ks=(1,))
-    before = og.evaluate(model, tokenizer, heldout, **eval_kwargs)
+    eval_kwargs = dict(
+        samples_per_prompt=config.eval_k, temperature=config.temperature, max_new_tokens=config.max_new_tokens, ks=(1,)
+    )
+    before = og.evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
     torch.manual_seed(config.seed)
-    trainer = make_trainer(model, tokenizer, train, grpo_config(config, max_steps=config.num_steps))
+    trainer = make_trainer(
+        model, tokenizer, train, grpo_config(config, max_steps=config.num_steps), course_reward(verify)
+    )
     trainer.train()
     if trainer.state.global_step != config.num_steps:
         raise RuntimeError(f"GRPOTrainer ran {trainer.state.global_step} steps, not {config.num_steps}")
     trained = trainer.model.eval()
-    after = og.evaluate(trained, tokenizer, heldout, **eval_kwargs)
+    after = og.evaluate(trained, tokenizer, heldout, verify, **eval_kwargs)
     subsets = og.subset_pass_at_1(og.heldout_subsets(train, heldout), before, after)
-    return {"seed": config.seed, "pass_at_1_before": before["pass_at_1"], "pass_at_1_after": after["pass_at_1"],
-            "gain": round(after["pass_at_1"] - before["pass_at_1"], 6), "train_steps": trainer.state.global_step,
-            "wall_seconds": round(time.perf_counter() - started, 3), "warm_start_hash": og._content_hash(path),
-            "record": "trl.GRPOTrainer (no per-step record)", "outcomes_before": before["outcomes"],
-            "outcomes_after": after["outcomes"], "subsets": subsets}
+    return {
+        "seed": config.seed,
+        "pass_at_1_before": before["pass_at_1"],
+        "pass_at_1_after": after["pass_at_1"],
+        "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
+        "train_steps": trainer.state.global_step,
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "warm_start_hash": og._content_hash(path),
+        "record": "trl.GRPOTrainer (no per-step record)",
+        "outcomes_before": before["outcomes"],
+        "outcomes_after": after["outcomes"],
+        "subsets": subsets,
+    }
 
 
 def trl_seeds_summary(label, config, entries) -> dict:
@@ -361,19 +539,30 @@ def trl_seeds_summary(label, config, entries) -> dict:
     from tools import online_grpo as og
 
     seeds = [{k: v for k, v in e.items() if k != "subsets"} for e in entries]
-    summary = {"schema_version": og.SEEDS_SCHEMA_VERSION, "run_label": og.check_run_label(label),
-               "created_utc": og.utc_now(), "config": {k: v for k, v in config.to_dict().items() if k != "seed"},
-               "trainer": f"trl.GRPOTrainer {og.framework_versions()['trl']} (grpo_config: the same settings)",
-               "seeds": seeds, "gain_pass_at_1": og.mean_ci95([e["gain"] for e in seeds]),
-               "pass_at_1_before": og.mean_ci95([e["pass_at_1_before"] for e in seeds]),
-               "pass_at_1_after": og.mean_ci95([e["pass_at_1_after"] for e in seeds]),
-               "gain_by_outcome": {kind: og.mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind]
-                                                       for e in seeds]) for kind in ("right", "wrong", "unparseable")},
-               "gain_by_heldout_subset": {
-                   name: dict(og.mean_ci95([e["subsets"][name]["after"] - e["subsets"][name]["before"]
-                                            for e in entries]), prompts=entries[0]["subsets"][name]["prompts"])
-                   for name in entries[0]["subsets"]},
-               "framework": og.framework_versions(), "hardware": og.hardware_snapshot()}
+    summary = {
+        "schema_version": og.SEEDS_SCHEMA_VERSION,
+        "run_label": og.check_run_label(label),
+        "created_utc": og.utc_now(),
+        "config": {k: v for k, v in config.to_dict().items() if k != "seed"},
+        "trainer": f"trl.GRPOTrainer {og.framework_versions()['trl']} (grpo_config: the same settings)",
+        "seeds": seeds,
+        "gain_pass_at_1": og.mean_ci95([e["gain"] for e in seeds]),
+        "pass_at_1_before": og.mean_ci95([e["pass_at_1_before"] for e in seeds]),
+        "pass_at_1_after": og.mean_ci95([e["pass_at_1_after"] for e in seeds]),
+        "gain_by_outcome": {
+            kind: og.mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind] for e in seeds])
+            for kind in og.OUTCOMES
+        },
+        "gain_by_heldout_subset": {
+            name: dict(
+                og.mean_ci95([e["subsets"][name]["after"] - e["subsets"][name]["before"] for e in entries]),
+                prompts=entries[0]["subsets"][name]["prompts"],
+            )
+            for name in entries[0]["subsets"]
+        },
+        "framework": og.framework_versions(),
+        "hardware": og.hardware_snapshot(),
+    }
     return summary
 
 
@@ -381,8 +570,12 @@ def comparison_table(trl_run, record) -> str:
     """Mean of each metric over the first ``max_steps`` steps: the hand-written loop vs GRPOTrainer."""
     n = len(trl_run["steps"])
     ours = record["steps"][:n]
-    lines = [f"前 {n} 步的平均（TRL 训练 {trl_run['seconds']:.1f} s）：", "",
-             "| 指标 | 本课循环 | TRL GRPOTrainer |", "| --- | --- | --- |"]
+    lines = [
+        f"前 {n} 步的平均（TRL 训练 {trl_run['seconds']:.1f} s）：",
+        "",
+        "| 指标 | 本课循环 | TRL GRPOTrainer |",
+        "| --- | --- | --- |",
+    ]
 
     def mean(rows, key):
         values = [r[key] for r in rows if r.get(key) is not None]
@@ -397,8 +590,11 @@ def plot_comparison(trl_run, record) -> bytes:
     from tools.online_grpo import plot_steps
 
     n = len(trl_run["steps"])
-    return plot_steps(None, title="hand-written loop vs trl.GRPOTrainer (same task, same warm start)",
-                      others={"course loop": record["steps"][:max(n, 1)], "trl GRPOTrainer": trl_run["steps"]})
+    return plot_steps(
+        None,
+        title="hand-written loop vs trl.GRPOTrainer (same task, same warm start)",
+        others={"course loop": record["steps"][: max(n, 1)], "trl GRPOTrainer": trl_run["steps"]},
+    )
 
 
 def check_accelerate_configs(folder) -> list[dict]:
@@ -409,9 +605,15 @@ def check_accelerate_configs(folder) -> list[dict]:
     for path in sorted(Path(folder).glob("*.yaml")):
         cfg = load_config_from_file(str(path))
         deepspeed = getattr(cfg, "deepspeed_config", None) or {}
-        rows.append({"file": path.name, "distributed_type": str(cfg.distributed_type).split(".")[-1],
-                     "num_processes": cfg.num_processes, "mixed_precision": str(cfg.mixed_precision),
-                     "zero_stage": deepspeed.get("zero_stage", "—")})
+        rows.append(
+            {
+                "file": path.name,
+                "distributed_type": str(cfg.distributed_type).split(".")[-1],
+                "num_processes": cfg.num_processes,
+                "mixed_precision": str(cfg.mixed_precision),
+                "zero_stage": deepspeed.get("zero_stage", "—"),
+            }
+        )
     if not rows:
         raise FileNotFoundError(f"{folder} 下没有 accelerate 配置")
     return rows
@@ -427,9 +629,11 @@ def describe_vllm_config() -> str:
     for mode in ("colocate", "server"):
         try:
             cfg = vllm_grpo_config(mode)
-            lines.append(f"GRPOConfig(use_vllm=True, vllm_mode={cfg.vllm_mode!r}) 可以构造："
-                         f"vllm_gpu_memory_utilization={cfg.vllm_gpu_memory_utilization}，"
-                         f"vllm_server_host={getattr(cfg, 'vllm_server_host', None)!r}（未启动 vLLM，本机未测量）")
+            lines.append(
+                f"GRPOConfig(use_vllm=True, vllm_mode={cfg.vllm_mode!r}) 可以构造："
+                f"vllm_gpu_memory_utilization={cfg.vllm_gpu_memory_utilization}，"
+                f"vllm_server_host={getattr(cfg, 'vllm_server_host', None)!r}（未启动 vLLM，本机未测量）"
+            )
         except Exception as error:  # noqa: BLE001 - report, do not hide
             lines.append(f"GRPOConfig(use_vllm=True, vllm_mode={mode!r}) 构造失败：{type(error).__name__}: {error}")
     return "\n".join(lines)

@@ -12,39 +12,76 @@ reference labels, under the git-ignored ``benchmarks/results/local/online/`` for
 
 Exit status: 0 - record written; 2 - bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from tools import online_grpo as og
 
+# The type of an OnlineConfig field as argparse reads it (the annotations are strings: `from __future__ import
+# annotations` in tools.online_grpo).
+_FLAG_TYPES = {"int": int, "float": float, "str": str}
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per ``OnlineConfig`` field (``num_steps`` -> ``--num-steps``) with the field's default and help text;
+    a bool field gets ``--x`` / ``--no-x``. The dataclass is the one home of the settings (as CleanRL
+    derives its command line from its ``Args``); their values are checked once, when ``OnlineConfig`` is built."""
+    for item in dataclasses.fields(og.OnlineConfig):
+        flag = "--" + item.name.replace("_", "-")
+        if item.type == "bool":
+            parser.add_argument(
+                flag, default=item.default, action=argparse.BooleanOptionalAction, help=item.metadata["help"]
+            )
+        else:
+            parser.add_argument(
+                flag,
+                type=_FLAG_TYPES[item.type],
+                default=item.default,
+                help=f"{item.metadata['help']} (default: %(default)s)",
+            )
+
 
 def parse(argv=None):
-    defaults = og.OnlineConfig()
     parser = argparse.ArgumentParser(prog="python -m tools.cli.online", description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="default", help="RUN_LABEL: part of the record's file name")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: on a shared or busy machine more threads than free cores slow torch down badly)")
-    for name in ("num_steps", "prompts_per_step", "num_generations", "num_iterations", "max_new_tokens", "seed",
-                 "eval_k"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    for name in ("epsilon", "epsilon_high", "beta", "temperature", "top_p", "learning_rate", "max_grad_norm"):
-        parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
-    parser.add_argument("--no-bias-correction-kl", dest="use_bias_correction_kl", action="store_false",
-                        help="TRL's use_bias_correction_kl=False: the plain k3 KL (default: True, as in TRL 1.16)")
-    parser.add_argument("--loss-type", default=defaults.loss_type, choices=og.LOSS_TYPES)
-    parser.add_argument("--reward", default=defaults.reward, choices=og.REWARDS)
-    parser.add_argument("--warm-start", default="sft", choices=og.WARM_STARTS,
-                        help="SFT warm start: sft (the lesson's) or sft-list (sometimes lists three numbers)")
-    parser.add_argument("--seeds", type=int, default=1,
-                        help="run seeds 0..N-1 (overrides --seed) and write the summary online-grpo-seeds_<label>.json")
-    parser.add_argument("--preset-check", metavar="MODE", default=None,
-                        help="instead of a run: two training steps of RUN_MODE MODE's preset on --model, checking the "
-                             "trainable parameters and the optimizer state (prints JSON; exit 1 when a check fails)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: on a shared or busy machine more threads than free cores slow torch down badly)",
+    )
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--warm-start",
+        default="sft",
+        choices=og.WARM_STARTS,
+        help="SFT warm start: sft (the lesson's) or sft-list (sometimes lists three numbers)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run seeds 0..N-1 (overrides --seed) and write the summary online-grpo-seeds_<label>.json",
+    )
+    parser.add_argument(
+        "--preset-check",
+        metavar="MODE",
+        default=None,
+        help="instead of a run: two training steps of RUN_MODE MODE's preset on --model, checking the "
+        "trainable parameters and the optimizer state (prints JSON; exit 1 when a check fails)",
+    )
     parser.add_argument("--model", default=None, help="checkpoint folder for --preset-check")
-    parser.add_argument("--trainer", default="course", choices=("course", "trl"),
-                        help="trl: train each seed with trl.GRPOTrainer instead of the lesson's loop, same evaluation; "
-                             "writes only the seeds summary (needs --seeds >= 2)")
+    parser.add_argument(
+        "--trainer",
+        default="course",
+        choices=("course", "trl"),
+        help="trl: train each seed with trl.GRPOTrainer instead of the lesson's loop, same evaluation; "
+        "writes only the seeds summary (needs --seeds >= 2)",
+    )
     args = parser.parse_args(argv)
     try:
         og.check_run_label(args.label)
@@ -56,8 +93,9 @@ def parse(argv=None):
             og.check_run_mode(args.preset_check)
             if args.model is None:
                 raise ValueError("--preset-check 需要 --model（检查点文件夹）")
-        fields = {k: getattr(args, k) for k in defaults.to_dict()}
-        config = og.OnlineConfig(**fields)
+        config = og.OnlineConfig(
+            **{item.name: getattr(args, item.name) for item in dataclasses.fields(og.OnlineConfig)}
+        )
         if args.threads < 1:
             raise ValueError(f"--threads 必须是正整数，收到 {args.threads}")
     except ValueError as error:
@@ -70,6 +108,9 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    # The composition root: the lessons' saved functions are imported here and handed to the runtime, which never
+    # imports tools.lessons itself (tests/test_one_home.py checks the import directions).
+    from tools.lessons.nb04_verifiable_rewards import verify_integer_response
     from tools.lessons.nb07_online_grpo import train_online_grpo
 
     if args.preset_check is not None:
@@ -83,54 +124,86 @@ def main(argv=None) -> int:
 
         entries = []
         for seed in range(args.seeds):
-            seeded = og.OnlineConfig(**dict(config.to_dict(), seed=seed))
+            seeded = dataclasses.replace(config, seed=seed)
             print(f"trl.GRPOTrainer: label={args.label} seed {seed} of 0..{args.seeds - 1}", flush=True)
-            entries.append(online_trl.trl_seed_entry(seeded))
-            print(f"held-out pass@1: {entries[-1]['pass_at_1_before']:.3f} -> {entries[-1]['pass_at_1_after']:.3f}, "
-                  f"wall {entries[-1]['wall_seconds']:.1f} s", flush=True)
+            entries.append(online_trl.trl_seed_entry(seeded, verify_integer_response))
+            print(
+                f"held-out pass@1: {entries[-1]['pass_at_1_before']:.3f} -> {entries[-1]['pass_at_1_after']:.3f}, "
+                f"wall {entries[-1]['wall_seconds']:.1f} s",
+                flush=True,
+            )
         summary = online_trl.trl_seeds_summary(args.label, config, entries)
         path = og.write_seeds_summary(og.resolve_root() / og.seeds_summary_path(args.label), summary)
         gain = summary["gain_pass_at_1"]
-        print(f"mean held-out pass@1 gain over {args.seeds} seeds (TRL): {gain['mean']:+.3f}, 95% CI "
-              f"[{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}]")
+        print(
+            f"mean held-out pass@1 gain over {args.seeds} seeds (TRL): {gain['mean']:+.3f}, 95% CI "
+            f"[{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}]"
+        )
         print(f"summary: {path.relative_to(og.resolve_root())}")
         return 0
     if args.seeds == 1:
-        print(f"online GRPO: label={args.label} threads={args.threads} warm_start={args.warm_start} {config}", flush=True)
-        record = og.run_online_experiment(train_online_grpo, config, args.label, progress=og.print_progress,
-                                          warm_start_variant=args.warm_start)
+        print(
+            f"online GRPO: label={args.label} threads={args.threads} warm_start={args.warm_start} {config}", flush=True
+        )
+        record = og.run_online_experiment(
+            train_online_grpo,
+            config,
+            args.label,
+            verify=verify_integer_response,
+            progress=og.print_progress,
+            warm_start_variant=args.warm_start,
+        )
         _print_headline(record)
         print(f"record: {og.output_relative_path(args.label)}")
         return 0
     records = []
     for seed in range(args.seeds):
-        seeded = og.OnlineConfig(**dict(config.to_dict(), seed=seed))
-        print(f"online GRPO: label={args.label} seed {seed} of 0..{args.seeds - 1}  threads={args.threads} "
-              f"warm_start={args.warm_start} {seeded}", flush=True)
-        record = og.run_online_experiment(train_online_grpo, seeded, args.label, progress=og.print_progress,
-                                          warm_start_variant=args.warm_start, record_seed=seed)
+        seeded = dataclasses.replace(config, seed=seed)
+        print(
+            f"online GRPO: label={args.label} seed {seed} of 0..{args.seeds - 1}  threads={args.threads} "
+            f"warm_start={args.warm_start} {seeded}",
+            flush=True,
+        )
+        record = og.run_online_experiment(
+            train_online_grpo,
+            seeded,
+            args.label,
+            verify=verify_integer_response,
+            progress=og.print_progress,
+            warm_start_variant=args.warm_start,
+            record_seed=seed,
+        )
         _print_headline(record)
         records.append(record)
     summary = og.seeds_summary(args.label, records)
     path = og.write_seeds_summary(og.resolve_root() / og.seeds_summary_path(args.label), summary)
     gain = summary["gain_pass_at_1"]
-    print(f"mean held-out pass@1 gain over {args.seeds} seeds: {gain['mean']:+.3f}, 95% CI "
-          f"[{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] ({gain['method']})")
+    print(
+        f"mean held-out pass@1 gain over {args.seeds} seeds: {gain['mean']:+.3f}, 95% CI "
+        f"[{gain['ci95'][0]:+.3f}, {gain['ci95'][1]:+.3f}] ({gain['method']})"
+    )
     for kind, stat in summary.get("gain_by_outcome", {}).items():
         print(f"  share of {kind} completions: {stat['mean']:+.3f} [{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]")
     for name, stat in summary.get("gain_by_heldout_subset", {}).items():
-        print(f"  held-out subset {name} ({stat['prompts']} prompts): gain {stat['mean']:+.3f} "
-              f"[{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]")
+        print(
+            f"  held-out subset {name} ({stat['prompts']} prompts): gain {stat['mean']:+.3f} "
+            f"[{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]"
+        )
     print(f"summary: {path.relative_to(og.resolve_root())}")
     return 0
 
 
 def _print_headline(record) -> None:
     head = og.headline(record)
-    print(f"held-out pass@1: {head['pass_at_1_before']:.3f} -> {head['pass_at_1_after']:.3f} "
-          f"(gain {head['gain']:+.3f}); greedy {head['greedy_before']:.2f} -> {head['greedy_after']:.2f}")
-    print(f"wall {head['wall_seconds']:.1f} s (train {head['train_seconds']:.1f} s), load average "
-          f"{head['load_average_before']} -> {head['load_average_after']} on {head['cpu_count']} cores", flush=True)
+    print(
+        f"held-out pass@1: {head['pass_at_1_before']:.3f} -> {head['pass_at_1_after']:.3f} "
+        f"(gain {head['gain']:+.3f}); greedy {head['greedy_before']:.2f} -> {head['greedy_after']:.2f}"
+    )
+    print(
+        f"wall {head['wall_seconds']:.1f} s (train {head['train_seconds']:.1f} s), load average "
+        f"{head['load_average_before']} -> {head['load_average_after']} on {head['cpu_count']} cores",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

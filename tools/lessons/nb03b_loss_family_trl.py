@@ -11,8 +11,7 @@ import torch
 from tools.lessons.nb01_group_advantages import group_relative_advantages
 from tools.lessons.nb02_grpo_objective import token_kl_penalty
 from tools.lessons.nb03a_cispo_trace_lab import check_policy_inputs, cispo_policy_loss, completion_bool_mask, grpo_policy_loss
-
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")  # the TRL loss types the graded functions cover
+from tools.loss_types import CLIPPED_LOSS_TYPES, LOSS_TYPES  # the TRL loss types the graded functions cover
 
 
 def reduce_per_token_loss(per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None):

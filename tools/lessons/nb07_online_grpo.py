@@ -57,7 +57,7 @@ def sample_group(model, tokenizer, prompts, num_generations, temperature=1.0, to
             "completions": completions, "group_ids": group_ids}
 
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+from tools.loss_types import CLIPPED_LOSS_TYPES as LOSS_TYPES  # grpo, bnpo, dr_grpo, dapo
 
 
 def _as_bool_mask(mask, shape):
@@ -182,6 +182,7 @@ import random
 import time
 
 from tools.lessons.nb01_group_advantages import compute_group_advantages
+from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 from tools.online_grpo import make_optimizer, reward_function, strict_correct
 
 
@@ -189,7 +190,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
     """Online GRPO: sample -> verify -> group advantages -> grpo_step, config.num_steps times; returns the log."""
     optimizer = make_optimizer(model, config.learning_rate) if optimizer is None else optimizer
     rng = random.Random(config.seed)
-    reward_fn = reward_function(config.reward)
+    reward_fn = reward_function(config.reward, verify_integer_response)
     history = []
     for step in range(config.num_steps):
         started = time.perf_counter()
@@ -208,7 +209,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
                            max_completion_length=config.max_new_tokens,
                            use_bias_correction_kl=config.use_bias_correction_kl)
         row = log_step_metrics(step, rewards, config.num_generations, rollout["completion_mask"], update,
-                               strict_correct(rollout["completions"], answers), seconds=time.perf_counter() - started)
+                               strict_correct(rollout["completions"], answers, verify_integer_response), seconds=time.perf_counter() - started)
         history.append(row)
         if progress is not None:
             progress(row)

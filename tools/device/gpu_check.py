@@ -1,4 +1,4 @@
-"""The device check's Python side (``benchmarks/gpu_check.sh`` calls it; tests/test_gpu_check.py tests it).
+"""The device check's Python side (``tools/device/gpu_check.sh`` calls it; tests/test_gpu_check.py tests it).
 
 Subcommands:
 
@@ -13,6 +13,7 @@ Subcommands:
 
 Exit status of ``verify``: 0 all invariants hold, 1 otherwise (each failure is printed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -89,8 +90,9 @@ def check_record(record: dict, expect_dtype: str, expect_choice: str) -> list[st
         problems.append(f"schema: {error}")
     if record.get("failure") is not None:
         failure = record["failure"]
-        problems.append(f"failure record: stage {failure.get('stage')}: {failure.get('error_type')}: "
-                        f"{failure.get('message')}")
+        problems.append(
+            f"failure record: stage {failure.get('stage')}: {failure.get('error_type')}: {failure.get('message')}"
+        )
         return problems
     runtime = record.get("runtime", {})
     if record.get("run_mode") != "real_gpu" or runtime.get("device") != "cuda":
@@ -98,8 +100,10 @@ def check_record(record: dict, expect_dtype: str, expect_choice: str) -> list[st
     if runtime.get("dtype") != expect_dtype:
         problems.append(f"dtype {runtime.get('dtype')} (expected {expect_dtype})")
     if runtime.get("grad_scaler") != (expect_dtype == "float16"):
-        problems.append(f"grad_scaler {runtime.get('grad_scaler')} with dtype {runtime.get('dtype')} "
-                        "(fp16 needs the GradScaler, bf16 must not use it)")
+        problems.append(
+            f"grad_scaler {runtime.get('grad_scaler')} with dtype {runtime.get('dtype')} "
+            "(fp16 needs the GradScaler, bf16 must not use it)"
+        )
     if runtime.get("dtype_choice") != expect_choice:
         problems.append(f"dtype_choice {runtime.get('dtype_choice')} (expected {expect_choice})")
     if record.get("model", {}).get("weights") != "random_init":
@@ -112,17 +116,22 @@ def check_record(record: dict, expect_dtype: str, expect_choice: str) -> list[st
     for c in record.get("candidates", []):
         name = c.get("candidate_set")
         if c.get("trainable_parameters") != EXPECTED_LORA_PARAMETERS:
-            problems.append(f"{name}: {c.get('trainable_parameters')} trainable LoRA parameters "
-                            f"(expected {EXPECTED_LORA_PARAMETERS:,} for r=8 on q_proj/v_proj over 24 layers)")
+            problems.append(
+                f"{name}: {c.get('trainable_parameters')} trainable LoRA parameters "
+                f"(expected {EXPECTED_LORA_PARAMETERS:,} for r=8 on q_proj/v_proj over 24 layers)"
+            )
         if len(c.get("losses") or []) != record["workload"]["update_steps"]:
-            problems.append(f"{name}: {len(c.get('losses') or [])} effective steps "
-                            f"(expected {record['workload']['update_steps']})")
+            problems.append(
+                f"{name}: {len(c.get('losses') or [])} effective steps (expected {record['workload']['update_steps']})"
+            )
         if expect_dtype != "float16" and c.get("scaler_skipped_steps") not in (0, None):
             problems.append(f"{name}: {c.get('scaler_skipped_steps')} scaler skips without a scaler")
         leftover = c.get("allocated_bytes_at_start")
         if not isinstance(leftover, int) or leftover > LEFTOVER_LIMIT_BYTES:
-            problems.append(f"{name}: {leftover} bytes allocated when the candidate set started "
-                            f"(the previous set's model and optimizer were not freed; limit {LEFTOVER_LIMIT_BYTES})")
+            problems.append(
+                f"{name}: {leftover} bytes allocated when the candidate set started "
+                f"(the previous set's model and optimizer were not freed; limit {LEFTOVER_LIMIT_BYTES})"
+            )
     shapes = [tuple(s["input_ids_shape"]) for s in (record.get("workload", {}).get("batch_shapes") or [])]
     if shapes and shapes != QWEN25_SHAPES:
         problems.append(f"batch shapes {shapes}: not the Qwen2.5-like token workload [(4, 44), (8, 49)]")
@@ -163,13 +172,19 @@ def report_lines(record: dict) -> list[str]:
         f"weights {weights}",
     ]
     for shape in record.get("workload", {}).get("batch_shapes") or []:
-        lines.append(f"workload : {shape['candidate_set']:15s} [B, T] = {shape['input_ids_shape']}  "
-                     f"response tokens {shape['response_tokens_total']}  tokenizer {record['workload']['tokenizer_hash'][:12]}")
+        lines.append(
+            f"workload : {shape['candidate_set']:15s} [B, T] = {shape['input_ids_shape']}  "
+            f"response tokens {shape['response_tokens_total']}  tokenizer {record['workload']['tokenizer_hash'][:12]}"
+        )
     if record.get("decision_rules"):
         rules = record["decision_rules"]
-        lines.append(f"rules    : course (separation > noise margin) {rules['course_rule']['passed']}; "
-                     f"reference (separation > 0) {rules['reference_rule']['passed']}")
-    behaviour = "NOT COMPARABLE (random-init weights)" if random_init else "comparable in kind (other card, same workload)"
+        lines.append(
+            f"rules    : course (separation > noise margin) {rules['course_rule']['passed']}; "
+            f"reference (separation > 0) {rules['reference_rule']['passed']}"
+        )
+    behaviour = (
+        "NOT COMPARABLE (random-init weights)" if random_init else "comparable in kind (other card, same workload)"
+    )
     shapes = [tuple(s["input_ids_shape"]) for s in record.get("workload", {}).get("batch_shapes") or []]
     if not random_init:
         resources = "other card and code path"
@@ -181,15 +196,21 @@ def report_lines(record: dict) -> list[str]:
     lines += [header, "-" * len(header)]
 
     def pair(key, spec, scale=1.0):
-        return " / ".join(_fmt(None if c.get(key) is None else (c[key] * scale if scale != 1.0 else c[key]), spec)
-                          for c in cands)
+        return " / ".join(
+            _fmt(None if c.get(key) is None else (c[key] * scale if scale != 1.0 else c[key]), spec) for c in cands
+        )
 
     def ref(key, spec):
         return " / ".join(format(v, spec) for v in REFERENCE[key])
 
     rows = [
         ("policy_separation", pair("policy_separation", ".3f"), ref("policy_separation", ".3f"), behaviour),
-        ("precision_logprob_gap", pair("precision_logprob_gap", ".2g"), "- (not recorded)", "bf16/fp16 rounding vs float32"),
+        (
+            "precision_logprob_gap",
+            pair("precision_logprob_gap", ".2g"),
+            "- (not recorded)",
+            "bf16/fp16 rounding vs float32",
+        ),
         ("noise_margin", pair("noise_margin", ".2g"), "- (not recorded)", "course's decision threshold"),
         ("mean_clip_fraction", pair("mean_clip_fraction", ".3f"), ref("mean_clip_fraction", ".3f"), behaviour),
         ("scaler_skipped_steps", pair("scaler_skipped_steps", "d"), "-", "fp16 only"),
@@ -210,7 +231,7 @@ def report(paths: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="benchmarks/gpu_check.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="tools/device/gpu_check.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run-notebook")
     run.add_argument("--label", required=True)

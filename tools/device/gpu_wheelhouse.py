@@ -1,4 +1,4 @@
-"""``make gpu-wheelhouse``: the wheels ``benchmarks/gpu_check.sh`` installs on a bare CUDA machine.
+"""``make gpu-wheelhouse``: the wheels ``tools/device/gpu_check.sh`` installs on a bare CUDA machine.
 
 The device machine has torch and nothing else, and no network; the working tree travels with at most
 64 MiB of extra files. This script (run here, with network to PyPI or a warm pip cache) downloads the
@@ -13,6 +13,7 @@ for CPython on x86_64 Linux, into ``.cache/gpu-wheelhouse/`` (ignored by git; ca
 * ``requirements.txt`` (pins, installed with ``--no-deps``) and ``manifest.json`` (files, sizes, sha256)
   are written beside the wheels. The folder must fit ``--budget-mib`` (default 60 of the 64 MiB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,19 +27,47 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-ROOTS = ("transformers", "peft", "tokenizers", "accelerate", "safetensors", "huggingface-hub", "jsonschema",
-         "numpy", "ipython", "jinja2")
+ROOT = Path(__file__).resolve().parents[2]
+ROOTS = (
+    "transformers",
+    "peft",
+    "tokenizers",
+    "accelerate",
+    "safetensors",
+    "huggingface-hub",
+    "jsonschema",
+    "numpy",
+    "ipython",
+    "jinja2",
+)
 # Provided by the device's torch install (or only needed by torch): never downloaded, never replaced.
 LEFT_TO_TORCH = {"torch", "triton", "sympy", "mpmath", "networkx", "setuptools"}
 # Declared dependencies the check never imports, left out to fit the budget (install uses --no-deps):
 # transformers' and huggingface_hub's command-line interfaces (typer, rich, pydantic, ...), the Xet
 # download backend (no downloads offline) and IPython's optional completer (jedi). The fresh-install test
 # (tests/test_gpu_check.py) imports and runs the check's code path without them.
-NOT_IMPORTED = {"typer", "pydantic", "pydantic-core", "typing-inspection", "annotated-types", "rich",
-                "markdown-it-py", "mdurl", "shellingham", "annotated-doc", "hf-xet", "jedi", "parso"}
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64",
-             "linux_x86_64")
+NOT_IMPORTED = {
+    "typer",
+    "pydantic",
+    "pydantic-core",
+    "typing-inspection",
+    "annotated-types",
+    "rich",
+    "markdown-it-py",
+    "mdurl",
+    "shellingham",
+    "annotated-doc",
+    "hf-xet",
+    "jedi",
+    "parso",
+}
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "linux_x86_64",
+)
 
 
 def _norm(name: str) -> str:
@@ -67,10 +96,17 @@ def closure(python_versions: list[str]) -> dict[str, str]:
                 todo.append(req.name)
                 continue
             for version in python_versions:
-                env = {"python_version": version, "python_full_version": version + ".0", "extra": "",
-                       "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-                       "implementation_name": "cpython", "platform_python_implementation": "CPython",
-                       "os_name": "posix"}
+                env = {
+                    "python_version": version,
+                    "python_full_version": version + ".0",
+                    "extra": "",
+                    "sys_platform": "linux",
+                    "platform_system": "Linux",
+                    "platform_machine": "x86_64",
+                    "implementation_name": "cpython",
+                    "platform_python_implementation": "CPython",
+                    "os_name": "posix",
+                }
                 if req.marker.evaluate(env):
                     todo.append(req.name)
                     break
@@ -79,9 +115,28 @@ def closure(python_versions: list[str]) -> dict[str, str]:
 
 def _download(pins: list[str], dest: Path, python_version: str) -> None:
     tag = python_version.replace(".", "")
-    command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
-               "--only-binary=:all:", "--implementation", "cp", "--python-version", python_version,
-               "--abi", f"cp{tag}", "--abi", "abi3", "--abi", "none", "-d", str(dest)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--disable-pip-version-check",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--implementation",
+        "cp",
+        "--python-version",
+        python_version,
+        "--abi",
+        f"cp{tag}",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        "-d",
+        str(dest),
+    ]
     for platform in PLATFORMS:
         command += ["--platform", platform]
     done = subprocess.run(command + pins, capture_output=True, text=True)
@@ -102,21 +157,31 @@ def build(out: Path, python_versions: list[str], budget_mib: float) -> dict:
     files = sorted(out.glob("*.whl"))
     total = sum(f.stat().st_size for f in files)
     (out / "requirements.txt").write_text(
-        "# generated by `make gpu-wheelhouse` (benchmarks/gpu_wheelhouse.py): install with\n"
+        "# generated by `make gpu-wheelhouse` (tools/device/gpu_wheelhouse.py): install with\n"
         "#   pip install --no-index --no-deps --find-links <this folder> -r requirements.txt\n"
-        + "\n".join(pins) + "\n", encoding="utf-8")
+        + "\n".join(pins)
+        + "\n",
+        encoding="utf-8",
+    )
     manifest = {
-        "python_versions": python_versions, "platform": "x86_64 Linux (manylinux)", "pins": pins,
-        "left_to_the_device_torch": sorted(LEFT_TO_TORCH), "not_imported_left_out": sorted(NOT_IMPORTED),
+        "python_versions": python_versions,
+        "platform": "x86_64 Linux (manylinux)",
+        "pins": pins,
+        "left_to_the_device_torch": sorted(LEFT_TO_TORCH),
+        "not_imported_left_out": sorted(NOT_IMPORTED),
         "total_bytes": total,
-        "files": [{"name": f.name, "bytes": f.stat().st_size,
-                   "sha256": hashlib.sha256(f.read_bytes()).hexdigest()} for f in files],
+        "files": [
+            {"name": f.name, "bytes": f.stat().st_size, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
+            for f in files
+        ],
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     print(f"{len(files)} wheels, {total / 2**20:.1f} MiB, for CPython {' / '.join(python_versions)} -> {out}")
     if total > budget_mib * 2**20:
-        raise SystemExit(f"the wheelhouse is {total / 2**20:.1f} MiB, over the {budget_mib} MiB budget: "
-                         "build it for one interpreter (--python 3.12) instead")
+        raise SystemExit(
+            f"the wheelhouse is {total / 2**20:.1f} MiB, over the {budget_mib} MiB budget: "
+            "build it for one interpreter (--python 3.12) instead"
+        )
     return manifest
 
 

@@ -2,8 +2,8 @@
 # Device check of notebook 6's real_gpu path (issue 16), for a bare CUDA machine: torch installed,
 # nothing else, no network. Carry the working tree plus .cache/gpu-wheelhouse (`make gpu-wheelhouse`).
 #
-#   bash benchmarks/gpu_check.sh                 # the whole check (< 8 minutes on one modern card)
-#   bash benchmarks/gpu_check.sh --install-only  # only install the wheelhouse and import it (CPU test)
+#   bash tools/device/gpu_check.sh                 # the whole check (< 8 minutes on one modern card)
+#   bash tools/device/gpu_check.sh --install-only  # only install the wheelhouse and import it (CPU test)
 #
 # 1. installs the wheelhouse with pip --no-index --no-deps into a target folder on PYTHONPATH (the
 #    machine's torch is never replaced);
@@ -23,7 +23,7 @@
 # Exit status: 0 all checks passed; 1 a check failed; 2 the set-up failed (no torch, no CUDA, wheelhouse).
 set -uo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 ROOT=$(pwd)
 PY=${GPU_PYTHON:-python3}
 WHEELHOUSE=${GPU_WHEELHOUSE:-$ROOT/.cache/gpu-wheelhouse}
@@ -87,13 +87,13 @@ run_case() {  # label dtype_env expected_dtype expected_choice
     say "run $label: RUN_MODE=real_gpu GRPO_REAL_GPU_DTYPE=${force:-<auto>}"
     rm -f "$RESULTS/pt-grpo-real-model-update_${label}.json"
     if ! GRPO_MODEL_ID="$CHECKPOINT" GRPO_REAL_GPU_DTYPE="$force" timeout 240 \
-            "$PY" benchmarks/gpu_check.py run-notebook --label "$label"; then
+            "$PY" tools/device/gpu_check.py run-notebook --label "$label"; then
         say "FAIL: the notebook raised (run $label)"; FAILED=1
     fi
     local record="$RESULTS/pt-grpo-real-model-update_${label}.json"
     if [ -f "$record" ]; then
-        "$PY" benchmarks/gpu_check.py verify "$record" --expect-dtype "$dtype" --expect-choice "$choice" || FAILED=1
-        "$PY" benchmarks/gpu_check.py report "$record"
+        "$PY" tools/device/gpu_check.py verify "$record" --expect-dtype "$dtype" --expect-choice "$choice" || FAILED=1
+        "$PY" tools/device/gpu_check.py report "$record"
         [ -n "$OUT_DIR" ] && cp "$record" "$OUT_DIR/"
     else
         say "FAIL: no record written for $label"; FAILED=1
