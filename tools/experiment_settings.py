@@ -1,4 +1,5 @@
-"""The run settings of the final experiment (nb06): its run modes and its run-label rule, defined once.
+"""The run settings of the final experiment (nb06): its run modes and its run-label rule, read from the evidence
+schema (their one home) and checked here.
 
 No torch here: ``python -m tools.cli.experiment`` checks its arguments with these before anything imports torch,
 and ``tools.grpo_experiment`` (which the notebook imports) re-exports them. The values reach the notebook through
@@ -10,13 +11,19 @@ nb07 (``tools.online_grpo.RUN_PRESETS``) has its own run modes on purpose: see d
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
-RUN_MODES = ("dry_run", "tiny_cpu", "real_gpu")
+# The evidence schema is the one home of the run modes and the run-label rule: a record's `run_mode` and `run_label`
+# must satisfy it, so the notebook and the CLI accept exactly what it accepts.
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "post-training-mechanism-gpu-v2.json"
+_RECORD_FIELDS = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["properties"]
+RUN_MODES: tuple[str, ...] = tuple(_RECORD_FIELDS["run_mode"]["enum"])  # ("dry_run", "tiny_cpu", "real_gpu")
+RUN_LABEL_PATTERN = re.compile(_RECORD_FIELDS["run_label"]["pattern"])  # letters, digits, . _ -; at most 64
 # Optional: a local checkpoint folder for real_gpu on machines without hub access
 # (e.g. the Qwen-shaped random-init checkpoint of `make qwen-shaped-checkpoint`).
 ENV_MODEL_ID = "GRPO_MODEL_ID"
-RUN_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def check_run_mode(run_mode: str) -> str:

@@ -29,11 +29,16 @@ from typing import Any
 
 import torch
 
-from tools.experiment_settings import ENV_MODEL_ID, RUN_MODES, check_run_label, check_run_mode  # noqa: F401 (re-exported)
+from tools.experiment_settings import (  # noqa: F401 (re-exported)
+    ENV_MODEL_ID,
+    RUN_MODES,
+    SCHEMA_PATH,
+    check_run_label,
+    check_run_mode,
+)
 from tools.project_runtime import record_relative_path
 
 SCHEMA_VERSION = "post-training-mechanism-gpu/v2"
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "post-training-mechanism-gpu-v2.json"
 SEMANTIC_ID = "PT-GRPO-LOSS"
 VERIFIER_ID = "integer-answer-v1"
 LOGPROB_FUNCTION = "tools.post_training_runtime.response_sequence_logps"
