@@ -35,8 +35,8 @@
 #   只跑 `dry_run` 或 `tiny_cpu` 时，PT-CPU 环境就够了：上面启动单元格的预检表里如果只缺 CUDA，可以忽略。
 # - 无界面运行（不打开 Jupyter）：在课程根目录执行
 #   `make experiment RUN_MODE=tiny_cpu RUN_LABEL=my_run`（等价于 `python -m tools.cli.experiment --mode tiny_cpu --label my_run`）。
-#   它通过**环境变量** `GRPO_RUN_MODE` / `GRPO_RUN_LABEL` 覆盖下面单元格里的两个值，这是唯一的覆盖方式；
-#   在 Jupyter 里交互运行时不设这两个变量，直接改单元格即可。
+#   它用 [papermill](https://papermill.readthedocs.io) 执行本笔记：在带 `parameters` 标签的单元格（第 1 步的
+#   `RUN_MODE` / `RUN_LABEL`）后面插入一个写着新值的单元格，这是唯一的覆盖方式；在 Jupyter 里交互运行时直接改那个单元格即可。
 # - 掩码、`beta`、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 # - 没有 hub 访问的 GPU 机器：设置环境变量 `GRPO_MODEL_ID=<本地检查点文件夹>`，或者直接改配置里的 `model_id`。
 #   `make qwen-shaped-checkpoint` 会生成一个与 Qwen2.5-0.5B 同形状、**随机初始化**的检查点，只用于测时间与显存；
@@ -57,14 +57,14 @@
 #
 # ### 学习者入口
 #
-# 下面两个值是你唯一需要改的地方：
+# 下面两个值是你唯一需要改的地方（这个单元格带 `parameters` 标签，`make experiment` 就是在它后面注入新值）：
 #
 # - `RUN_MODE`：`"dry_run"`、`"tiny_cpu"` 或 `"real_gpu"`，写错会直接抛出 `ValueError`；
 # - `RUN_LABEL`：结果文件名的一部分。每次正式复测换一个新标签，避免覆盖以前的结果。
 #   你的记录写在 `benchmarks/results/local/pt_grpo/` 下（这个文件夹被 git 忽略，不会弄脏仓库）；
 #   只有课程提交的参考记录（标签 `tiny_cpu_reference`）放在 `benchmarks/results/pt_grpo/`。第 3 步按同一规则找到文件。
 
-# %%
+# %% tags=["parameters"]
 RUN_MODE = "dry_run"  # "dry_run" | "tiny_cpu" | "real_gpu"
 RUN_LABEL = "default"  # 结果写到 benchmarks/results/local/pt_grpo/pt-grpo-real-model-update_<RUN_LABEL>.json
 
@@ -97,10 +97,6 @@ from tools.notebook_runtime import hash_ids, package_version, resolve_model_comm
 from tools.post_training_runtime import build_response_batch, move_response_batch
 from tools.project_runtime import resolve_project_root
 from tools.training_mechanism_runtime import cuda_hardware_snapshot
-
-# 无界面运行（make experiment / python -m tools.cli.experiment）时，环境变量 GRPO_RUN_MODE / GRPO_RUN_LABEL
-# 覆盖上面两个值；两个变量都没设置时保持单元格里的写法。
-RUN_MODE, RUN_LABEL = gx.headless_overrides(RUN_MODE, RUN_LABEL)
 
 
 @dataclass

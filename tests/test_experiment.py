@@ -97,13 +97,33 @@ def test_run_mode_and_label_contracts():
         "benchmarks/results/pt_grpo/pt-grpo-real-model-update_tiny_cpu_reference.json"
 
 
-def test_headless_overrides_come_only_from_the_two_variables():
-    assert gx.headless_overrides("dry_run", "default", environ={}) == ("dry_run", "default")
-    env = {"GRPO_RUN_MODE": "tiny_cpu", "GRPO_RUN_LABEL": "x1"}
-    assert gx.headless_overrides("dry_run", "default", environ=env) == ("tiny_cpu", "x1")
-    assert gx.headless_overrides("real_gpu", "keep", environ={"GRPO_RUN_MODE": ""}) == ("real_gpu", "keep")
-    with pytest.raises(ValueError):
-        gx.headless_overrides("dry_run", "default", environ={"GRPO_RUN_MODE": "cuda"})
+def test_the_parameters_cell_is_the_only_headless_override():
+    """papermill injects RUN_MODE / RUN_LABEL right after nb06's cell tagged ``parameters``; nothing else in the lesson
+    reads a run mode from the environment, and a notebook without that cell is refused (papermill would inject at
+    the top, where the notebook's own assignments would silently win)."""
+    import nbformat
+
+    import tools.chain.notebooks as chain
+
+    nb = chain.build_notebook("nb06_real_model_grpo")
+    tagged = [i for i, c in enumerate(nb.cells) if chain.PARAMETERS_TAG in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and "RUN_MODE = " in nb.cells[tagged[0]].source
+    assert "RUN_LABEL = " in nb.cells[tagged[0]].source
+    assert not any("GRPO_RUN_MODE" in c.source or "GRPO_RUN_LABEL" in c.source or "headless_overrides" in c.source
+                   for c in nb.cells)
+    done = chain.parameterize(nb, {"RUN_MODE": "tiny_cpu", "RUN_LABEL": "x1"})
+    injected = done.cells[tagged[0] + 1]
+    assert injected.metadata["tags"] == ["injected-parameters"]
+    assert 'RUN_MODE = "tiny_cpu"' in injected.source and 'RUN_LABEL = "x1"' in injected.source
+    assert len(done.cells) == len(nb.cells) + 1 and "injected-parameters" not in str(nb.cells)  # nb is not changed
+    namespace: dict = {}
+    exec(nb.cells[tagged[0]].source + "\n" + injected.source, namespace)  # noqa: S102 - the two cells, in order
+    assert (namespace["RUN_MODE"], namespace["RUN_LABEL"]) == ("tiny_cpu", "x1")
+    untagged = copy.deepcopy(nb)
+    untagged.cells[tagged[0]].metadata["tags"] = []
+    with pytest.raises(ValueError, match="parameters"):
+        chain.parameterize(untagged, {"RUN_MODE": "tiny_cpu"})
+    nbformat.validate(done)
     assert gx.model_id_override("Qwen/Qwen2.5-0.5B-Instruct", environ={}) == "Qwen/Qwen2.5-0.5B-Instruct"
     assert gx.model_id_override("Qwen/Qwen2.5-0.5B-Instruct", environ={"GRPO_MODEL_ID": "/m"}) == "/m"
 
@@ -844,7 +864,8 @@ def test_notebook_rejects_an_unknown_run_mode(run_label, tmp_path, notebook_runs
     import tools.chain.notebooks as chain
 
     nb = chain.build_notebook("nb06_real_model_grpo")
-    done = notebook_runs.run(nb, ROOT, timeout=300, env={"GRPO_RUN_MODE": "gpu", "GRPO_RUN_LABEL": run_label})
+    nb = chain.parameterize(nb, {"RUN_MODE": "gpu", "RUN_LABEL": run_label})
+    done = notebook_runs.run(nb, ROOT, timeout=300)
     errors = chain.cell_errors(done)
     assert errors and errors[0][2] == "ValueError" and "RUN_MODE" in errors[0][3]
     assert not (ROOT / gx.output_relative_path(WORKLOAD_ID, run_label)).exists()

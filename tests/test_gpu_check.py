@@ -48,6 +48,8 @@ def test_notebook_code_cells_are_the_notebooks():
     assert not any(c.lstrip().startswith("# ---") for c in cells)  # the jupytext header is not code
     for index, source in enumerate(cells):
         compile(source, f"cell {index}", "exec")
+    tagged = [source for header, source in gpu_check._code_cells(gpu_check.NOTEBOOK) if '"parameters"' in header]
+    assert len(tagged) == 1 and "RUN_MODE = " in tagged[0]  # run_notebook injects real_gpu right after this cell
 
 
 def gpu_like_record(dtype="bfloat16", choice="auto"):

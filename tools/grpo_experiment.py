@@ -21,7 +21,6 @@ import datetime as _dt
 import json
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,10 +29,16 @@ from typing import Any
 
 import torch
 
+from tools.experiment_settings import (  # noqa: F401 (re-exported)
+    ENV_MODEL_ID,
+    RUN_MODES,
+    SCHEMA_PATH,
+    check_run_label,
+    check_run_mode,
+)
 from tools.project_runtime import record_relative_path
 
 SCHEMA_VERSION = "post-training-mechanism-gpu/v2"
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "post-training-mechanism-gpu-v2.json"
 SEMANTIC_ID = "PT-GRPO-LOSS"
 VERIFIER_ID = "integer-answer-v1"
 LOGPROB_FUNCTION = "tools.post_training_runtime.response_sequence_logps"
@@ -42,21 +47,12 @@ RESULTS_KIND = "pt_grpo"  # benchmarks/results/pt_grpo/ (reference records) or b
 # benchmarks/results/local/pt_grpo/ (tools.project_runtime.record_relative_path).
 REFERENCE_RUN_LABELS = ("tiny_cpu_reference",)
 
-RUN_MODES = ("dry_run", "tiny_cpu", "real_gpu")
-# The one headless override channel (used by `python -m tools.cli.experiment` / `make experiment`).
-ENV_RUN_MODE = "GRPO_RUN_MODE"
-ENV_RUN_LABEL = "GRPO_RUN_LABEL"
-# Optional: a local checkpoint folder for real_gpu on machines without hub access
-# (e.g. the Qwen-shaped random-init checkpoint of `make qwen-shaped-checkpoint`).
-ENV_MODEL_ID = "GRPO_MODEL_ID"
 # Optional, real_gpu only: force the compute dtype ("float16" -> fp16 autocast + GradScaler, "bfloat16").
 # Used by tools/device/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
 ENV_FORCE_DTYPE = "GRPO_REAL_GPU_DTYPE"
 # A GradScaler skips a step whose scaled gradients overflowed; the update loop retries until it has
 # taken `update_steps` effective steps, but gives up after this many skips (a broken run, not noise).
 MAX_SCALER_SKIPS = 16
-
-_RUN_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # The seed's two fixed groups: one prompt each, four fixed responses each. A candidate set of group
 # size G takes the first G responses of every group, so `minimal_pair` (G=2) is one correct, well
@@ -84,33 +80,8 @@ EVIDENCE_LEVELS = {
 
 
 # ----------------------------------------------------------------------------------------------------
-# Run settings (mode, label, headless overrides)
+# Run settings (mode and label: tools.experiment_settings; the model id override)
 # ----------------------------------------------------------------------------------------------------
-def check_run_mode(run_mode: str) -> str:
-    """Return ``run_mode`` if it is one of :data:`RUN_MODES`, else raise ``ValueError`` (Chinese)."""
-    if run_mode not in RUN_MODES:
-        raise ValueError(f"RUN_MODE 只能是 {' / '.join(RUN_MODES)} 之一，收到 {run_mode!r}")
-    return run_mode
-
-
-def check_run_label(run_label: str) -> str:
-    """A run label becomes part of a file name: letters, digits, ``.``, ``_``, ``-`` (at most 64)."""
-    if not isinstance(run_label, str) or not _RUN_LABEL_PATTERN.fullmatch(run_label):
-        raise ValueError(
-            "RUN_LABEL 会成为结果文件名的一部分：只能用字母、数字、'.'、'_'、'-'（以字母或数字开头，"
-            f"最多 64 个字符），收到 {run_label!r}"
-        )
-    return run_label
-
-
-def headless_overrides(run_mode: str, run_label: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """Apply ``GRPO_RUN_MODE`` / ``GRPO_RUN_LABEL`` when set (non-empty); otherwise keep the notebook's values."""
-    environ = os.environ if environ is None else environ
-    mode = environ.get(ENV_RUN_MODE) or run_mode
-    label = environ.get(ENV_RUN_LABEL) or run_label
-    return check_run_mode(mode), check_run_label(label)
-
-
 def model_id_override(model_id: str, environ: Mapping[str, str] | None = None) -> str:
     """``GRPO_MODEL_ID`` when set (a hub id or a local folder), else ``model_id``."""
     environ = os.environ if environ is None else environ

@@ -351,6 +351,35 @@ def substitute_answers(nb: nbformat.NotebookNode, answers: dict[str, str]) -> nb
     return out
 
 
+PARAMETERS_TAG = "parameters"  # papermill's tag for the cell whose values a headless run replaces
+
+
+def parameterize(nb: nbformat.NotebookNode, parameters: dict[str, object]) -> nbformat.NotebookNode:
+    """A copy of ``nb`` with papermill's ``injected-parameters`` cell (``name = value`` lines) right after the cell
+    tagged ``parameters``: the one way a headless run changes a notebook's settings (``make experiment``).
+
+    papermill's own ``parameterize_notebook`` writes the cell (and ``metadata.papermill.parameters``); a notebook
+    without a ``parameters`` cell raises ``ValueError`` (papermill would put the cell first, where the notebook's
+    own assignments would overwrite it).
+    """
+    from papermill.parameterize import parameterize_notebook
+
+    if not any(PARAMETERS_TAG in cell.metadata.get("tags", []) for cell in nb.cells):
+        raise ValueError(f"the notebook has no cell tagged {PARAMETERS_TAG!r} to inject {sorted(parameters)} after")
+    out = copy.deepcopy(nb)
+    untagged = [cell for cell in out.cells if "tags" not in cell.metadata]
+    for cell in untagged:  # papermill reads `cell.metadata.tags` of every cell (its loader adds them)
+        cell.metadata["tags"] = []
+    out.metadata.setdefault("papermill", {})
+    out = parameterize_notebook(out, dict(parameters), language="python")
+    for cell in untagged:  # the other cells stay as they were
+        del cell.metadata["tags"]
+    for cell in out.cells:  # a stable id for papermill's cell instead of a random one
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            cell["id"] = "injected-parameters"
+    return out
+
+
 def _progress_wanted(progress: bool | None) -> bool:
     """``progress=None``: on when stderr is a terminal or ``GRPO_PROGRESS=1`` (``make demo`` / ``experiment``)."""
     if progress is not None:
@@ -363,8 +392,11 @@ def _progress_wanted(progress: bool | None) -> bool:
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120,
             env: dict[str, str] | None = None, progress: bool | None = None,
-            desc: str | None = None, kernel_name: str = "python3") -> nbformat.NotebookNode:
+            desc: str | None = None, kernel_name: str = "python3",
+            parameters: dict[str, object] | None = None) -> nbformat.NotebookNode:
     """Execute a copy of ``nb`` with nbclient in ``cwd``; errors are recorded in outputs, not raised.
+
+    ``parameters``: papermill-injected values for the notebook's ``parameters`` cell (:func:`parameterize`).
 
     The kernel talks to nbclient over IPC (Unix sockets in a private temporary folder), not TCP: nothing
     listens on a port and ipykernel has no reason for its "running over TCP without encryption" warning.
@@ -374,7 +406,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120,
     from nbclient import NotebookClient
     from traitlets.config import Config
 
-    out = copy.deepcopy(nb)
+    out = parameterize(nb, parameters) if parameters else copy.deepcopy(nb)
     old_env = dict(os.environ)
     sockets = tempfile.mkdtemp(prefix="grpo-kernel-")
     config = Config()

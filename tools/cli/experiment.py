@@ -2,8 +2,9 @@
 
 ``make experiment RUN_MODE=... RUN_LABEL=...`` calls this. It builds the notebook from
 ``solutions/nb06_real_model_grpo.py`` with the course chain (the same notebook learners get: it has no
-TODO cells), executes it with nbclient, and overrides the notebook's ``RUN_MODE`` / ``RUN_LABEL`` through
-the environment variables ``GRPO_RUN_MODE`` / ``GRPO_RUN_LABEL`` - the notebook's only headless override.
+TODO cells), sets ``RUN_MODE`` / ``RUN_LABEL`` the papermill way - an ``injected-parameters`` cell after the
+cell tagged ``parameters``, the notebook's only headless override (``tools.chain.notebooks.parameterize``) - and
+executes it with nbclient (``tools.chain.notebooks.execute``: a per-cell progress bar, the kernel over IPC).
 ``--model-id`` (environment variable ``GRPO_MODEL_ID``) points ``real_gpu`` at a local checkpoint
 folder, e.g. ``.cache/qwen2.5-0.5b-shaped`` from ``make qwen-shaped-checkpoint``.
 
@@ -20,19 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 
+# No torch here: the arguments are checked before anything imports torch (a bad RUN_MODE is reported in well under
+# a second), with the experiment's own checks (tools.experiment_settings, which tools.grpo_experiment re-exports).
+from tools.experiment_settings import ENV_MODEL_ID, RUN_MODES, check_run_label, check_run_mode
+
 ASSIGNMENT = "nb06_real_model_grpo"
 WORKLOAD_ID = "pt-grpo-real-model-update"
-# The arguments are checked before anything imports torch (a bad RUN_MODE is reported in well under a
-# second). These mirror tools.grpo_experiment (RUN_MODES, the run-label pattern, GRPO_MODEL_ID), which
-# imports torch and still checks again in run(); a test keeps the two equal.
-RUN_MODES = ("dry_run", "tiny_cpu", "real_gpu")
-RUN_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-ENV_MODEL_ID = "GRPO_MODEL_ID"
 
 
 def _root() -> Path:
@@ -49,21 +47,20 @@ def run(mode: str, label: str, model_id: str | None = None, timeout: int = 1800,
     import tools.chain.notebooks as chain
     from tools import grpo_experiment as gx
 
-    gx.check_run_mode(mode)
-    gx.check_run_label(label)
     root = _root()
-    evidence = root / gx.output_relative_path(WORKLOAD_ID, label)
+    evidence = root / gx.output_relative_path(WORKLOAD_ID, label)  # the notebook checks the mode (ValueError: exit 1)
     source_path = chain.COURSE / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     chain.write_notebook(chain.build_notebook(ASSIGNMENT), source_path)
 
-    env = {gx.ENV_RUN_MODE: mode, gx.ENV_RUN_LABEL: label}
+    env: dict[str, str] = {}
     if model_id:
         local = Path(model_id).expanduser()
-        env[gx.ENV_MODEL_ID] = str(local.resolve()) if local.is_dir() else model_id
+        env[ENV_MODEL_ID] = str(local.resolve()) if local.is_dir() else model_id
     before = evidence.stat().st_mtime_ns if evidence.exists() else None
     started = time.perf_counter()
     executed = chain.execute(nbformat.read(source_path, as_version=4), source_path.parent, timeout=timeout, env=env,
-                             progress=progress, desc=f"{ASSIGNMENT} {mode}")
+                             progress=progress, desc=f"{ASSIGNMENT} {mode}",
+                             parameters={"RUN_MODE": mode, "RUN_LABEL": label})
     seconds = time.perf_counter() - started
 
     executed_dir = executed_dir or root / "artifacts" / "experiment"
@@ -107,27 +104,26 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _label(text: str) -> str:
-    if not RUN_LABEL_PATTERN.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            "RUN_LABEL 会成为结果文件名的一部分：只能用字母、数字、'.'、'_'、'-'（以字母或数字开头，"
-            f"最多 64 个字符），收到 {text!r}")
-    return text
+def _argument(check):
+    """An argparse ``type`` from a check that raises ``ValueError``: argparse prints its Chinese message, exit 2."""
+    def convert(text: str) -> str:
+        try:
+            return check(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
 
-
-def _mode(text: str) -> str:
-    if text not in RUN_MODES:
-        raise argparse.ArgumentTypeError(f"RUN_MODE 只能是 {' / '.join(RUN_MODES)} 之一，收到 {text!r}")
-    return text
+    convert.__name__ = check.__name__
+    return convert
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.cli.experiment",
                                      description=__doc__.split("\n\n")[0],
                                      epilog="exit status: 0 ok, 1 notebook error, 2 failure record written")
-    parser.add_argument("--mode", default="dry_run", type=_mode, metavar="{" + ",".join(RUN_MODES) + "}",
-                        help="RUN_MODE (default dry_run)")
-    parser.add_argument("--label", default="default", type=_label, help="RUN_LABEL: part of the evidence file name")
+    parser.add_argument("--mode", default="dry_run", type=_argument(check_run_mode),
+                        metavar="{" + ",".join(RUN_MODES) + "}", help="RUN_MODE (default dry_run)")
+    parser.add_argument("--label", default="default", type=_argument(check_run_label),
+                        help="RUN_LABEL: part of the evidence file name")
     parser.add_argument("--model-id", default=os.environ.get(ENV_MODEL_ID) or None,
                         help="real_gpu: hub id or local checkpoint folder (default: the notebook's "
                              "Qwen/Qwen2.5-0.5B-Instruct; env GRPO_MODEL_ID)")

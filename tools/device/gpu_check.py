@@ -47,34 +47,42 @@ REFERENCE = {
 # --------------------------------------------------------------------------------------- notebook
 def code_cells(path: Path = NOTEBOOK) -> list[str]:
     """The code cells of a jupytext percent file, in order (markdown cells and the header dropped)."""
-    cells, current, kind = [], None, None
+    return [source for _, source in _code_cells(path)]
+
+
+def _code_cells(path: Path) -> list[tuple[str, str]]:
+    """(the ``# %%`` header line, the source) of every non-empty code cell of a jupytext percent file."""
+    cells, current, header = [], None, None
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("# %%"):
-            if current is not None and kind == "code":
-                cells.append("\n".join(current).strip("\n"))
-            kind = "markdown" if "[markdown]" in line else "code"
-            current = []
+            if current is not None and "[markdown]" not in header:
+                cells.append((header, "\n".join(current).strip("\n")))
+            header, current = line, []
             continue
         if current is not None:
             current.append(line)
-    if current is not None and kind == "code":
-        cells.append("\n".join(current).strip("\n"))
-    return [cell for cell in cells if cell.strip()]
+    if current is not None and "[markdown]" not in header:
+        cells.append((header, "\n".join(current).strip("\n")))
+    return [(header, source) for header, source in cells if source.strip()]
 
 
 def run_notebook(label: str) -> int:
     """Execute notebook 6's code cells for ``RUN_MODE=real_gpu``; 0 when every cell ran (the record may
-    still be a failure record: ``verify`` judges it)."""
-    os.environ["GRPO_RUN_MODE"] = "real_gpu"
-    os.environ["GRPO_RUN_LABEL"] = label
+    still be a failure record: ``verify`` judges it). The run mode and label are set as papermill does: an
+    injected cell right after the cell tagged ``parameters``."""
+    cells = _code_cells(NOTEBOOK)
+    if not any('"parameters"' in header for header, _ in cells):
+        raise RuntimeError(f"{NOTEBOOK.name} has no cell tagged parameters: RUN_MODE / RUN_LABEL cannot be set")
     os.chdir(ROOT)
     namespace: dict = {"__name__": "__main__"}
-    for index, source in enumerate(code_cells()):
+    for index, (header, source) in enumerate(cells):
         if "import matplotlib" in source:
             print(f"[gpu_check] cell {index}: figure cell skipped (matplotlib is not in the device wheelhouse)")
             continue
         print(f"[gpu_check] cell {index}: running", flush=True)
         exec(compile(source, f"nb06 code cell {index}", "exec"), namespace)  # noqa: S102 - the notebook's own code
+        if '"parameters"' in header:
+            exec(f"RUN_MODE = 'real_gpu'\nRUN_LABEL = {label!r}", namespace)  # noqa: S102 - injected parameters
     return 0
 
 
