@@ -95,10 +95,6 @@ KNOWN_REPEATED_NAMES = {
     ("holes", "left", "none", "right"),  # nb05's padding cases
     ("approx_kl", "clip_ratio_high", "clip_ratio_low", "entropy", "grad_norm", "kl_ref", "loss", "losses"),  # nb07
     ("approx_kl", "clip_ratio_high", "clip_ratio_low", "entropy", "grad_norm", "kl_ref", "loss"),  # grpo_step metrics
-    ("bnpo", "dapo", "dr_grpo", "grpo"),  # oracles/nb07_online_grpo.py loops over tools.loss_types.CLIPPED_LOSS_TYPES
-    ("bnpo", "cispo", "dapo", "dr_grpo", "grpo"),  # oracles/_policy_losses.py: tools.loss_types.LOSS_TYPES
-    # nb06's RUN_MODES: tools/cli/experiment.py restates tools.grpo_experiment.RUN_MODES (moved on another branch).
-    ("dry_run", "real_gpu", "tiny_cpu"),
 }
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from tools.loss_types import CLIPPED_LOSS_TYPES
+
 from ..oracle import NUMBER_KINDS, Case, Raises, Satisfies, as_number, close_number, close_tensor
 from ._common import choice, randint, uniform
 
@@ -395,7 +397,7 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
         out.append(Case(test, "_oracle_sample", bad, {}, Raises("ValueError"), what=what))
 
     test = "test_grpo_step_visible"
-    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
+    for loss_type in CLIPPED_LOSS_TYPES:
         temperature = choice(gen, [1.0, uniform(gen, 0.7, 1.5)])
         rollout = _random_rollout(gen, model, tok, randint(gen, 2, 3), randint(gen, 2, 4), temperature)
         n = rollout["completion_ids"].shape[0]
