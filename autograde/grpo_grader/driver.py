@@ -1,10 +1,11 @@
 """The learner side of oracle grading: run the answer cells, call the functions on the given inputs.
 
 Started by the grading pipeline inside the kernel sandbox (the same one nbgrader's kernels get), as
-``python driver.py <job folder>``, with a copy of this file in the job folder. It reads
+``python driver.py <job folder> [results fd]``, with a copy of this file in the (read-only) job folder. It reads
 ``<job>/job.json`` = ``{"cells": [{"id", "source"}], "cases": [...], "cell_timeout", "case_timeout"}``, runs
 the cells in order in one IPython shell (magics work; a failing cell is recorded and the next one runs),
-then calls each case's function and appends one JSON line per cell and per case to ``<job>/results.jsonl``.
+then calls each case's function and writes one JSON line per cell and per case to the results fd: a pipe the
+grader opened and reads with a size limit and a deadline (without one, ``<job>/results.jsonl``: tests only).
 
 Nothing here is trusted: the learner's code runs in this process and may change anything in it. The job holds
 inputs only; the expected values and the comparison stay in the grader's process (``oracle.py``), which
@@ -46,10 +47,13 @@ def _alarm(_signum, _frame):
     raise CellTimeout("运行超时（timeout）")
 
 
-def main(job_dir):
+def main(job_dir, results_fd=None):
     with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
         job = json.load(handle)
-    out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
+    if results_fd is None:
+        out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
+    else:
+        out = os.fdopen(int(results_fd), "w", encoding="utf-8")
 
     def emit(record):
         try:
@@ -245,4 +249,4 @@ def main(job_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
