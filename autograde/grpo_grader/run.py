@@ -452,10 +452,15 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
     return result
 
 
+_CASES_LOCK = threading.Lock()
+
+
 def oracle_cases(oracle, settings: Settings, learner: str):
     """The cases of an assignment for one learner: drawn from a key derived from this run's seed, the learner and
-    the assignment (``oracle.case_generator``)."""
-    return oracle.cases(settings.grading_seed, settings.oracle_flags.get(oracle.assignment, {}), learner=learner)
+    the assignment (``oracle.case_generator``). One slot at a time: an oracle's first draw may load a model (lesson
+    7), and two threads importing transformers at once can fail."""
+    with _CASES_LOCK:
+        return oracle.cases(settings.grading_seed, settings.oracle_flags.get(oracle.assignment, {}), learner=learner)
 
 
 class OracleRun:

@@ -357,12 +357,23 @@ def bwrap_args(spec: dict, connection_fd: int | None = None) -> list[str]:
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
+    made = {"/"}
+
+    def parents(path: str) -> None:  # the folders above a mount point: searchable by the sandbox's uid
+        for parent in reversed(list(_ancestors(path))):
+            if parent not in made and not os.path.islink(parent):
+                args.extend(["--perms", "0755", "--dir", parent])
+                made.add(parent)
+
     for path in SYSTEM_FILES:
-        args += ["--ro-bind-try", path, path]
+        if os.path.exists(path):
+            parents(path)
+            args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev"]
     for path, size in spec["scratch"]:
         args += ["--size", str(_size(size)), "--perms", "1777", "--tmpfs", path]
     for path, mode in spec["keep"]:
+        parents(path)
         args += ["--bind" if mode == "rw" else "--ro-bind", path, path]
     args += ["--size", str(_size(spec.get("workdir_size", "256m"))), "--perms", "0777", "--tmpfs", spec["workdir"]]
     if connection_fd is not None:
@@ -372,6 +383,14 @@ def bwrap_args(spec: dict, connection_fd: int | None = None) -> list[str]:
         args += [spec["setpriv"], f"--reuid={spec['uid']}", f"--regid={spec['gid']}", "--clear-groups",
                  "--no-new-privs", "--inh-caps=-all", "--"]
     return args
+
+
+def _ancestors(path: str):
+    """The folders above ``path``, nearest first, ``/`` excluded."""
+    parent = os.path.dirname(path.rstrip("/"))
+    while parent not in ("/", ""):
+        yield parent
+        parent = os.path.dirname(parent)
 
 
 def _connection_path(spec: dict) -> str:

@@ -70,12 +70,10 @@ try:
     out["ipc_namespace"] = os.readlink("/proc/self/ns/ipc")
 except OSError:
     out["ipc_namespace"] = ""
-import errno, socket
-try:
-    socket.create_connection(("127.0.0.1", 9), timeout=2).close()
-    out["network"] = True
-except OSError as error:  # refused: there is a network; unreachable: there is none
-    out["network"] = error.errno not in (errno.ENETUNREACH, errno.EADDRNOTAVAIL)
+import socket
+# a network namespace of its own holds only its loopback (up under bwrap, down otherwise): any other interface
+# is a way out
+out["network"] = sorted(name for _index, name in socket.if_nameindex() if name != "lo")
 if len(sys.argv) < 3:  # where the kernel's `import tools.grading` resolves (found, not run: no torch import)
     try:
         import importlib.util
@@ -863,7 +861,7 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver:
         raise ValueError(f"GradingPipeline.sandbox must be auto or one of {', '.join(SANDBOX_MODES)}, not {wanted!r}")
     problems = []
     for mode in modes:
-        sandbox = Sandbox(mode=mode, hide=hide)
+        sandbox = Sandbox(mode=mode, hide=[] if mode == "bwrap" else hide)  # bwrap: an allow-list
         probe_dir = base / "probe"
         slot = None
         try:
