@@ -132,3 +132,127 @@ def test_each_learner_gets_cases_of_their_own(assignment):
     assert ann == again
     assert ann != bob and ann != other_seed
     assert seed not in ann
+
+
+# ----------------------------------------------------------------------------- the bwrap sandbox (slow)
+def _probe_says_all_hidden(stdout: str) -> None:
+    assert "READABLE" not in stdout and "GRADING SEED VISIBLE" not in stdout, stdout
+    assert "sandbox: bwrap" in stdout and "network none" in stdout and "IPC namespace its own" in stdout, stdout
+
+
+@pytest.mark.slow
+def test_bwrap_sandbox_shows_only_its_allow_list():
+    """`pipeline probe --sandbox bwrap` as this user (root in CI: kernel and driver each drop to a leased uid of its
+    own): the course sources, gradebook, oracles and the other sandbox's sockets are absent, no network."""
+    import re
+
+    from autograde_helpers import run_pipeline
+
+    done = run_pipeline("probe", "--sandbox", "bwrap", timeout=120, seed="probe-seed-" + os.urandom(4).hex())
+    assert done.returncode == 0, done.stdout
+    _probe_says_all_hidden(done.stdout)
+    kernel = re.search(r"kernel uid (\d+),", done.stdout)
+    oracle = re.search(r"oracle driver \(beside the kernel\): uid (\d+),", done.stdout)
+    assert kernel and oracle
+    if os.geteuid() == 0:
+        assert kernel.group(1) != oracle.group(1) and int(kernel.group(1)) >= 61000
+
+
+UNPRIVILEGED = "grpo-grader-test"
+
+
+def _unprivileged_user() -> tuple[int, int]:
+    """(uid, gid) of an unprivileged account to grade as: this user when not root; as root (CI) a system account
+    created once for the purpose."""
+    import pwd
+
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    try:
+        entry = pwd.getpwnam(UNPRIVILEGED)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", UNPRIVILEGED], check=True
+        )
+        entry = pwd.getpwnam(UNPRIVILEGED)
+    return entry.pw_uid, entry.pw_gid
+
+
+@pytest.mark.slow
+def test_an_unprivileged_grader_grades_in_bwrap(released_course):
+    """Grading without root (issue 26): an unprivileged account (created when the tests run as root) probes the bwrap
+    sandbox and grades four nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
+    disk for answers, s07 exits): exactly their expected scores, status graded, nothing left running."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from autograde_helpers import ROOT, pipeline_env
+
+    from autograde.grpo_grader import sample as sample_class
+
+    uid, gid = _unprivileged_user()
+    base = Path(tempfile.mkdtemp(prefix="grpo-unprivileged-"))
+    try:
+        course = base / "autograde"
+        shutil.copytree(released_course["course"], course)
+        # the grading kernels of nb01 need no checkpoint (the checkout's .cache files are private to their owner)
+        with open(course / "nbgrader_config.py", "a", encoding="utf-8") as handle:
+            handle.write(
+                '\nc.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments"]\n'
+            )
+        for folder, _dirs, files in os.walk(base):
+            for path in [folder, *(os.path.join(folder, f) for f in files)]:
+                os.chown(path, uid, gid)
+        learners = [
+            "a01_attacks_the_results_channel",
+            "a02_fills_the_disk_and_lingers",
+            "s13_reads_answers_from_disk",
+            "s07_sys_exit",
+        ]
+        env = {**pipeline_env(), "HOME": str(base), "GRPO_GRADING_SEED": "unprivileged-" + os.urandom(6).hex()}
+        become = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"] if os.geteuid() == 0 else []
+
+        def pipeline(*args: str) -> subprocess.CompletedProcess:
+            done = subprocess.run(
+                [
+                    *become,
+                    sys.executable,
+                    "-m",
+                    "autograde.pipeline",
+                    *args,
+                    "--sandbox",
+                    "bwrap",
+                    "--course",
+                    str(course),
+                ],
+                cwd=ROOT,
+                env=env,
+                text=True,
+                timeout=900,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            print(done.stdout[-4000:])
+            return done
+
+        probe = pipeline("probe")
+        assert probe.returncode == 0, probe.stdout
+        _probe_says_all_hidden(probe.stdout)
+        assert f"kernel uid {uid}," in probe.stdout
+        graded = pipeline("autograde", "--sample", *[a for learner in learners for a in ("--learner", learner)])
+        assert graded.returncode == 0, graded.stdout
+        expected = sample_class.expected()
+        for learner in learners:
+            assignment = "nb01_group_advantages"
+            row = expected[learner][assignment]
+            report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
+            assert (report["score"], report["status"]) == (row["score"], row["status"]), (learner, report["reason"])
+        if os.geteuid() == 0:  # nothing of the account outlives the run (the forkserver exits right after it)
+            deadline = time.monotonic() + 20
+            while subprocess.run(["pgrep", "-u", str(uid)], capture_output=True).stdout and time.monotonic() < deadline:
+                time.sleep(0.5)
+            left = subprocess.run(["ps", "-u", str(uid), "-o", "pid=,etimes=,args="], capture_output=True, text=True)
+            assert not left.stdout.strip(), f"processes left running after grading: {left.stdout}"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -409,6 +409,9 @@ def _exec_bwrap(spec: dict, connection_text: str, extra: list[str]) -> None:
     command = spec.get("command") or [spec["python"], "-m", "ipykernel_launcher", "-f", _connection_path(spec), *extra]
     env = _environment(spec)
     env["GRPO_GRADING_READONLY_ROOT"] = "1"
+    # ipykernel's parent poller would take bwrap's pid 1 (its parent in the sandbox) for a dead parent and quit;
+    # bwrap --die-with-parent does its job
+    env.pop("JPY_PARENT_PID", None)
     _limits(spec)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.execve(spec["bwrap"], bwrap_args(spec, read_end) + command, env)

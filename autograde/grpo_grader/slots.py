@@ -357,7 +357,7 @@ class Slot:
             python = os.path.realpath(sys.executable)
         keep = [[str(Path(sys.prefix).resolve()), "ro"]]
         base_prefix = str(Path(sys.base_prefix).resolve())
-        if base_prefix not in ("/usr", "/usr/local") and base_prefix != keep[0][0]:
+        if base_prefix not in ("/usr", "/usr/local") and base_prefix != keep[0][0] and os.access(base_prefix, os.X_OK):
             keep.append([base_prefix, "ro"])
         keep += [[str(self.kernel), "ro"], [str(self.ipc), "rw"]]
         limits = {"AS": self.settings.memory_limit_bytes(), "FSIZE": 1 << 30, "CORE": 0}
