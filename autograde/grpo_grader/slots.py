@@ -455,7 +455,7 @@ class Slot:
                         _kill(member)
                 _kill(pid)
         pidfile.unlink(missing_ok=True)
-        kill_uid(uid)
+        kill_uid_processes(uid)
 
     def _wait_or_kill(self, process: subprocess.Popen, timeout: float, cleanup=None) -> bool:
         """Wait for ``process`` (a session leader); at ``timeout`` kill its whole process group. Either way the
@@ -622,7 +622,7 @@ class Slot:
         except (ValueError, KeyError, TypeError):
             self._stop_oracle_zygote()
         else:
-            kill_uid(self.oracle_uid)  # the zygote has cleared its PID namespace; and anything else of the uid
+            kill_uid_processes(self.oracle_uid)  # the zygote has cleared its PID namespace; and anything else of the uid
         pump([results, errors], time.monotonic() + DRAIN_SECONDS)
         results.close()
         errors.close()
@@ -806,7 +806,7 @@ def _stop(process: subprocess.Popen | None) -> None:
         pass
 
 
-def kill_uid(uid: int | None) -> None:
+def kill_uid_processes(uid: int | None) -> None:
     """Kill every process of ``uid`` (a leased sandbox uid; None: nothing to do), in a helper that drops to it."""
     if uid is not None:
         subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), "--kill-uid", str(uid), str(uid)],
