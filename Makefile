@@ -8,6 +8,7 @@ PY      := $(VENV)/bin/python
 PROFILE ?= PT-CPU
 RUN_MODE  ?= dry_run
 RUN_LABEL ?= default
+SEEDS ?= 1
 PORT      ?= 8888
 LAB_FLAGS ?=
 export PYTHONUNBUFFERED := 1
@@ -100,19 +101,19 @@ autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<as
 	@$(PY) -m autograde.pipeline autograde $(if $(SHARD),--shard $(SHARD)) $(ARGS)
 
 merge-shards: $(VENV)/.setup-stamp ## merge the results of `make autograde SHARD=k/N` runs into the course gradebook
-	@$(PY) -m autograde.pipeline merge-shards
+	@$(PY) -m autograde.pipeline merge-shards $(ARGS)
 
 feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feedback/
-	@$(PY) -m autograde.pipeline feedback
+	@$(PY) -m autograde.pipeline feedback $(ARGS)
 
 grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and print the table
-	@$(PY) -m autograde.pipeline grades
+	@$(PY) -m autograde.pipeline grades $(ARGS)
 
 experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
-	@$(PY) -m tools.cli.experiment --mode $(RUN_MODE) --label $(RUN_LABEL)
+	@$(PY) -m tools.cli.experiment --mode "$(RUN_MODE)" --label "$(RUN_LABEL)"
 
-online: $(VENV)/.setup-stamp ## lesson 7's online GRPO run -> benchmarks/results/online/online-grpo_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ...")
-	@$(PY) -m tools.cli.online --label $(RUN_LABEL) $(ONLINE_ARGS)
+online: $(VENV)/.setup-stamp ## lesson 7's online GRPO run -> benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json (reference labels: results/online/); SEEDS=3 adds online-grpo-seeds_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ...")
+	@$(PY) -m tools.cli.online --label "$(RUN_LABEL)" --seeds "$(SEEDS)" $(ONLINE_ARGS)
 
 bench: $(VENV)/.setup-stamp ## run the benchmarks, write benchmarks/results/latest.json
 	@$(PY) benchmarks/run.py

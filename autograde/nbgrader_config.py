@@ -4,6 +4,15 @@
 ``GradingPipeline`` section below holds its settings (nbgrader itself ignores that section).
 """
 import os
+import sys
+
+# This checkout's course code comes first on sys.path: nbgrader, the formgrader and the pipeline then import the
+# grader below (and `tools`) from any working directory, with or without an editable install (which may be missing
+# or point at another checkout). A copy of this file without the package beside it (a test's course folder) leaves
+# sys.path alone.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_CHECKOUT, "autograde", "__init__.py")) and sys.path[:1] != [_CHECKOUT]:
+    sys.path.insert(0, _CHECKOUT)
 
 c = get_config()  # noqa: F821  (provided by nbgrader)
 
@@ -57,15 +66,15 @@ c.SafeExecute.max_output_bytes = 2_000_000
 # lesson 3's gradient, length-bias and clip-higher figures), lesson 3b's TRL conformance run (imports TRL, ~7 s),
 # lesson 5's memory probe (~5 s), lesson 7's experiment and what reads its record (it writes records into the
 # course, which is read-only in the sandbox, and trains with TRL). The feedback shows a note in their place.
-c.SafeExecute.demo_cells = {
-    "nb01_group_advantages": ["pipeline_answers = [", "best_time("],
-    "nb02_grpo_objective": ["ratio_grid = torch.linspace(", "torch.multinomial(", "lengths = torch.tensor([3, 12])"],
+c.SafeExecute.demo_cells = {   # by grade_id (locked cells of the lesson source); a learner's own cell is never one
+    "nb01_group_advantages": ["demo_pipeline_answers", "demo_timing"],
+    "nb02_grpo_objective": ["demo_ratio_grid", "demo_kl_samples", "demo_score_function", "demo_length_weights"],
     "nb03a_cispo_trace_lab": ["gradient_figure"],
     "nb03b_loss_family_trl": ["length_bias_example", "accumulation_example", "clip_higher_example",
-                              "trl_conformance_code", "trl_conformance_run"],
-    "nb05_logprobs_masks": ["run_memory_probe("],
-    "nb07_online_grpo": ["run_online_experiment(", "og.plot_steps(", "plot_pass_maj(", "online_trl.step0_agreement(",
-                         "check_accelerate_configs("],
+                              "trl_conformance_code", "trl_conformance_run", "ratio_drift_example"],
+    "nb05_logprobs_masks": ["demo_memory_probe"],
+    "nb07_online_grpo": ["demo_experiment", "demo_plot_steps", "demo_entropy_kinds", "demo_pass_maj", "demo_trl",
+                         "demo_accelerate"],
 }
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100

@@ -35,6 +35,7 @@ from autograde.grpo_grader.course import Settings, load_settings, prepare_kernel
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
 from autograde.grpo_grader.run import (
+    NO_AUTO_POINTS,
     SAFE_ID,
     AssignmentResult,
     NotebookResult,
@@ -45,7 +46,7 @@ from autograde.grpo_grader.run import (
 from autograde.grpo_grader.slots import SANDBOX_MODES, Slot, choose_sandbox, mount_socket_tmpfs, unmount
 
 GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
-                "timestamp"]
+                "manual_pending", "automatic_max_score", "timestamp"]
 TEST_FIELDS = ["learner", "assignment", "notebook", "test", "score", "max_score", "outcome", "message"]
 
 
@@ -201,6 +202,15 @@ def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slo
 
 def autograde(settings: Settings, force: bool = False, only: list[str] | None = None, keep: bool = False,
               shard: tuple[int, int] | None = None) -> int:
+    if only:
+        submitted = settings.dir("submitted")
+        unknown = [learner for learner in only if not (submitted / learner).is_dir()]
+        if unknown:
+            known = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
+            print(f"[autograde] 没有这个学员（no such learner）：{', '.join(unknown)}；{submitted} 下的学员（learners）："
+                  + (", ".join(known[:20]) + (f" ...（共 {len(known)} 个）" if len(known) > 20 else "") or "（没有 none）"),
+                  file=sys.stderr)
+            return 2
     course_info = _check_course(settings)
     if course_info is None:
         return 2
@@ -384,6 +394,13 @@ def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
+def score_text(row: dict) -> str:
+    """The score column of `make grades`: "14/22"; "无自动评分" for a lesson without any points."""
+    if not row["max_score"]:
+        return NO_AUTO_POINTS
+    return f"{row['score']:g}/{row['max_score']:g}"
+
+
 def grades(settings: Settings) -> int:
     rows, test_rows = export_rows(settings)
     _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
@@ -395,7 +412,7 @@ def grades(settings: Settings) -> int:
     print(header)
     print("-" * min(columns, _width(header) + 10))
     for row in rows:
-        score = f"{row['score']:g}/{row['max_score']:g}"
+        score = score_text(row)
         print(_fit(row["learner"], 30), _fit(row["assignment"], 24), _fit(score, 12), _fit(row["status"], 10),
               _fit(row["reason"] or "-", reason_width), row["flags"])
     print(f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
@@ -434,7 +451,11 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in sample_class.machine_timeouts().items():
             if overrides.get(key) is None:
                 overrides[key] = value
-    settings = load_settings(args.course, **overrides)
+    try:
+        settings = load_settings(args.course, **overrides)
+    except ValueError as error:  # a setting of nbgrader_config.py that is not one (check_pipeline_options)
+        print(f"[{args.command}] {error}", file=sys.stderr)
+        return 2
     if args.command == "autograde":
         if args.sample:
             learners = sample_class.install(settings.dir("submitted"))

@@ -13,7 +13,9 @@
 #    dtype (bf16 where the card supports it natively), once with fp16 + GradScaler forced;
 # 4. validates both records against the schema and checks the invariants (540,672 trainable LoRA
 #    parameters, dtype / scaler as chosen, nothing left allocated between candidate sets, ...);
-# 5. prints the key figures beside the reference document's (labelled not comparable: random-init).
+# 5. prints the key figures beside the reference document's (labelled not comparable: random-init);
+# 6. runs two online GRPO steps of lesson 7's real_gpu preset (LoRA on the attention projections, bf16 where
+#    native) on the same checkpoint: trainable count, optimizer state, frozen base (tools.online_grpo.preset_check).
 #
 # Environment: GPU_PYTHON (interpreter with torch; default python3), GPU_WHEELHOUSE (default
 # .cache/gpu-wheelhouse), GPU_SITE (install target; default .cache/gpu-site), GPU_CHECK_LABEL (record
@@ -29,7 +31,7 @@ SITE=${GPU_SITE:-$ROOT/.cache/gpu-site}
 PREFIX=${GPU_CHECK_LABEL:-gpu_check}
 OUT_DIR=${GPU_CHECK_OUT:-}
 CHECKPOINT=$ROOT/.cache/qwen2.5-0.5b-shaped
-RESULTS=$ROOT/benchmarks/results/pt_grpo
+RESULTS=$ROOT/benchmarks/results/local/pt_grpo  # non-reference labels (tools.project_runtime.record_relative_path)
 STARTED=$(date +%s)
 FAILED=0
 
@@ -100,6 +102,15 @@ run_case() {  # label dtype_env expected_dtype expected_choice
 [ -n "$OUT_DIR" ] && mkdir -p "$OUT_DIR" && cp .cache/gpu_check_hardware.json "$OUT_DIR/"
 run_case "${PREFIX}_auto_${AUTO_DTYPE}" "" "$AUTO_DTYPE" auto
 run_case "${PREFIX}_forced_float16" float16 float16 forced
+
+# ---- 3b. lesson 7's real_gpu preset: two online GRPO steps with LoRA on q/k/v/o, bf16 where native ----------
+say "lesson 7: two steps of the real_gpu preset on the Qwen-shaped checkpoint"
+if timeout 180 "$PY" -m tools.cli.online --preset-check real_gpu --model "$CHECKPOINT" > .cache/gpu_check_nb07.json; then
+    say "lesson 7 preset: all checks passed ($(tr -d '\n ' < .cache/gpu_check_nb07.json | grep -o '"trainable_parameters":[0-9]*'))"
+else
+    say "FAIL: lesson 7's real_gpu preset check"; cat .cache/gpu_check_nb07.json; FAILED=1
+fi
+[ -n "$OUT_DIR" ] && cp .cache/gpu_check_nb07.json "$OUT_DIR/"
 
 ELAPSED=$(( $(date +%s) - STARTED ))
 say "total ${ELAPSED} s (budget 480 s)"

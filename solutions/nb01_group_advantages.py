@@ -30,8 +30,8 @@
 # - 环境配置：**BASE-CPU**。只用到 PyTorch 与 matplotlib，不下载任何模型，也不需要 GPU。
 # - 笔记本最上方那个锁定的代码单元由课程自动生成：它把课程根目录加入 `sys.path`，在你的任何代码之前导入评分辅助模块
 #   `tools.grading`，并打印 BASE-CPU 的环境检查表。表中若有未通过的项目，先按提示修好环境再往下做。
-# - 运行时间：在**空闲的** 2 核 CPU 上约 10 秒量级（`make bench` 测量，不含内核启动）；机器繁忙时可能慢 2–4 倍。
-#   笔记本最后一个代码单元会打印这次运行实际用了多少秒。
+# - 运行时间：`make bench` 在**空闲的** 2 核 CPU 上测量本课（不含内核启动）；机器繁忙时可能慢 2–4 倍。
+#   笔记本最后一个代码单元会打印这次运行实际用了多少秒，以它为准。
 # - 掩码、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 # - 写着 `TODO` 的单元由你补全；紧跟其后的测试单元会立刻指出哪里不对。测试单元不要修改。
 #
@@ -69,7 +69,7 @@ print("torch", torch.__version__)
 # 图里的数字也是当场算出来的：一道题采样 $G=4$ 个回答，验证器判两个对、两个错，组内优势把它们变成 $\pm1$，
 # 更新时把每个回答的概率比限制在 $[1-\epsilon, 1+\epsilon]$ 之内。本课讲前三段，第 2、3 课讲最后一段，第 4 课讲验证器。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_pipeline_answers"}
 pipeline_answers = ["19", "19", "18", "20"]                    # G = 4 candidates for the prompt "12 + 7 = ?"
 pipeline_rewards = torch.tensor([1.0 if a == "19" else 0.0 for a in pipeline_answers])  # [G] verifier
 pipeline_centered = pipeline_rewards - pipeline_rewards.mean()  # [G]
@@ -127,8 +127,11 @@ plt.show()
 # 括号里的基线 $\bar r_{-i}$ 是**其余** $G-1$ 个候选的平均（留一法，leave-one-out）：它与 $y_i$ 独立，是合法的基线；
 # 前面的 $\frac{G-1}{G}$ 是与 $i$ 无关的常数，只把梯度整体缩小，不引入偏差。所以"减去组均值"等价于 RLOO
 # （REINFORCE Leave-One-Out）的优势再乘一个常数；TRL 把 RLOO 单独实现为 `RLOOTrainer`。
-# 真正让 GRPO 的梯度有偏的是另一步：**除以组内标准差**。$\sigma_g$ 由这一组的全部奖励算出、因题而异，
-# 它给每道题的梯度乘上权重 $1/\sigma_g$，于是得到的不再是原目标的策略梯度（Dr. GRPO 的论点，见第 6 步）。
+# 让 GRPO 的梯度有偏的是另外两步（Dr. GRPO，Liu et al., 2025，arXiv:2503.20783，第 3.1 节指出的两种偏差）：
+# 一是**除以组内标准差**——$\sigma_g$ 由这一组的全部奖励算出、因题而异，它给每道题的梯度乘上权重 $1/\sigma_g$
+# （题目层面的难度偏差，见第 6 步）；二是目标里的 **$1/|o_i|$ 长度归一化**——每个回答先在自己的词元上求平均，
+# 同样的优势摊到更长的回答上，每个词元的梯度就更小（回答层面的长度偏差，第 2 课第 4 步与第 3b 课会量出来）。
+# 两步都让得到的不再是原目标的策略梯度。
 # 下面的单元格会用数字核对这个恒等式。
 #
 # - **DPO** 根本不在线采样，也不需要奖励数值：它读取离线的偏好对（更好的回答, 更差的回答），
@@ -539,7 +542,7 @@ print("✅ compute_group_advantages 隐藏测试通过")
 # 朴素写法每处理一个组都要在整个批次上做一次比较 `group_ids == g`，所以每组的开销随批次变大而变大。
 # 两种写法都限定在一个线程上计时。计时只是为了直观感受：数字取决于机器，这里不对时间做任何断言；严肃的速度结论放在 `benchmarks/` 里。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_timing"}
 def loop_group_advantages(rewards, group_ids, eps=1e-6):
     """Naive baseline for timing only: one Python iteration per group (no exact-zero guard, no checks)."""
     out = torch.zeros_like(rewards)
@@ -824,7 +827,7 @@ for name in CONVENTIONS:
 #   并用"全等奖励严格为 0"的规则单独处理真正的退化组。换一种奖励，合适的约定可能不同——重要的是知道自己用的是哪一种。
 
 # %% [markdown]
-# ### TODO 3（计分问题）　同一组 [0, 0, 0, 1]，七种约定各给出什么？
+# ### TODO 3　计分问题：同一组 [0, 0, 0, 1]，七种约定各给出什么？
 #
 # 一道题采样了 4 个回答，只有最后一个答对：奖励 `[0, 0, 0, 1]`。对 `trl_batch`，假设同一批次里还有另一道题，
 # 它的 4 个回答全对：奖励 `[1, 1, 1, 1]`（所以批次是两组共 8 个奖励）。

@@ -26,8 +26,8 @@
 #
 # - 环境配置：**BASE-CPU**（PyTorch + matplotlib，不下载模型，不需要 GPU）。
 # - 笔记本最上方锁定的第一个单元把课程根目录加入 `sys.path`，先于你的代码导入 `tools.grading`，并打印 BASE-CPU 的环境检查表。
-# - 运行时间：在**空闲的** 2 核 CPU 上约 10 秒量级（`make bench` 测量，不含内核启动）；机器繁忙时可能慢 2–4 倍。
-#   笔记本最后一个代码单元会打印这次运行实际用了多少秒。
+# - 运行时间：`make bench` 在**空闲的** 2 核 CPU 上测量本课（不含内核启动）；机器繁忙时可能慢 2–4 倍。
+#   笔记本最后一个代码单元会打印这次运行实际用了多少秒，以它为准。
 # - 本课**不依赖**你是否完成了第 1 课：组内优势从第 1 课的参考实现导入（原因见“准备”一节）。
 # - 掩码、`beta`、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 #
@@ -133,7 +133,7 @@ assert grad_broken.abs().max().item() == 0.0
 # 裁剪只去掉"朝有利方向走得太远"的那一侧；朝不利方向偏离时，惩罚不受限制。
 # 下图在一个概率比网格上用自动求导算出 $\partial s/\partial\rho$，把它恰好为 0 的区域涂成灰色。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_ratio_grid"}
 clip_eps = 0.2
 ratio_grid = torch.linspace(0.3, 1.8, 601, dtype=torch.float64, requires_grad=True)  # [R]
 
@@ -278,7 +278,7 @@ print("✅ token_kl_penalty 隐藏测试通过")
 # 用你的实现做一次蒙特卡洛实验：从一个 4 个词的 $\pi_\theta$ 里采样 50,000 个词元，比较 k1 与 k3 的均值、标准差，
 # 以及单个样本为负的比例，再与精确的 KL 对照。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_kl_samples"}
 p_theta = torch.tensor([0.55, 0.25, 0.15, 0.05], dtype=torch.float64)  # [V] current policy
 p_ref = torch.tensor([0.40, 0.30, 0.20, 0.10], dtype=torch.float64)    # [V] reference policy
 exact_kl = (p_theta * (p_theta.log() - p_ref.log())).sum().item()
@@ -295,6 +295,7 @@ standard_error = k3.std().item() / math.sqrt(len(tokens))
 assert abs(k3.mean().item() - exact_kl) < 4 * standard_error, "k3 should be an unbiased estimate of the KL"
 assert (k3 >= 0).all().item() and (k1 < 0).any().item()
 assert k3.std() < k1.std()
+assert k2.std() < k3.std(), "here k2 has the smallest spread of the three (and is biased)"
 assert abs(k2.mean().item() - exact_kl) > 4 * k2.std().item() / math.sqrt(len(tokens)), "k2 is biased here"
 
 # Exact per-sample standard deviations (sums over V, no sampling) as pi_ref moves away from pi_theta.
@@ -336,7 +337,9 @@ print(f"k3 的标准差在 t ≈ {crossing:.2f}（KL ≈ {kl_grid[int(torch.nonz
 
 # %% [markdown]
 # k1 与 k3 的均值都落在精确值附近，但 k1 有相当一部分样本是负的——把它逐词元加进损失，会在一些词元上"奖励"偏离参考策略；
-# k3 每个样本都非负，在这对相距不远的分布上标准差也小得多；k2 同样非负，但均值偏离了精确值（有偏）。
+# k3 每个样本都非负，在这对相距不远的分布上标准差也比 k1 小得多。三者中标准差**最小**的其实是 k2（见上面的输出：
+# $d$ 很小时 $d^2/2$ 是比 $e^d-d-1$ 更小的数）——它同样非负，代价是均值偏离了精确值（有偏）。所以选 k3 不是因为它方差最小，
+# 而是因为它在无偏的估计量里非负且（在两个策略接近时）方差小。
 # 第二张表和图说明 k3 的"低方差"只在 $\pi_\theta \approx \pi_{\text{ref}}$ 时成立（图中灰线是两条标准差曲线的交点）：参考策略越走越远，k3 的标准差先是远小于 k1，
 # 最后反超——参考策略把大量概率放在当前策略很少采到的词元上，这些词元一旦被采到，$e^{d}$ 就非常大。
 
@@ -362,7 +365,7 @@ print(f"k3 的标准差在 t ≈ {crossing:.2f}（KL ≈ {kl_grid[int(torch.nonz
 # 下面用蒙特卡洛验证这张表：一个 4 个词的策略，采样 200,000 个词元，把每种估计量的样本均值当作损失求梯度，
 # 与精确的两个 KL 梯度比较。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_score_function"}
 theta = torch.tensor([0.8, 0.1, -0.4, -1.5], dtype=torch.float64, requires_grad=True)   # [V] policy logits
 log_p_ref = torch.log(torch.tensor([0.15, 0.25, 0.35, 0.25], dtype=torch.float64))       # [V] reference
 log_p = torch.log_softmax(theta, dim=-1)                                                 # [V]
@@ -452,7 +455,7 @@ assert_close(grad_corrected * 30, bc_new.detach() - bc_ref, atol=1e-12, what="�
 #
 # 下图用一组两个回答算出这两种权重：一个 3 个词元的短回答，一个 12 个词元的长回答。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_length_weights"}
 lengths = torch.tensor([3, 12])                                                   # [N] valid tokens per answer
 T_max = int(lengths.max())
 mask_demo = torch.arange(T_max).unsqueeze(0) < lengths.unsqueeze(1)               # [N, T] prefix masks
@@ -526,10 +529,13 @@ print("词元平均：每个词元的权重 =", [round(w, 4) for w in w_token.am
 # eps=1e-6, log_probs_ref=None, beta=0.0) -> (loss, advantages)`。`loss` 是 0 维张量，`advantages` 是上面
 # `compute_group_advantages(rewards, group_ids, eps)` 的结果。
 #
-# 1. **输入检查**：先调用下面提供的（只读）`check_grpo_inputs(...)`，它检查形状、数值参数、有限性与掩码取值，
-#    并返回 `(mask, clip_range, beta)`，其中 `mask` 已经是布尔张量（约定卡 C1：布尔掩码与 0/1 掩码结果相同；
-#    `response_mask=None` 表示全部有效）。它**不**检查两条与本课内容有关的契约，这两条由你写，各抛出中文说明的 `ValueError`：
-#    - `beta > 0` 却没有给 `log_probs_ref`（约定卡 C2：没有参考策略就无法计算 KL，不能悄悄忽略）；`beta == 0` 时忽略参考策略；
+# 1. **输入检查**：先调用下面提供的（只读）`check_grpo_inputs(...)`，它检查形状、数值参数、有限性与掩码，
+#    并返回 `(mask, clip_range, beta)`；`response_mask=None` 表示全部有效。
+#    **掩码必须是布尔张量**：这个函数沿用参考章节的输入契约（“response_mask 必须是同形布尔张量”），
+#    `float` 或 `int` 的 0/1 掩码会被拒绝（`ValueError`），请先 `.bool()`。这是约定卡 C1 的唯一例外，原因见约定卡。
+#    同样沿用章节契约：给出的 `log_probs_ref` 即使 `beta == 0` 也要与 `log_probs_new` 同形状、全部有限。
+#    它**不**检查两条与本课内容有关的契约，这两条由你写，各抛出中文说明的 `ValueError`：
+#    - `beta > 0` 却没有给 `log_probs_ref`（约定卡 C2：没有参考策略就无法计算 KL，不能悄悄忽略）；`beta == 0` 时不计算 KL；
 #    - 某个候选一个有效词元都没有（约定卡 C5：它在自己的有效词元上没有均值）。
 # 2. **概率比**：旧策略不接收梯度（`detach`）。**先用掩码把无效位置的对数概率比换成 0，再取 `exp`**（约定卡 C3）。
 # 3. **逐词元损失**：把 `advantages` 广播到词元维（`unsqueeze(-1)`），取裁剪目标的相反数；
@@ -554,7 +560,8 @@ def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response
     """提供的输入检查（只读）：返回 (布尔掩码 [N, T], clip_range, beta)，违反契约时抛出中文 ValueError。
 
     不检查两条契约（由 compute_grpo_loss 自己检查）：beta > 0 时必须给出 log_probs_ref（约定卡 C2），
-    以及每个候选至少一个有效词元（约定卡 C5）。beta == 0 时不检查 log_probs_ref（它被忽略）。
+    以及每个候选至少一个有效词元（约定卡 C5）。给出的 log_probs_ref 即使 beta == 0 也检查形状与有限性；
+    response_mask 必须是布尔张量（章节契约，约定卡 C1 的例外）。
     """
     def finite_number(value, name, positive=False):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
@@ -579,20 +586,21 @@ def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response
     finite_number(eps, "eps", positive=True)
     if not torch.isfinite(log_probs_new).all() or not torch.isfinite(log_probs_old).all():
         raise ValueError("输入契约：log_probs_new 与 log_probs_old 必须全部是有限数（无效位置请填 0，而不是 -inf）")
-    if beta > 0 and log_probs_ref is not None:
+    if log_probs_ref is not None:  # checked whenever given, also with beta == 0 (the chapter's contract)
         if not torch.is_tensor(log_probs_ref) or log_probs_ref.shape != log_probs_new.shape:
-            raise ValueError("输入契约：log_probs_ref 必须与 log_probs_new 同形状 [N, T]")
+            raise ValueError("输入契约：参考策略 log_probs_ref 必须与 log_probs_new 同形状 [N, T]")
         if not torch.isfinite(log_probs_ref).all():
-            raise ValueError("输入契约：log_probs_ref 必须全部是有限数")
+            raise ValueError("输入契约：参考策略 log_probs_ref 必须全部是有限数")
     if response_mask is None:
         return torch.ones_like(log_probs_new, dtype=torch.bool), clip_range, beta  # [N, T]
     if not torch.is_tensor(response_mask) or response_mask.shape != log_probs_new.shape:
-        raise ValueError("输入契约：response_mask 必须是与 log_probs_new 同形状 [N, T] 的张量")
-    if response_mask.dtype == torch.bool:
-        return response_mask, clip_range, beta
-    if response_mask.is_complex() or not ((response_mask == 0) | (response_mask == 1)).all():
-        raise ValueError("输入契约：response_mask 必须是布尔掩码或只含 0 与 1 的数值掩码（约定卡 C1）")
-    return response_mask != 0, clip_range, beta  # [N, T] bool
+        raise ValueError("输入契约：response_mask 必须是与 log_probs_new 同形状 [N, T] 的布尔张量")
+    if response_mask.dtype != torch.bool:
+        raise ValueError(
+            f"输入契约：response_mask 必须是同形布尔张量，实际 dtype 为 {response_mask.dtype}；"
+            "0/1 数值掩码请先用 .bool() 转换（约定卡 C1 的例外：第 2 课沿用章节的契约）"
+        )
+    return response_mask, clip_range, beta  # [N, T] bool
 
 # %% nbgrader={"solution": true, "grade_id": "compute_grpo_loss"}
 #@save
@@ -605,7 +613,7 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
         log_probs_old: 采样时旧策略在同一位置的对数概率 [N, T]（不接收梯度）。
         rewards: 每个候选的奖励 [N]。
         group_ids: 每个候选所属提示的整数组号 [N]。
-        response_mask: 有效回答词元的掩码 [N, T]，布尔或 0/1 数值；None 表示全部有效。
+        response_mask: 有效回答词元的布尔掩码 [N, T]（章节契约：不接受 0/1 数值掩码）；None 表示全部有效。
         clip_range: 概率比的裁剪半径 epsilon（非负有限数）。
         eps: 组内标准差的下限（正的有限数）。
         log_probs_ref: 参考策略的对数概率 [N, T]（可选，不接收梯度）。
@@ -729,7 +737,7 @@ for name, value in (("log_probs_new", 800.0), ("log_probs_old", -800.0), ("log_p
 print("✅ 裁剪、参考 KL、梯度隔离与无效位置上的大数值测试通过")
 
 # %% nbgrader={"grade": true, "grade_id": "test_grpo_weighting_contract_visible", "points": 2}
-"""检查 compute_grpo_loss：长短不同的候选先各自求均值再等权；response_mask=None 表示全部有效；0/1 掩码与布尔掩码结果相同；输入契约（可见测试）。"""
+"""检查 compute_grpo_loss：长短不同的候选先各自求均值再等权；response_mask=None 表示全部有效；掩码必须是布尔张量（章节契约，0/1 数值掩码抛出 ValueError）；输入契约（可见测试）。"""
 # At ratio 1 every candidate's objective is A_i, and a group's advantages sum to zero: with per-candidate
 # averaging the loss is exactly 0 whatever the lengths; a token mean would weight the long answer more.
 zeros = torch.zeros(2, 2)
@@ -744,10 +752,9 @@ full = torch.ones(5, 2, dtype=torch.bool)
 assert_close(compute_grpo_loss(new, old, rewards, group_ids)[0], compute_grpo_loss(new, old, rewards, group_ids, full)[0],
              atol=1e-7, what="response_mask=None 应等同于全部有效")
 new, old, ref, rewards, group_ids, mask = grpo_fixture()
-loss_bool, _ = compute_grpo_loss(new, old, rewards, group_ids, mask)
-for mask_dtype in (torch.float32, torch.float64, torch.long):
-    loss_numeric, _ = compute_grpo_loss(new, old, rewards, group_ids, mask.to(mask_dtype))
-    assert_close(loss_numeric, loss_bool, atol=0.0, rtol=0.0, what=f"{mask_dtype} 的 0/1 掩码与布尔掩码的结果应相同（约定卡 C1）")
+for mask_dtype in (torch.float32, torch.float64, torch.long, torch.uint8):
+    expect_value_error(lambda: compute_grpo_loss(new, old, rewards, group_ids, mask.to(mask_dtype)),
+                       f"response_mask 必须是同形布尔张量（{mask_dtype} 的 0/1 掩码；章节契约，约定卡 C1 的例外）")
 
 new, old, ref, rewards, group_ids, mask = grpo_fixture()
 bad_rewards = torch.tensor([float("nan"), 2.0, 0.5, 1.5, 3.0])
@@ -762,14 +769,14 @@ invalid_calls = {
     "group_ids 与 rewards 同形状": lambda: compute_grpo_loss(new, old, rewards, group_ids[:-1], mask),
     "eps 为正": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, eps=0.0),
     "参考策略同形状": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, log_probs_ref=ref[:-1], beta=0.1),
+    "参考策略同形状（beta = 0 时也检查）": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, log_probs_ref=ref[:-1]),
     "beta > 0 时必须给出参考策略": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, beta=0.04),
     "beta 非负": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, beta=-0.1),
     "clip_range 非负": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, clip_range=-0.2),
     "clip_range 有限": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask, clip_range=float("inf")),
-    "response_mask 只含 0 与 1（0.5）": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask.float() * 0.5),
+    "response_mask 是布尔张量（0.5）": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask.float() * 0.5),
     "response_mask 同形状": lambda: compute_grpo_loss(new, old, rewards, group_ids, mask[:, :1]),
     "每个候选至少一个有效词元": lambda: compute_grpo_loss(new, old, rewards, group_ids, no_valid),
-    "每个候选至少一个有效词元（0/1 掩码）": lambda: compute_grpo_loss(new, old, rewards, group_ids, no_valid.long()),
     "rewards 为有限数": lambda: compute_grpo_loss(new, old, bad_rewards, group_ids, mask),
     "对数概率为有限数": lambda: compute_grpo_loss(new, with_inf, rewards, group_ids, mask),
 }
@@ -778,7 +785,7 @@ for contract, call in invalid_calls.items():
 print(f"✅ 候选等权与 {len(invalid_calls)} 条输入契约测试通过")
 
 # %% nbgrader={"grade": true, "grade_id": "test_compute_grpo_loss_hidden", "points": 6}
-"""隐藏测试：随机的批次（多种规模、无序与负组号、变长与非前缀掩码、float32 与 float64、不同 clip_range 与 beta）对照 float64 逐词元参考实现；梯度对照解析式与有限差分；旧策略与参考策略不接收梯度；无效位置上的大数值不影响损失与梯度；0/1 掩码；输入契约。评分时才会出现测试内容。"""
+"""隐藏测试：随机的批次（多种规模、无序与负组号、变长与非前缀掩码、float32 与 float64、不同 clip_range 与 beta）对照 float64 逐词元参考实现；梯度对照解析式与有限差分；旧策略与参考策略不接收梯度；无效位置上的大数值不影响损失与梯度；0/1 数值掩码被拒绝（章节契约）；输入契约。评分时才会出现测试内容。"""
 ### BEGIN HIDDEN TESTS
 import tools.grading as _h_grading
 
@@ -833,11 +840,12 @@ for _h_n, _h_t, _h_k, _h_dtype, _h_prefix, _h_clip, _h_beta in _h_settings:
             f"无效位置上放入 ±{_h_scale:g} 后梯度含 NaN/inf：应先在无效位置把对数概率比与 KL 的输入换成 0，再取 exp（{_h_label}）")
         _h_close(_h_moved[0].grad, _h_ref_grad, atol=_h_tol * 10, rtol=_h_tol * 10,
                  what=f"无效位置上放入 ±{_h_scale:g} 后的梯度（应不变，{_h_label}）")
-    # A 0/1 mask of another dtype gives the same result (C1).
+    # The chapter's contract (the exception to C1): a 0/1 mask of another dtype is refused.
     _h_numeric = _h_mask.to(torch.float64 if _h_n % 2 else torch.int32)
-    _h_loss3, _ = compute_grpo_loss(_h_new.detach(), _h_old.detach(), _h_r, _h_ids, _h_numeric, clip_range=_h_clip,
-                                    log_probs_ref=_h_ref.detach(), beta=_h_beta)
-    _h_close(_h_loss3, _h_loss.detach(), atol=0.0, rtol=0.0, what=f"{_h_numeric.dtype} 的 0/1 掩码（{_h_label}）")
+    _h_grading.expect_value_error(
+        lambda: compute_grpo_loss(_h_new.detach(), _h_old.detach(), _h_r, _h_ids, _h_numeric, clip_range=_h_clip,
+                                  log_probs_ref=_h_ref.detach(), beta=_h_beta),
+        f"response_mask 必须是同形布尔张量（{_h_numeric.dtype} 的 0/1 掩码，{_h_label}）")
 
 # Finite differences on one float64 case (away from the clip boundaries).
 _h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, 5, 4, 2, torch.float64, True)
@@ -893,10 +901,10 @@ _h_calls = {
     "当前策略对数概率为有限数": lambda: compute_grpo_loss(_h_nan_new, _h_old, _h_r, _h_ids, _h_mask),
     "参考策略对数概率为有限数": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_inf_ref, beta=0.1),
     "参考策略同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref.T, beta=0.1),
-    "response_mask 只含 0 与 1（值为 2）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask.long() * 2),
-    "response_mask 只含 0 与 1（-1）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, -_h_mask.double()),
+    "response_mask 是布尔张量（值为 2 的整数掩码）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask.long() * 2),
+    "response_mask 是布尔张量（float32 的 0/1 掩码）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask.float()),
     "beta > 0 时必须给出参考策略（约定卡 C2）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, beta=0.3),
-    "每个候选至少一个有效词元（float 掩码的最后一行）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_bad_mask.float()),
+    "参考策略同形状（beta = 0 时也检查）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref[:, :2]),
     "response_mask 同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask[:-1]),
     "每个候选至少一个有效词元（最后一行）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_bad_mask),
 }
@@ -968,7 +976,7 @@ print(f"本笔记从第一个代码单元运行到这里用了 {time.perf_counte
 #
 # ### TODO 2　`compute_grpo_loss`
 #
-# 1. **契约**：提供的 `check_grpo_inputs` 负责形状、数值参数、有限性与掩码取值（并把 0/1 掩码变成布尔掩码）；
+# 1. **契约**：提供的 `check_grpo_inputs` 负责形状、数值参数、有限性与掩码（必须是布尔张量：参考章节的契约，约定卡 C1 的例外）；
 #    你写的两条是本课内容本身：`beta > 0` 而没有参考策略（KL 无从计算，悄悄忽略会让人以为 KL 在起作用），
 #    以及空行（候选等权的"每个候选的均值"在空行上没有定义；第 3 课的 TRL 家族函数改用 `clamp(min=1)`，让空行贡献 0）。
 # 2. **优势**：调用提供的 `compute_group_advantages`（它也检查奖励的有限性与 `eps`），并 `detach()`——优势是常数权重。

@@ -5,19 +5,19 @@
 # ---
 
 # %% [markdown]
-# # 第 3A 课：CISPO、追踪实验与检查题
+# # 第 3a 课　CISPO、追踪实验与检查题
 #
 # ## 导读
 #
-# 第 2 课把 GRPO 的目标拆成了几块：新旧策略的逐词元（token）比率、双侧裁剪、参考策略 KL、completion mask，
+# 第 2 课把 GRPO 的目标拆成了几块：新旧策略的逐词元（token）概率比、双侧裁剪、参考策略 KL、回答掩码，
 # 以及“每条回答等权”的归约。本课在这套部件上回答一个问题：**CISPO 改了什么？**
 #
 # MiniMind 的 `train_grpo.py` 用一个 `loss_type` 开关在 GRPO 与 CISPO 之间切换。两者共享采样、奖励、组内优势、
-# mask、比率和 KL，只有“策略项”的写法不同。你会亲手写出这两个损失，画出 **GRPO 的梯度在哪里变成 0、
+# 掩码、概率比和 KL，只有“策略项”的写法不同。你会亲手写出这两个损失，画出 **GRPO 的梯度在哪里变成 0、
 # CISPO 的梯度为什么还在**，再跑一遍 MiniMind 第 24 课的追踪实验，最后做 8 道检查题。
-# 损失家族（TRL 的 `loss_type`）、GSPO 和与 TRL 的一致性核对在第 3B 课（`nb03b_loss_family_trl`）。
+# 损失家族（TRL 的 `loss_type`）、GSPO 和与 TRL 的一致性核对在第 3b 课（`nb03b_loss_family_trl`）。
 #
-# 本课要你实现的函数（名字和签名固定，自动评分与第 3B 课都依赖它们）：
+# 本课要你实现的函数（名字和签名固定，自动评分与第 3b 课都依赖它们）：
 #
 # | TODO | 函数 | 作用 |
 # | --- | --- | --- |
@@ -26,10 +26,10 @@
 #
 # 另外还有一道“梯度在哪里消失”的计算题和 8 道检查题（来自 MiniMind 第 24 课的检查清单）。
 #
-# 完成标准：每个 TODO 下面的可见测试通过；提交后隐藏测试用随机输入、float32/float64、变长 mask、
-# 被 mask 位置上的极端数值和梯度再核对一遍。
+# 完成标准：每个 TODO 下面的可见测试通过；提交后隐藏测试用随机输入、float32/float64、变长掩码、
+# 被掩码位置上的极端数值和梯度再核对一遍。
 #
-# 本课用到的术语：**词元**（token）；**候选 / 回答**（completion，同一个 prompt 采样出的一条输出）；
+# 本课用到的术语：**词元**（token）；**候选 / 回答**（completion）：同一个提示采样出的一条输出；
 # **参考策略**（reference，冻结的 SFT 模型，KL 项以它为锚）。
 
 # %% [markdown]
@@ -39,29 +39,30 @@
 # - 运行时间：`make bench` 在一台**空闲**的 2 核机器上测本课（不含内核启动）；机器忙时（多个进程抢 CPU）
 #   可能慢几倍。本课最后一个代码单元会打印**这一次**从头运行到那里的实测秒数，以它为准。
 # - 笔记本最上方的启动单元会打印当前环境的检查表；如果表里有红色项，先按提示修好再往下做。
+# - 掩码、`beta`、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 
 # %% [markdown]
 # ## 前置阅读
 #
-# - 第 1 课（组内相对优势）和第 2 课（比率、裁剪、参考策略 KL、mask、回答等权）。本课直接沿用它们的符号，
+# - 第 1 课（组内相对优势）和第 2 课（概率比、裁剪、参考策略 KL、掩码、回答等权）。本课直接沿用它们的符号，
 #   并从 `tools/lessons/` 导入这两课评分过的函数（`group_relative_advantages`、`token_kl_penalty`），不再另抄一份。
-# - MiniMind `trainer/train_grpo.py` 的损失部分：`loss_type == "cispo"` 时用截断并 `detach()` 的比率乘以
-#   优势和对数概率；否则用 PPO 式的裁剪比率；最后先按回答求有效词元均值，再对回答求均值。
+# - MiniMind `trainer/train_grpo.py` 的损失部分：`loss_type == "cispo"` 时用截断并 `detach()` 的概率比乘以
+#   优势和对数概率；否则用 PPO 式的裁剪概率比；最后先按回答求有效词元均值，再对回答求均值。
 # - 论文（可选）：CISPO 出自 MiniMax-M1（arXiv 2506.13585），`ε_max = 5.0` 的推荐值见 ScaleRL（arXiv 2510.13786）。
-# - 课程约定卡（`docs/CONVENTIONS.md`）：mask 可以是 bool 或 0/1（C1）；`beta > 0` 必须给参考策略的对数概率（C2）；
-#   被 mask 的位置不影响损失和梯度（C3）。
+# - 课程约定卡（`docs/CONVENTIONS.md`）：掩码可以是 bool 或 0/1（C1）；`beta > 0` 必须给参考策略的对数概率（C2）；
+#   被掩码的位置不影响损失和梯度（C3）。
 
 # %% [markdown]
-# ## 第 1 步：符号与共享部件
+# ## 第 1 步　符号与共享部件
 #
-# 记 `B` 为一个批次里的 prompt 数，`G = num_generations` 为每个 prompt 采样的回答数，`T` 为回答的最大词元数。
-# MiniMind 和 TRL 都把同一个 prompt 的 `G` 条回答**连续**排在平铺的第 0 维上（第 `i` 个 prompt 的第 `j` 条回答
+# 记 `B` 为一个批次里的提示数，`G = num_generations` 为每个提示采样的回答数，`T` 为回答的最大词元数。
+# MiniMind 和 TRL 都把同一个提示的 `G` 条回答**连续**排在平铺的第 0 维上（第 `i` 个提示的第 `j` 条回答
 # 在下标 `i*G + j`），所以：
 #
 # | 张量 | 形状 | 含义 |
 # | --- | --- | --- |
 # | `rewards` | `[B*G]` | 每条回答一个标量奖励 |
-# | `grouped_rewards` | `[B, G]` | `rewards.view(-1, G)`：一行是一个 prompt 的一组回答 |
+# | `grouped_rewards` | `[B, G]` | `rewards.view(-1, G)`：一行是一个提示的一组回答 |
 # | `advantages` | `[B*G]` | 组内相对优势（序列级，一条回答一个数） |
 # | `policy_logps` / `old_logps` / `ref_logps` | `[B*G, T]` | 当前策略 / 采样时的旧策略 / 冻结参考策略的逐词元对数概率 |
 # | `completion_mask` | `[B*G, T]` | 有效回答词元（含第一个 EOS）为 1/True，其余为 0/False |
@@ -75,8 +76,8 @@
 # - `token_kl_penalty`：第 2 课评分过的非负 KL 估计 `exp(Δ) − Δ − 1`，`Δ = ref − policy`（从 `tools.lessons.nb02_grpo_objective` 导入）；
 # - `group_relative_advantages`：第 1 课评分过的 MiniMind 平铺写法 `(R − mean) / (std + eps)`，`std` 是总体标准差，
 #   `eps = 1e-4`（从 `tools.lessons.nb01_group_advantages` 导入）；
-# - `check_policy_inputs`：检查形状、mask 取值、`beta` 与 `ref_logps` 等输入契约，违反时抛出带中文说明的
-#   `ValueError`；通过时**返回 bool 形式的 mask**。你的函数应当先调用它。
+# - `check_policy_inputs`：检查形状、掩码取值、`beta` 与 `ref_logps` 等输入契约，违反时抛出带中文说明的
+#   `ValueError`；通过时**返回 bool 形式的掩码**。你的函数应当先调用它。
 
 # %% nbgrader={"locked": true, "grade_id": "shared_helpers"}
 #@save
@@ -140,7 +141,7 @@ _demo_mask = completion_bool_mask(torch.tensor([[1.0, 1.0, 0.0]]), (1, 3))
 print("共享部件已就绪：token_kl_penalty, group_relative_advantages, check_policy_inputs；0/1 mask -> bool:", _demo_mask.tolist())
 
 # %% [markdown]
-# ## 第 2 步：GRPO 的策略项（TODO 1）
+# ## 第 2 步　GRPO 的策略项（TODO 1）
 #
 # MiniMind 的 GRPO 分支就是 PPO 的裁剪目标，只是优势换成了组内相对优势、并且没有 value loss。对第 `i` 条回答的
 # 第 `t` 个词元：
@@ -151,18 +152,18 @@ print("共享部件已就绪：token_kl_penalty, group_relative_advantages, chec
 # $$
 #
 # 归约（MiniMind 与 TRL 的 `loss_type="grpo"` 相同）：先在每条回答的有效词元上求均值（有效词元数按
-# `clamp(min=1)` 处理，全被 mask 掉的回答贡献 0），再对 `B*G` 条回答求均值：
+# `clamp(min=1)` 处理，全被掩码挡掉的回答贡献 0），再对 `B*G` 条回答求均值：
 #
 # $$
 # \mathcal{L} = \frac{1}{B G}\sum_{i}\frac{\sum_t m_{i,t}\,\text{per\_token\_loss}_{i,t}}{\max(1, \sum_t m_{i,t})}
 # $$
 #
 # 提示：
-# - 先 `valid = check_policy_inputs(...)`（它返回 bool mask）；再检查 `0 <= epsilon < 1`，否则抛出中文 `ValueError`。
-# - **先 mask、再 `exp`**（约定 C3）：padding 位置可能装着任意有限值（比如对数比率 800）。如果先算
-#   `exp(policy − old)` 再乘 mask，`exp(800)` 是 `inf`，前向里 `inf × 0` 已是 NaN；即使用 `torch.where` 把损失挡住，
-#   反向传播时 `0 × inf` 仍会在梯度里留下 NaN。所以先把被 mask 位置的对数比率置 0：
-#   `log_ratio = torch.where(valid, policy_logps - old_logps, 0.0)`，再 `exp`；KL 的两个输入也一样先 mask。
+# - 先 `valid = check_policy_inputs(...)`（它返回布尔掩码）；再检查 `0 <= epsilon < 1`，否则抛出中文 `ValueError`。
+# - **先掩码、再 `exp`**（约定 C3）：padding 位置可能装着任意有限值（比如对数概率比 800）。如果先算
+#   `exp(policy − old)` 再乘掩码，`exp(800)` 是 `inf`，前向里 `inf × 0` 已是 NaN；即使用 `torch.where` 把损失挡住，
+#   反向传播时 `0 × inf` 仍会在梯度里留下 NaN。所以先把被掩码位置的对数概率比置 0：
+#   `log_ratio = torch.where(valid, policy_logps - old_logps, 0.0)`，再 `exp`；KL 的两个输入也一样先掩码。
 # - `advantages` 是 `[B*G]`，用 `advantages.unsqueeze(1)` 广播到 `[B*G, T]`。
 # - 只在 `beta != 0` 时加 KL 项（`beta = 0` 时可以不给 `ref_logps`，给了也忽略）。
 
@@ -331,9 +332,9 @@ expect_value_error(lambda: grpo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3].d
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 第 3 步：CISPO 改了什么（TODO 2）
+# ## 第 3 步　CISPO 改了什么（TODO 2）
 #
-# GRPO 的 `min(r·A, clip(r)·A)` 有一个副作用：当比率越过裁剪边界、而且 `min` 选中了裁剪分支时，这个词元的
+# GRPO 的 `min(r·A, clip(r)·A)` 有一个副作用：当概率比越过裁剪边界、而且 `min` 选中了裁剪分支时，这个词元的
 # 损失变成常数 `clip(r)·A`，**对参数的梯度整个消失**——这个词元在本次更新里不再有任何作用。
 # CISPO（MiniMax-M1）换了一种写法：裁剪的是**重要性权重**本身，并把它当作常数（`detach`），梯度只走
 # `log π`：
@@ -345,16 +346,19 @@ expect_value_error(lambda: grpo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3].d
 # 其中 `sg` 是 stop-gradient（`.detach()`）。于是 `∂ per_token_loss / ∂ ℓ^θ = −min(r, ε_high)·A`：权重被截断，
 # 但**永远不为 0**（除非 A=0）。归约和 GRPO 一样（MiniMind：先回答内均值，再回答间均值）。
 #
-# **这是谁的记号、谁的默认值。** 本课的 `cispo_policy_loss` 沿用 **MiniMind 的记号**：`epsilon_high` 是比率的
+# **这是谁的记号、谁的默认值。** 本课的 `cispo_policy_loss` 沿用 **MiniMind 的记号**：`epsilon_high` 是概率比的
 # **绝对上限**，即 `torch.clamp(ratio, max=epsilon_high)`（MiniMind `train_grpo.py` 里的 `args.epsilon_high`）。
 # 默认值 `epsilon_high = 5.0` 是**本课函数的默认值**，取自 ScaleRL 推荐的 `ε_max = 5.0`。TRL 1.16 的 `loss_type="cispo"`
 # 也用绝对上限 `clamp(coef_1, max=self.epsilon_high)`，但它的 `epsilon_high` **默认等于 `epsilon`**（0.2）：
-# 照搬 TRL 的默认配置跑 `cispo`，上限就是 0.2，几乎所有比率都被封顶；TRL 文档建议 `cispo` 时显式设
-# `epsilon_high=5.0`（第 3B 课的核对会实测这一点）。另外，有的实现把上限写成 `1 + ε_high`（与 DAPO 的 clip-higher
-# 共用“半径”记号），这时 `ε_high = 5.0` 意味着上限 6。读别人的配置时先确认是哪一种。
+# 照搬 TRL 的默认配置跑 `cispo`，上限就是 0.2，几乎所有概率比都被封顶；TRL 文档建议 `cispo` 时显式设
+# `epsilon_high=5.0`（第 3b 课的核对会实测这一点）。**CISPO 的原始论文用的是另一种记号**：MiniMax-M1
+# （arXiv 2506.13585，第 3.1 节式 (4)–(5)）把截断后的权重写成 $\hat r = \mathrm{clip}(r,\ 1-\varepsilon^{IS}_{low},\ 1+\varepsilon^{IS}_{high})$，
+# 上限是 `1 + ε_high`（与 DAPO 的 clip-higher 同样是“半径”记号），论文实验里不设下限、只调 $\varepsilon^{IS}_{high}$；
+# 它的归约是全批词元平均 $1/\sum_i |o_i|$，不是回答等权。ScaleRL（arXiv 2510.13786）则写成 `clip(r, 0, ε_max)`，
+# 与 MiniMind、TRL 一样是绝对上限。同一个 5.0 在半径记号下意味着上限 6；读别人的配置时先确认是哪一种。
 #
-# 提示：先 `valid = check_policy_inputs(...)`，再检查 `epsilon_high > 0`；和 TODO 1 一样**先 mask 再 exp**
-# （比率、乘在权重后面的 `policy_logps`、KL 的输入都先用 `torch.where(valid, ..., 0.0)` 挡住 padding）；
+# 提示：先 `valid = check_policy_inputs(...)`，再检查 `epsilon_high > 0`；和 TODO 1 一样**先掩码再 exp**
+# （概率比、乘在权重后面的 `policy_logps`、KL 的输入都先用 `torch.where(valid, ..., 0.0)` 挡住 padding）；
 # 权重是 `torch.clamp(ratio, max=epsilon_high).detach()`。
 
 # %% nbgrader={"solution": true, "grade_id": "cispo_policy_loss"}
@@ -487,9 +491,9 @@ expect_value_error(lambda: cispo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3].
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 第 4 步：梯度在哪里消失
+# ## 第 4 步　梯度在哪里消失
 #
-# 只看一个 token（一条只有 1 个有效 token 的回答，`β = 0`），把 `r` 从 0.3 扫到 2.2，画出损失对 `log π` 的
+# 只看一个词元（一条只有 1 个有效词元的回答，`β = 0`），把 `r` 从 0.3 扫到 2.2，画出损失对 `log π` 的
 # 导数 `∂L/∂ℓ^θ`。因为 `∂r/∂ℓ^θ = r`，GRPO 未裁剪时导数是 `−A·r`，被裁剪时是 0；CISPO 处处是
 # `−min(r, ε_high)·A`。下面的图直接用**你写的**两个函数加自动求导算出来（`ε = 0.2`，`ε_high = 5.0`）。
 
@@ -529,11 +533,11 @@ for advantage in (1.0, -1.0):
     print(f"A={advantage:+.0f}: GRPO 梯度为 0 的比率范围 [{dead.min():.2f}, {dead.max():.2f}]（网格上 {dead.numel()} 个点）")
 
 # %% [markdown]
-# 图里可以读出：`A > 0` 时 GRPO 只在 `r > 1+ε` 一侧“死掉”（已经足够提高这个 token 的概率，不再继续推），
+# 图里可以读出：`A > 0` 时 GRPO 只在 `r > 1+ε` 一侧“死掉”（已经足够提高这个词元的概率，不再继续推），
 # `A < 0` 时只在 `r < 1−ε` 一侧死掉；另一侧没有裁剪，梯度照常流动。CISPO 在整个范围内梯度都不为 0，
 # 只是 `r > ε_high` 时权重封顶。
 #
-# **计算题（自动评分）。** 对下面 4 个单 token 情形（`ε = 0.2`，`ε_high = 5.0`，`β = 0`，批里只有这一条回答），
+# **计算题（自动评分）。** 对下面 4 个单词元情形（`ε = 0.2`，`ε_high = 5.0`，`β = 0`，批里只有这一条回答），
 # 写出 `∂L/∂ℓ^θ` 的数值，填进 `gradient_answers`：键是情形编号，值是 `(GRPO 的导数, CISPO 的导数)`。
 # 可见测试会先告诉你每个导数的**正负号**（或是否为 0）对不对，具体数值由隐藏测试评分。
 #
@@ -585,14 +589,14 @@ for _key, (_g, _c) in _h_expected.items():
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 第 5 步：追踪实验（MiniMind trace lab）
+# ## 第 5 步　追踪实验（MiniMind trace lab）
 #
-# MiniMind 第 24 课的追踪实验：固定随机种子，构造 `B = 2` 个 prompt、每个 `G = 4` 条回答的平铺奖励，其中第 2 组
-# 的奖励全部相同（“退化组”）；再构造旧策略、当前策略和 reference 的逐 token 对数概率与变长 mask，依次打印
+# MiniMind 第 24 课的追踪实验：固定随机种子，构造 `B = 2` 个提示、每个 `G = 4` 条回答的平铺奖励，其中第 2 组
+# 的奖励全部相同（“退化组”）；再构造旧策略、当前策略和 reference 的逐词元对数概率与变长掩码，依次打印
 # 中间量。要观察的是：
 #
 # - 每组 `advantages` 的均值接近 0；退化组的 `advantages` 全部约为 0（分子为 0，分母是 `0 + eps`）；
-# - GRPO 与 CISPO 用的是**同一个**比率和**同一个** KL（`ratio_min`、`ratio_max`、`kl_mean` 与 `loss_type` 无关），
+# - GRPO 与 CISPO 用的是**同一个**概率比和**同一个** KL（`ratio_min`、`ratio_max`、`kl_mean` 与 `loss_type` 无关），
 #   但两个损失的值不同。
 
 # %% nbgrader={"locked": true, "grade_id": "trace_lab"}
@@ -633,9 +637,9 @@ def trace_grpo_cispo(seed=24, num_prompts=2, num_generations=4, max_len=6, beta=
 trace = trace_grpo_cispo()
 
 # %% [markdown]
-# ## 第 6 步：本节检查（8 题）
+# ## 第 6 步　本节检查（8 题）
 #
-# 8 题对应 MiniMind 第 24 课的检查清单（损失家族的第 9 题在第 3B 课）。
+# 8 题对应 MiniMind 第 24 课的检查清单（损失家族的第 9 题在第 3b 课）。
 # 选择题和数值题自动评分；简答题由老师按要点人工评分（nbgrader 的 manual grading），用自己的话写 2～4 句即可。
 # Q8 的可见测试会告诉你一个已知的选项对不对，其余由隐藏测试评分。
 
@@ -643,14 +647,14 @@ trace = trace_grpo_cispo()
 # **Q1（简答）GRPO 为什么可以不训练 critic？**
 #
 # ### BEGIN SOLUTION
-# 参考要点：PPO 的 critic 只是为了给优势提供一个基线 `V(s)`。GRPO 对同一个 prompt 采样 `G` 条回答，用这组回答
+# 参考要点：PPO 的 critic 只是为了给优势提供一个基线 `V(s)`。GRPO 对同一个提示采样 `G` 条回答，用这组回答
 # 奖励的均值（再除以组内标准差）当基线：比同组平均好的回答优势为正、差的为负。基线来自同题的其他样本，
-# 不需要额外的价值网络、value loss 和 GAE；代价是每个 prompt 要多采样几条回答，而且优势只有序列级。
+# 不需要额外的价值网络、value loss 和 GAE；代价是每个提示要多采样几条回答，而且优势只有序列级。
 # ### END SOLUTION
 
 # %% [markdown]
-# **Q2（数值）** 平铺的 `rewards` 用 `rewards.view(-1, G)` 分组，这依赖于同一个 prompt 的回答连续排列。
-# 若 `B = 3`、`G = 4`，第 `i = 1` 个 prompt 的第 `j = 2` 条回答（都从 0 开始数）在平铺张量里的下标是多少？
+# **Q2（数值）** 平铺的 `rewards` 用 `rewards.view(-1, G)` 分组，这依赖于同一个提示的回答连续排列。
+# 若 `B = 3`、`G = 4`，第 `i = 1` 个提示的第 `j = 2` 条回答（都从 0 开始数）在平铺张量里的下标是多少？
 # 把整数赋给 `q2_flat_index`。
 
 # %% nbgrader={"solution": true, "grade_id": "q2_answer"}
@@ -693,19 +697,19 @@ assert q3_choice == "A", "分子为 0、分母为 eps：优势为 0，不是 NaN
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"solution": true, "grade": true, "grade_id": "q4_broadcast", "points": 2}
-# **Q4（简答）** 为什么 `advantages.unsqueeze(1)` 可以乘到这条回答的每个 token 上？这样做意味着什么？
+# **Q4（简答）** 为什么 `advantages.unsqueeze(1)` 可以乘到这条回答的每个词元上？这样做意味着什么？
 #
 # ### BEGIN SOLUTION
 # 参考要点：GRPO 的优势是序列级的——奖励只对整条回答打一次分，组内标准化后每条回答一个数，形状 `[B*G]`。
-# `unsqueeze(1)` 把它变成 `[B*G, 1]`，按广播规则复制到 `[B*G, T]` 的每个 token 位置：同一条回答的所有 token 共享
-# 同一份“功劳/过错”，没有 critic 那样的逐 token 信用分配；padding 之后的位置再由 mask 去掉。
+# `unsqueeze(1)` 把它变成 `[B*G, 1]`，按广播规则复制到 `[B*G, T]` 的每个词元位置：同一条回答的所有词元共享
+# 同一份“功劳/过错”，没有 critic 那样的逐词元信用分配；padding 之后的位置再由掩码去掉。
 # ### END SOLUTION
 
 # %% [markdown]
 # **Q5（选择）** `per_token_kl = exp(ref − policy) − (ref − policy) − 1` 约束的是什么？把字母赋给 `q5_choice`。
 #
-# - A. 当前策略与采样时旧策略的距离（这由比率和裁剪负责）
-# - B. 当前策略与冻结的 reference（通常是 SFT 模型）的距离，按 token 计、非负
+# - A. 当前策略与采样时旧策略的距离（这由概率比和裁剪负责）
+# - B. 当前策略与冻结的 reference（通常是 SFT 模型）的距离，按词元计、非负
 # - C. 当前策略与奖励模型的距离
 # - D. 新旧两次采样的奖励差
 
@@ -728,9 +732,9 @@ assert q5_choice == "B", "KL 项比较的是 policy 与冻结的 reference"
 # **Q6（简答）** GRPO 的损失和 PPO 的策略损失哪里相似、哪里不同？
 #
 # ### BEGIN SOLUTION
-# 参考要点：相同之处——都用新旧策略的逐 token 比率 `r = π_θ/π_old` 做重要性采样，都用
+# 参考要点：相同之处——都用新旧策略的逐词元概率比`r = π_θ/π_old` 做重要性采样，都用
 # `min(r·A, clip(r, 1−ε, 1+ε)·A)` 的保守（悲观）裁剪目标限制一次更新走多远，都需要采样时保存的 old logprob。
-# 不同之处——GRPO 的优势来自组内相对奖励（序列级、广播到 token），PPO 的来自 critic + GAE（token 级）；
+# 不同之处——GRPO 的优势来自组内相对奖励（序列级、广播到词元），PPO 的来自 critic + GAE（词元级）；
 # GRPO 没有 value loss，通常把 reference KL 作为损失里的一项，而不是像经典 RLHF-PPO 那样并进奖励。
 # ### END SOLUTION
 
@@ -738,24 +742,24 @@ assert q5_choice == "B", "KL 项比较的是 policy 与冻结的 reference"
 # **Q7（简答）** CISPO 为什么要对 `clamped_ratio` 调用 `.detach()`？
 #
 # ### BEGIN SOLUTION
-# 参考要点：CISPO 想让截断后的比率只当作一个**固定的重要性权重**，梯度全部经过 `log π`：
-# `∂L/∂ℓ = −min(r, ε_high)·A`，即使比率超过上限，梯度也只是被封顶而不会消失（第 4 步的图）。如果不 detach，
+# 参考要点：CISPO 想让截断后的概率比只当作一个**固定的重要性权重**，梯度全部经过 `log π`：
+# `∂L/∂ℓ = −min(r, ε_high)·A`，即使概率比超过上限，梯度也只是被封顶而不会消失（第 4 步的图）。如果不 detach，
 # 未截断时会多出一条经过 `r` 本身的梯度（导数变成 `−r·A·(1+ℓ)`，依赖 logprob 的绝对大小，甚至可能变号），
-# 截断时这条路径又变成 0，目标就不再是“以封顶比率加权的策略梯度”。
+# 截断时这条路径又变成 0，目标就不再是“以封顶概率比加权的策略梯度”。
 # ### END SOLUTION
 
 # %% [markdown]
 # **Q8（多选）** 在 MiniMind 里把 `loss_type` 从 `"grpo"` 改成 `"cispo"`，下列哪些步骤**不变**？
 # 把字母组成的集合赋给 `q8_unchanged`，例如 `{"a", "b"}`。
 #
-# - a. 每个 prompt 采样 `num_generations` 条回答
+# - a. 每个提示采样 `num_generations` 条回答
 # - b. 奖励的计算
 # - c. 组内相对优势
-# - d. completion mask（截到第一个 EOS）
-# - e. 比率 `exp(policy − old)`
+# - d. 回答掩码（截到第一个 EOS）
+# - e. 概率比 `exp(policy − old)`
 # - f. reference KL
 # - g. 策略项的写法
-# - h. 归约：先回答内有效 token 均值，再对回答求均值
+# - h. 归约：先回答内有效词元均值，再对回答求均值
 
 # %% nbgrader={"solution": true, "grade_id": "q8_answer"}
 q8_unchanged = None
@@ -778,10 +782,12 @@ assert set(q8_unchanged) == set("abcdefh"), "只有策略项（g）变了；Mini
 print(f"本次从第一个共享部件单元运行到这里用了 {time.perf_counter() - LESSON_STARTED:.1f} 秒（本机、本次负载下的实测值，不含内核启动）")
 
 # %% [markdown]
-# ## STOP HERE
+# ---
 #
-# 以上就是本课要完成的全部内容（包括上面的简答题）。提交前从头到尾重新运行一遍（Kernel → Restart & Run All），
-# 确认每个可见测试都打印了“通过”或“正确”。接下来是第 3B 课：损失家族、GSPO 与 TRL 一致性核对。
+# # 🛑 STOP HERE 🛑
+#
+# 本课到此结束（包括上面的简答题）。提交前从头到尾重新运行一遍（Kernel → Restart & Run All），
+# 确认每个可见测试都打印了“通过”或“正确”。下一课是第 3b 课：损失家族、GSPO 与 TRL 一致性核对。
 
 # %% [markdown] tags=["solution-only"]
 # ## 解析
@@ -791,10 +797,10 @@ print(f"本次从第一个共享部件单元运行到这里用了 {time.perf_cou
 #   朝有利方向走得够远了。代价是这些词元在本次更新里完全不提供信号；在长回答、低概率词元较多时，被
 #   “关掉”的词元可能很多。
 # - **CISPO 的取舍。** 它保留所有词元的梯度，只把重要性权重封顶并当作常数。权重封顶控制了方差，detach
-#   让梯度的形式保持为“加权的 `∇log π`”。常见错误有两个：忘记 `detach`（梯度多出一条经过比率的路径，隐藏测试的
-#   梯度比较会失败），以及把上限写成 `1 + ε_high`（在比率介于 `ε_high` 与 `1 + ε_high` 之间时数值不同）。
-# - **先 mask 再 exp。** padding 位置的对数概率没有意义，可能是任何有限值。`exp` 之后再乘 mask，前向值看起来
-#   可能没问题，反向传播却会把 `0 × inf` 变成 NaN，污染整个参数的梯度。先用 `torch.where` 把对数比率置 0，
+#   让梯度的形式保持为“加权的 `∇log π`”。常见错误有两个：忘记 `detach`（梯度多出一条经过概率比的路径，隐藏测试的
+#   梯度比较会失败），以及把上限写成 `1 + ε_high`（在概率比介于 `ε_high` 与 `1 + ε_high` 之间时数值不同）。
+# - **先掩码再 exp。** padding 位置的对数概率没有意义，可能是任何有限值。`exp` 之后再乘掩码，前向值看起来
+#   可能没问题，反向传播却会把 `0 × inf` 变成 NaN，污染整个参数的梯度。先用 `torch.where` 把对数概率比置 0，
 #   `exp(0) = 1` 永远有限。
-# - **追踪实验。** 退化组（奖励全相同）的优势全为 0，不提供策略梯度；比率与 KL 与 `loss_type` 无关，两个损失
+# - **追踪实验。** 退化组（奖励全相同）的优势全为 0，不提供策略梯度；概率比与 KL 与 `loss_type` 无关，两个损失
 #   只在策略项上不同。

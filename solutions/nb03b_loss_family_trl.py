@@ -5,18 +5,21 @@
 # ---
 
 # %% [markdown]
-# # 第 3B 课：损失家族、GSPO 与 TRL 一致性核对
+# # 第 3b 课　损失家族、GSPO 与 TRL 一致性核对
 #
 # ## 导读
 #
-# 第 3A 课写了 MiniMind 的两个策略损失 `grpo_policy_loss` 与 `cispo_policy_loss`。本课回答两个问题：
+# 第 3a 课写了 MiniMind 的两个策略损失 `grpo_policy_loss` 与 `cispo_policy_loss`。本课回答两个问题：
 #
 # 1. **“损失家族”到底差在哪里？** TRL 1.16 的 `GRPOTrainer` 用 `loss_type` 区分 `grpo`、`bnpo`、`dr_grpo`、`dapo`、
-#    `cispo`、`sapo`、`luspo`、`vespo`。前五个的逐词元损失几乎相同，差别主要在**归约**：把 `[B*G, T]` 的逐词元
-#    损失变成一个标量时，每个词元拿到多大的权重。你会写一个统一的归约器，并用一条 3 词元的回答和一条
-#    30 词元的回答算出每种归约的**长度偏置**；再看 DAPO 的 clip-higher 为什么能缓解熵塌缩、GSPO 的**序列级**
-#    重要性比率，以及 TRL 另外三种 `loss_type` 和 `delta`、`use_bias_correction_kl` 两个选项。
-# 2. **和框架对得上吗？** 最后一节把你写的函数交给 `tools/trl_conformance.py`，它在比率确实越过裁剪边界的输入上
+#    `cispo`、`sapo`、`luspo`、`vespo`。`grpo`、`bnpo`、`dr_grpo`、`dapo` 的逐词元损失相同（都是裁剪目标
+#    `−min(r·A, clip(r)·A)`），差别只在**归约**：把 `[B*G, T]` 的逐词元损失变成一个标量时，每个词元拿到多大的权重。
+#    `cispo` 不同：它的逐词元损失是另一个目标 `−sg(min(r, ε_max))·A·log π`，梯度在裁剪区外也不消失（第 3a 课的主题；
+#    TRL 1.16.0 `GRPOTrainer._compute_loss` 的 `loss_type == "cispo"` 分支），归约与 `dapo` 相同。
+#    你会写一个统一的归约器，并用一条 3 词元的回答和一条 30 词元的回答算出每种归约的**长度偏置**；
+#    再看 DAPO 的 clip-higher 为什么能缓解熵塌缩、GSPO 的**序列级**概率比、概率比从哪里偏离 1，
+#    以及 TRL 另外三种 `loss_type` 和 `delta`、`use_bias_correction_kl` 两个选项。
+# 2. **和框架对得上吗？** 最后一节把你写的函数交给 `tools/trl_conformance.py`，它在概率比确实越过裁剪边界的输入上
 #    逐个 `loss_type` 调用 TRL 1.16.0 真实的 `GRPOTrainer._compute_loss`，核对数值与梯度；优势则直接执行 TRL
 #    `_generate_and_score_completions` 里计算优势的那段源码。
 #
@@ -25,13 +28,13 @@
 # | TODO | 函数 | 作用 |
 # | --- | --- | --- |
 # | 1 | `reduce_per_token_loss(per_token_loss, completion_mask, loss_type, max_completion_length=None, num_items_in_batch=None)` | 损失家族的统一归约器（标量） |
-# | 2 | `importance_ratio(policy_logps, old_logps, completion_mask, importance_sampling_level="token")` | 词元级或序列级（GSPO）重要性比率 |
+# | 2 | `importance_ratio(policy_logps, old_logps, completion_mask, importance_sampling_level="token")` | 词元级或序列级（GSPO）概率比 |
 # | 3 | `per_token_policy_loss(policy_logps, old_logps, advantages, completion_mask, loss_type="grpo", epsilon_low=0.2, epsilon_high=0.28, importance_sampling_level="token", beta=0.0, ref_logps=None)` | clip-higher / CISPO / GSPO 的逐词元损失 `[B*G, T]` |
 #
 # 另外还有 1 道数值检查题（Q9，损失家族的长度偏置）。
 #
-# 完成标准：每个 TODO 下面的可见测试通过；提交后隐藏测试用随机输入、float32/float64、变长 mask、
-# 被 mask 位置上的极端数值和梯度再核对一遍。
+# 完成标准：每个 TODO 下面的可见测试通过；提交后隐藏测试用随机输入、float32/float64、变长掩码、
+# 被掩码位置上的极端数值和梯度再核对一遍。
 #
 # 本课用到的术语：**词元**（token）；**候选 / 回答**（completion）；**参考策略**（reference，冻结的 SFT 模型）。
 
@@ -44,23 +47,24 @@
 # - 运行时间：`make bench` 在一台**空闲**的 2 核机器上测本课（不含内核启动，大部分是导入 TRL）；机器忙时可能
 #   慢几倍。本课最后一个代码单元打印**这一次**从头运行到那里的实测秒数，以它为准。
 # - 笔记本最上方的启动单元会打印当前环境的检查表；如果表里有红色项，先按提示修好再往下做。
+# - 掩码、`beta`、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 
 # %% [markdown]
 # ## 前置阅读
 #
-# - 第 3A 课（`nb03a_cispo_trace_lab`）：本课从 `tools.lessons.nb03a_cispo_trace_lab` 导入那一课评分过的
+# - 第 3a 课（`nb03a_cispo_trace_lab`）：本课从 `tools.lessons.nb03a_cispo_trace_lab` 导入那一课评分过的
 #   `grpo_policy_loss`、`cispo_policy_loss` 和共享部件 `check_policy_inputs`、`completion_bool_mask`。
 # - 论文（可选）：DAPO（arXiv 2503.14476：clip-higher 与词元级归约）；Dr. GRPO（arXiv 2503.20783：用常数
-#   归约消除长度偏置）；GSPO（arXiv 2507.18071：序列级重要性比率）。
+#   归约消除长度偏置）；GSPO（arXiv 2507.18071：序列级概率比）。
 # - TRL 文档中 `GRPOConfig` 的 `loss_type`、`epsilon`、`epsilon_high`、`delta`、`importance_sampling_level`、`beta`、
 #   `use_bias_correction_kl`、`scale_rewards`、`multi_objective_aggregation` 参数说明。
-# - 课程约定卡（`docs/CONVENTIONS.md`）：C1 mask 可以是 bool 或 0/1；C3 被 mask 的位置不影响损失和梯度
-#   （先 mask 再 exp）；C5 TRL 家族里全被 mask 的回答贡献 0（分母 `clamp(min=1)`）。
+# - 课程约定卡（`docs/CONVENTIONS.md`）：C1 掩码可以是 bool 或 0/1；C3 被掩码的位置不影响损失和梯度
+#   （先掩码再 exp）；C5 TRL 家族里全被掩码的回答贡献 0（分母 `clamp(min=1)`）。
 
 # %% [markdown]
-# ## 第 1 步：符号与共享部件
+# ## 第 1 步　符号与共享部件
 #
-# 符号与第 3A 课相同：`B` 个 prompt、每个 `G = num_generations` 条回答（平铺在第 0 维，同一 prompt 的回答连续），
+# 符号与第 3a 课相同：`B` 个提示、每个 `G = num_generations` 条回答（平铺在第 0 维，同一提示的回答连续），
 # 回答最长 `T` 个词元；`policy_logps` / `old_logps` / `ref_logps` 与 `completion_mask` 都是 `[B*G, T]`，`advantages` 是 `[B*G]`。
 # 下面的**只读**单元导入前几课评分过的函数（不另抄一份），并准备画图的小工具。
 
@@ -92,9 +96,9 @@ print("共享部件已就绪（来自第 1、2、3A 课）：group_relative_adva
       " grpo_policy_loss, cispo_policy_loss；LOSS_TYPES =", LOSS_TYPES)
 
 # %% [markdown]
-# ## 第 2 步：损失家族 = 同一个逐词元损失 + 不同的归约（TODO 1）
+# ## 第 2 步　损失家族 = 同一个逐词元损失 + 不同的归约（TODO 1）
 #
-# 把 `[B*G, T]` 的 `per_token_loss` 变成标量，TRL 的 `loss_type` 给了四种归约（记 `m` 为 mask，`B*G` 为本地批的回答条数）：
+# 把 `[B*G, T]` 的 `per_token_loss` 变成标量，TRL 的 `loss_type` 给了四种归约（记 `m` 为掩码，`B*G` 为本地批的回答条数）：
 #
 # | `loss_type` | 归约 | 每个有效词元的权重 |
 # | --- | --- | --- |
@@ -105,7 +109,7 @@ print("共享部件已就绪（来自第 1、2、3A 课）：group_relative_adva
 #
 # TRL 里 `loss_type="cispo"` 的**归约与 `dapo` 相同**（除以 `num_items_in_batch`），这一点和 MiniMind 的
 # `cispo_policy_loss`（按 `grpo` 归约）不同——最后的核对会用到。你的归约器也接受 `"cispo"`，按 `dapo` 处理。
-# 全被 mask 掉的回答贡献 0（约定 C5，TRL 的写法：分母 `clamp(min=1)`）。
+# 全被掩码掉的回答贡献 0（约定 C5，TRL 的写法：分母 `clamp(min=1)`）。
 #
 # 输入契约（违反时抛出中文 `ValueError`）：
 # - `per_token_loss` 是二维张量，`completion_mask` 形状与它相同、取值是 bool 或 0/1（用 `completion_bool_mask` 检查并转成 bool）；
@@ -113,7 +117,7 @@ print("共享部件已就绪（来自第 1、2、3A 课）：group_relative_adva
 # - `dr_grpo` 需要正整数 `max_completion_length`，且不小于 `T`（回答不可能比上限还长）；
 # - `dapo` / `cispo` 需要 `num_items_in_batch`（数字或 0 维张量，`>= 0`），分母按 `max(num_items_in_batch, 1)` 计。
 #
-# 提示：用 `torch.where(valid, per_token_loss, 0.0)` 而不是乘 mask 把 padding 挡掉：这样 padding 上即使是 `inf`
+# 提示：用 `torch.where(valid, per_token_loss, 0.0)` 而不是乘掩码把 padding 挡掉：这样 padding 上即使是 `inf`
 # 也不会变成 NaN（约定 C3）。
 
 # %% nbgrader={"solution": true, "grade_id": "reduce_per_token_loss"}
@@ -250,13 +254,13 @@ expect_value_error(lambda: reduce_per_token_loss(_z, _zm.long() - 1, "grpo"), "m
 # %% [markdown]
 # ### 长度偏置：一条 3 词元的回答和一条 30 词元的回答
 #
-# 设一个批里只有两条回答，长度分别为 3 和 30，`max_completion_length = 32`，每个 token 的损失相同。用自动求导
-# 读出 `∂L/∂per_token_loss`——这就是每个 token 在梯度里的权重——再把一条回答内的权重加起来。
-# `grpo` 让**两条回答各占一半**，于是短回答的每个 token 权重是长回答的 10 倍；`bnpo`、`dapo` 让**每个 token**
-# 一样重，长回答整体的权重是短回答的 10 倍；`dr_grpo` 也让每个 token 一样重，只是除以常数 `2 × 32`，
+# 设一个批里只有两条回答，长度分别为 3 和 30，`max_completion_length = 32`，每个词元的损失相同。用自动求导
+# 读出 `∂L/∂per_token_loss`——这就是每个词元在梯度里的权重——再把一条回答内的权重加起来。
+# `grpo` 让**两条回答各占一半**，于是短回答的每个词元权重是长回答的 10 倍；`bnpo`、`dapo` 让**每个词元**
+# 一样重，长回答整体的权重是短回答的 10 倍；`dr_grpo` 也让每个词元一样重，只是除以常数 `2 × 32`，
 # 权重之和不是 1。
 #
-# 这就是“长度偏置”：在 `grpo` 下，正优势的短回答每个 token 被推得更用力，负优势的长回答每个 token 被罚得更轻，
+# 这就是“长度偏置”：在 `grpo` 下，正优势的短回答每个词元被推得更用力，负优势的长回答每个词元被罚得更轻，
 # 模型因此倾向于“对的答案说短、错的答案说长”。Dr. GRPO 与 DAPO 的归约都去掉了对单条回答长度的除法。
 
 # %% nbgrader={"locked": true, "grade_id": "length_bias_example"}
@@ -299,8 +303,8 @@ show_figure(fig)
 # ### `bnpo` 和 `dapo` 什么时候不同：梯度累积
 #
 # 上面的例子只有一个本地批，`bnpo` 与 `dapo` 数值相同。真实训练里一个优化步由多个**微批**（梯度累积、多进程）
-# 组成。TRL 对 `bnpo` 在每个微批内求 token 均值、再除以累积步数；对 `dapo` 则让每个微批都除以**同一个**全局
-# token 数 `num_items_in_batch`。把 3 token 和 30 token 的回答放进两个不同的微批：
+# 组成。TRL 对 `bnpo` 在每个微批内求词元均值、再除以累积步数；对 `dapo` 则让每个微批都除以**同一个**全局
+# 词元数 `num_items_in_batch`。把 3 词元和 30 词元的回答放进两个不同的微批：
 
 # %% nbgrader={"locked": true, "grade_id": "accumulation_example"}
 micro_batches = [[3], [30]]
@@ -318,7 +322,7 @@ for lt in ("bnpo", "dapo"):
 print(f"全局 token 均值应给每个 token 1/{global_items} = {1 / global_items:.5f}：只有 dapo 做到了")
 
 # %% [markdown]
-# ## 第 3 步：clip-higher 与熵塌缩（DAPO 的算例）
+# ## 第 3 步　clip-higher 与熵塌缩（DAPO 的算例）
 #
 # 对称裁剪 `clip(r, 1−ε, 1+ε)` 给每个词元的**概率比**同一个上限。可是概率本身的可移动空间与起点有关：
 # 一个 `A > 0` 的词元，在一次更新里新概率最多到 `π_old · (1+ε)`，之后梯度就为 0。DAPO 论文的算例：`ε = 0.2` 时，
@@ -370,34 +374,34 @@ gain = (max_new_probability(p_examples, 0.28) - p_examples) / (reach_02 - p_exam
 print(f"把 ε_high 从 0.2 放宽到 0.28：π_old=0.01 的上升空间变为 {gain[0]:.2f} 倍；π_old=0.9 的仍被概率 1 封住（{gain[1]:.2f} 倍）")
 
 # %% [markdown]
-# ## 第 4 步：clip-higher 与 GSPO 的序列级比率（TODO 2、TODO 3）
+# ## 第 4 步　clip-higher 与 GSPO 的序列级概率比（TODO 2、TODO 3）
 #
 # **clip-higher（DAPO）。** 把对称的 `clip(r, 1−ε, 1+ε)` 换成上下不同的半径
 # `clip(r, 1−ε_low, 1+ε_high)`，DAPO 推荐 `ε_low = 0.2`、`ε_high = 0.28`（第 3 步的图）。TRL 里 `epsilon` 就是 `ε_low`，
 # `epsilon_high` 不设时等于 `epsilon`。
 #
-# **GSPO 的序列级比率。** `importance_sampling_level="sequence"` 时，一条回答只有一个比率：对数比率在有效词元
+# **GSPO 的序列级概率比。** `importance_sampling_level="sequence"` 时，一条回答只有一个概率比：对数概率比在有效词元
 # 上的均值再取指数（几何平均）：
 #
 # $$
 # s_i = \exp\Big(\frac{\sum_t m_{i,t}(\ell^{\theta}_{i,t} - \ell^{\text{old}}_{i,t})}{\max(1, \sum_t m_{i,t})}\Big)
 # $$
 #
-# 裁剪作用在 `s_i` 上，于是要么整条回答被裁剪，要么整条都不裁剪；单个词元的比率再大也不会单独“死掉”。
-# GSPO 论文用很小的裁剪半径（例如 `ε_low = 3e-4`，`ε_high = 4e-4`），因为几何平均比单个词元的比率稳定得多。
+# 裁剪作用在 `s_i` 上，于是要么整条回答被裁剪，要么整条都不裁剪；单个词元的概率比再大也不会单独“死掉”。
+# GSPO 论文用很小的裁剪半径（例如 `ε_low = 3e-4`，`ε_high = 4e-4`），因为几何平均比单个词元的概率比稳定得多。
 #
-# **TODO 2 `importance_ratio`**：`"token"` 返回 `[B*G, T]` 的 `exp(policy − old)`，其中**被 mask 的位置先把对数比率置 0**
-# （比率为 1，约定 C3）；`"sequence"` 返回 `[B*G, 1]` 的 `s_i`（只在有效词元上取均值，词元数至少按 1 计）；
-# 其他取值抛出 `ValueError`；三个张量形状必须相同、mask 是 bool 或 0/1（否则 `ValueError`；用 `completion_bool_mask`）。
+# **TODO 2 `importance_ratio`**：`"token"` 返回 `[B*G, T]` 的 `exp(policy − old)`，其中**被掩码的位置先把对数概率比置 0**
+# （概率比为 1，约定 C3）；`"sequence"` 返回 `[B*G, 1]` 的 `s_i`（只在有效词元上取均值，词元数至少按 1 计）；
+# 其他取值抛出 `ValueError`；三个张量形状必须相同、掩码是 bool 或 0/1（否则 `ValueError`；用 `completion_bool_mask`）。
 #
 # **TODO 3 `per_token_policy_loss`**：返回归约之前的 `[B*G, T]` 逐词元损失（序列级时把每条回答的值广播到
-# 它的 `T` 个位置），比率用 `importance_ratio`：
+# 它的 `T` 个位置），概率比用 `importance_ratio`：
 # - `loss_type` 为 `"grpo"`、`"bnpo"`、`"dr_grpo"`、`"dapo"`：`−min(r·A, clip(r, 1−ε_low, 1+ε_high)·A)`；
 # - `loss_type == "cispo"`：`−sg(min(r, ε_high))·A·ℓ^θ`（此时 `ε_high` 是绝对上限，调用方要自己传 5.0 这样的值）；
 # - `beta != 0` 时加 `beta * token_kl_penalty(policy_logps, ref_logps)`（KL 永远是词元级的）；
-# - 被 mask 的位置：和第 3A 课一样，乘进损失的 `policy_logps` 和 KL 的输入先用 `torch.where` 挡住，那里的损失值
+# - 被掩码的位置：和第 3a 课一样，乘进损失的 `policy_logps` 和 KL 的输入先用 `torch.where` 挡住，那里的损失值
 #   不必为 0，但必须有限，并且不影响有效位置的梯度；
-# - 契约：`check_policy_inputs(...)`（返回 bool mask）；`0 <= epsilon_low < 1`；`epsilon_high >= 0`（`cispo` 时 `> 0`）；
+# - 契约：`check_policy_inputs(...)`（返回布尔掩码）；`0 <= epsilon_low < 1`；`epsilon_high >= 0`（`cispo` 时 `> 0`）；
 #   未知 `loss_type` 或 `importance_sampling_level` 抛出 `ValueError`。
 
 # %% nbgrader={"solution": true, "grade_id": "importance_ratio"}
@@ -622,11 +626,11 @@ expect_value_error(lambda: per_token_policy_loss(_hp, _ho, _ha, _hm, "grpo", bet
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 有了逐 token 损失和归约器，整个家族就是两者的组合。下面的 `grpo_family_loss` 是**只读**的组合函数（不评分），
+# 有了逐词元损失和归约器，整个家族就是两者的组合。下面的 `grpo_family_loss` 是**只读**的组合函数（不评分），
 # 它的参数名与 TRL 的 `GRPOConfig` 一致，第 8 步的核对直接调用它。再顺手确认两件事：
-# 对称裁剪 + `grpo` 归约就是你在 TODO 1 写的 `grpo_policy_loss`；CISPO 逐 token 损失 + `grpo` 归约就是 TODO 2 的
-# `cispo_policy_loss`，而换成 TRL 的 `cispo` 归约（全局 token 均值）后，变长批上的数值会不同。
-# 最后看一眼 GSPO：同一批数据在 token 级与序列级下，被裁剪的 token 比例。
+# 对称裁剪 + `grpo` 归约就是你在 TODO 1 写的 `grpo_policy_loss`；CISPO 逐词元损失 + `grpo` 归约就是 TODO 2 的
+# `cispo_policy_loss`，而换成 TRL 的 `cispo` 归约（全局词元均值）后，变长批上的数值会不同。
+# 最后看一眼 GSPO：同一批数据在词元级与序列级下，被裁剪的词元比例。
 
 # %% nbgrader={"locked": true, "grade_id": "grpo_family_loss"}
 #@save
@@ -662,18 +666,104 @@ def family_demo(seed=3):
     for lt in ("grpo", "bnpo", "dr_grpo", "dapo"):
         value = grpo_family_loss(policy, old, adv, mask, lt, max_completion_length=t, num_items_in_batch=items)
         print(f"loss_type={lt:<8} clip-higher (0.2, 0.28) 的损失 = {value.item():+.6f}")
-    token_r = importance_ratio(policy, old, mask, "token")  # [B*G, T]
-    seq_r = importance_ratio(policy, old, mask, "sequence").expand(n, t)  # [B*G, T]
-    for name, r, lo, hi in (("token 级, ε=(0.2, 0.28)", token_r, 0.8, 1.28), ("序列级, ε=(3e-4, 4e-4)", seq_r, 1 - 3e-4, 1 + 4e-4),
-                            ("序列级, ε=(0.2, 0.28)", seq_r, 0.8, 1.28)):
-        outside = ((r < lo) | (r > hi)) & mask
-        print(f"{name}：比率落在裁剪区间外的有效词元比例 {outside.sum().item() / items:.2f}")
+    # How far outside the clip band the ratios fall depends on how off-policy the batch is. This demo's per-token
+    # log-ratio has standard deviation 0.4 (policy = old + 0.4 * noise): far more off-policy than GSPO's setting,
+    # so the sequence-level band of GSPO's paper clips almost everything here. The sweep shrinks the drift.
+    for sigma in (0.4, 0.04, 0.004, 0.0004):
+        drifted = old + (policy - old) * (sigma / 0.4)  # [B*G, T] the same noise, scaled
+        token_r = importance_ratio(drifted, old, mask, "token")  # [B*G, T]
+        seq_r = importance_ratio(drifted, old, mask, "sequence").expand(n, t)  # [B*G, T]
+        fractions = []
+        for r, lo, hi in ((token_r, 0.8, 1.28), (seq_r, 1 - 3e-4, 1 + 4e-4), (seq_r, 0.8, 1.28)):
+            fractions.append((((r < lo) | (r > hi)) & mask).sum().item() / items)
+        print(f"对数概率比的标准差 σ={sigma:<7g} 裁剪区间外的有效词元比例：词元级 ε=(0.2, 0.28) {fractions[0]:.2f}，"
+              f"序列级 ε=(3e-4, 4e-4) {fractions[1]:.2f}，序列级 ε=(0.2, 0.28) {fractions[2]:.2f}")
 
 
 family_demo()
 
 # %% [markdown]
-# ## 第 5 步：TRL 1.16 的其余 `loss_type` 与选项
+# 读最后四行时注意：这个演示的逐词元对数概率比标准差是 σ = 0.4（`policy = old + 0.4 × 噪声`），是为了让词元级裁剪
+# 看得见而取的大值，比 GSPO 论文的窄区间所针对的情形离线（off-policy）得多。几何平均把噪声缩小到约 σ/√L，但 `3e-4` 的区间仍然比它窄得多，所以 σ = 0.4 那一行的序列级裁剪
+# 比例接近 1——这不是“GSPO 什么都裁剪”，而是这批数据离采样策略太远。把同一份噪声缩小（σ = 0.04、0.004、0.0004），
+# 序列级窄区间的裁剪比例随之下降；实际训练中概率比离 1 多远，取决于下面这一节说的两件事。
+#
+# ### 概率比从哪里偏离 1：μ 个轮次，以及一批回答拆成几个优化步
+#
+# 如果每批回答只用来做**一次**优化步，计算损失时当前策略就是采样策略，概率比恰好是 1，裁剪永远不会触发。
+# 概率比偏离 1 有两个来源，所以“μ = 1 就不会裁剪”在 TRL 里并不总是成立：
+#
+# 1. **μ > 1**：同一批回答反复用 `num_iterations` 个轮次（TRL 的 `num_iterations`，GRPO 论文的 μ），第二轮起策略已经更新过；
+# 2. **一批回答拆成几个优化步**：TRL 1.16 的 `GRPOConfig` 里，一次生成的批次大小是
+#    `generation_batch_size = per_device_train_batch_size × num_processes × steps_per_generation`，这批回答被切成
+#    `steps_per_generation` 片，每片（在 `gradient_accumulation_steps` 个微批累积之后）各做一次优化步。
+#    `steps_per_generation` 默认等于 `gradient_accumulation_steps`：整批回答恰好是**一个**优化步，μ = 1 时概率比为 1；
+#    把它设得更大（或直接设更大的 `generation_batch_size`），第 2 片以后的损失就在更新过的策略上计算。
+#    TRL 因此只在 `gradient_accumulation_steps % (steps_per_generation × num_iterations) != 0` 时另算一遍
+#    `old_per_token_logps`，否则直接用 `per_token_logps.detach()`（`trl/trainer/grpo_trainer.py`，
+#    `_generate_and_score_completions` 与 `_compute_loss`）。CS336 的作业把同一件事叫作 rollout batch 与 train batch：
+#    train batch 比 rollout batch 小，一批 rollout 就要走好几个优化步。
+#
+# 下面用一个玩具策略（二元语法的 softmax，12 个词元）当场测量：从采样策略采一批 4 × 4 条、每条 6 个词元的回答，
+# 用第 3a 课评分过的 `grpo_policy_loss`（ε = 0.2）和 Adam 更新，记录每个优化步**计算损失时**的 max |r − 1| 与
+# 落在 [0.8, 1.2] 之外的有效词元比例；三个随机种子。
+
+# %% nbgrader={"locked": true, "grade_id": "ratio_drift_example"}
+def ratio_drift(seed, steps_per_generation, num_iterations, lr=0.1, vocab=12, length=6, prompts=4, group=4):
+    """One rollout batch of prompts * group answers sampled from a toy bigram policy, used for num_iterations
+    passes; each pass splits it into steps_per_generation slices with one optimizer step each (TRL's order).
+    Returns [(max |r - 1|, fraction of valid tokens with r outside [0.8, 1.2])] per optimizer step."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.nn.Parameter(torch.randn(vocab, vocab, generator=gen) * 0.5)  # [V, V] next-token logits by previous token
+    optimizer = torch.optim.Adam([logits], lr=lr)
+    n = prompts * group
+    tokens = torch.zeros(n, length + 1, dtype=torch.long)  # [N, 1 + T]
+    tokens[:, 0] = torch.arange(n) // group  # the "prompt": one token per group
+    with torch.no_grad():
+        for t in range(length):
+            probs = torch.softmax(logits[tokens[:, t]], dim=-1)  # [N, V]
+            tokens[:, t + 1] = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+
+    def answer_logps():
+        return torch.log_softmax(logits[tokens[:, :-1]], dim=-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)  # [N, T]
+
+    old = answer_logps().detach()  # [N, T] the sampling policy, recorded once per rollout batch
+    advantages = group_relative_advantages((tokens[:, 1:] == 0).float().sum(dim=1), group)  # [N] reward: count of token 0
+    mask = torch.ones(n, length, dtype=torch.bool)  # [N, T]
+    steps = []
+    for _ in range(num_iterations):
+        for part in torch.arange(n).chunk(steps_per_generation):
+            new = answer_logps()[part]  # [n_part, T]
+            ratio = torch.exp(new.detach() - old[part])  # [n_part, T]
+            steps.append(((ratio - 1).abs().max().item(), ((ratio < 0.8) | (ratio > 1.2)).float().mean().item()))
+            loss = grpo_policy_loss(new, old[part], advantages[part], mask[part], epsilon=0.2)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return steps
+
+
+drift = {}
+for mu, spg in ((1, 1), (1, 4), (2, 1), (2, 4)):
+    runs = [ratio_drift(seed, spg, mu) for seed in (0, 1, 2)]  # [seed][optimizer step] -> (max |r-1|, clip fraction)
+    drift[(mu, spg)] = runs
+    per_step = " | ".join(
+        f"{min(r[k][0] for r in runs):.3f}–{max(r[k][0] for r in runs):.3f} ({sum(r[k][1] for r in runs) / 3:.2f})"
+        for k in range(len(runs[0])))
+    print(f"μ={mu}, steps_per_generation={spg}：每个优化步的 max|r−1|（三个种子的最小–最大，括号里是平均裁剪比例）：{per_step}")
+# one optimizer step per rollout batch and mu = 1: the ratio is exactly 1 at every step, for every seed
+assert all(step == (0.0, 0.0) for run in drift[(1, 1)] for step in run)
+# a later slice of the same rollout batch, or a second pass over it, sees an updated policy: r != 1
+assert all(run[0][0] == 0.0 and min(step[0] for step in run[1:]) > 0 for run in drift[(1, 4)] + drift[(2, 1)])
+
+# %% [markdown]
+# μ = 1 且每批回答只做一个优化步时，三个种子下每一步的 max |r − 1| 都恰好是 0；同样 μ = 1、但一批回答拆成 4 个优化步时，
+# 从第 2 步起概率比就离开了 1，越往后离得越远，括号里的裁剪比例也随之上升；μ = 2 的第二轮同样离开了 1（离多远取决于
+# 学习率和已经走过的步数）。所以读 TRL 的配置时，要同时看 `num_iterations` 与 `steps_per_generation`
+# （或 `generation_batch_size`）。
+
+# %% [markdown]
+# ## 第 5 步　TRL 1.16 的其余 `loss_type` 与选项
 #
 # 查 TRL 1.16.0 的 `GRPOTrainer._compute_loss` 源码，`loss_type` 除了上面五种还有三种，另有两个改变目标的选项
 # （下面的公式都来自那段源码；记 `r` 为 `coef_1 = exp(对数比率)`，词元级或序列级由 `importance_sampling_level` 决定）：
@@ -682,16 +772,16 @@ family_demo()
 # | --- | --- | --- |
 # | `sapo`（SAPO） | 把硬裁剪换成平滑的门：`−σ(τ·(r−1))·4/τ·A`，`τ` 按优势正负取 `sapo_temperature_pos = 1.0` / `sapo_temperature_neg = 1.05` | 同 `grpo` |
 # | `luspo`（LUSPO） | 与 `grpo` 相同的裁剪目标（推荐 `importance_sampling_level="sequence"`） | `Σ_t m·ℓ` 对回答求均值：每条回答的损失**乘以它的长度**，抵消 `grpo` 的长度偏置 |
-# | `vespo`（VESPO） | `−φ(w)·A·ℓ^θ`，`w = exp(Σ_t 对数比率)` 是序列级比率，`φ(w) = e^λ·w^k·e^{−λw}`（`φ(1) = 1`，不求导），`k, λ` 按优势正负取 `vespo_k_pos/neg`、`vespo_lambda_pos/neg` | 同 `dapo` |
-# | `delta`（INTELLECT-2 的双侧裁剪） | 裁剪目标里未裁剪的那一支也截断：`r ← min(r, δ)`。`A < 0` 时 `min` 选的是未裁剪的 `r·A`，比率很大时这一项没有上界；`δ` 给它加上界 | 不变 |
-# | `use_bias_correction_kl=True`（默认！） | KL 项乘以比率：`β·r·KL`，`r` **可导**。on-policy 时 `r = 1`，损失值不变，但梯度多出 `β·KL·∇r` 一项 | 不变 |
+# | `vespo`（VESPO） | `−φ(w)·A·ℓ^θ`，`w = exp(Σ_t 对数概率比)` 是序列级概率比，`φ(w) = e^λ·w^k·e^{−λw}`（`φ(1) = 1`，不求导），`k, λ` 按优势正负取 `vespo_k_pos/neg`、`vespo_lambda_pos/neg` | 同 `dapo` |
+# | `delta`（INTELLECT-2 的双侧裁剪） | 裁剪目标里未裁剪的那一支也截断：`r ← min(r, δ)`。`A < 0` 时 `min` 选的是未裁剪的 `r·A`，概率比很大时这一项没有上界；`δ` 给它加上界 | 不变 |
+# | `use_bias_correction_kl=True`（默认！） | KL 项乘以概率比：`β·r·KL`，`r` **可导**。on-policy 时 `r = 1`，损失值不变，但梯度多出 `β·KL·∇r` 一项 | 不变 |
 #
 # 还有梯度累积：`grpo`、`bnpo`、`dr_grpo`、`sapo`、`luspo` 在训练时把损失**再除以累积步数**（每个微批各自归约，
 # 累加后恰好是平均）；`dapo`、`cispo`、`vespo` 不除，因为 `num_items_in_batch` 已经是整个累积窗口的词元数。
 #
-# 下面的 `extended_loss` 是**只读**的参考实现（不评分）：比率用你写的 `importance_ratio`，归约用你写的
+# 下面的 `extended_loss` 是**只读**的参考实现（不评分）：概率比用你写的 `importance_ratio`，归约用你写的
 # `reduce_per_token_loss`，其余按上表。最后一节的核对会把它和 TRL 的 `_compute_loss` 逐项比较数值和梯度。
-# 注意 TRL 自己是先 `exp` 再 mask 的；本课先 mask 再 exp（约定 C3），两者只在 padding 上有极端值时不同
+# 注意 TRL 自己是先 `exp` 再掩码的；本课先掩码再 exp（约定 C3），两者只在 padding 上有极端值时不同
 # ——那时 TRL 的梯度会出现 NaN。
 
 # %% nbgrader={"locked": true, "grade_id": "more_loss_types"}
@@ -792,7 +882,7 @@ def extended_demo(seed=5):
 extended_demo()
 
 # %% [markdown]
-# ## 第 6 步：TRL 的优势怎么算（`scale_rewards` 与多目标聚合）
+# ## 第 6 步　TRL 的优势怎么算（`scale_rewards` 与多目标聚合）
 #
 # 第 1 课的 `group_relative_advantages` 是 MiniMind 的写法：总体标准差（除以 `G`）加 `1e-4`。TRL 1.16 在
 # `_generate_and_score_completions` 里算优势，有两个开关（源码里的名字）：
@@ -865,13 +955,13 @@ print(f"同一组 [1, 0, 1, 0]：MiniMind（总体 std）{_minimind.tolist()}，
       f"比值 {float(_minimind[0] / _trl_group[0]):.4f} ≈ sqrt(G/(G-1)) = {math.sqrt(4 / 3):.4f}")
 
 # %% [markdown]
-# ## 第 7 步：检查题 Q9
+# ## 第 7 步　检查题 Q9
 #
-# 这一题接着第 3A 课的 8 道检查题（MiniMind 第 24 课的清单），考本课的损失家族，自动评分。
+# 这一题接着第 3a 课的 8 道检查题（MiniMind 第 24 课的清单），考本课的损失家族，自动评分。
 
 # %% [markdown]
-# **Q9（数值，本课补充）** 一个批里有一条 3 token 和一条 30 token 的回答，每个 token 的损失相同，没有梯度累积。
-# 30 token 回答里**单个 token** 的梯度权重是 3 token 回答里单个 token 的多少倍？分别给出 `loss_type="grpo"`
+# **Q9（数值，本课补充）** 一个批里有一条 3 词元和一条 30 词元的回答，每个词元的损失相同，没有梯度累积。
+# 30 词元回答里**单个词元** 的梯度权重是 3 词元回答里单个词元的多少倍？分别给出 `loss_type="grpo"`
 # 与 `loss_type="dapo"` 的答案，赋给 `q9_ratio = {"grpo": ..., "dapo": ...}`。
 
 # %% nbgrader={"solution": true, "grade_id": "q9_answer"}
@@ -893,9 +983,9 @@ assert _h_trusted("abs")(float(q9_ratio["dapo"]) - 1.0) < 1e-6, "dapo：全局 t
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 第 8 步：框架一致性核对（TRL，PT-CPU）
+# ## 第 8 步　框架一致性核对（TRL，PT-CPU）
 #
-# 这一节不再写新代码，而是把**你在本课写的函数**（以及第 3A 课的两个损失、本课只读的 `extended_loss` 与
+# 这一节不再写新代码，而是把**你在本课写的函数**（以及第 3a 课的两个损失、本课只读的 `extended_loss` 与
 # `trl_layout_advantages`）交给 `tools/trl_conformance.py` 的 `check_trl_conformance`，放到 TRL 的 `GRPOTrainer`
 # 内部路径旁边逐项核对。核对是为 `trl==1.16.0` 写的：它调用**私有**方法，不启动完整的 Trainer、不加载模型，
 # 只用一个记录属性读取的替身对象提供这些方法读到的配置和状态。
@@ -910,7 +1000,7 @@ assert _h_trusted("abs")(float(q9_ratio["dapo"]) - 1.0) < 1e-6, "dapo：全局 t
 # 需要显式处理的 TRL 1.16.0 事实（核对会逐项测量，而不是照抄）：
 #
 # - `GRPOConfig.beta` 默认是 `0.0`（没有 KL 项，也不加载参考模型）；`beta > 0` 时 `use_bias_correction_kl` 默认是
-#   `True`，KL 项乘以比率。本课的目标没有这个因子，所以核对家族时设为 `False`，另外单独测默认值的效果。
+#   `True`，KL 项乘以概率比。本课的目标没有这个因子，所以核对家族时设为 `False`，另外单独测默认值的效果。
 # - TRL 的 `cispo` 与 MiniMind 一样用**绝对上限** `clamp(r, max=epsilon_high)`，但归约是 `dapo` 式的全局词元均值；
 #   `epsilon_high` 不设时等于 `epsilon`（0.2），结果里的 `capped_fraction_at_trl_default` 给出这时被封顶的词元比例。
 # - 没装 TRL：结果是 `{"status": "skipped", ...}`。TRL 版本不同：照常运行并在结果中注明；若私有 API 变了
@@ -950,10 +1040,12 @@ if trl_conformance["status"] == "failed":
 print(f"本次从第一个共享部件单元运行到这里用了 {time.perf_counter() - LESSON_STARTED:.1f} 秒（本机、本次负载下的实测值，不含内核启动）")
 
 # %% [markdown]
-# ## STOP HERE
+# ---
 #
-# 以上就是本课要完成的全部内容。提交前从头到尾重新运行一遍（Kernel → Restart & Run All），确认每个可见测试都打印了
-# “通过”。下面的解析留给做完之后阅读。
+# # 🛑 STOP HERE 🛑
+#
+# 本课到此结束。提交前从头到尾重新运行一遍（Kernel → Restart & Run All），确认每个可见测试都打印了
+# “通过”。学员版到这里为止：解析只在教师用的源文件里，评分之后由教师发布。
 
 # %% [markdown] tags=["solution-only"]
 # ## 解析
@@ -961,10 +1053,10 @@ print(f"本次从第一个共享部件单元运行到这里用了 {time.perf_cou
 # - **归约决定长度偏置。** `grpo` 让每条回答等权，`bnpo` / `dapo` 让每个词元等权，`dr_grpo` 除以常数，`luspo` 把每条
 #   回答的损失乘回它的长度。它们的逐词元损失相同，差别只在 `∂L/∂per_token_loss`。`dapo` 与 `bnpo` 的区别只在
 #   梯度累积 / 多进程时出现：`dapo` 的分母是整个优化步的词元总数。
-# - **clip-higher。** 上界按比率计，低概率词元的绝对上升空间因此很小；只放宽上界给它们更多空间，减缓熵塌缩。
-# - **GSPO。** 序列级比率是对数比率的均值再取指数，一条回答共享一个比率，因此裁剪也是整条回答一起；KL 仍是
+# - **clip-higher。** 上界按概率比计，低概率词元的绝对上升空间因此很小；只放宽上界给它们更多空间，减缓熵塌缩。
+# - **GSPO。** 序列级概率比是对数概率比的均值再取指数，一条回答共享一个概率比，因此裁剪也是整条回答一起；KL 仍是
 #   词元级的。
-# - **与框架核对时要对齐的“隐藏约定”。** 优势的标准差（总体 vs Bessel 校正）、KL 的比率修正
+# - **与框架核对时要对齐的“隐藏约定”。** 优势的标准差（总体 vs Bessel 校正）、KL 的概率比修正
 #   （`use_bias_correction_kl`，默认开）、`cispo` 的归约（MiniMind 的回答等权 vs TRL 的全局词元均值）、`epsilon_high`
 #   未设置时的默认值、梯度累积时的除法——这些都不会让代码报错，只会让数值悄悄不同。核对框架时，先把这些约定
 #   逐项写清楚，再喂同一份输入比较数值和梯度。

@@ -29,8 +29,8 @@
 #
 # - Profile：**BASE-CPU**（只需要 torch，不加载模型，不需要 GPU）。
 # - 上面的启动单元格已经把课程目录放进 `sys.path`，并打印了本 Profile 的预检表；表里有缺失项时先按提示修好环境。
-# - 运行时间：在**空闲的** 2 核 CPU 上约几秒（`make bench` 测量，不含内核启动）；机器繁忙时可能慢 2–4 倍。
-#   笔记本最后一个代码单元会打印这次运行实际用了多少秒。
+# - 运行时间：`make bench` 在**空闲的** 2 核 CPU 上测量本课（不含内核启动）；机器繁忙时可能慢 2–4 倍。
+#   笔记本最后一个代码单元会打印这次运行实际用了多少秒，以它为准。
 # - 掩码、ε、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 #
 # ## 前置阅读
@@ -347,7 +347,7 @@ print_records([(text, verify_integer_response(text, 4)) for text in ["4.0", "4 (
 # 下面是一个真的会执行候选代码的小验证器：每个候选代码在独立的子进程里运行，带超时。
 # 第四个候选故意死循环；最后一次调用把解释器路径指向一个不存在的文件，模拟“验证器自身出错”。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_code_verifier"}
 CODE_TASK_TESTS = "assert add(2, 3) == 5\nassert add(-4, 4) == 0\n"
 
 

@@ -30,9 +30,9 @@
 # ## 运行环境
 #
 # - Profile：**PT-CPU**（torch + transformers；不需要 GPU，不联网下载任何权重）。
-# - 第一次运行时 `tools.tiny_model` 会在课程目录的 `.cache/` 下构建微型检查点（几秒钟），之后直接复用。
-# - 运行时间：在**空闲的** 2 核 CPU 上约 10 秒量级（`make bench` 测量，不含内核启动；第 5 步的内存实测占了大部分）；
-#   机器繁忙时可能慢 2–4 倍。笔记本最后一个代码单元会打印这次运行实际用了多少秒。
+# - 第一次运行时 `tools.tiny_model` 会在课程目录的 `.cache/` 下构建微型检查点，之后直接复用。
+# - 运行时间：`make bench` 在**空闲的** 2 核 CPU 上测量本课（不含内核启动；第 5 步的内存实测占了大部分）；
+#   机器繁忙时可能慢 2–4 倍。笔记本最后一个代码单元会打印这次运行实际用了多少秒，以它为准。
 # - 掩码、名称等约定见课程的[约定卡](../../docs/CONVENTIONS.md)（C1–C6）与术语表。
 #
 # ## 前置阅读
@@ -471,7 +471,10 @@ print(f"参照：均匀分布下每个词元的对数概率 = −log V = {-torch
 # `log p(y_t) = logits[t, y_t] − logsumexp(logits[t, :])`
 #
 # 课程运行时的 `selective_log_softmax` 分块计算 `logsumexp`：每次处理 `rows_per_chunk` 个批次行、`tokens_per_chunk`（默认 16）个位置，
-# 最大的临时张量只有 `[rows_per_chunk, tokens_per_chunk, V]`。（TRL 的同名函数只按批次行分块，临时张量是一整行 `[T, V]`。）
+# 最大的临时张量只有 `[rows_per_chunk, tokens_per_chunk, V]`。TRL 1.16.0 的同名函数（`trl/trainer/utils.py`）有两条路径：
+# 装了 Triton 且 logits 在 CUDA / XPU 上（dtype 为 fp16、bf16 或 fp32）时，它调用融合内核 `_fused_logprob_entropy`，
+# 不再逐行循环；否则（例如本课的 CPU）才按批次行循环，float32/float64 时每次对一整行 `[T, V]` 求 `logsumexp`，
+# bf16/fp16 时逐行做 `log_softmax`。
 #
 # **怎样测**：CPU 上没有 `torch.cuda.max_memory_allocated()` 这样的计数器，`tracemalloc` 也看不到 torch 的分配。
 # 我们改用操作系统记录的**进程峰值常驻内存**：在一个**新的子进程**里造好 logits，把峰值计数清零，执行一种写法，
@@ -484,7 +487,7 @@ print(f"参照：均匀分布下每个词元的对数概率 = −log V = {-torch
 #
 # 形状取 `B=8, T=32, V=151,936`（Qwen2.5 的词表），logits 本身约 148 MiB。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_memory_probe"}
 MEMORY_PROBE = r"""
 import json, resource, sys
 import torch
@@ -591,7 +594,8 @@ if memory:
 # - 选择性写法的临时张量来自 `logsumexp`（它内部要算一份 `exp(logits − max)`），大小等于**每次处理的那一块**。
 #   这一块是 `[rows_per_chunk, 16, V]`，不是 `rows_per_chunk` 整行：本例 $T-1 = 31$ 个位置被切成 16 + 15 两块，
 #   所以 `selective_1row` 约 $16/31 \approx 0.5$ 行 `[T−1, V]`，`selective_4rows` 约 $4 \times 16/31 \approx 2.1$ 行——
-#   上面打印的“预测”与“实测”两列就是这个算术。若只按批次行分块（TRL 的写法），才是一行与四行。
+#   上面打印的“预测”与“实测”两列就是这个算术。若只按批次行分块（TRL 在 CPU 上、或没有 Triton 时的写法），才是一行与四行；
+#   TRL 在 GPU 上走融合内核，这里的 CPU 测量不说明它的内存。
 #   块越大，循环次数越少、内存越多。
 # - 四种写法的结果相同（总和一致），省下的只是内存。
 # - 训练时还有反向传播：朴素写法的 `[B, T−1, V]` 输出要保留到反向传播结束，这份内存在整个前向—反向期间都占着。

@@ -23,7 +23,7 @@
 # | `RUN_MODE` | 需要什么 | 做什么 | 证据级别 |
 # | --- | --- | --- | --- |
 # | `dry_run`（默认） | 只要 CPU，不加载模型 | 验证器记录、奖励、优势、零方差保护照常计算并写入 JSON | `dry_run`，决策 `not_measured` |
-# | `tiny_cpu` | CPU，本地构建的小模型（`tools.tiny_model`） | 与 GPU 完全相同的更新代码，fp32；空闲的 2 核 CPU 上一分钟以内（本次实测写进证据的 `timing.total_seconds`，第 3 步打印） | `tiny_cpu_mechanism_check` |
+# | `tiny_cpu` | CPU，本地构建的小模型（`tools.tiny_model`） | 与 GPU 完全相同的更新代码，fp32；耗时由本次运行实测，写进证据的 `timing.total_seconds`，第 3 步打印 | `tiny_cpu_mechanism_check` |
 # | `real_gpu` | 一张 CUDA 卡 | Qwen2.5-0.5B-Instruct（或本地检查点文件夹）+ LoRA，bf16（不支持时 fp16） | `real_model_grpo_rlvr_mechanism_benchmark` |
 #
 # 你通常只需要改 `RUN_MODE` 和 `RUN_LABEL` 两个值。本课没有需要提交的练习，重点是**读懂证据**。
@@ -45,8 +45,8 @@
 # ## 前置阅读
 #
 # - 第 1 课：组内优势 $A_i = (r_i - \mathrm{mean}_g) / \max(\mathrm{std}_g, \varepsilon)$，全组奖励相同时优势为 0。
-# - 第 2 课：比率 $\rho = \exp(\log\pi_\theta - \log\pi_{\text{old}})$，目标 $\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon) A)$。
-#   第 2 课的比率是**逐 token** 的；本课沿用种子实验的写法，比率是**序列级**的（见第三步），与第 3 课的 GSPO 同一类。
+# - 第 2 课：概率比 $\rho = \exp(\log\pi_\theta - \log\pi_{\text{old}})$，目标 $\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon) A)$。
+#   第 2 课的概率比是**逐词元**的；本课沿用种子实验的写法，概率比是**序列级**的（见第 2 步 2.3 节），与第 3b 课的 GSPO 同一类。
 # - 第 4 课：验证器 `integer-answer-v1` 的正确性、格式与“不可判定”三种记录。本课直接调用第 4 课评分的那个
 #   `verify_integer_response`（`tools.lessons.nb04_verifiable_rewards`），组内优势也直接用第 1 课评分的
 #   `compute_group_advantages`（`tools.lessons.nb01_group_advantages`）：同一个函数只有一个家。
@@ -61,10 +61,12 @@
 #
 # - `RUN_MODE`：`"dry_run"`、`"tiny_cpu"` 或 `"real_gpu"`，写错会直接抛出 `ValueError`；
 # - `RUN_LABEL`：结果文件名的一部分。每次正式复测换一个新标签，避免覆盖以前的结果。
+#   你的记录写在 `benchmarks/results/local/pt_grpo/` 下（这个文件夹被 git 忽略，不会弄脏仓库）；
+#   只有课程提交的参考记录（标签 `tiny_cpu_reference`）放在 `benchmarks/results/pt_grpo/`。第 3 步按同一规则找到文件。
 
 # %%
 RUN_MODE = "dry_run"  # "dry_run" | "tiny_cpu" | "real_gpu"
-RUN_LABEL = "default"  # 结果写到 benchmarks/results/pt_grpo/pt-grpo-real-model-update_<RUN_LABEL>.json
+RUN_LABEL = "default"  # 结果写到 benchmarks/results/local/pt_grpo/pt-grpo-real-model-update_<RUN_LABEL>.json
 
 # %% [markdown]
 # ### 唯一的配置对象
@@ -74,7 +76,7 @@ RUN_LABEL = "default"  # 结果写到 benchmarks/results/pt_grpo/pt-grpo-real-mo
 # 否则新旧结果不可比较。
 #
 # 唯一与种子不同的是 `tiny_cpu_learning_rate`：小模型（隐藏维 64、随机初始化）在种子的 `2e-4` 下四步只移动百分之一
-# nat 量级，比率始终留在 $[0.8, 1.2]$ 之内，裁剪项完全没有被触发。`1e-2` 让比率在四步之内离开裁剪区间，
+# nat 量级，概率比始终留在 $[0.8, 1.2]$ 之内，裁剪项完全没有被触发。`1e-2` 让概率比在四步之内离开裁剪区间，
 # 分离方向与裁剪都能看到。这只是让机制在小模型上可见的设置，候选组、验证器、裁剪范围与步数都不变；
 # `real_gpu` 始终使用种子的 `2e-4`。
 
@@ -257,24 +259,31 @@ print("第 1 课的规则，同样的输入：", gx.group_advantages(torch.full(
 # 2. 在固定 `seed` 下重新加载模型，挂上 LoRA（只训练 q/v 投影上的低秩矩阵；peft 把 B 初始化为 0，所以起点就是原模型）；
 # 3. 记下更新前的序列对数概率 `old_logps`——这就是基线 `sampling_policy_before_update`；
 # 4. 做 `update_steps` 步：$\rho = \exp(\text{new} - \text{old})$，损失 $-\mathrm{mean}(\min(\rho A, \mathrm{clip}(\rho) A))$，
-#    记录每步的损失、梯度范数、裁剪比例（比率离开 $[1-\epsilon, 1+\epsilon]$ 的候选占比）和耗时。
-#    **注意这里的 new / old 是什么**：每个候选回答的**平均 token 对数概率**（`response_sequence_logps(normalize=True)`），
-#    所以 $\rho$ 是**序列级**比率 $\exp(\overline{\log\pi_\theta} - \overline{\log\pi_{\text{old}}})$，每个候选一个，
+#    记录每步的损失、梯度范数、裁剪比例（概率比离开 $[1-\epsilon, 1+\epsilon]$ 的候选占比）和耗时。
+#    **注意这里的 new / old 是什么**：每个候选回答的**平均词元对数概率**（`response_sequence_logps(normalize=True)`），
+#    所以 $\rho$ 是**序列级**概率比 $\exp(\overline{\log\pi_\theta} - \overline{\log\pi_{\text{old}}})$，每个候选一个，
 #    裁剪也作用在整条序列上，且 $\beta = 0$（没有 Reference KL）。这就是 GSPO 式的序列级目标（第 3 课），不是第 2 课
-#    逐 token 的 `compute_grpo_loss`。本课沿用种子实验的写法和它的 $\epsilon = 0.2$；GSPO 论文本身的序列级裁剪
-#    范围要小得多（$\epsilon \approx 3\times10^{-4}$ 量级），因为序列级比率比单个 token 的比率稳定得多。
-#    所以这里的裁剪比例不能与逐 token GRPO 或 GSPO 论文的裁剪比例直接比较。
+#    逐词元的 `compute_grpo_loss`。本课沿用种子实验的写法和它的 $\epsilon = 0.2$；GSPO 论文本身的序列级裁剪
+#    范围要小得多（$\epsilon \approx 3\times10^{-4}$ 量级），因为序列级概率比比单个词元的概率比稳定得多。
+#    所以这里的裁剪比例不能与逐词元 GRPO 或 GSPO 论文的裁剪比例直接比较。
 #    fp16 时梯度缩放器（GradScaler）遇到溢出会跳过那一步并调小缩放系数，这是正常现象：实验会补做，直到取满
 #    `update_steps` 个有效步，跳过的次数记在 `scaler_skipped_steps`；
 # 5. 更新后再算一次对数概率，**策略分离** = 正优势候选的平均对数概率变化 − 负优势候选的平均变化。大于 0 说明模型确实往验证器偏好的方向移动了。
 # 6. **噪声边界**：不更新时对数概率也会因为数值误差而“移动”。实验在第 1 步之前量三个差：训练模式（带梯度）与评估模式
 #    （不带梯度）前向的最大差 `train_eval_logprob_gap`，评估前向重复一次的最大差 `eval_repeat_logprob_gap`，以及同一组权重
 #    用 float32 计算时的最大差 `precision_logprob_gap`（bf16/fp16 舍入本身能让对数概率移动多少；fp32 运行为 0）；
-#    `noise_margin` = 2 × 三者中的最大值。分离度只有超过它才算数。
+#    `noise_margin` = 4 × 三者中的最大值。分离度只有超过它才算数。为什么是 4：分离度是“差的差”——
+#    (正优势候选更新后均值 − 更新前均值) − (负优势候选更新后均值 − 更新前均值)，由四次求值组成；每次求值最多偏 $g$
+#    时，噪声最多能把分离度移动 $2g + 2g = 4g$。
+#
+#    这条规则**挡得住**的：与第 1 步之前量到的同量级的数值噪声（内核选择、重复前向、bf16/fp16 舍入）。
+#    它**挡不住**的：三个差只在初始权重、这 $N$ 个候选上量一次，是噪声的一个样本，不是更新后权重的上界；
+#    一次运行只有一个随机种子，没有跨种子的置信区间；而在 fp32 的 CPU 运行（`tiny_cpu`，到目前为止提交的每一份记录）里
+#    三个差都恰好是 0.0，边界为 0，规则退化为“分离度 > 0”，与种子的规则相同。
 #
 # 几个细节：
 #
-# - 对数概率只经过 `tools.post_training_runtime.response_sequence_logps`：它只取目标 token 的 logit 再减去分块
+# - 对数概率只经过 `tools.post_training_runtime.response_sequence_logps`：它只取目标词元的 logit 再减去分块
 #   计算的 `logsumexp`，不会再复制一份 `[B, T, V]` 的 log-softmax；bf16/fp16 时反向传播也只保留 logits 本身
 #   （`make bench` 的 `logprobs_peak_memory_vs_logits_bf16` 在 CPU 上按“为反向保存的张量字节数”测量）。
 #   **预测**（尚未在 GPU 上测量）：同样的工作负载，峰值显存会比种子代码低。
@@ -555,7 +564,7 @@ else:
 #   **预测**（尚未在 GPU 上测量）：同样工作负载下峰值显存低于种子的 2.16 / 3.29 GB。只在同一代码、同一硬件、
 #   同一 `token_ids_hash` 的运行之间比较。
 #
-# ## 小结
+# ### 小结
 #
 # 你现在手里有一份自己运行出来的证据文件：它记录了验证器的每个分量、每档候选的优势与零方差保护、每一步的损失与裁剪，
 # 以及按固定规则给出的决策。想再做一次对照，就换一个 `RUN_LABEL` 重跑；想改工作负载（候选、学习率、步数），

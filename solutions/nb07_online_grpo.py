@@ -5,7 +5,7 @@
 # ---
 
 # %% [markdown]
-# # 第 7 课 · 在线 GRPO：采样 → 验证 → 优势 → 更新，让奖励在笔记本电脑的 CPU 上真的涨起来
+# # 第 7 课　在线 GRPO：采样 → 验证 → 优势 → 更新
 #
 # ## 导读
 #
@@ -19,36 +19,52 @@
 # 5. 采样的同时记下旧策略的逐词元对数概率 `old_per_token_logps`；
 # 6. 对同一批 rollout 做 μ 个优化轮次（TRL 的 `num_iterations`），损失是第 2、3 课的逐词元裁剪损失；
 # 7. 可选的 β·KL（到冻结的参考模型）；
-# 8. AdamW + 梯度裁剪；然后回到第 1 步——这时采样用的已经是更新后的策略。
+# 8. AdamW + 梯度裁剪；然后回到第 1 项——这时采样用的已经是更新后的策略。
 #
-# 这一课你写其中三块：`sample_group`（第 1、2、5 步）、`grpo_step`（第 6–8 步）和每一步的指标记录
+# 这一课你写其中三块：`sample_group`（上面的第 1、2、5 项）、`grpo_step`（第 6–8 项）和每一步的指标记录
 # `log_step_metrics`。其余（任务、热启动、评测、循环本身）由课程提供。最后用 TRL 的 `GRPOTrainer` 跑同一个任务，
-# 逐项对照参数名和指标，并在同一批数据上核对第 0 步的损失；再讲同一份配置怎样放到多张 GPU 上。
+# 逐项对照参数名和指标，并在同一批数据上核对损失与梯度；再讲同一份配置怎样放到多张 GPU 上。
 #
 # **任务**：一位数加法 `"3+5="`，回答一个整数。课程的微型 Qwen2 模型（2 层、隐藏维 64）先做一次很短的监督微调
 # （SFT，热启动），数据里 60% 的回答是“I do not know.”——所以热启动后的策略**只是有时候回答**，
 # 在留出的提示上 pass@1 只有一到两成（预测；下面实测）。强化学习要做的，是从验证器的奖励里学会“该回答就回答”。
+#
+# 先说清楚这个任务**能**说明什么、**不能**说明什么。`integer-answer-v1` 给任何一个整数 0.1 的格式分，所以“总是作答”
+# 比“不知道”划算：训练后的提高有一部分只是**不再拒答**，不是加法变好了。第 7 步把留出集的回答分成
+# “答对 / 答错的整数 / 无法解析（含拒答）”三类，分别给出前后的比例，你可以自己看提高来自哪一类。
+# 留出集与训练集的**提示**不相交，但一位数加法只有 100 道题：留出集里的 `b+a` 常常是训练集里某道 `a+b` 的交换形式，
+# 所以留出集并不是结构上全新的题目（第 1 步的单元格数出有多少道）。第 7 步把留出集的提高再分成两部分：
+# 交换形式训练过的题，和两种写法都没训练过的题。
 
 # %% [markdown]
 # ## 运行环境
 #
 # - Profile：**PT-CPU**（torch + transformers；TRL 对照一节需要 trl 1.16）。不需要 GPU，不下载任何权重。
-# - 第一次运行会在课程目录的 `.cache/` 下构建微型检查点和 SFT 热启动（2 核 CPU 上不超过一分钟），之后直接复用。
+# - 第一次运行会在课程目录的 `.cache/` 下构建微型检查点和 SFT 热启动（所用时间由那个单元格打印），之后直接复用。
 # - `RUN_MODE`（下面的单元格，或环境变量 `GRPO_ONLINE_RUN_MODE`）：
-#   - `tiny_cpu`（默认）：完整的主实验，2 核 CPU 上不超过 180 秒（预算；每次运行的实测值写在结果里）；
-#   - `smoke`：只跑 3 步、少量评测，用于测试与评分（几秒钟）；
-#   - `real_gpu`：一张 CUDA 卡，`Qwen/Qwen2.5-0.5B-Instruct`（或 `GRPO_MODEL_ID` 指向的本地文件夹），走同一份代码。
-#     本课程的开发机器没有 GPU，这条路径**没有在这里运行过**。
+#   - `tiny_cpu`（默认）：完整的主实验（每次运行的用时、机器负载写在结果里，并由第 7 步打印）；
+#   - `smoke`：只跑 3 步、少量评测，用于测试与评分；
+#   - `real_gpu`：一张 CUDA 卡，`Qwen/Qwen2.5-0.5B-Instruct`（或 `GRPO_MODEL_ID` 指向的本地文件夹），
+#     LoRA（只训练注意力投影上的低秩适配器）、bf16（显卡支持时）、TRL 常用范围内的学习率，走同一份代码；
+#     三种模式各自的设置都在 `og.RUN_PRESETS` 里（一处定义）。本课程的开发机器没有 GPU，`real_gpu` 的完整训练**没有在这里运行过**。
 # - 无界面运行：`make online RUN_LABEL=my_run`（`python -m tools.cli.online --label my_run`），结果写到
-#   `benchmarks/results/online/online-grpo_<RUN_LABEL>.json`。
+#   `benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json`。`benchmarks/results/local/` 不进 git：你自己的运行不会弄脏仓库。
+#   课程提交的参考记录（标签 `reference`、`mu4` 等）在 `benchmarks/results/online/`。
+# - 本课的行为约定见[约定卡](../../docs/CONVENTIONS.md)。
 #
 # ## 前置阅读
 #
-# - 第 1 课：`compute_group_advantages`（下限版本，全组奖励相同时优势恰为 0）。本课直接从
-#   `tools.lessons.nb01_group_advantages` 导入你在第 1 课写的那个函数（“一个函数只有一个家”）。
-# - 第 2、3 课：比率 $\rho = \exp(\log\pi_\theta - \log\pi_{old})$、裁剪 $[1-\epsilon, 1+\epsilon_{high}]$、
-#   `loss_type`（grpo / bnpo / dr_grpo / dapo）的归约方式、k3 形式的 KL。
-# - 第 4 课：`verify_integer_response`；第 5 课：`completion_mask_from_eos`（同样从 `tools.lessons` 导入）。
+# - 第 1 课：`compute_group_advantages`（下限版本，全组奖励相同时优势恰为 0）。
+# - 第 2、3 课：概率比 $\rho = \exp(\log\pi_\theta - \log\pi_{old})$、裁剪 $[1-\epsilon, 1+\epsilon_{high}]$、
+#   `loss_type`（grpo / bnpo / dr_grpo / dapo）的归约方式、k3 形式的 KL（第 3B 课的 `extended_loss`）。
+# - 第 4 课：`verify_integer_response`；第 5 课：`completion_mask_from_eos`。
+#
+# **本课导入的前几课函数是课程的参考版本，不是你自己写的那一份。** 它们从 `tools/lessons/` 导入：那里的文件由
+# `make release` 从各课的参考答案生成（`#@save` 单元格），接口与你写的函数相同。这样即使前几课的某个 TODO 还没做完，
+# 这一课也能运行；“一个函数只有一个家”指的是这份参考实现只定义一次。具体是：
+# `tools.lessons.nb01_group_advantages.compute_group_advantages`、`tools.lessons.nb02_grpo_objective.token_kl_penalty`、
+# `tools.lessons.nb03b_loss_family_trl.extended_loss`、`tools.lessons.nb04_verifiable_rewards.verify_integer_response`
+# 与 `tools.lessons.nb05_logprobs_masks.completion_mask_from_eos`。
 
 # %%
 import copy
@@ -68,33 +84,35 @@ torch.set_num_threads(1)  # one thread: on a busy 2-core machine more threads th
 REPO_ROOT = resolve_project_root()
 
 RUN_MODE = "tiny_cpu"  # "tiny_cpu" | "smoke" | "real_gpu"
-RUN_LABEL = "notebook"  # 结果写到 benchmarks/results/online/online-grpo_<RUN_LABEL>.json
-RUN_MODE = os.environ.get("GRPO_ONLINE_RUN_MODE", RUN_MODE)
+RUN_LABEL = "notebook"  # 结果写到 benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json（不进 git）
+RUN_MODE = og.check_run_mode(os.environ.get("GRPO_ONLINE_RUN_MODE", RUN_MODE))
 RUN_LABEL = og.check_run_label(os.environ.get("GRPO_ONLINE_RUN_LABEL", RUN_LABEL))
-if RUN_MODE not in ("tiny_cpu", "smoke", "real_gpu"):
-    raise ValueError(f"RUN_MODE 必须是 tiny_cpu / smoke / real_gpu 之一，收到 {RUN_MODE!r}")
 DEVICE = torch.device("cuda" if RUN_MODE == "real_gpu" else "cpu")
 if RUN_MODE == "real_gpu" and not torch.cuda.is_available():
     raise ValueError("RUN_MODE = real_gpu 需要一张 CUDA 卡：本机没有可用的 CUDA 设备")
 print(f"RUN_MODE = {RUN_MODE}   RUN_LABEL = {RUN_LABEL}   device = {DEVICE}   torch 线程 = {torch.get_num_threads()}")
 
 # %% [markdown]
-# ## Step 1 · 任务、留出集与 SFT 热启动
+# ## 第 1 步　任务、留出集与 SFT 热启动
 #
 # 100 道一位数加法题按固定种子打乱，前 25 道留作评测（**留出集与训练提示不相交**），其余 75 道用于 SFT 和强化学习。
+# 交换形式（`b+a` 对 `a+b`）不算新题：下面的单元格数出留出集里有多少道题的交换形式在训练集里。
 # 提示按 ChatML 渲染成一个用户轮次，再打开助手轮次：
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "setup_warm_start"}
 TRAIN_PROBLEMS, HELDOUT_PROBLEMS = og.split_problems()
 print(f"训练提示 {len(TRAIN_PROBLEMS)} 个，留出提示 {len(HELDOUT_PROBLEMS)} 个，交集 "
       f"{len({p['prompt'] for p in TRAIN_PROBLEMS} & {p['prompt'] for p in HELDOUT_PROBLEMS})} 个")
 print("留出的前 5 题：", [p["prompt"] for p in HELDOUT_PROBLEMS[:5]])
+_subsets = og.heldout_subsets(TRAIN_PROBLEMS, HELDOUT_PROBLEMS)
+print(f"留出集里有 {len(_subsets['commuted_in_train'])} / {len(HELDOUT_PROBLEMS)} 道题的交换形式（b+a）在训练集里，"
+      f"例如 {_subsets['commuted_in_train'][:3]}；两种写法都没训练过的 {len(_subsets['new'])} 道：{_subsets['new']}")
 
 if RUN_MODE == "real_gpu":
-    MODEL_PATH = os.environ.get("GRPO_MODEL_ID", "Qwen/Qwen2.5-0.5B-Instruct")  # no SFT warm start: an instruct model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(MODEL_PATH, padding_side="left")
-    policy = AutoModelForCausalLM.from_pretrained(MODEL_PATH, dtype=torch.bfloat16).to(DEVICE).eval()
+    MODEL_PATH = os.environ.get("GRPO_MODEL_ID", og.REAL_GPU_MODEL_ID)  # no SFT warm start: an instruct model
+    policy, tokenizer = og.load_preset_policy(RUN_MODE, MODEL_PATH, device=DEVICE)  # LoRA, bf16 where supported
+    print(f"可训练参数 {sum(p.numel() for p in policy.parameters() if p.requires_grad):,}"
+          f" / 全部 {sum(p.numel() for p in policy.parameters()):,}，dtype {og.preset_dtype(RUN_MODE)}")
     WARM_START = {"path": MODEL_PATH, "cached": True, "build_seconds": None}
 else:
     started = time.perf_counter()
@@ -106,7 +124,7 @@ print("一个渲染好的提示：", repr(og.chat_prompt(tokenizer, HELDOUT_PROB
 print("EOS =", repr(tokenizer.eos_token), tokenizer.eos_token_id, "  pad =", repr(tokenizer.pad_token), tokenizer.pad_token_id)
 
 # %% [markdown]
-# ## Step 2 · 采样一组回答
+# ## 第 2 步　采样一组回答
 #
 # GRPO 的“组”就是同一个提示的 `num_generations`（记作 G）个**采样**回答。排列沿用 TRL：第 i 个提示的 G 个回答
 # 占第 `i*G … i*G+G-1` 行，`group_ids` 记录每行属于哪个提示。
@@ -117,14 +135,14 @@ print("EOS =", repr(tokenizer.eos_token), tokenizer.eos_token_id, "  pad =", rep
 #   否则采样分布不是你以为的那个分布）；`max_new_tokens` 是回答长度上限（TRL 叫 `max_completion_length`）。
 # - `generate` 在所有行都生成了 EOS 后会提前停下，回答的宽度 `C` 可能小于 `max_new_tokens`；某一行生成 EOS 之后，
 #   它后面的位置由 `pad_token_id` 填充。
-# - **completion_mask**：第 5 课的规则——保留到第一个 EOS（含）为止；没有 EOS 的行（写到长度上限）整行保留。
-# - **old_per_token_logps**：采样之后立刻、在不求梯度的情况下，用同一个模型前向一次，记下每个回答词元的对数概率。
-#   它是后面所有比率的分母。logits 要先除以 `temperature`（TRL 也这样做）：这样算出来的才是“真正被采样的那个分布”
-#   下的概率。课程提供 `og.completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)`。
+# - `completion_mask`：第 5 课的规则——保留到第一个 EOS（含）为止；没有 EOS 的行（写到长度上限）整行保留。
+# - `old_per_token_logps`：采样之后立刻、在不求梯度的情况下，用同一个模型前向一次，记下每个回答词元的对数概率。
+#   它是后面所有概率比的分母。logits 要先除以 `temperature`（TRL 也这样做）：`top_p = 1`、`top_k = 0` 时，这正是
+#   被采样的那个分布；`top_p < 1` 时采样用的是截断后重新归一化的分布，这里（与 TRL 一样）记下的仍是未截断分布的对数概率。课程提供 `og.completion_logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature)`。
 #   掩码之外的位置填 0。
 # - 可选的 `ref_model`（β > 0 时需要）：同样记下参考模型的 `ref_per_token_logps`；没有参考模型时为 `None`。
 #
-# ### TODO 1：实现 `sample_group`
+# ### TODO 1　实现 `sample_group`
 #
 # 返回一个字典：
 #
@@ -150,7 +168,7 @@ import numbers
 import torch
 
 from tools.lessons.nb02_grpo_objective import token_kl_penalty
-from tools.lessons.nb03b_loss_family_trl import grpo_family_loss
+from tools.lessons.nb03b_loss_family_trl import extended_loss
 from tools.lessons.nb05_logprobs_masks import completion_mask_from_eos
 from tools.online_grpo import completion_logps, encode_prompts
 
@@ -276,62 +294,76 @@ expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, max_new_token
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Step 3 · 验证器奖励与组内优势
+# ## 第 3 步　验证器奖励与组内优势
 #
 # 奖励来自第 4 课的 `integer-answer-v1`（正确 1.0，格式恰好是一个整数再加 0.1），优势来自第 1 课的
-# `compute_group_advantages`——两个函数都从 `tools.lessons` 导入，正是你在那两课写并通过评分的版本。
-# 全组奖励相同的组（全答对、全部“不知道”）优势恰为 0：这组不提供学习信号。
+# `compute_group_advantages`——两个函数都是从 `tools.lessons` 导入的课程参考版本（接口与你在那两课写的相同）。
+# 全组奖励相同的组（全答对、全部“不知道”）优势恰为 0：这组不提供学习信号。热启动常常整组都说“不知道”，
+# 所以下面的单元格从种子 0 开始，取第一个至少有一组奖励不全相同的种子（每次运行都是同一个），并打印它。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_sample_group"}
 from tools.lessons.nb01_group_advantages import compute_group_advantages
 
-demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8, max_new_tokens=6, seed=0)
 demo_answers = [p["answer"] for p in TRAIN_PROBLEMS[:2] for _ in range(8)]
-demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers), dtype=torch.float32)  # [N]
-demo_advantages = compute_group_advantages(demo_rewards, demo["group_ids"].cpu())  # [N]
+for demo_seed in range(20):  # the first seed whose batch has a group with different rewards (fixed: the same each run)
+    demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8, max_new_tokens=6,
+                        seed=demo_seed)
+    demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers), dtype=torch.float32)  # [N]
+    demo_advantages = compute_group_advantages(demo_rewards, demo["group_ids"].cpu())  # [N]
+    if bool((demo_advantages != 0).any()):
+        break
+assert bool((demo_advantages != 0).any()), "20 个种子里没有一组奖励不全相同：热启动几乎总是拒答？"
+print(f"种子 {demo_seed}：非零优势 {int((demo_advantages != 0).sum())} 个 / {demo_advantages.numel()}"
+      f"（更小的种子两组奖励都全同，优势全为 0）" if demo_seed else f"种子 0：非零优势 {int((demo_advantages != 0).sum())} 个")
 display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
     f"| {int(g)} | `{TRAIN_PROBLEMS[int(g)]['prompt']}` | `{c!r}` | {r:.1f} | {a:+.3f} |"
     for g, c, r, a in zip(demo["group_ids"].tolist(), demo["completions"], demo_rewards.tolist(),
                           demo_advantages.tolist()))))
 
 # %% [markdown]
-# ## Step 4 · 一次更新：μ 个轮次、逐词元裁剪损失、可选 KL、梯度裁剪
+# ## 第 4 步　一次更新：μ 个轮次、逐词元裁剪损失、可选 KL、梯度裁剪
 #
 # 一批 rollout 只采样一次，但可以在上面优化 μ 次（TRL 的 `num_iterations`）。每个轮次：
 #
 # 1. 用当前模型重算 `per_token_logps`（同样除以 `temperature`，`og.completion_logps(..., with_entropy=True)`
 #    同时给出逐词元熵）；
 # 2. **先掩码再取指数**（课程约定 C3）：`log_ratio = (per_token_logps − old).masked_fill(~mask, 0)`，`ratio = exp(log_ratio)`；
-# 3–5. 损失**不用重写**：调用第 3B 课你写并通过评分的 `grpo_family_loss`（已从 `tools.lessons.nb03b_loss_family_trl`
-#    导入，“一个函数只有一个家”），传 `epsilon_low=epsilon`、`epsilon_high`、`beta`、`ref_logps`、`max_completion_length`，
-#    以及 `num_items_in_batch=` 整批掩码词元数。它计算的正是：
+# 3–5. 损失**不用重写**：调用第 3B 课的 `extended_loss`（课程的参考版本，已从 `tools.lessons.nb03b_loss_family_trl`
+#    导入，“一个函数只有一个家”），传 `epsilon_low=epsilon`、`epsilon_high`、`beta`、`ref_logps`、
+#    `use_bias_correction_kl`、`max_completion_length`，以及 `num_items_in_batch=` 整批掩码词元数。它计算的正是：
 # 3. 逐词元损失 $-\min(\rho A, \mathrm{clip}(\rho, 1-\epsilon, 1+\epsilon_{high}) A)$，$A$ 按行广播；
 # 4. β > 0 时加上 $\beta\,\mathrm{KL}$，k3 形式 $e^{d} - d - 1$，$d = \log\pi_{ref} - \log\pi_\theta$（同样先掩码）；
-#    β > 0 却没有 `ref_per_token_logps` → `ValueError`（约定 C2，在调用前检查）；β = 0 时忽略参考；
+#    `use_bias_correction_kl=True`（TRL 1.16 `GRPOConfig` 的同名选项，默认也是 `True`）时 KL 项再乘以概率比 $\rho$，
+#    而且 $\rho$ **参与求导**：μ = 1 时 $\rho = 1$，损失的值不变，梯度却多出 $\beta\,\mathrm{KL}\,\nabla\rho$ 一项；
+#    β > 0 却没有 `ref_per_token_logps` → `ValueError`（约定 C2，在调用前检查）；β = 0 时忽略参考，这个选项也不起作用；
 # 5. 按 `loss_type` 归约（与 TRL 1.16 相同；完全被掩码的行贡献 0，分母 `clamp(min=1)`，约定 C5）：
 #    - `grpo`：每行掩码平均，再对行平均；
 #    - `bnpo`、`dapo`：整批掩码词元求和 ÷ 掩码词元总数（单进程时两者相同）；
 #    - `dr_grpo`：整批求和 ÷ (N × `max_completion_length`)，`max_completion_length` 为 `None` 时用回答宽度 `C`；
 # 6. `optimizer.zero_grad()` → `backward()` → `torch.nn.utils.clip_grad_norm_(可训练参数, max_grad_norm)`（记下它返回的范数）→ `optimizer.step()`。
 #
-# 返回这次更新的指标（各轮次的平均，除非另有说明）：
+# 返回这次更新的指标（各轮次的平均，除非另有说明）；每个指标是一个数：Python 的 `float`、NumPy 标量或 0 维张量都可以
+# （评分按数值比较，NaN 与无穷大不算对）：
 #
 # | 键 | 含义（掩码内词元上的平均） |
 # | --- | --- |
 # | `loss` | 各轮次损失的平均；`losses` 是逐轮次的列表 |
-# | `clip_ratio_low` / `clip_ratio_high` | TRL 的定义：`ratio < 1−ε` 且 `A < 0` / `ratio > 1+ε_high` 且 `A > 0` 的词元比例 |
-# | `approx_kl` | 旧策略 → 当前策略的近似 KL：$\rho - 1 - \log\rho$ 的平均（每个轮次更新前测） |
+# | `clip_ratio_low` / `clip_ratio_high` | TRL 的定义：概率比 `< 1−ε` 且 `A < 0` / 概率比 `> 1+ε_high` 且 `A > 0` 的词元比例 |
+# | `approx_kl` | 旧策略 → 当前策略的近似 KL：$\rho - 1 - \log\rho$ 的平均（每个轮次更新前测）；本课自己的指标，TRL 不记录它 |
 # | `kl_ref` | 到参考模型的 k3 KL 的平均；β = 0 时为 `None` |
 # | `entropy` | **第一个轮次**（即采样时的策略）的平均逐词元熵 |
 # | `grad_norm` | 各轮次裁剪前梯度范数的平均 |
 #
-# 为什么 μ = 1 时裁剪**从不**触发：唯一的一个轮次在任何更新之前计算比率，当前策略就是采样策略，比率恰好为 1。
+# 为什么在**本课的循环里** μ = 1 时裁剪从不触发：唯一的一个轮次在任何更新之前计算概率比，当前策略就是采样策略，
+# 概率比恰好为 1。这不是 GRPO 的一般性质：TRL 里一批 rollout 可以拆成几次优化器步骤（`steps_per_generation` 大于
+# `gradient_accumulation_steps`），后面几步的旧对数概率来自更新前的模型；用 vLLM 生成时，旧对数概率（或重要性修正）
+# 来自另一个引擎。这两种情况下 μ = 1 也会有概率比 ≠ 1、裁剪也会触发。
 #
-# ### TODO 2：实现 `grpo_step`
+# ### TODO 2　实现 `grpo_step`
 #
 # `completion_mask` 接受 bool 或任意实数 dtype 的 0/1 张量（约定 C1），其他值 → `ValueError`。
 # 其余输入契约：`advantages` 必须是长度为 N 的一维有限浮点张量；`num_iterations` 为正整数；`epsilon`、`max_grad_norm` 为正数；
-# `epsilon_high` 为 `None`（= `epsilon`）或正数；`beta` 非负；`loss_type` 是上面四种之一。
+# `epsilon_high` 为 `None`（= `epsilon`）或正数；`beta` 非负；`loss_type` 是上面四种之一；`use_bias_correction_kl` 是 `True` 或 `False`。
 
 # %% nbgrader={"solution": true, "grade_id": "grpo_step"}
 #@save
@@ -350,7 +382,8 @@ def _as_bool_mask(mask, shape):
 
 
 def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
-              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None,
+              use_bias_correction_kl=True):
     """One GRPO update from one rollout batch: num_iterations epochs of the clipped token-level loss."""
     ### BEGIN SOLUTION
     completion_ids = rollout["completion_ids"]  # [N, C]
@@ -371,6 +404,8 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
         raise ValueError(f"beta 必须是非负的有限数，收到 {beta!r}")
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type 必须是 {LOSS_TYPES} 之一，收到 {loss_type!r}")
+    if not isinstance(use_bias_correction_kl, bool):
+        raise ValueError(f"use_bias_correction_kl 必须是 True 或 False，收到 {use_bias_correction_kl!r}")
     ref = rollout.get("ref_per_token_logps") if beta > 0 else None
     if beta > 0 and ref is None:
         raise ValueError("beta > 0 需要参考模型的对数概率 ref_per_token_logps（约定 C2）")
@@ -389,10 +424,12 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
     for epoch in range(num_iterations):
         logps, entropies = completion_logps(model, rollout["prompt_ids"], rollout["prompt_mask"], completion_ids,
                                             mask, temperature=float(temperature), with_entropy=True)  # [N, C]
-        # the loss: lesson 3B's graded function (clipped token-level surrogate + beta * k3, reduced by loss_type)
-        loss = grpo_family_loss(logps, old, adv.squeeze(1), mask, loss_type=loss_type, epsilon_low=epsilon,
-                                epsilon_high=epsilon_high, beta=float(beta), ref_logps=ref,
-                                max_completion_length=max_completion_length, num_items_in_batch=tokens)
+        # the loss: lesson 3B's extended_loss (clipped token-level surrogate + beta * k3, times the ratio when
+        # use_bias_correction_kl as in TRL, reduced by loss_type)
+        loss = extended_loss(logps, old, adv.squeeze(1), mask, loss_type=loss_type, epsilon_low=epsilon,
+                             epsilon_high=epsilon_high, beta=float(beta), ref_logps=ref,
+                             use_bias_correction_kl=use_bias_correction_kl,
+                             max_completion_length=max_completion_length, num_items_in_batch=tokens)
         with torch.no_grad():  # the metrics' inputs, masked before exp (C3)
             log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C]
             ratio = torch.exp(log_ratio)  # [N, C]
@@ -474,6 +511,7 @@ _cases = [
     dict(num_iterations=3, epsilon=0.05, epsilon_high=0.1, beta=0.0, loss_type="dapo"),
     dict(num_iterations=2, epsilon=0.1, epsilon_high=0.3, beta=0.2, loss_type="dr_grpo"),
     dict(num_iterations=2, epsilon=0.1, epsilon_high=None, beta=0.0, loss_type="bnpo"),
+    dict(num_iterations=2, epsilon=0.1, epsilon_high=None, beta=0.3, loss_type="grpo", use_bias_correction_kl=False),
 ]
 for _case in _cases:
     _mm = copy.deepcopy(policy).double()
@@ -509,7 +547,7 @@ _ma = _mb = _mm = None  # free the copies (no `del`: the lambdas above read _ma)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Step 5 · 每一步记录什么
+# ## 第 5 步　每一步记录什么
 #
 # 训练时真正要盯的是这些数（名字沿用 TRL 的日志）：
 #
@@ -524,7 +562,7 @@ _ma = _mb = _mm = None  # free the copies (no `del`: the lambdas above read _ma)
 #
 # 所有值都是 Python 的 `int` / `float`（`kl_ref` 可以是 `None`），可以直接写进 JSON。
 #
-# ### TODO 3：实现 `log_step_metrics`
+# ### TODO 3　实现 `log_step_metrics`
 #
 # 输入契约（`ValueError`）：`rewards` 是一维有限浮点张量，长度 N 是 `num_generations` 的整数倍且 N ≥ 2；
 # `completion_mask` 是 `[N, C]`（约定 C1）；`strict_correct` 长度为 N。
@@ -617,7 +655,7 @@ expect_value_error(lambda: log_step_metrics(0, torch.tensor([1.0, 0.0]), 2, torc
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## Step 6 · 把循环接起来
+# ## 第 6 步　把循环接起来
 #
 # 下面的循环（课程提供，`#@save` 存进 `tools/lessons/nb07_online_grpo.py`，`make online` 用的就是它）把前面的零件按
 # 导读里的顺序接起来。每一步都从训练提示里（按固定种子）抽 `prompts_per_step` 个，采样种子是
@@ -630,12 +668,12 @@ import random
 import time
 
 from tools.lessons.nb01_group_advantages import compute_group_advantages
-from tools.online_grpo import reward_function, strict_correct
+from tools.online_grpo import make_optimizer, reward_function, strict_correct
 
 
-def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, progress=None):
+def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, progress=None, optimizer=None):
     """Online GRPO: sample -> verify -> group advantages -> grpo_step, config.num_steps times; returns the log."""
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    optimizer = make_optimizer(model, config.learning_rate) if optimizer is None else optimizer
     rng = random.Random(config.seed)
     reward_fn = reward_function(config.reward)
     history = []
@@ -653,7 +691,8 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
                            num_iterations=config.num_iterations, epsilon=config.epsilon,
                            epsilon_high=config.epsilon_high, beta=config.beta, loss_type=config.loss_type,
                            max_grad_norm=config.max_grad_norm, temperature=config.temperature,
-                           max_completion_length=config.max_new_tokens)
+                           max_completion_length=config.max_new_tokens,
+                           use_bias_correction_kl=config.use_bias_correction_kl)
         row = log_step_metrics(step, rewards, config.num_generations, rollout["completion_mask"], update,
                                strict_correct(rollout["completions"], answers), seconds=time.perf_counter() - started)
         history.append(row)
@@ -667,18 +706,16 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
 #
 # `tiny_cpu` 用课程的默认配置（`og.OnlineConfig()`：16 个提示 × G = 8、μ = 1、`loss_type="grpo"`、ε = 0.2、β = 0、
 # 温度 1.0、学习率 1e-3、50 步）。训练前后各在 25 个留出提示上评测一次：每个提示采样 16 次，pass@1 是采样正确率的平均。
+# 这是**一个种子**的一次运行；它的提高有多大的随机波动，要看多个种子（`make online SEEDS=3`，第 7 步读它的汇总）。
 # `og.run_online_experiment` 负责加载、评测、计时、记录机器负载，并把记录校验后原子地写出；训练本身用的是上面的
 # `train_online_grpo`（也就是你写的三个函数）。
 
-# %%
-if RUN_MODE == "smoke":
-    CONFIG = og.OnlineConfig(num_steps=3, prompts_per_step=4, eval_k=4)
-else:
-    CONFIG = og.OnlineConfig()
+# %% nbgrader={"locked": true, "grade_id": "demo_experiment"}
+CONFIG = og.preset_config(RUN_MODE)  # one preset per RUN_MODE: og.RUN_PRESETS
 print(CONFIG)
 RECORD = None
 RECORD = og.run_online_experiment(train_online_grpo, CONFIG, RUN_LABEL, model=policy, tokenizer=tokenizer,
-                                  warm_start=WARM_START, heldout=HELDOUT_PROBLEMS if RUN_MODE != "smoke" else HELDOUT_PROBLEMS[:8],
+                                  warm_start=WARM_START, heldout=HELDOUT_PROBLEMS[:og.RUN_PRESETS[RUN_MODE]["heldout"]],
                                   train=TRAIN_PROBLEMS, root=REPO_ROOT, progress=og.print_progress)
 print(og.headline(RECORD))
 
@@ -686,24 +723,55 @@ print(og.headline(RECORD))
 # ### 曲线
 #
 # 每一步的指标都画在这里（全部来自刚才的运行）。读图顺序：奖励均值在涨吗？零方差组的比例（没有学习信号的组）怎样变化？
-# 回答长度——热启动的“I do not know.”要 6 个词元，一个数字只要 2 个——在变短吗？熵在下降吗（策略越来越确定）？
-# μ = 1 时两条裁剪比例恒为 0，approx_kl 也恒为 0：这不是 bug，见 Step 4。
+# 回答长度——热启动的“I do not know.”要 6 个词元，一个数字大约 2 个——在变短吗？
+# μ = 1 时两条裁剪比例恒为 0，approx_kl 也恒为 0：这不是 bug，见第 4 步。
+#
+# **熵的曲线要小心读。** `entropy` 是这一步所有回答词元的**平均**逐词元熵，它既取决于每个位置有多确定，也取决于
+# 采样到的是哪种回答。“I do not know.”只有第一个词元在做选择，后面几个词元几乎是确定的；一个数字回答的两个词元里，
+# 第一个就是“写哪个数”。所以拒答消失、回答变短时，平均熵可能先**上升**，之后随着答案变确定才下降。
+# 曲线下面的单元格用数据检查这个解释：在热启动和训练后的模型上，分别量“拒答”和“正确答案”两种回答的逐词元熵，
+# 并打印熵曲线的峰值出现在哪一步、那时回答长度是多少。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_plot_steps"}
 if RECORD is None:
     print("先完成上面的 TODO，再运行主实验。")
 else:
     display(Image(og.plot_steps(RECORD["steps"], title=f"online GRPO / {RECORD['run_label']}")))
 
+# %% nbgrader={"locked": true, "grade_id": "demo_entropy_kinds"}
+if RECORD is None:
+    print("先完成上面的 TODO，再运行主实验。")
+elif RUN_MODE == "real_gpu":
+    print("real_gpu 没有 SFT 热启动（没有“I do not know.”这种回答），这里不做拆分。")
+else:
+    _kinds = {"热启动": og.entropy_by_kind(og.load_policy(og.sft_checkpoint_path(seed=0)[0])[0], tokenizer,
+                                         HELDOUT_PROBLEMS),
+              "训练后": og.entropy_by_kind(policy, tokenizer, HELDOUT_PROBLEMS)}
+    display(Markdown("| 模型 | 回答 | 词元数 | 平均逐词元熵 | 第一个词元的熵 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
+        f"| {name} | {'“I do not know.”' if kind == 'hedge' else '正确答案'} | {v['tokens']:.2f} | {v['mean']:.3f} | "
+        f"{v['first_token']:.3f} |" for name, kinds in _kinds.items() for kind, v in kinds.items())))
+    _steps = RECORD["steps"]
+    _peak = max(_steps, key=lambda r: r["entropy"])
+    print(f"熵：第 0 步 {_steps[0]['entropy']:.3f}（回答长度 {_steps[0]['completion_length']:.2f}），"
+          f"峰值在第 {_peak['step']} 步 {_peak['entropy']:.3f}（长度 {_peak['completion_length']:.2f}），"
+          f"最后一步 {_steps[-1]['entropy']:.3f}（长度 {_steps[-1]['completion_length']:.2f}）")
+
 # %% [markdown]
-# ## Step 7 · 训练前后：pass@1、pass@k 与 maj@k
+# ## 第 7 步　训练前后：pass@1、pass@k 与 maj@k
 #
-# pass@k：k 次采样里**至少一次**答对的概率（无偏估计）；maj@k：k 次采样里出现最多的那个整数答对的比例。
+# pass@k：k 次采样里**至少一次**答对的概率（无偏估计）。maj@k：k 个样本投票，得票最多的答案对不对。规则：
+# 每个提示的 16 个样本分成 16/k 组互不重叠的 k 个，每组投一次票再取平均；**无法解析的回答**（包括“I do not know.”）
+# 投给“不作答”，它永远算错；并列第一时若正确答案在其中，记 1/并列数（等于随机打破平局的期望）。
+# 这样 maj@1 就是“一个样本对不对”，与 pass@1 完全相等（`og.MAJ_RULE`，测试 `test_maj_at_1_equals_pass_at_1`）。
 # DeepSeekMath 的观察是：RL 之后 maj@k 和 pass@1 明显上升，而 k 较大时的 pass@k 提高得少得多——RL 主要是把模型
 # **已经会**的答案变得更可能被采到，而不是教会新答案。下表和图给出本次运行的实测值，最后一行把“pass@1 的提高”
-# 与“最大 k 处 pass@k 的提高”直接放在一起比较。
+# 与“最大 k 处 pass@k 的提高”直接放在一起比较；再下一张表把留出集的回答分成三类，看提高来自哪里。
+#
+# 最后是课程提交的 3 个种子的汇总（`make online SEEDS=3 RUN_LABEL=reference`，均值与 95% t 区间）。读它的最后几行：
+# “无法解析”的比例降了多少，“答错的整数”升了多少？两种写法都没训练过的留出题提高了多少，与交换形式训练过的题相比呢？
+# 如果前者远小于后者，这个任务主要测到的是“敢于作答、说出训练时见过的答案”，而不是“学会了加法”。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_pass_maj"}
 if RECORD is None:
     print("先完成上面的 TODO，再运行主实验。")
 else:
@@ -722,41 +790,75 @@ else:
     gain_k = after["pass_at_k"][k_max] - before["pass_at_k"][k_max]
     print(f"pass@1 提高 {gain_1:+.3f}；pass@{k_max} 提高 {gain_k:+.3f}；maj@{k_max} 提高 "
           f"{after['maj_at_k'][k_max] - before['maj_at_k'][k_max]:+.3f}")
+    display(Markdown("| 留出集回答 | 训练前 | 训练后 | 变化 |\n| --- | --- | --- | --- |\n" + "\n".join(
+        f"| {name} | {before['outcomes'][key]:.3f} | {after['outcomes'][key]:.3f} | "
+        f"{after['outcomes'][key] - before['outcomes'][key]:+.3f} |"
+        for key, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析（含拒答）")))))
+    for key, name in (("commuted_in_train", "交换形式训练过的留出题"), ("new", "两种写法都没训练过的留出题")):
+        if key in RECORD["eval"].get("subsets", {}):
+            sub = RECORD["eval"]["subsets"][key]
+            print(f"{name}（{sub['prompts']} 道）：pass@1 {sub['before']:.3f} → {sub['after']:.3f}")
+    _seeds = og.load_seeds_summary(REPO_ROOT, og.SEEDS_REFERENCE_LABEL)
+    if _seeds is None:
+        print("还没有多种子汇总：make online SEEDS=3 RUN_LABEL=reference")
+    else:
+        display(Markdown(og.seeds_table(_seeds)))
 
 # %% [markdown]
-# ## Step 8 · 消融：μ、`loss_type`、clip-higher 与奖励投机
+# ## 第 8 步　消融：μ、`loss_type`、clip-higher 与奖励投机
 #
 # 这些对照每个都要完整训练一次，不在笔记本里现场跑；它们是 `make online` 加参数得到的记录
-# （命令见表格），存放在 `benchmarks/results/online/`。下面的单元格**读取这些文件并作图**；文件不存在时只打印运行命令。
+# （命令见表格），课程提交的参考记录存放在 `benchmarks/results/online/`。下面的单元格**读取这些文件并作图**；
+# 文件不存在时只打印运行命令。
 #
-# - **μ = 1 对 μ = 4**（`--num-iterations 4`）：μ = 1 时裁剪从不触发；μ = 4 时后面的轮次已经离策略，裁剪比例与 approx_kl 随之变大。
+# **先说这些记录能证明什么。** 每个对照目前只有**一个种子**的一次运行，没有置信区间。课程维护者换种子 0、1、2
+# 重跑同样的配置时，单次记录里的几个现象**没有稳定复现**：clip-higher 对熵的影响、奖励投机里留出集“包含答案”与
+# 严格 pass@1 的差距、pass@16 的提高，换种子后都明显变小或反向。所以下面每一条只是**预测**，表格里的数是一次运行的
+# 观测，不是结论。课程为每个对照提交了 3 个种子的记录（`make online SEEDS=3 RUN_LABEL=<标签> ONLINE_ARGS="..."`），
+# 下面最后两张表按区间判断每条预测：区间不重叠才说“看得到”，重叠就说“这一规模上看不出”。
+#
+# - **β = 0 对 β = 0.04**（`--beta 0.04`，新增）：参考模型是训练开始前的热启动，KL 把策略往回拉；预测是回答长度、
+#   训练奖励离热启动更近（β = 0 时没有这一项，`kl_ref` 不记录）。
+#
+# - **μ = 1 对 μ = 4**（`--num-iterations 4`）：本课的循环里 μ = 1 时裁剪从不触发（第 4 步）；μ = 4 时后面的轮次
+#   已经离策略，裁剪比例与 approx_kl 随之变大——这一条由构造保证，记录里的数量级是一次运行的观测。
 # - **`loss_type`**（`--loss-type grpo|dr_grpo|dapo`）：看回答长度的漂移。`grpo` 每行先按长度平均，长回答里每个词元的权重更小；
 #   `dr_grpo` 与 `dapo` 按词元计。这个任务的回答最长只有 6 个词元，三者的差别预计很小（预测）——读表格里的实测值。
 # - **ε_high 0.2 对 0.28**（DAPO 的 clip-higher）：μ = 1 时裁剪从不触发，ε_high 改了也**完全没有作用**；所以这一对照放在
-#   μ = 4 上（`--num-iterations 4 --epsilon-high 0.28`，与 `mu4` 比）。上界放宽，正优势的低概率词元能涨得更多，熵下降得更慢（预测）。
+#   μ = 4 上（`--num-iterations 4 --epsilon-high 0.28`，与 `mu4` 比）。上界放宽，正优势的低概率词元能涨得更多，
+#   DAPO 报告熵因此下降得更慢（预测）。对照表格里 `mu4_clip_higher` 与 `mu4` 的“末 10 步熵”：在这个任务上单次记录
+#   并不支持这个预测，换种子重跑两者也相差无几。一个可能的原因（未经检验）：回答只有两三个词元，熵主要由“选哪个数”决定。
 # - **奖励投机**（`--reward contains-answer-loophole`）：第 4 课的“包含即得分”验证器只看答案的数字是否出现在回答里。
 #   钻空子的回答必须先能被**采样到**：本课的热启动只会写一个数或“I do not know.”，漏洞够不着。所以这一对照换一个起点
 #   `--warm-start sft-list`：同样的 SFT 数据，其中一部分回答改成三个数的列表、答案在第一或第二个（例如 `7 12 3`）——
 #   包含答案，但严格验证器取最后一个整数，判为错。两条记录从同一个起点出发，只差奖励函数：
 #   `loophole`（漏洞验证器）与 `loophole_fixed`（修复后的严格验证器）。要读的是：漏洞那一条的训练奖励继续上涨时，
 #   训练中的 `strict` 是否不涨反跌、回答是否变长；留出集上“包含答案”的比例与严格 pass@1 是否分开。
-#   下面的曲线和表格给出实测值；留出集的例子在记录的 `eval.after.examples` 里。
+#   下面的曲线和表格给出一次运行的实测值（换种子时差距明显变小，见上）；留出集的例子在记录的 `eval.after.examples` 里。
 #
 # 表格只写记录里的数：训练奖励、`strict`（严格验证器判对的比例）、长度、熵都是最后 10 步的平均；“包含答案”是留出集采样回答里含有答案数字的比例，也就是漏洞验证器会接受的比例。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_ablations"}
 ABLATIONS = og.ABLATIONS
-display(Markdown("| 对照 | 命令 | 记录 |\n| --- | --- | --- |\n" + "\n".join(
-    f"| {name} | `make online RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
-    f"{'有' if (REPO_ROOT / og.output_relative_path(label)).exists() else '没有（先运行命令）'} |"
+display(Markdown("| 对照 | 命令 | 单次记录 | 多种子汇总 |\n| --- | --- | --- | --- |\n" + "\n".join(
+    f"| {name} | `make online SEEDS=3 RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
+    f"{'有' if (REPO_ROOT / og.output_relative_path(label)).exists() else '没有'} | "
+    f"{'有' if (REPO_ROOT / og.seeds_summary_path(label)).exists() else '没有（先运行命令）'} |"
     for name, label, args in ABLATIONS)))
 _records = og.load_records(REPO_ROOT, [label for _, label, _ in ABLATIONS])
 if _records:
     display(Image(og.plot_ablations(_records)))
     display(Markdown(og.ablation_table(_records)))
+display(Markdown("多种子（`SEEDS=3`）的对照：最后 10 步的平均，均值 [95% t 区间]，区间跨种子计算。只有区间不重叠的差别才算"
+                 "这一规模上看得到的效应。\n\n" + og.ablation_seeds_table(REPO_ROOT, [label for _, label, _ in ABLATIONS])))
+_interval_png = og.plot_ablation_intervals(REPO_ROOT, [label for _, label, _ in ABLATIONS])
+if _interval_png is not None:
+    display(Image(_interval_png))
+display(Markdown("每条预测与区间的对照（`og.ABLATION_COMPARISONS`；“区间重叠”不证明没有效应，只说明 3 个种子分辨不出来）：\n\n"
+                 + og.verdicts_table(og.ablation_verdicts(REPO_ROOT))))
 
 # %% [markdown]
-# ## Step 9 · 同一个任务交给 TRL 的 `GRPOTrainer`
+# ## 第 9 步　同一个任务交给 TRL 的 `GRPOTrainer`
 #
 # 名字的对应（左边是本课的 `OnlineConfig` / 函数参数，右边是 `trl.GRPOConfig`）：
 #
@@ -773,26 +875,61 @@ if _records:
 # | `compute_group_advantages`（std 下限，总体 std） | `scale_rewards="group"`：`(r − mean) / (std + 1e-4)`，无偏 std | 优势的数值略有不同 |
 # | 验证器 `integer-answer-v1` | `reward_funcs=[函数]` | 同一个函数 |
 #
-# 先做**同一批数据上的第 0 步损失核对**：把我们采样的一批 rollout 原样交给 TRL 的 `_compute_loss`，
-# 与 `grpo_step` 第 0 轮的损失比较（设置一致的地方必须相差不到 1e-5）。然后用 `GRPOTrainer.train()`
-# 在同一个热启动模型上真的训练几十步（`smoke` 模式只训练 2 步），并把它的日志与上面的曲线放在一起。
+# | `grpo_step(..., use_bias_correction_kl=True)` | `use_bias_correction_kl`（默认 `True`） | β > 0 时 KL 项乘以概率比；β = 0 时不起作用 |
+#
+# 先做**同一批数据上的损失与梯度核对**：把一批 rollout 原样交给 TRL 的 `_compute_loss`，与 `grpo_step` 的第 0 轮比较
+# 损失的值**和**对全部参数的梯度，覆盖 4 种 `loss_type` × β ∈ {0, 0.04} × `use_bias_correction_kl` ∈ {False, True}
+# 共 16 行（相对差必须不超过 1e-5）。一个核对只有在“做错时会失败”才有意义，所以这批数据特意构造成能把错误暴露出来：
+#
+# - 同一组里的回答长度各不相同（否则 `grpo` 的“每行先平均”与 `bnpo` 的“所有词元一起平均”给出同样的数）；
+# - 优势是随机数，每组之和不为 0（否则各种归约都约等于 0，谁也分不出谁）；
+# - 参考模型与策略不同（把热启动与 SFT 之前的权重各取一半），KL 不为 0；
+# - 旧对数概率加了噪声，概率比偏离 1，两端的裁剪都会触发。
+#
+# 最后一列是**灵敏度检查**：每一行再让一侧去掉这一行用到的一个选项（换一种 `loss_type`、用未扰动的旧对数概率、
+# 令 ε_high = ε、β > 0 时令 β = 0、在本课或 TRL 一侧翻转 `use_bias_correction_kl`），每一种改动都必须让核对失败。
+# 单进程、每批只走一步时，`bnpo` 与 `dapo` 的分母相同（都是这批的有效词元数），两者本来就相等，不算作改动；
+# β = 0 时 TRL 忽略 `use_bias_correction_kl`，翻转它也不改变结果。
+#
+# 然后用 `GRPOTrainer.train()` 在同一个热启动模型上真的训练几十步（`smoke` 模式只训练 2 步），并把它的日志与上面的
+# 曲线放在一起。这是**一个种子**的对照，两条曲线的差别没有区间，不能据此说谁学得更好；能比较的是最后两张表：
+# 课程提交的 3 个种子的记录，两边用同一个热启动、同样的设置和同样的留出集评测（TRL 的优势按 `std + 1e-4` 缩放、
+# 提示的抽样顺序也不同，所以这是“同一个任务、两份实现”的对照，不是逐步的复现）。
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_trl"}
 from tools import online_trl
 
 if RECORD is None:
     print("先完成上面的 TODO，再做 TRL 对照。")
 else:
-    agreement = online_trl.step0_agreement(sample_group, grpo_step, policy, tokenizer, TRAIN_PROBLEMS)
-    display(Markdown(online_trl.agreement_table(agreement)))
-    assert all(row["abs_diff"] <= 1e-5 for row in agreement), "第 0 步损失与 TRL 相差超过 1e-5"
+    from tools.tiny_model import tiny_checkpoint_path
+
+    if RUN_MODE == "real_gpu":  # the matrix needs the tiny model's pre-SFT weights for its reference
+        print("损失与梯度的核对在 CPU 模式（tiny_cpu / smoke）下用微型模型做。")
+    else:
+        _sft_policy = og.load_policy(og.sft_checkpoint_path(seed=0)[0])[0]  # the warm start, not the trained policy
+        agreement_ref = online_trl.mixed_reference(_sft_policy, og.load_policy(tiny_checkpoint_path(seed=0))[0])
+        agreement = online_trl.trl_agreement(sample_group, grpo_step, _sft_policy, agreement_ref, tokenizer,
+                                             TRAIN_PROBLEMS)
+        display(Markdown(online_trl.agreement_table(agreement)))
+        assert all(row["agree"] for row in agreement), "本课 grpo_step 与 TRL 的损失或梯度相对差超过 1e-5"
+        assert all(c["detected"] for row in agreement for c in row["sensitivity"].values()), "改掉一项后核对应当失败"
     trl_run = online_trl.train_with_trl(og.sft_checkpoint_path(seed=0)[0] if RUN_MODE != "real_gpu" else MODEL_PATH,
                                         CONFIG, TRAIN_PROBLEMS, max_steps=2 if RUN_MODE == "smoke" else 30)
     display(Markdown(online_trl.comparison_table(trl_run, RECORD)))
     display(Image(online_trl.plot_comparison(trl_run, RECORD)))
+    _ours = og.load_seeds_summary(REPO_ROOT, og.SEEDS_REFERENCE_LABEL)
+    _trl = og.load_seeds_summary(REPO_ROOT, online_trl.TRL_SEEDS_LABEL)
+    if _ours is None or _trl is None:
+        print("还没有两边的多种子汇总：make online SEEDS=3 RUN_LABEL=reference；"
+              "make online SEEDS=3 RUN_LABEL=trl ONLINE_ARGS=\"--trainer trl\"")
+    else:
+        display(Markdown(og.seeds_table(_ours) + "\n\n" + og.seeds_table(_trl) + "\n\n本课循环对 TRL 的留出集 pass@1 提高："
+                         + og.VERDICT_WORDS[og.interval_verdict(_ours["gain_pass_at_1"], _trl["gain_pass_at_1"])]))
+        display(Image(og.plot_gain_intervals({"course loop": _ours, "trl GRPOTrainer": _trl})))
 
 # %% [markdown]
-# ## Step 10 · 放到多张 GPU 上（现成的引擎）
+# ## 第 10 步　放到多张 GPU 上（现成的引擎）
 #
 # 本机没有 GPU，这一节**只检查不需要 GPU 就能检查的部分**，其余是命令与配置，没有在这里测量过。
 #
@@ -806,7 +943,9 @@ else:
 #
 # 多卡时每个进程各自生成 `per_device_train_batch_size` 个回答，TRL 要求全局批次能被 `num_generations` 整除，
 # 同一组的 G 个回答可以落在不同的卡上（组内均值与标准差在所有进程收集之后再算）。`loss_type="dapo"` 的分母是
-# **全局**的词元数，所以结果与进程数无关；`grpo` 则按每个进程的本地行平均。
+# **全局**的词元数，所以结果与进程数无关；`grpo` 每行先在自己的词元上平均，各进程行数相同时，本地平均再跨进程平均
+# 也等于全局平均，同样与进程数无关；与进程数有关的是 `bnpo`：它除以**本地**的词元数，各卡词元数不同时，
+# 本地均值的平均不等于全局均值。
 #
 # **vLLM 生成。** 采样是在线 RL 最慢的部分。TRL 用 `use_vllm=True` 把生成交给 vLLM：
 #
@@ -815,14 +954,18 @@ else:
 #   训练进程通过 HTTP 取样本，每步之后把新权重同步过去。
 #
 # 用 vLLM 时采样的对数概率来自另一个引擎，与训练前向有数值差异；TRL 的 `vllm_importance_sampling_correction`
-# 用截断的重要性权重修正这一点（本机没有测量）。
+# 用重要性权重修正这一点，默认的 `vllm_importance_sampling_mode="sequence_mask"` 按整条回答计算权重，超出
+# `[C_min, C_max]` 的回答被**屏蔽**（权重置 0），而不是截断；`*_truncate` 模式才截断（TRL 1.16 `GRPOConfig`；本机没有测量）。
 #
-# **单卡真实模型。** `RUN_MODE = "real_gpu"` 用同一份代码在一张 CUDA 卡上训练 `Qwen/Qwen2.5-0.5B-Instruct`（bf16，
-# 不做 SFT 热启动）。这里没有 GPU，这条路径**只是写好了，没有运行过**。
+# **单卡真实模型。** `RUN_MODE = "real_gpu"` 用同一份代码在一张 CUDA 卡上训练 `Qwen/Qwen2.5-0.5B-Instruct`，
+# 不做 SFT 热启动。设置在 `og.RUN_PRESETS["real_gpu"]`：只训练注意力投影（`q_proj`、`k_proj`、`v_proj`、`o_proj`）上的
+# LoRA 适配器，学习率在 TRL 常用的范围内（TRL 全参数训练的默认值是 1e-6；LoRA 只更新很少的参数，通常取高一个数量级），
+# 显卡支持 bf16 时用 bf16。全参数 AdamW 配 1e-3 这样的学习率会毁掉一个预训练模型。测试在 CPU 上用同一个预设对
+# Qwen2 结构的小模型走两步（形状、可训练参数个数、优化器只为 LoRA 参数保存状态）；完整的 `real_gpu` 训练**没有在这里运行过**。
 #
 # 下面用 accelerate **自己的**解析器加载三份配置，并构造一份多卡的 `GRPOConfig`（只检查参数，不启动训练）：
 
-# %%
+# %% nbgrader={"locked": true, "grade_id": "demo_accelerate"}
 accelerate_rows = online_trl.check_accelerate_configs(REPO_ROOT / "environments" / "accelerate")
 display(Markdown("| 配置 | distributed_type | num_processes | mixed_precision | ZeRO stage |\n| --- | --- | --- | --- | --- |\n"
                  + "\n".join(f"| `{r['file']}` | {r['distributed_type']} | {r['num_processes']} | {r['mixed_precision']} | "
@@ -830,14 +973,32 @@ display(Markdown("| 配置 | distributed_type | num_processes | mixed_precision 
 print(online_trl.describe_vllm_config())
 
 # %% [markdown]
-# ## STOP HERE
+# ---
 #
-# 三个 TODO 完成、可见测试通过之后，这本笔记就完成了。下面是参考解析（学员版中没有）。
+# # 🛑 STOP HERE 🛑
+#
+# 本课到此结束：完成上面的三个 TODO 并让所有可见测试通过后提交。隐藏测试在评分时运行。
 
-# %% [markdown]
-# ### 小结
+# %% [markdown] tags=["solution-only"]
+# ## 解析
 #
 # 你写的三个函数就是在线 GRPO 的全部“新”零件：采样时记下旧策略的对数概率与 EOS 掩码，在同一批 rollout 上做 μ 轮裁剪更新，
-# 并把每一步该看的数记下来。奖励、优势、对数概率与掩码的规则都来自前几课、从 `tools.lessons` 导入的同一份函数。
-# 主实验里读 Step 7 的最后一行：pass@1 的提高与最大 k 处 pass@k 的提高相比如何？差得越多，越说明 RL 主要是把概率质量
-# 从“I do not know.”挪到了模型本来就会的答案上，而不是教会了它新的加法。
+# 并把每一步该看的数记下来。奖励、优势、对数概率与掩码的规则来自前几课，用的是 `tools.lessons` 里课程的参考版本。
+# 主实验里读第 7 步：pass@1 的提高与最大 k 处 pass@k 的提高相比如何，三类回答的比例怎样变化？提高里“无法解析”
+# 减少的部分越大，越说明 RL 主要是把概率质量从“I do not know.”挪到了模型本来就会写的整数上，而不是教会了它新的加法。
+#
+# ### TODO 1　`sample_group`
+#
+# 要点是“采样的分布”和“记下的分布”必须是同一个：`do_sample=True`、`top_k=0`，logits 除以同一个 `temperature`，
+# 在 `torch.no_grad()` 下前向一次得到 `old_per_token_logps`，掩码外填 0。掩码用第 5 课的规则（到第一个 EOS 为止，含 EOS）。
+#
+# ### TODO 2　`grpo_step`
+#
+# 每个轮次都用**当前**模型重算对数概率；第 0 轮的概率比恰为 1（本课的循环里），后面的轮次才离策略。损失交给
+# `extended_loss`，`use_bias_correction_kl` 原样传下去：β > 0 时它让 KL 项乘以可导的概率比，与 TRL 1.16 的默认一致，
+# 第 9 步的核对在损失值和梯度上都检查了这一点。指标（裁剪比例、approx_kl、kl_ref）在 `torch.no_grad()` 下、用先掩码再取指数
+# 的输入计算；`clip_grad_norm_` 返回的是裁剪**前**的范数。
+#
+# ### TODO 3　`log_step_metrics`
+#
+# `reward_std` 用无偏标准差（与 TRL 的 `reward_std` 一致）；零方差组用“组内最大值 == 最小值”判断，float32 的 1.1 也精确。

@@ -49,7 +49,6 @@ solution executions (``chain.execute_solution`` or ``chain.execute(chain.build_n
 from __future__ import annotations
 
 import copy
-import fcntl
 import hashlib
 import json
 import os
@@ -58,12 +57,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import kernel_forkserver  # tests/kernel_forkserver.py
 import nbformat
 import pytest
+from filelock import FileLock
 
 import tools.chain.notebooks as chain
 
@@ -92,15 +91,9 @@ def _key(nb: nbformat.NotebookNode, cwd: Path, env: dict[str, str] | None) -> st
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-@contextmanager
-def _locked(path: Path):
+def _locked(path: Path) -> FileLock:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return FileLock(path)
 
 
 def _write_atomic(path: Path, text: str) -> None:

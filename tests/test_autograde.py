@@ -178,7 +178,7 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     from bs4 import BeautifulSoup
     from nbconvert.exporters import HTMLExporter
 
-    from autograde.grpo_grader.preprocessors import NO_ALT, FeedbackExporter, add_missing_alt
+    from autograde.grpo_grader.preprocessors import _MATHJAX_BLOCK, NO_ALT, FeedbackExporter, add_missing_alt
 
     png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
     nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
@@ -194,6 +194,8 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     ]
     theirs, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
     ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(nb)
+    assert "MathJax.Hub" in theirs and "MathJax.Hub" not in ours  # feedback pages load no MathJax (MathML)
+    theirs = _MATHJAX_BLOCK.sub("", theirs, count=1)
     a, b = BeautifulSoup(theirs, "html.parser"), BeautifulSoup(ours, "html.parser")
     assert a.get_text() == b.get_text()
     assert [t.name for t in a.find_all()] == [t.name for t in b.find_all()]
@@ -202,6 +204,49 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     assert "var s = '<img src=q>';" in ours and "<!-- <img src=c> -->" in ours
     assert "自动评分说明（note）" in ours  # nbconvert's heading anchors write non-ASCII as references: written back
     assert add_missing_alt('<IMG src="a"><img alt="" src="b">') == (f'<img alt="{NO_ALT}" src="a"><img alt="" src="b">', 1)
+
+
+def test_feedback_pages_carry_formulas_as_mathml_and_never_hidden_tests():
+    """Feedback pages need no network for maths (MathML written in the page, no MathJax from a CDN) and never show
+    hidden-test source, even for a notebook that still holds it (plain `nbgrader autograde`, another config);
+    nbconvert's own exporter does both wrong on the same notebook (the check can fail)."""
+    from nbconvert.exporters import HTMLExporter
+
+    from autograde.grpo_grader.preprocessors import HIDDEN_BEGIN, FeedbackExporter
+
+    nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
+    hidden = "assert reference_secret(3) == 42"
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(r"组内优势 $\hat{A}_i = \frac{r_i - \operatorname{mean}(r)}{\operatorname{std}(r)}$："
+                                      "\n\n$$\\mathcal{L} = -\\frac{1}{G}\\sum_{i=1}^{G} \\min(\\rho_i \\hat{A}_i, \\text{clip})$$"),
+        nbformat.v4.new_code_cell(f"assert f(1) == 2\n{HIDDEN_BEGIN}\n{hidden}\n### END HIDDEN TESTS",
+                                  metadata={"nbgrader": {"grade": True, "solution": False, "grade_id": "t1",
+                                                         "points": 1, "locked": True, "schema_version": 3}}),
+    ]
+    theirs, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
+    ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(nb)
+    assert "libs/mathjax" in theirs and "\\hat{A}_i" in theirs and "reference_secret" in theirs  # what the check catches
+    assert "MathJax.Hub" not in ours and "libs/mathjax" not in ours
+    assert ours.count("<math") == 2 and 'display="block"' in ours and "<mfrac>" in ours and "\\hat" not in ours
+    assert "reference_secret" not in ours and "BEGIN HIDDEN TESTS" not in ours and "hidden tests are not shown" in ours
+    assert nb.cells[1].source.count("reference_secret") == 1  # the notebook handed in is left as it was
+
+
+def test_every_formula_of_the_course_converts_to_mathml():
+    """Every Markdown formula of the learner notebooks becomes MathML (none left as TeX source in a feedback page)."""
+    from nbconvert.filters.markdown_mistune import MarkdownWithMath
+
+    from autograde.grpo_grader import preprocessors
+
+    renderer = preprocessors._mathml_renderer_class()
+    pages = [MarkdownWithMath(renderer=renderer(escape=False)).render(cell.source)
+             for path in sorted((ROOT / "notebooks").glob("*/*.ipynb"))
+             for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown"]
+    page = "".join(pages)
+    assert page.count("<math") > 100, page.count("<math")
+    left = re.findall(rf'<code class="{preprocessors.TEX_FALLBACK_CLASS}">(.*?)</code>', page)
+    assert not left, left
+    assert preprocessors.TEX_FALLBACK_CLASS in preprocessors.tex_to_mathml(r"\frac{1}{", display=False)
 
 
 @pytest.mark.slow
@@ -411,10 +456,13 @@ def test_cells_left_out_of_grading_define_nothing_that_runs_later(lesson):
 
     def driver_skips(cell) -> bool:
         meta = cell.metadata.get("nbgrader", {})
-        return not meta.get("solution") and not meta.get("grade") and oracle.skip_setup(cell.source, meta.get("grade_id"))
+        return not meta.get("solution") and not meta.get("grade") and oracle.skip_setup(meta.get("grade_id"))
 
-    for marker in getattr(oracle.module, "SKIP_SETUP", ()):
-        assert any(oracle.skip_setup(c.source, c.metadata.get("nbgrader", {}).get("grade_id")) for c in code), marker
+    for marker in getattr(oracle.module, "SKIP_SETUP", ()):  # each names a locked setup cell by grade_id
+        assert any(c.metadata.get("nbgrader", {}).get("grade_id") == marker and driver_skips(c)
+                   and c.metadata["nbgrader"].get("locked") for c in code), marker
+    for marker in markers:
+        assert any(is_demo_cell(c, [marker]) and c.metadata["nbgrader"].get("locked") for c in code), marker
     graded = [c for c in code if not c.metadata.get("nbgrader", {}).get("grade")
               or c.metadata["nbgrader"].get("solution")]  # the driver runs no test cell
     left_out = {i for i, c in enumerate(graded) if is_demo_cell(c, markers) or driver_skips(c)}

@@ -16,12 +16,14 @@ import json
 import re
 import secrets
 import shutil
+import subprocess
 import types
 from pathlib import Path
 
 import nbformat
 import pytest
-from autograde_helpers import ASSIGNMENTS, AUTOGRADE, ROOT, run_pipeline  # tests/autograde_helpers.py
+import slurm_cluster  # tests/slurm_cluster.py
+from autograde_helpers import ASSIGNMENTS, AUTOGRADE, ROOT, pipeline_env, run_pipeline  # tests/autograde_helpers.py
 
 from autograde.grpo_grader import sample as sample_class
 from tools.chain.cells import load_settings
@@ -197,10 +199,22 @@ def test_feedback_and_export(graded_class):
     failed = [t for t in tests if float(t["score"]) < float(t["max_score"]) and t["outcome"] != "manual"]
     assert failed and all(t["message"] for t in failed), "every lost point names its cause"
     # copies are flagged, never scored: m1 is s01's nb01 with edited metadata; s02 wrote its own answers
+    # (similar:<learner>:<share>%: winnowed fingerprints of the answer cells, issue 25)
     flags = {(r["learner"], r["assignment"]): r["flags"].split() for r in rows}
-    assert "similar:m1_edited_metadata" in flags[("s01_worked_answers", "nb01_group_advantages")]
-    assert "similar:s01_worked_answers" in flags[("m1_edited_metadata", "nb01_group_advantages")]
-    assert not any(f.startswith("similar:") for f in flags[("s02_independent_answers", "nb01_group_advantages")])
+    names = {key: {f.rsplit(":", 1)[0] if f.startswith("similar:") else f.split(":")[0] for f in value}
+             for key, value in flags.items()}
+    assert "similar:m1_edited_metadata" in names[("s01_worked_answers", "nb01_group_advantages")]
+    assert "similar:s01_worked_answers" in names[("m1_edited_metadata", "nb01_group_advantages")]
+    assert "similar:s01_worked_answers:100%" in flags[("m1_edited_metadata", "nb01_group_advantages")]
+    s02 = names[("s02_independent_answers", "nb01_group_advantages")]
+    assert not any(f.startswith("similar:") for f in s02) and "copies-reference" not in s02
+    # a disguised copy of the reference (renamed, commented, dead code) keeps its points and is flagged; so is
+    # the copier in the batch it resembles; honest edits of setup cells raise no review flag
+    assert "copies-reference" in names[("f03_copies_the_reference", "nb01_group_advantages")]
+    assert "similar:f03_copies_the_reference" in names[("s01_worked_answers", "nb01_group_advantages")]
+    for learner, lesson in (("f01_nb01_written_its_own_way", "nb01_group_advantages"),
+                            ("f02_uses_the_notebooks_own_names", "nb04_verifiable_rewards")):
+        assert not names[(learner, lesson)] & {"grader-internals", "processes", "file-access"}, flags[(learner, lesson)]
 
 
 @pytest.mark.slow
@@ -233,28 +247,72 @@ def test_attacks_on_the_results_channel_cost_nothing_and_the_seed_never_leaks(gr
     assert not leaked, f"the grading seed is in {leaked}"
 
 
-@pytest.mark.slow
-def test_three_shards_merge_into_the_same_grades(graded_class, tmp_path):
-    """`--shard k/3` in three processes, then `merge-shards`: grades.csv equals the single run's (sorted rows)
-    for the same learners (a cheap subset of the class: invalid files, a missing and one executed notebook)."""
+SHARD_SUBSET = ["s14_invalid_json", "m3_deeply_nested_json", "s15_wrong_file_name"]  # (one executed notebook)
+
+
+def _subset_course(graded_class, tmp_path: Path) -> tuple[Path, list[str]]:
+    """The released course before grading with the submissions of ``SHARD_SUBSET`` only (a cheap subset of the
+    class: invalid files, a missing and one executed notebook), and the ``--learner`` arguments naming them."""
     course = tmp_path / "autograde"
     shutil.copytree(graded_class.pristine, course)
-    subset = ["s14_invalid_json", "m3_deeply_nested_json", "s15_wrong_file_name"]  # (one executed notebook)
     sample_class.install(course / "submitted")
     for folder in (course / "submitted").iterdir():
-        if folder.name not in subset:
+        if folder.name not in SHARD_SUBSET:
             shutil.rmtree(folder)
-    args = [a for learner in subset for a in ("--learner", learner)]
-    for k in (1, 2, 3):
-        done = run_pipeline("autograde", "--course", str(course), "--shard", f"{k}/3", *args, seed=graded_class.seed)
-        assert done.returncode == 0
-    assert run_pipeline("merge-shards", "--course", str(course)).returncode == 0
+    return course, [a for learner in SHARD_SUBSET for a in ("--learner", learner)]
+
+
+def _subset_rows(graded_class, course: Path) -> tuple[list, list]:
+    """grades.csv rows of ``SHARD_SUBSET`` from ``course`` and from the single run of the whole class."""
     assert run_pipeline("grades", "--course", str(course)).returncode == 0
     if not (graded_class.course / "grades.csv").exists():
         assert run_pipeline("grades", "--course", str(graded_class.course)).returncode == 0
 
     def rows(path):
         keep = ("learner", "assignment", "score", "max_score", "status", "reason")
-        return sorted(tuple(r[k] for k in keep) for r in _grades_csv(path) if r["learner"] in subset)
+        return sorted(tuple(r[k] for k in keep) for r in _grades_csv(path) if r["learner"] in SHARD_SUBSET)
 
-    assert rows(course) == rows(graded_class.course) and len(rows(course)) == len(subset) * len(ASSIGNMENTS)
+    return rows(course), rows(graded_class.course)
+
+
+@pytest.mark.slow
+def test_three_shards_merge_into_the_same_grades(graded_class, tmp_path):
+    """`--shard k/3` in three processes, then `merge-shards`: grades.csv equals the single run's (sorted rows)
+    for the same learners."""
+    course, args = _subset_course(graded_class, tmp_path)
+    for k in (1, 2, 3):
+        done = run_pipeline("autograde", "--course", str(course), "--shard", f"{k}/3", *args, seed=graded_class.seed)
+        assert done.returncode == 0
+    assert run_pipeline("merge-shards", "--course", str(course)).returncode == 0
+    sharded, single = _subset_rows(graded_class, course)
+    assert sharded == single and len(sharded) == len(SHARD_SUBSET) * len(ASSIGNMENTS)
+
+
+@pytest.mark.slow
+def test_slurm_job_array_grades_like_one_run(graded_class, tmp_path):
+    """The README's Slurm recipe as it stands, `autograde/slurm/grade.sh 3`, on a private single-node Slurm
+    cluster (tests/slurm_cluster.py: Debian's slurm-wlm and munge): a 3-task job array, each task
+    `make autograde SHARD=$((SLURM_ARRAY_TASK_ID+1))/3`, then `make merge-shards` queued after the array;
+    grades.csv equals the single run's for the same learners."""
+    why = slurm_cluster.unavailable()
+    if why:
+        pytest.skip(why)
+    course, args = _subset_course(graded_class, tmp_path)
+    cluster = slurm_cluster.Cluster(tmp_path / "slurm")
+    cluster.start()
+    try:
+        env = {**pipeline_env(), **cluster.env, "COURSE": str(course), "GRADE_ARGS": " ".join(args), "WAIT": "1",
+               "GRPO_GRADING_SEED": graded_class.seed}
+        done = subprocess.run([str(ROOT / "autograde" / "slurm" / "grade.sh"), "3"], cwd=ROOT, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+        logs = {p.name: p.read_text(errors="replace") for p in sorted((course / "shards").glob("slurm-*.log"))}
+    finally:
+        cluster.stop()
+    report = done.stdout + "".join(f"\n--- {name}\n{text[-1500:]}" for name, text in logs.items())
+    assert done.returncode == 0, report + cluster.logs()
+    tasks = sorted(m.group(1) for name in logs if (m := re.fullmatch(r"slurm-\d+_(\d+)\.log", name)))
+    assert tasks == ["0", "1", "2"] and any(name.startswith("slurm-merge-") for name in logs), report
+    assert all("Traceback" not in text for text in logs.values()), report
+    assert not [p for p in (course / "shards").iterdir() if p.is_dir()], "merge-shards consumed every shard"
+    sharded, single = _subset_rows(graded_class, course)
+    assert sharded == single and len(sharded) == len(SHARD_SUBSET) * len(ASSIGNMENTS)

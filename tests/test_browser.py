@@ -194,3 +194,92 @@ def test_lab_roles_in_chromium(tmp_path):
     for path in report["screenshots"]:
         assert Path(path).stat().st_size > 10_000, path
     print(f"screenshots: {', '.join(report['screenshots'])}", file=sys.stderr)
+
+
+EXCHANGE_DRIVER = ROOT / "tests" / "browser" / "exchange_walk.mjs"
+
+
+def _course_of_its_own(root: Path, assignment: str, learner: str) -> Path:
+    """A course folder for one test: this checkout's grader and tools linked in, the course config copied, a roster
+    naming ``learner`` in course.toml, ``assignment`` generated (nbgrader source, release, gradebook)."""
+    import tools.chain.notebooks as chain
+
+    (root / "autograde").mkdir(parents=True)
+    text = (ROOT / "course.toml").read_text(encoding="utf-8")
+    (root / "course.toml").write_text(text + f'\n[roster]\n{learner} = {{ first_name = "小明", last_name = "王" }}\n',
+                                      encoding="utf-8")
+    for part in ("__init__.py", "grpo_grader", "pipeline.py"):
+        (root / "autograde" / part).symlink_to(ROOT / "autograde" / part)
+    for part in ("tools", "solutions", "environments", "pyproject.toml"):
+        (root / part).symlink_to(ROOT / part)
+    shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", root / "autograde" / "nbgrader_config.py")
+    chain.build([assignment], course=root / "autograde")
+    chain._generate_assignment(root / "autograde", assignment)
+    return root
+
+
+def _walk(options: dict) -> dict:
+    done = subprocess.run(["node", str(EXCHANGE_DRIVER), json.dumps(options)], cwd=EXCHANGE_DRIVER.parent,
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, f"browser driver ({options['phase']}) failed:\n{done.stderr[-4000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
+    """release (formgrader) -> Fetch, Submit (the learner's Assignment List) -> Collect (formgrader; the learner shows
+    the roster's name) -> the formgrader's Autograde refuses and points to make autograde -> `make autograde` ->
+    the formgrader's Generate Feedback runs make feedback -> the feedback page, opened with the network off, draws its
+    formulas (MathML) and shows no hidden-test source."""
+    import getpass
+
+    from tools.cli.lab import FETCH_DIR, LabServer
+
+    assignment, learner_id = ASSIGNMENT, getpass.getuser()
+    root = _course_of_its_own(tmp_path / "course", assignment, learner_id)
+    course = root / "autograde"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    env = _private_lab_env(tmp_path)
+    base = {"chromium": _chromium(), "assignment": assignment, "learner_id": learner_id,
+            "screenshots": str(ARTIFACTS), "timeout_s": int(os.environ.get("GRPO_BROWSER_TIMEOUT_S", "180"))}
+    with open(tmp_path / "learner.log", "w") as learner_log, open(tmp_path / "instructor.log", "w") as instructor_log:
+        learner = LabServer(root, env=env, log=learner_log, role="learner", serve=root / "work")
+        instructor = LabServer(root, env=env, log=instructor_log, role="instructor")
+        with learner, instructor:
+            (root / "work" / assignment).mkdir()  # the work copy `make lab` makes: Fetch must still be offered
+            shutil.copy2(course / "release" / assignment / f"{assignment}.ipynb", root / "work" / assignment)
+            walked = _walk({**base, "phase": "exchange", "learner": learner.url("lab"),
+                            "formgrader": instructor.url("formgrader"),
+                            "checkpoint": f"{Path(FETCH_DIR).name}/{assignment}/{assignment}.ipynb"})
+            assert walked["fetchOffered"] >= 1 and walked["checkpoint"] == 201, walked
+            fetched = root / FETCH_DIR / assignment
+            assert (fetched / ".ipynb_checkpoints" / f"{assignment}-checkpoint.ipynb").is_file()
+            inbound = list((course / "exchange").glob(f"*/inbound/{learner_id}+{assignment}+*"))
+            assert len(inbound) == 1 and (inbound[0] / f"{assignment}.ipynb").is_file(), inbound
+            assert not list(inbound[0].rglob(".ipynb_checkpoints")), "the submission carries .ipynb_checkpoints"
+            submitted = course / "submitted" / learner_id / assignment
+            assert (submitted / f"{assignment}.ipynb").is_file() and not (submitted / ".ipynb_checkpoints").exists()
+            rows = " | ".join(walked["submissionRows"])
+            assert "王, 小明" in rows and "None, None" not in rows, rows
+            assert "make autograde" in walked["autograde"] and f"--learner {learner_id}" in walked["autograde"], walked
+            assert not (course / "autograded").exists(), "the formgrader's Autograde graded after all"
+
+            graded = subprocess.run([sys.executable, "-m", "autograde.pipeline", "autograde", "--course", str(course),
+                                     "--workers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+            assert graded.returncode == 0, graded.stdout[-3000:] + graded.stderr[-3000:]
+            page = course / "feedback" / learner_id / assignment / f"{assignment}.html"
+            fed = _walk({**base, "phase": "feedback", "formgrader": instructor.url("formgrader"),
+                         "feedback_file": str(page)})
+    logs = "\n".join(f"--- {name} log ---\n" + (tmp_path / f"{name}.log").read_text()[-2000:]
+                     for name in ("learner", "instructor"))
+    assert "make feedback" in fed["generateFeedback"] and "Success" in fed["generateFeedback"], (fed, logs)
+    html = page.read_text(encoding="utf-8")
+    source = (course / "source" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8")
+    assert "BEGIN HIDDEN TESTS" in source and "BEGIN HIDDEN TESTS" not in html
+    view = fed["feedback"]
+    assert view["maths"] > 10 and view["drawn"] == view["maths"], view["maths"]
+    assert view["fractions"] and max(view["fractions"]) > 1.2 * view["lineHeight"], view  # a fraction is stacked
+    assert view["rawTex"] == 0, view["text"][:2000]
+    assert not walked["pageErrors"] and not fed["pageErrors"], (walked["pageErrors"], fed["pageErrors"])
+    print(f"blocked requests of the offline feedback page: {fed['blockedRequests']}", file=sys.stderr)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tools import grpo_experiment as gx
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 WHEELHOUSE = ROOT / ".cache" / "gpu-wheelhouse"
@@ -234,7 +236,7 @@ def test_runner_executes_the_notebook_code_and_writes_a_failure_record_without_c
     """The device runner on a CPU: every code cell runs in one process; without CUDA the experiment
     cell writes a schema-valid failure record (stage environment_preflight) and verify rejects it."""
     label = f"pytest-gpu-check-{os.getpid()}"
-    record_path = ROOT / "benchmarks" / "results" / "pt_grpo" / f"pt-grpo-real-model-update_{label}.json"
+    record_path = ROOT / gx.output_relative_path("pt-grpo-real-model-update", label)
     env = dict(os.environ, GRPO_MODEL_ID=str(tmp_path / "no-checkpoint"), OMP_NUM_THREADS="1")
     try:
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "run-notebook",

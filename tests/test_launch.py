@@ -588,6 +588,20 @@ def test_install_failure_is_a_clear_message(origin, tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- README table
+def test_readme_table_update_says_one_line_unless_asked_to_print(tmp_path, monkeypatch, capsys):
+    """`make release` runs the table update: one line saying what changed, the table only with --print."""
+    for name in ("README.md", "course.toml"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    for name in ("solutions", "notebooks"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    monkeypatch.setattr(readme_table, "ROOT", tmp_path)
+    assert readme_table.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "notebook table" in out and "| [`" not in out, out
+    assert readme_table.main(["--print"]) == 0
+    assert "| [`nb01_group_advantages`]" in capsys.readouterr().out
+
+
 def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
     assert readme_table.main(["--check"]) == 0, "run `python -m tools.chain.readme_table`"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -611,7 +625,7 @@ def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
 # --------------------------------------------------------------------------- make lab
 def _lab_env(tmp_path: Path) -> dict:
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), GRPO_LAB_STATE_DIR=str(tmp_path / "state"))
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
     env.pop("PYTHONPATH", None)
     return env
 
@@ -794,13 +808,71 @@ def test_local_exchange_release_fetch_submit_collect(tmp_path):
     listed = run(["list"], learner)
     assert name in listed and "Error" not in listed, listed
     run(["fetch_assignment", name], learner)
-    assert (learner / name / f"{name}.ipynb").is_file()
+    assert (root / "work" / "fetched" / name / f"{name}.ipynb").is_file()  # apart from the work copy work/<name>/
     run(["submit", name], learner)
     run(["collect", name], root / "autograde")
     user = os.environ.get("USER") or __import__("getpass").getuser()
     assert (root / "autograde" / "submitted" / user / name / f"{name}.ipynb").is_file()
     assert (exchange / cells.load_settings(ROOT)["id"] / "outbound" / name).is_dir()
     assert list((root / ".cache" / "lab" / "nbgrader_cache").rglob(f"{name}.ipynb"))  # not in ~/.local/share
+
+
+# --------------------------------------------------------------------------- the instructor's course config
+# A fresh interpreter without site processing: site-packages on sys.path, but no .pth file run, so no editable
+# install; it loads a course config from another working directory and names where the preprocessors came from.
+_NO_EDITABLE_LOAD = """
+import sys
+sys.path.append(sys.argv[2])
+from traitlets.config.loader import PyFileConfigLoader
+config = PyFileConfigLoader("nbgrader_config.py", path=sys.argv[1]).load_config()
+print(sorted({sys.modules[p.__module__].__file__ for p in config.GenerateFeedback.preprocessors
+              if p.__module__.startswith("autograde")}))
+"""
+
+
+@pytest.mark.slow  # fresh interpreters importing nbgrader (a few seconds each)
+def test_course_config_loads_from_any_folder_without_an_editable_install(tmp_path):
+    """nbgrader_config.py puts its own checkout first on sys.path: it loads from any working directory with no
+    editable install and imports this checkout's grader; a copy without that line fails there (the check can fail)."""
+    import sysconfig
+
+    site_packages = sysconfig.get_paths()["purelib"]  # this venv's (a child started with -S would not know it)
+    run = lambda folder: subprocess.run([sys.executable, "-S", "-c", _NO_EDITABLE_LOAD, str(folder), site_packages],  # noqa: E731
+                                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    done = run(ROOT / "autograde")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == repr([str(ROOT / "autograde" / "grpo_grader" / "preprocessors.py")]), done.stdout
+    copy_dir = tmp_path / "elsewhere"
+    copy_dir.mkdir()
+    shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", copy_dir / "nbgrader_config.py")  # no package beside it
+    failed = run(copy_dir)
+    assert failed.returncode != 0 and "No module named 'autograde'" in failed.stderr, failed.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_lab_instructor_stops_when_the_course_config_does_not_load(tmp_path, monkeypatch, capsys):
+    """`make lab-instructor` checks the course config in the server's environment first: when it does not load,
+    it says so and starts nothing (the formgrader would otherwise run on nbgrader's defaults)."""
+    from tools.cli import lab
+
+    assert lab.course_config_problem(ROOT) is None  # this checkout's config loads and is the course's
+    root = tmp_path / "course"
+    (root / "autograde").mkdir(parents=True)
+    shutil.copy2(ROOT / "course.toml", root / "course.toml")
+    text = (ROOT / "autograde" / "nbgrader_config.py").read_text(encoding="utf-8")
+    (root / "autograde" / "nbgrader_config.py").write_text(text + "\nimport no_such_module_for_this_test\n",
+                                                         encoding="utf-8")
+    problem = lab.course_config_problem(root)
+    assert problem and "no_such_module_for_this_test" in problem, problem
+    monkeypatch.setattr(lab, "ROOT", root)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server of this user is "running"
+    started = []
+    monkeypatch.setattr(lab.LabServer, "start", lambda self, *a, **k: started.append(self))
+    assert lab.main(["--role", "instructor", "--no-browser", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "无法加载" in err and "no_such_module_for_this_test" in err and "make lab-instructor" in err, err
+    assert not started
 
 
 # --------------------------------------------------------------------------- learners' work copies
@@ -862,6 +934,12 @@ def test_experiment_rejects_bad_arguments_before_importing_torch():
     bad_label = subprocess.run([sys.executable, "-m", "tools.cli.experiment", "--label", "a b"], cwd=ROOT,
                                capture_output=True, text=True, timeout=60)
     assert bad_label.returncode == 2 and "RUN_LABEL" in bad_label.stderr
+    for target in ("experiment", "online"):  # a label with a space reaches the check whole (the Makefile quotes it)
+        via_make = subprocess.run(["make", "-s", target, "RUN_LABEL=my run", f"VENV={Path(sys.executable).parents[1]}"],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert via_make.returncode != 0 and "RUN_LABEL" in via_make.stderr and "'my run'" in via_make.stderr, (
+            target, via_make.stderr[-2000:])
+        assert "unrecognized arguments" not in via_make.stderr
     from tools import grpo_experiment as gx
     from tools.cli import experiment
 

@@ -6,7 +6,10 @@ Notebook executions (each at most once per session, through ``notebook_runs``), 
 * one copy whose test cells hold only their hidden tests, with three wrong answers substituted at once (they do
   not interfere: the sample_group mutation only shows at temperature != 1, the other tests sample at 1.0), fails
   each of the three hidden test cells.
-The committed reference record meets the headline; step-0 losses agree with TRL's GRPOTrainer to 1e-5.
+The committed reference record and the 3-seed summary meet the headline; the ablations have 3-seed records and
+verdicts from their intervals; grpo_step's loss and gradient agree with TRL's GRPOTrainer to 1e-5 relative over the
+whole matrix, and the comparison fails when one side drops an option (slow); maj@1 equals pass@1; learners' records
+go to the git-ignored benchmarks/results/local/online/; the real_gpu preset trains a LoRA adapter only (slow).
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ def solution_run(notebook_runs):
     return done, record
 
 
+@pytest.mark.slow
 def test_solution_runs_green_and_writes_a_valid_record(solution_run):
     done, record = solution_run
     results = chain.cell_results(done)
@@ -60,9 +64,10 @@ def test_solution_runs_green_and_writes_a_valid_record(solution_run):
     og.validate_record(record)
     assert record["config"]["num_steps"] == len(record["steps"]) == 3
     text = json.dumps([c.get("outputs", []) for c in done.cells], ensure_ascii=False)
-    assert "TRL `_compute_loss`" in text and "DEEPSPEED" in text
+    assert "TRL 损失" in text and "DEEPSPEED" in text
 
 
+@pytest.mark.slow
 def test_learner_version_fails_only_with_not_implemented(notebook_runs):
     try:
         done = notebook_runs.learner(A)
@@ -91,6 +96,7 @@ WRONG = [
 ]
 
 
+@pytest.mark.slow
 def test_wrong_answers_fail_the_hidden_tests(notebook_runs):
     nb = chain.build_notebook(A)
     for grade_id, old, new in WRONG:
@@ -113,7 +119,9 @@ def test_wrong_answers_fail_the_hidden_tests(notebook_runs):
 def test_reference_record_meets_the_headline():
     record = json.loads((ROOT / og.output_relative_path("reference")).read_text(encoding="utf-8"))
     og.validate_record(record)
-    assert record["config"] == og.OnlineConfig().to_dict(), "the reference record uses the default configuration"
+    # (records written before use_bias_correction_kl existed lack it; they used beta = 0, where it does nothing)
+    assert og.OnlineConfig(**record["config"]).to_dict() == og.OnlineConfig().to_dict(), \
+        "the reference record uses the default configuration"
     assert record["task"]["disjoint"] and record["eval"]["heldout_prompts"] == og.HELDOUT_SIZE
     gain = record["eval"]["after"]["pass_at_1"] - record["eval"]["before"]["pass_at_1"]
     assert gain >= 0.30, f"held-out pass@1 gain {gain:.3f} < 0.30"
@@ -143,11 +151,9 @@ def test_sft_list_warm_start_lists_the_answer_but_never_last():
         og.sft_examples(0, "sft-typo")
 
 
-def test_reward_hacking_records_show_the_loophole():
-    """`loophole` and `loophole_fixed` start from the same list-writing warm start and differ only in the reward:
-    under the loophole the training reward keeps rising while the strict accuracy falls from its peak, and on the
-    held-out set the share of completions the loophole accepts parts from strict pass@1; the fixed verifier
-    keeps the two together."""
+def test_reward_hacking_records_share_their_start():
+    """`loophole` and `loophole_fixed` start from the same list-writing warm start and differ only in the reward
+    (their effects are read from the multi-seed intervals, test_ablation_verdicts_cover_every_comparison)."""
     hacked, fixed = (json.loads((ROOT / og.output_relative_path(label)).read_text(encoding="utf-8"))
                      for label in ("loophole", "loophole_fixed"))
     for record in (hacked, fixed):
@@ -156,14 +162,27 @@ def test_reward_hacking_records_show_the_loophole():
     assert {k: v for k, v in hacked["config"].items() if k != "reward"} == \
         {k: v for k, v in fixed["config"].items() if k != "reward"}
     assert (hacked["config"]["reward"], fixed["config"]["reward"]) == ("contains-answer-loophole", "integer-answer-v1")
-    steps = hacked["steps"]
-    tail = lambda rows, key: sum(r[key] for r in rows[-10:]) / 10  # noqa: E731
-    assert tail(steps, "reward_mean") > steps[0]["reward_mean"] + 0.4, "the loophole's training reward rises"
-    assert tail(steps, "strict_accuracy") < max(r["strict_accuracy"] for r in steps) - 0.1, "strict falls from its peak"
-    assert tail(steps, "reward_mean") - tail(steps, "strict_accuracy") > 0.15
-    gap = lambda r: r["eval"]["after"]["contains_answer_rate"] - r["eval"]["after"]["pass_at_1"]  # noqa: E731
-    assert gap(hacked) > gap(fixed) + 0.1, (gap(hacked), gap(fixed))
-    assert hacked["eval"]["after"]["pass_at_1"] < fixed["eval"]["after"]["pass_at_1"]
+
+
+def test_ablation_verdicts_cover_every_comparison():
+    """Every ablation the lesson discusses has a committed 3-seed record, and each prediction gets a verdict from
+    the intervals; a verdict of a difference needs non-overlapping 95 % intervals (checked here from the numbers)."""
+    verdicts = og.ablation_verdicts(ROOT)
+    assert len(verdicts) == len(og.ABLATION_COMPARISONS)
+    for v in verdicts:
+        assert v["verdict"] != "missing", f"{v['a']} / {v['b']}: no multi-seed record"
+        a, b = v["a_interval"], v["b_interval"]
+        assert a["n"] >= 3 and b["n"] >= 3
+        if v["verdict"] == "a > b":
+            assert a["ci95"][0] > b["ci95"][1]
+        elif v["verdict"] == "a < b":
+            assert a["ci95"][1] < b["ci95"][0]
+        else:
+            assert a["ci95"][0] <= b["ci95"][1] and b["ci95"][0] <= a["ci95"][1]
+    # the verdict logic itself: disjoint intervals are resolved, overlapping ones are not
+    assert og.ablation_verdicts(ROOT, [("mu4", "mu4", "approx_kl", "")])[0]["verdict"] == "overlap"
+    for _, label, _ in og.ABLATIONS:
+        assert og.load_seeds_summary(ROOT, label) is not None, f"no 3-seed summary for {label}"
 
 
 def test_schema_rejects_a_broken_record():
@@ -176,20 +195,85 @@ def test_schema_rejects_a_broken_record():
             og.validate_record(broken)
 
 
-def test_step0_losses_agree_with_trl(solution_run):
-    """The notebook's TRL cell asserts |course - TRL| <= 1e-5 for every row (a failure is a cell error, caught
-    above); here: the table is there, covers the four loss types, beta > 0 and off-policy rows where clipping fires."""
+@pytest.mark.slow
+def test_step0_table_is_in_the_notebook(solution_run):
+    """The notebook's TRL cell asserts agreement and sensitivity itself (a failure is a cell error, caught above);
+    here: its table is there and covers the whole matrix."""
     done, _ = solution_run
     tables = [o["data"]["text/markdown"] for c in done.cells for o in c.get("outputs", [])
-              if "data" in o and "TRL `_compute_loss`" in o["data"].get("text/markdown", "")]
+              if "data" in o and "TRL 损失" in o["data"].get("text/markdown", "")]
     assert len(tables) == 1
-    rows = [line.split("|")[1:-1] for line in tables[0].splitlines()[2:]]
-    assert {r[0].strip() for r in rows} == {"grpo", "bnpo", "dr_grpo", "dapo"}
-    assert any(float(r[1]) > 0 for r in rows)
+    rows = [[x.strip() for x in line.split("|")[1:-1]] for line in tables[0].splitlines()[2:]]
+    assert {(r[0], float(r[1]), r[2] == "True") for r in rows} == \
+        {(m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl_module().MATRIX}
+
+
+def online_trl_module():
+    from tools import online_trl
+
+    return online_trl
+
+
+@pytest.fixture(scope="module")
+def agreement_rows():
+    """The lesson's saved sample_group / grpo_step against GRPOTrainer on the agreement batch (about 40 s)."""
+    import torch
+
+    from tools.lessons.nb07_online_grpo import grpo_step, sample_group
+    from tools.tiny_model import tiny_checkpoint_path
+
+    online_trl = online_trl_module()
+    torch.set_num_threads(1)
+    policy, tokenizer = og.load_policy(og.sft_checkpoint_path(seed=0)[0])
+    ref = online_trl.mixed_reference(policy, og.load_policy(tiny_checkpoint_path(seed=0))[0])
+    train, _ = og.split_problems()
+    batch = online_trl.agreement_batch(sample_group, policy, ref, tokenizer, train)
+    return batch, online_trl.trl_agreement(sample_group, grpo_step, policy, ref, tokenizer, train)
+
+
+@pytest.mark.slow
+def test_trl_agreement_matrix_values_and_gradients(agreement_rows):
+    """Every loss type x beta in {0, 0.04} x use_bias_correction_kl: loss and gradient agree with TRL to 1e-5
+    relative, on a batch where they could differ (unequal lengths in groups, group advantage sums != 0, a real KL,
+    perturbed old log-probs with clipping at both ends)."""
+    online_trl = online_trl_module()
+    batch, rows = agreement_rows
+    mask, g = batch["completion_mask"], 4
+    lengths = mask.sum(1).view(-1, g)
+    assert bool((lengths.max(1).values > lengths.min(1).values).all()), "completion lengths differ in every group"
+    assert bool((batch["advantages"].view(-1, g).sum(1).abs() > 1e-3).all()), "no group's advantages sum to 0"
+    assert {(r["loss_type"], r["beta"], r["use_bias_correction_kl"]) for r in rows} == \
+        {(m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl.MATRIX}
+    assert len(rows) == 16
     for r in rows:
-        assert float(r[-1]) <= 1e-5, r
-    off_policy = [r for r in rows if "离策略" in r[3]]
-    assert off_policy and all(sum(float(x) for x in r[4].split("/")) > 0 for r in off_policy), "clipping must fire"
+        assert r["agree"] and r["loss_rel"] <= 1e-5 and r["grad_rel"] <= 1e-5, r
+        assert r["clip_ratio_low"] > 0 and r["clip_ratio_high"] > 0, "clipping fires at both ends"
+        assert r["grad_norm"] > 0
+        if r["beta"] > 0:
+            assert r["kl_ref"] > 0.1, f"the reference differs from the policy (KL {r['kl_ref']})"
+
+
+@pytest.mark.slow
+def test_trl_agreement_fails_when_one_side_drops_an_option(agreement_rows):
+    """Sensitivity: each row disagrees (> 1e-5 relative) when one side drops the option the row exercises: another
+    loss type (bnpo and dapo are the same reduction on one process with one step per batch, and agree), on-policy
+    old log-probs, epsilon_high = epsilon, and for beta > 0: beta = 0, and use_bias_correction_kl flipped on the
+    course side or on TRL's. With beta = 0 TRL ignores use_bias_correction_kl: flipping it changes nothing."""
+    _, rows = agreement_rows
+    for r in rows:
+        checks = r["sensitivity"]
+        expected = {"on-policy old", "epsilon_high=epsilon"} | {
+            f"loss_type={o}" for o in ("grpo", "bnpo", "dr_grpo", "dapo")
+            if o != r["loss_type"] and {o, r["loss_type"]} != {"bnpo", "dapo"}}
+        if r["beta"] > 0:
+            expected |= {"beta=0", "course use_bias_correction_kl flipped", "TRL use_bias_correction_kl flipped"}
+        assert set(checks) == expected, (r["loss_type"], sorted(checks))
+        for name, check in checks.items():
+            assert check["detected"], (r["loss_type"], r["beta"], r["use_bias_correction_kl"], name, check)
+        for name, check in r["not_exercised"].items():
+            assert not check["detected"], (name, check)
+    same = {(r["loss_type"], r["beta"], r["use_bias_correction_kl"]): r["trl_loss"] for r in rows}
+    assert all(same[("bnpo", b, c)] == same[("dapo", b, c)] for b in (0.0, 0.04) for c in (False, True))
 
 
 def test_accelerate_configs_load_with_accelerates_parser():
@@ -215,9 +299,208 @@ def test_make_online_checks_arguments_before_importing_torch():
 def test_pass_at_k_and_majority():
     assert og.pass_at_k(16, 0, 4) == 0.0 and og.pass_at_k(16, 16, 1) == 1.0
     assert abs(og.pass_at_k(4, 1, 1) - 0.25) < 1e-12 and abs(og.pass_at_k(4, 1, 2) - 0.5) < 1e-12
-    assert og.majority_correct([None, 3, 4, 4], 4, 4) == 1.0 and og.majority_correct([3, 4, 3, 4], 4, 4) == 0.0
-    assert og.majority_correct([None, None], 1, 2) == 0.0
+    # an unparseable sample votes for "no answer"; ties count 1/m; blocks of k samples are averaged
+    assert og.majority_correct([None, 3, 4, 4], 4, 4) == 1.0 and og.majority_correct([3, 4, 3, 4], 4, 4) == 0.5
+    assert og.majority_correct([None, None, None, 4], 4, 4) == 0.0, "most samples unparseable: no answer wins"
+    assert og.majority_correct([None, 4, 4, 3], 4, 2) == 0.5 and og.majority_correct([None, None], 1, 2) == 0.0
+    with pytest.raises(ValueError):
+        og.majority_correct([1, 2], 1, 3)
     with pytest.raises(ValueError):
         og.pass_at_k(4, 1, 5)
     train, heldout = og.split_problems()
     assert len(train) == 75 and not {p["prompt"] for p in train} & {p["prompt"] for p in heldout}
+
+
+def test_maj_at_1_equals_pass_at_1():
+    """maj@1 is the fraction of right samples (pass@1) for every prompt, unparseable samples included; and over
+    random draws maj@k of a prompt whose samples are right with probability p > 1/2 (others wrong or unparseable,
+    spread over many values) rises with k, as a majority vote should."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.choice([1, 4, 16])
+        parsed = [rng.choice([None, 3, 4, 5]) for _ in range(n)]
+        right = sum(a == 4 for a in parsed) / n
+        assert og.majority_correct(parsed, 4, 1) == right
+        assert og.pass_at_k(n, sum(a == 4 for a in parsed), 1) == right
+    draws = [[4 if rng.random() < 0.6 else rng.choice([None, 1, 2, 3, 5, 6]) for _ in range(16)] for _ in range(400)]
+    maj = {k: sum(og.majority_correct(d, 4, k) for d in draws) / len(draws) for k in (1, 4, 16)}
+    assert abs(maj[1] - 0.6) < 0.03 and maj[1] < maj[4] < maj[16], maj
+
+
+def test_t_quantile_and_interval():
+    for df, want in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)):
+        assert abs(og.t_quantile_975(df) - want) < 2e-3, (df, og.t_quantile_975(df))
+    stat = og.mean_ci95([0.3, 0.4, 0.35])
+    half = 4.303 * 0.05 / 3 ** 0.5
+    assert stat["mean"] == 0.35 and abs(stat["ci95"][0] - (0.35 - half)) < 1e-3 and stat["n"] == 3
+    assert "t interval" in stat["method"]
+    assert og.mean_ci95([0.2])["ci95"] is None
+    with pytest.raises(ValueError):
+        og.mean_ci95([])
+
+
+def _fake_seed_records():
+    record = json.loads((ROOT / og.output_relative_path("reference")).read_text(encoding="utf-8"))
+    records = []
+    for seed, after in ((0, 0.45), (1, 0.5), (2, 0.55)):
+        r = copy.deepcopy(record)
+        r["config"]["seed"] = seed
+        r["eval"]["after"]["pass_at_1"] = after
+        records.append(r)
+    return records
+
+
+def test_seeds_summary_is_schema_checked():
+    records = _fake_seed_records()
+    summary = og.seeds_summary("pytest-seeds", records)
+    og.validate_seeds_summary(summary)
+    assert summary["schema_version"] == "online-grpo-seeds/v1"
+    assert [e["seed"] for e in summary["seeds"]] == [0, 1, 2]
+    before = records[0]["eval"]["before"]["pass_at_1"]
+    assert abs(summary["gain_pass_at_1"]["mean"] - (0.5 - before)) < 1e-6
+    low, high = summary["gain_pass_at_1"]["ci95"]
+    assert low < summary["gain_pass_at_1"]["mean"] < high
+    for mutate in (lambda s: s.pop("gain_pass_at_1"), lambda s: s["seeds"][0].pop("warm_start_hash"),
+                   lambda s: s.update(schema_version="online-grpo-seeds/v0"),
+                   lambda s: s["gain_pass_at_1"].pop("method"), lambda s: s["seeds"][1].update(pass_at_1_after=1.5)):
+        broken = copy.deepcopy(summary)
+        mutate(broken)
+        with pytest.raises(jsonschema.ValidationError):
+            og.validate_seeds_summary(broken)
+    other = copy.deepcopy(records)
+    other[1]["config"]["num_steps"] += 1
+    with pytest.raises(ValueError, match="seed"):
+        og.seeds_summary("pytest-seeds", other)
+
+
+def test_learner_records_go_to_the_ignored_local_folder():
+    assert og.output_relative_path("reference").parent.as_posix() == "benchmarks/results/online"
+    assert og.output_relative_path("mu4").parent.as_posix() == "benchmarks/results/online"
+    assert og.seeds_summary_path("reference").as_posix() == "benchmarks/results/online/online-grpo-seeds_reference.json"
+    for label in ("my_run", "notebook", "default", "pytest-scratch"):
+        path = og.output_relative_path(label)
+        assert path.parent.as_posix() == "benchmarks/results/local/online", path
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT)
+        assert ignored.returncode == 0, f"{path} is not git-ignored"
+    assert og.output_relative_path("my_run", seed=2).name == "online-grpo_my_run_seed2.json"
+    tracked = subprocess.run(["git", "check-ignore", "-q", str(og.output_relative_path("reference"))], cwd=ROOT)
+    assert tracked.returncode == 1, "the committed reference record must not be ignored"
+
+
+def test_run_presets():
+    assert set(og.RUN_PRESETS) == {"tiny_cpu", "smoke", "real_gpu"}
+    assert og.preset_config("tiny_cpu") == og.OnlineConfig()
+    real = og.RUN_PRESETS["real_gpu"]
+    assert set(real["lora"]["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    assert 1e-6 <= og.preset_config("real_gpu").learning_rate <= 2e-5, "within TRL's range for a LoRA adapter"
+    with pytest.raises(ValueError, match="RUN_MODE"):
+        og.check_run_mode("gpu")
+
+
+@pytest.mark.slow
+def test_real_gpu_preset_trains_only_the_lora_adapter():
+    """Two steps of the real_gpu preset on the CPU. On the course's tiny Qwen2-architecture checkpoint, not the
+    Qwen-shaped one (0.5 B parameters: too heavy for a test on 2 cores; benchmarks/gpu_check.sh runs that one on a
+    GPU): LoRA r=16 on q/k/v/o, trainable count from the shapes, AdamW state for the adapter only, base unchanged."""
+    import torch
+
+    from tools.lessons.nb07_online_grpo import train_online_grpo
+    from tools.tiny_model import tiny_checkpoint_path
+
+    torch.set_num_threads(1)
+    report = og.preset_check(train_online_grpo, "real_gpu", tiny_checkpoint_path(seed=0))
+    assert report["passed"], report["checks"]
+    assert report["trainable_parameters"] == report["expected_trainable"] == 14336  # 2 layers x 4 projections
+    assert report["optimizer_state_numel"] == 2 * report["trainable_parameters"]
+    assert report["trainable_parameters"] < 0.2 * report["total_parameters"]
+
+
+@pytest.mark.slow
+def test_committed_records_start_from_a_fresh_warm_start():
+    """The warm-start hash in every committed record equals what a fresh build of its warm start (this recipe, one
+    torch thread) gives: "sft" for the lesson's runs, "sft-list" for the reward-hacking pair."""
+    fresh = {variant: og._content_hash(og.sft_checkpoint_path(seed=0, variant=variant)[0]) for variant in og.WARM_STARTS}
+    checked = 0
+    for path in sorted((ROOT / og.RESULTS_DIR).glob("online-grpo_*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        value, want = record["warm_start"]["content_sha256"], fresh[record["warm_start"].get("variant", "sft")]
+        assert value == want, f"{path.name}: warm start {value[:12]} != fresh build {want[:12]}"
+        checked += 1
+    for path in sorted((ROOT / og.RESULTS_DIR).glob("online-grpo-seeds_*.json")):
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        assert {e["warm_start_hash"] for e in summary["seeds"]} <= set(fresh.values()), path.name
+    assert checked >= 20
+
+
+@pytest.mark.slow
+def test_make_online_seeds_writes_a_validated_summary():
+    """`make online SEEDS=n` machinery, short: two seeds of one step each, the summary under the local folder."""
+    label = "pytest-seeds"
+    paths = [ROOT / og.seeds_summary_path(label)] + [ROOT / og.output_relative_path(label, seed=s) for s in (0, 1)]
+    for path in paths:
+        path.unlink(missing_ok=True)
+    try:
+        done = subprocess.run([sys.executable, "-m", "tools.cli.online", "--label", label, "--seeds", "2",
+                               "--num-steps", "1", "--prompts-per-step", "2", "--eval-k", "2"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "mean held-out pass@1 gain over 2 seeds" in done.stdout and "95% CI" in done.stdout
+        summary = json.loads(paths[0].read_text(encoding="utf-8"))
+        og.validate_seeds_summary(summary)
+        assert [e["seed"] for e in summary["seeds"]] == [0, 1] and summary["config"]["num_steps"] == 1
+        for path in paths[1:]:
+            og.validate_record(json.loads(path.read_text(encoding="utf-8")))
+    finally:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+def test_reference_seeds_summary_meets_the_goal_and_matches_its_records():
+    """The committed `make online SEEDS=3 RUN_LABEL=reference` summary: seeds 0, 1, 2 of the default configuration,
+    every figure recomputed from the per-seed records, mean held-out gain >= 0.30 with ci95[0] >= 0.20, each seed
+    within the 180 s budget, and the gain split by outcome kind (the lesson reports where it comes from)."""
+    summary = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
+    assert summary is not None, "no committed multi-seed summary"
+    records = og.load_seed_records(ROOT, og.SEEDS_REFERENCE_LABEL)
+    assert [r["config"]["seed"] for r in records] == [0, 1, 2]
+    assert og.OnlineConfig(**dict(summary["config"], seed=0)) == og.OnlineConfig()
+    again = og.seeds_summary(og.SEEDS_REFERENCE_LABEL, records)
+    for key in ("seeds", "gain_pass_at_1", "gain_by_outcome"):
+        assert again[key] == summary[key], key
+    gain = summary["gain_pass_at_1"]
+    assert gain["mean"] >= 0.30 and gain["ci95"][0] >= 0.20, gain
+    assert all(e["wall_seconds"] <= 180 for e in summary["seeds"])
+    assert len({e["warm_start_hash"] for e in summary["seeds"]}) == 1
+    assert set(summary["gain_by_outcome"]) == {"right", "wrong", "unparseable"}
+    subsets = summary["gain_by_heldout_subset"]
+    assert subsets["commuted_in_train"]["prompts"] + subsets["new"]["prompts"] == og.HELDOUT_SIZE
+
+
+def test_heldout_subsets_follow_the_commutation_rule():
+    train, heldout = og.split_problems()
+    subsets = og.heldout_subsets(train, heldout)
+    seen = {p["prompt"] for p in train}
+    assert sorted(subsets["commuted_in_train"] + subsets["new"]) == sorted(p["prompt"] for p in heldout)
+    assert all(og.commuted(p) in seen for p in subsets["commuted_in_train"])
+    assert not any(og.commuted(p) in seen or p in seen for p in subsets["new"])
+    assert og.commuted("3+7=") == "7+3="
+
+
+def test_trl_seeds_summary_uses_the_same_start_settings_and_evaluation():
+    """`make online SEEDS=3 RUN_LABEL=trl ONLINE_ARGS="--trainer trl"`: GRPOTrainer from the same warm start, with the
+    same settings, evaluated the same way (the before figures equal the course loop's), seeds 0-2, with intervals."""
+    from tools import online_trl
+
+    ours = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
+    trl = og.load_seeds_summary(ROOT, online_trl.TRL_SEEDS_LABEL)
+    assert trl is not None and trl["trainer"].startswith("trl.GRPOTrainer") and "trainer" not in ours
+    assert trl["config"] == ours["config"]
+    assert [e["seed"] for e in trl["seeds"]] == [0, 1, 2] and all(e["train_steps"] == 50 for e in trl["seeds"])
+    assert {e["warm_start_hash"] for e in trl["seeds"]} == {e["warm_start_hash"] for e in ours["seeds"]}
+    assert [e["pass_at_1_before"] for e in trl["seeds"]] == [e["pass_at_1_before"] for e in ours["seeds"]]
+    assert trl["gain_pass_at_1"]["ci95"] is not None and set(trl["gain_by_heldout_subset"]) == {"commuted_in_train", "new"}
+    assert og.interval_verdict(ours["gain_pass_at_1"], trl["gain_pass_at_1"]) in ("overlap", "a > b", "a < b")
+    assert og.interval_verdict({"ci95": [0.3, 0.4]}, {"ci95": [0.1, 0.2]}) == "a > b"
+    assert og.interval_verdict({"ci95": [0.1, 0.2]}, {"ci95": [0.15, 0.4]}) == "overlap"

@@ -85,6 +85,22 @@ def test_platform_torch_rule():
     torch_rows = [row for row in rows if row["item"] == "torch"]
     assert [row["status"] for row in torch_rows] == ["ok", "ok"]  # installed torch >= 2.4 whatever the pin
     assert all(">= 2.4" in row["note"] for row in torch_rows)
+    assert [row["required"] for row in torch_rows] == [">=2.4", ">=2.4"]  # the accepted range, not the pin
+
+
+def test_required_column_shows_the_accepted_range_not_the_pin():
+    rows = collect_rows(
+        "BASE-CPU",
+        requirements=[
+            Requirement("pytest", "==", "1.0"),
+            Requirement("numpy", ">=", "1.2"),
+            Requirement("nbformat", None, None),
+        ],
+        root=REPO_ROOT,
+    )
+    required = {row["item"]: row["required"] for row in rows}
+    assert required["pytest"] == ">=1.0" and required["numpy"] == ">=1.2" and required["nbformat"] == "any"
+    assert not any(value.startswith("==") for value in required.values()), required
 
 
 def test_cuda_profile_rows():

@@ -60,3 +60,19 @@ def test_course_settings_come_from_course_toml_only(tmp_path):
     assert course_settings(tmp_path)["repository"] == "me/fork"
     # the checkout's own id, which nbgrader's config and the gradebook must use
     assert course_id(Path(__file__)) == "grpo-in-practice"
+
+
+def test_records_of_other_labels_go_to_the_ignored_local_folder():
+    """Reference labels stay in benchmarks/results/<kind>/; any other label goes to benchmarks/results/local/,
+    which git ignores (so a learner's run never shows in `git status`)."""
+    import subprocess
+
+    from tools.project_runtime import record_relative_path
+
+    ref = record_relative_path("pt_grpo", "w", "tiny_cpu_reference", ("tiny_cpu_reference",))
+    mine = record_relative_path("pt_grpo", "w", "learner_r2", ("tiny_cpu_reference",))
+    assert ref.as_posix() == "benchmarks/results/pt_grpo/w_tiny_cpu_reference.json"
+    assert mine.as_posix() == "benchmarks/results/local/pt_grpo/w_learner_r2.json"
+    ignored = subprocess.run(["git", "check-ignore", "-q", mine.as_posix()], cwd=REPO_ROOT)
+    kept = subprocess.run(["git", "check-ignore", "-q", ref.as_posix()], cwd=REPO_ROOT)
+    assert (ignored.returncode, kept.returncode) == (0, 1)

@@ -10,7 +10,8 @@ What lives here (reusable, not graded):
   the starting policy is right only sometimes;
 * ``completion_logps``: per-token log-probs (and entropies) of completion tokens at a sampling temperature,
   as TRL's ``GRPOTrainer`` computes them (logits divided by the temperature);
-* held-out evaluation: pass@1 (mean sampled accuracy), pass@k (unbiased estimator) and maj@k;
+* held-out evaluation: pass@1 (mean sampled accuracy), pass@k (unbiased estimator) and maj@k (disjoint blocks
+  of k samples vote; an unparseable sample votes for "no answer", so maj@1 equals pass@1);
 * the record: ``new_record`` / ``validate_record`` / ``write_record`` for
   ``benchmarks/results/online/online-grpo_<label>.json`` (schema ``tools/schemas/online-grpo-v1.json``).
 
@@ -19,6 +20,7 @@ them live in the lesson and are saved (``#@save``) into ``tools/lessons/nb07_onl
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -35,7 +37,10 @@ from pathlib import Path
 TASK_ID = "single-digit-addition-v1"
 SCHEMA_VERSION = "online-grpo/v1"
 WORKLOAD_ID = "online-grpo"
-RESULTS_DIR = Path("benchmarks") / "results" / "online"
+SEEDS_SCHEMA_VERSION = "online-grpo-seeds/v1"
+SEEDS_WORKLOAD_ID = "online-grpo-seeds"
+RESULTS_KIND = "online"  # benchmarks/results/online/ (reference labels) or benchmarks/results/local/online/ (others)
+RESULTS_DIR = Path("benchmarks") / "results" / RESULTS_KIND
 SFT_BUILDER_VERSION = 1
 SFT_MARKER = "online_sft.json"
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -57,6 +62,10 @@ SFT_LIST_FRACTION = 0.3
 SFT_STEPS = 800
 SFT_BATCH = 32
 SFT_LEARNING_RATE = 3e-3
+# The SFT runs on one torch thread whatever the caller set: float sums in another order give other weights, and the
+# records' warm-start hash must be the one any fresh build gives (tested). (Not in the marker: the hash covers the
+# marker file, and the committed records were built on one thread.)
+SFT_THREADS = 1
 HELDOUT_SIZE = 25
 SPLIT_SEED = 0
 
@@ -65,6 +74,20 @@ SPLIT_SEED = 0
 def arithmetic_problems() -> list[dict]:
     """All 100 problems ``a+b=`` with single digits a, b (answers 0..18), in a fixed order."""
     return [{"prompt": f"{a}+{b}=", "answer": a + b} for a in range(10) for b in range(10)]
+
+
+def commuted(prompt: str) -> str:
+    """``"a+b="`` -> ``"b+a="``: the same problem written the other way round."""
+    a, b = prompt[:-1].split("+")
+    return f"{b}+{a}="
+
+
+def heldout_subsets(train, heldout) -> dict:
+    """The held-out prompts split by whether the training prompts hold their commuted form: ``commuted_in_train``
+    (the SFT saw ``b+a`` with its answer) and ``new`` (neither form was trained on)."""
+    seen = {p["prompt"] for p in train}
+    return {"commuted_in_train": [p["prompt"] for p in heldout if commuted(p["prompt"]) in seen],
+            "new": [p["prompt"] for p in heldout if commuted(p["prompt"]) not in seen]}
 
 
 def split_problems(heldout_size: int = HELDOUT_SIZE, seed: int = SPLIT_SEED) -> tuple[list[dict], list[dict]]:
@@ -220,6 +243,24 @@ def build_sft_checkpoint(path, seed: int = 0, variant: str = "sft") -> Path:
     optimizer = torch.optim.AdamW(model.parameters(), lr=SFT_LEARNING_RATE)
     model.train()
     pad = tokenizer.pad_token_id
+    threads = torch.get_num_threads()
+    torch.set_num_threads(SFT_THREADS)
+    try:
+        _sft_steps(model, optimizer, rows, order, pad)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    (path / SFT_MARKER).write_text(json.dumps(_sft_marker(seed, variant), indent=2, sort_keys=True) + "\n",
+                                   encoding="utf-8")
+    return path
+
+
+def _sft_steps(model, optimizer, rows, order, pad) -> None:
+    import torch
+
     for _ in range(SFT_STEPS):
         batch = [rows[order.randrange(len(rows))] for _ in range(SFT_BATCH)]
         width = max(len(p) + len(a) for p, a in batch)
@@ -234,13 +275,6 @@ def build_sft_checkpoint(path, seed: int = 0, variant: str = "sft") -> Path:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    model.eval()
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
-    (path / SFT_MARKER).write_text(json.dumps(_sft_marker(seed, variant), indent=2, sort_keys=True) + "\n",
-                                   encoding="utf-8")
-    return path
 
 
 def _sft_matches(path: Path, seed: int, variant: str = "sft") -> bool:
@@ -304,17 +338,36 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def majority_correct(parsed_answers, answer, k: int) -> float:
-    """maj@k of one prompt: 1.0 when the most frequent parsed answer among the first k samples is right.
+MAJ_RULE = ("n // k disjoint blocks of k samples each vote, votes averaged; an unparseable sample votes for "
+            "'no answer' (never right); a tie counts 1/m when the right answer is one of m leaders")
+NO_ANSWER = "no-answer"  # the vote of a sample whose answer cannot be parsed (never the right answer)
 
-    Unparseable samples (``None``) do not vote; ties are broken by first appearance (deterministic).
+
+def majority_vote(parsed_answers, answer) -> float:
+    """maj of one vote over the given samples: 1.0 when the right answer has strictly the most votes, 1/m when it
+    ties with m - 1 other candidates (the expected value of a uniformly random tie-break), else 0.0.
+
+    Rule for unparseable samples (``None``): each votes for NO_ANSWER, a candidate that is never right - so a
+    prompt where most samples cannot be parsed is not answered, and a vote over one sample is right exactly when
+    that sample is (maj@1 equals pass@1).
     """
-    votes = Counter(a for a in parsed_answers[:k] if a is not None)
-    if not votes:
-        return 0.0
+    if not parsed_answers:
+        raise ValueError("majority_vote 需要至少一个样本")
+    votes = Counter(NO_ANSWER if a is None else a for a in parsed_answers)
     best = max(votes.values())
-    winner = next(a for a in parsed_answers[:k] if a is not None and votes[a] == best)
-    return 1.0 if winner == answer else 0.0
+    leaders = [a for a, count in votes.items() if count == best]
+    return 1.0 / len(leaders) if answer in leaders else 0.0
+
+
+def majority_correct(parsed_answers, answer, k: int) -> float:
+    """maj@k of one prompt from its n samples: the n // k disjoint blocks of k consecutive samples each vote
+    (``majority_vote``) and the votes are averaged. Samples are independent draws, so every block is an unbiased
+    draw of k samples; with k = 1 the result is the fraction of right samples, i.e. pass@1."""
+    n = len(parsed_answers)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(f"maj@k 需要 1 <= k <= n，收到 k={k!r}, n={n}")
+    blocks = [parsed_answers[i:i + k] for i in range(0, n - n % k, k)]
+    return sum(majority_vote(block, answer) for block in blocks) / len(blocks)
 
 
 def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperature: float = 1.0,
@@ -345,14 +398,17 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
     ks = [k for k in ks if k <= n]
     pass_sums = {k: 0.0 for k in ks}
     maj_sums = {k: 0.0 for k in ks}
-    correct_total = contains_total = 0.0
+    correct_total = contains_total = unparseable_total = 0.0
+    per_prompt = {}
     for i, problem in enumerate(problems):
         group = texts[i * n:(i + 1) * n]  # the n samples of this prompt
         records = [verify_integer_response(t, problem["answer"]) for t in group]
         contains_total += sum(loophole_rewards(group, [problem["answer"]] * n)) / n
         c = int(sum(r["correctness"] for r in records))
         correct_total += c / n
+        per_prompt[problem["prompt"]] = round(c / n, 6)
         parsed = [r["parsed_answer"] for r in records]
+        unparseable_total += sum(a is None for a in parsed) / n
         for k in ks:
             pass_sums[k] += pass_at_k(n, c, k)
             maj_sums[k] += majority_correct(parsed, problem["answer"], k)
@@ -366,8 +422,43 @@ def evaluate(model, tokenizer, problems, samples_per_prompt: int = 16, temperatu
         "maj_at_k": {str(k): round(v / count, 6) for k, v in maj_sums.items()},
         "temperature": float(temperature),
         "samples_per_prompt": n,
+        "maj_rule": MAJ_RULE,
+        "outcomes": {"right": round(correct_total / count, 6), "unparseable": round(unparseable_total / count, 6),
+                     "wrong": round(max(0.0, 1.0 - (correct_total + unparseable_total) / count), 6)},
         "examples": texts[:n],
+        "per_prompt_pass_at_1": per_prompt,
     }
+
+
+def entropy_by_kind(model, tokenizer, problems, temperature: float = 1.0) -> dict:
+    """Mean per-token entropy of two teacher-forced completions of each problem: the hedge HEDGE<EOS> and the right
+    answer <answer><EOS>; also the entropy at the first completion token (where the model chooses what to write).
+
+    The step log's ``entropy`` is a mean over all completion tokens, so it depends on which completions were sampled
+    as well as on how certain each position is; these numbers separate the two (used to read the entropy curve).
+    """
+    import torch
+
+    def per_token(completions):
+        enc = encode_prompts(tokenizer, [p["prompt"] for p in problems])
+        rows = [tokenizer(c + tokenizer.eos_token, add_special_tokens=False)["input_ids"] for c in completions]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)  # [B, C]
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)  # [B, C]
+        for i, row in enumerate(rows):
+            ids[i, :len(row)] = torch.tensor(row)
+            mask[i, :len(row)] = True
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            _, entropy = completion_logps(model, enc["input_ids"].to(device), enc["attention_mask"].to(device),
+                                          ids.to(device), mask.to(device), temperature=temperature,
+                                          with_entropy=True)  # [B, C]
+        entropy, mask = entropy.cpu().double(), mask.double()
+        return {"mean": float((entropy * mask).sum() / mask.sum()), "first_token": float(entropy[:, 0].mean()),
+                "tokens": float(mask.sum(1).mean())}
+
+    return {"hedge": per_token([HEDGE] * len(problems)),
+            "answer": per_token([str(p["answer"]) for p in problems])}
 
 
 # ----------------------------------------------------------------------------------------------- configuration
@@ -391,6 +482,7 @@ class OnlineConfig:
     seed: int = 0
     reward: str = "integer-answer-v1"  # or "contains-answer-loophole"
     eval_k: int = 16  # samples per held-out prompt for pass@k / maj@k
+    use_bias_correction_kl: bool = True  # TRL's option and default: KL term times the ratio (matters when beta > 0)
 
     def __post_init__(self):
         check_config(self)
@@ -413,6 +505,8 @@ def check_config(config: OnlineConfig) -> None:
             raise ValueError(f"{name} 必须是正的有限数，收到 {value!r}")
     if isinstance(config.beta, bool) or not isinstance(config.beta, (int, float)) or not config.beta >= 0:
         raise ValueError(f"beta 必须是非负数，收到 {config.beta!r}")
+    if not isinstance(config.use_bias_correction_kl, bool):
+        raise ValueError(f"use_bias_correction_kl 必须是 True 或 False，收到 {config.use_bias_correction_kl!r}")
     if not 0 < config.top_p <= 1:
         raise ValueError(f"top_p 必须在 (0, 1] 内，收到 {config.top_p!r}")
     if config.loss_type not in LOSS_TYPES:
@@ -421,14 +515,90 @@ def check_config(config: OnlineConfig) -> None:
         raise ValueError(f"reward 必须是 {REWARDS} 之一，收到 {config.reward!r}")
 
 
+# ----------------------------------------------------------------------------------------------- RUN_MODE presets
+# One preset per RUN_MODE (the notebook and the tests read them here). real_gpu: Qwen2.5-0.5B-Instruct without a
+# warm start, LoRA on the attention projections only (the base weights stay frozen, AdamW keeps state for the adapter
+# only), a learning rate within TRL's range (GRPOConfig's default 1e-6 is for full fine-tuning; LoRA adapters are
+# usually trained about ten times faster), bf16 where the card supports it natively, else float32.
+REAL_GPU_MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+RUN_PRESETS = {
+    "tiny_cpu": {"config": {}, "heldout": None, "lora": None},
+    "smoke": {"config": {"num_steps": 3, "prompts_per_step": 4, "eval_k": 4}, "heldout": 8, "lora": None},
+    "real_gpu": {"config": {"learning_rate": 1e-5, "max_new_tokens": 16, "prompts_per_step": 8, "num_generations": 8,
+                            "eval_k": 8},
+                 "heldout": None,
+                 "lora": {"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": LORA_TARGET_MODULES}},
+}
+
+
+def check_run_mode(mode: str) -> str:
+    if mode not in RUN_PRESETS:
+        raise ValueError(f"RUN_MODE 必须是 {' / '.join(RUN_PRESETS)} 之一，收到 {mode!r}")
+    return mode
+
+
+def preset_config(mode: str, **overrides) -> OnlineConfig:
+    """The OnlineConfig of RUN_MODE ``mode`` (its preset over the defaults, then ``overrides``)."""
+    return OnlineConfig(**{**RUN_PRESETS[check_run_mode(mode)]["config"], **overrides})
+
+
+def preset_dtype(mode: str):
+    """bf16 for real_gpu on a card with native bf16, else float32 (the CPU modes always float32)."""
+    import torch
+
+    if check_run_mode(mode) == "real_gpu" and torch.cuda.is_available() and \
+            torch.cuda.is_bf16_supported(including_emulation=False):
+        return torch.bfloat16
+    return torch.float32
+
+
+def load_preset_policy(mode: str, path, device="cpu", seed: int = 0):
+    """(model, tokenizer) for RUN_MODE ``mode`` from the local checkpoint folder or model id ``path``: its dtype and,
+    for real_gpu, a LoRA adapter on LORA_TARGET_MODULES (tools.grpo_experiment.attach_lora; only the adapter
+    trains). Eval mode (no dropout)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lora = RUN_PRESETS[check_run_mode(mode)]["lora"]
+    local = Path(str(path)).is_dir()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local, dtype=preset_dtype(mode)).to(device)
+    if lora is not None:
+        from tools.grpo_experiment import attach_lora
+
+        torch.manual_seed(seed)
+        model, _ = attach_lora(model, lora["rank"], lora["alpha"], lora["dropout"], lora["target_modules"])
+    model.eval()
+    return model, tokenizer
+
+
+def make_optimizer(model, learning_rate: float):
+    """AdamW over the parameters that require grad (with LoRA: the adapter only; no state for frozen weights)."""
+    import torch
+
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+
+
 def check_run_label(label: str) -> str:
     if not isinstance(label, str) or not LABEL_PATTERN.fullmatch(label):
         raise ValueError(f"RUN_LABEL 只能含字母、数字和 . _ -（不以符号开头，最长 64 个字符），收到 {label!r}")
     return label
 
 
-def output_relative_path(label: str) -> Path:
-    return RESULTS_DIR / f"{WORKLOAD_ID}_{check_run_label(label)}.json"
+def output_relative_path(label: str, workload: str = WORKLOAD_ID, seed: int | None = None) -> Path:
+    """Where the record of ``label`` lives: the committed reference labels (REFERENCE_LABELS) under RESULTS_DIR,
+    every other label (a learner's run, a test's scratch run) under the git-ignored LOCAL_RESULTS_DIR. ``seed``:
+    one seed's record of a multi-seed run (``<workload>_<label>_seed<k>.json``)."""
+    from tools.project_runtime import record_relative_path
+
+    name = check_run_label(label) if seed is None else f"{label}_seed{int(seed)}"
+    return record_relative_path(RESULTS_KIND, workload, name, (name,) if label in REFERENCE_LABELS else ())
+
+
+def seeds_summary_path(label: str) -> Path:
+    return output_relative_path(label, SEEDS_WORKLOAD_ID)
 
 
 # ----------------------------------------------------------------------------------------------- record
@@ -486,10 +656,17 @@ ABLATIONS = [
     ("μ = 4", "mu4", "--num-iterations 4"),
     ("loss_type = dr_grpo", "dr_grpo", "--loss-type dr_grpo"),
     ("loss_type = dapo", "dapo", "--loss-type dapo"),
+    ("β = 0.04（到热启动的 KL，use_bias_correction_kl=True）", "beta", "--beta 0.04"),
     ("μ = 4, ε_high = 0.28（clip-higher；对照 μ = 4）", "mu4_clip_higher", "--num-iterations 4 --epsilon-high 0.28"),
     ("奖励投机：起点有时列出三个数，包含即得分", "loophole", "--warm-start sft-list --reward contains-answer-loophole"),
     ("同一起点，严格验证器（修复后的奖励）", "loophole_fixed", "--warm-start sft-list"),
 ]
+
+
+# The labels of the committed records (the ablations above and the multi-seed summary): only these are written
+# under RESULTS_DIR.
+SEEDS_REFERENCE_LABEL = "reference"
+REFERENCE_LABELS = frozenset(label for _, label, _ in ABLATIONS) | {SEEDS_REFERENCE_LABEL, "trl"}
 
 
 def print_progress(row: dict) -> None:
@@ -510,7 +687,7 @@ def _content_hash(folder) -> str:
 
 def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=None, tokenizer=None, warm_start=None,
                           heldout=None, train=None, root=None, progress=None, write: bool = True,
-                          warm_start_variant: str = "sft") -> dict:
+                          warm_start_variant: str = "sft", record_seed: int | None = None) -> dict:
     """Evaluate -> ``train_fn`` -> evaluate, and write the validated record; returns it.
 
     ``train_fn(model, tokenizer, train_problems, config, ref_model=..., progress=...)`` is the lesson's
@@ -565,7 +742,8 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
                  "disjoint": not ({p["prompt"] for p in train} & {p["prompt"] for p in heldout})},
         "warm_start": warm_start,
         "steps": steps,
-        "eval": {"heldout_prompts": len(heldout), "before": before, "after": after},
+        "eval": {"heldout_prompts": len(heldout), "before": before, "after": after,
+                 "subsets": subset_pass_at_1(heldout_subsets(train, heldout), before, after)},
         "train_seconds": round(train_seconds, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
@@ -573,8 +751,328 @@ def run_online_experiment(train_fn, config: OnlineConfig, label: str, *, model=N
         "hardware": hardware,
     }
     if write:
-        write_record(root / output_relative_path(label), record)
+        write_record(root / output_relative_path(label, seed=record_seed), record)
     return record
+
+
+def subset_pass_at_1(subsets: dict, before: dict, after: dict) -> dict:
+    """{subset: {prompts, before, after}}: held-out pass@1 over each subset's prompts (per_prompt_pass_at_1)."""
+    out = {}
+    for name, prompts in subsets.items():
+        if prompts:
+            out[name] = {"prompts": len(prompts),
+                         "before": round(sum(before["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6),
+                         "after": round(sum(after["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6)}
+    return out
+
+
+def resolve_root() -> Path:
+    from tools.project_runtime import resolve_project_root
+
+    return resolve_project_root(Path(__file__).resolve().parent)
+
+
+def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
+    """``steps`` training steps of RUN_MODE ``mode``'s preset (its config, dtype and LoRA) on the checkpoint folder
+    ``model_path`` with the lesson's ``train_fn``, on CUDA when available else the CPU. Checks: the trainable
+    parameters are exactly the LoRA adapter's (count from the shapes: rank x (in + out) per targeted Linear), AdamW
+    holds state for those parameters only, the base weights are bit-identical after training and the adapter moved,
+    every logged metric is finite. Returns a JSON-ready report with ``passed``."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_preset_policy(mode, model_path, device=device)
+    config = preset_config(mode, num_steps=steps, prompts_per_step=2, num_generations=4)
+    lora = RUN_PRESETS[mode]["lora"]
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    frozen_before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    trainable_before = {n: p.detach().clone() for n, p in trainable.items()}
+    expected = None
+    if lora is not None:
+        expected = sum(lora["rank"] * (m.in_features + m.out_features) for name, m in model.named_modules()
+                       if name.split(".")[-1] in lora["target_modules"] and hasattr(m, "base_layer"))
+    optimizer = make_optimizer(model, config.learning_rate)
+    train, _ = split_problems()
+    started = time.perf_counter()
+    steps_log = train_fn(model, tokenizer, train, config, optimizer=optimizer)
+    seconds = time.perf_counter() - started
+    state_tensors = [t for st in optimizer.state.values() for t in st.values() if torch.is_tensor(t) and t.dim() > 0]
+    state_numel = sum(t.numel() for t in state_tensors)
+    n_trainable = sum(p.numel() for p in trainable.values())
+    n_total = sum(p.numel() for p in model.parameters())
+    checks = {
+        "steps_logged": len(steps_log) == steps,
+        "metrics_finite": all(math.isfinite(v) for row in steps_log for v in row.values()
+                              if isinstance(v, float)),
+        "optimizer_state_only_for_trainable": state_numel == 2 * n_trainable,  # exp_avg + exp_avg_sq
+        "base_weights_unchanged": all(torch.equal(p.detach(), frozen_before[n])
+                                      for n, p in model.named_parameters() if not p.requires_grad),
+        "trainable_weights_moved": any(not torch.equal(p.detach(), trainable_before[n]) for n, p in trainable.items()),
+    }
+    if lora is not None:
+        checks["trainable_count_is_lora"] = n_trainable == expected
+        checks["only_lora_trainable"] = all("lora_" in n for n in trainable)
+        checks["dtype_is_preset"] = all(p.dtype == preset_dtype(mode) for p in frozen_before.values()
+                                        if p.is_floating_point())
+    return {"mode": mode, "model": str(model_path), "device": device, "dtype": str(preset_dtype(mode)),
+            "learning_rate": config.learning_rate, "lora": None if lora is None else dict(lora, target_modules=list(
+                lora["target_modules"])), "trainable_parameters": n_trainable, "expected_trainable": expected,
+            "total_parameters": n_total, "optimizer_state_numel": state_numel, "seconds": round(seconds, 3),
+            "completion_length": [row["completion_length"] for row in steps_log], "checks": checks,
+            "passed": all(checks.values())}
+
+
+# ----------------------------------------------------------------------------------------------- several seeds
+@functools.cache
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (bisection on the CDF, the density integrated
+    by Simpson's rule; no scipy): 12.706 for df 1, 4.303 for df 2, 1.96 in the limit."""
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"自由度必须是正整数，收到 {df!r}")
+    const = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(x):  # P(T <= x) for x >= 0: 1/2 + the integral of the density over [0, x]; substitution u = atan(t)
+        # t = tan(u) keeps the integrand smooth even for heavy tails (df = 1)
+        top = math.atan(x)
+        steps = 400
+        h = top / steps
+        total = 0.0
+        for i in range(steps + 1):
+            u = i * h
+            t = math.tan(u)
+            f = const * (1 + t * t / df) ** (-(df + 1) / 2) / math.cos(u) ** 2
+            total += f * (1 if i in (0, steps) else 4 if i % 2 else 2)
+        return 0.5 + total * h / 3
+
+    low, high = 0.0, 100.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if cdf(mid) < 0.975 else (low, mid)
+    return (low + high) / 2
+
+
+def mean_ci95(values) -> dict:
+    """Mean and two-sided 95 % t-interval of independent per-seed values (n >= 2; n = 1 gives no interval)."""
+    values = [float(v) for v in values]
+    n = len(values)
+    if n == 0:
+        raise ValueError("至少需要一个种子")
+    mean = sum(values) / n
+    if n == 1:
+        return {"mean": round(mean, 6), "ci95": None, "method": "single seed: no interval", "n": 1}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    return {"mean": round(mean, 6), "ci95": [round(mean - half, 6), round(mean + half, 6)],
+            "method": f"Student t interval over {n} seeds (t_0.975,{n - 1} = {t_quantile_975(n - 1):.3f}, sample sd)",
+            "n": n, "sd": round(sd, 6)}
+
+
+def load_seeds_schema() -> dict:
+    path = Path(__file__).resolve().parent / "schemas" / "online-grpo-seeds-v1.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def validate_seeds_summary(summary) -> None:
+    import jsonschema
+
+    jsonschema.validate(summary, load_seeds_schema())
+
+
+def seeds_summary(label: str, records: list[dict]) -> dict:
+    """The multi-seed summary of ``records`` (one per seed, same configuration up to the seed)."""
+    if not records:
+        raise ValueError("至少需要一个种子的记录")
+    base = {k: v for k, v in records[0]["config"].items() if k != "seed"}
+    for record in records[1:]:
+        if {k: v for k, v in record["config"].items() if k != "seed"} != base:
+            raise ValueError("各种子的配置除 seed 外必须相同")
+    seeds = []
+    for record in records:
+        before, after = record["eval"]["before"], record["eval"]["after"]
+        entry = {"seed": record["config"]["seed"], "pass_at_1_before": before["pass_at_1"],
+                 "pass_at_1_after": after["pass_at_1"], "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
+                 "wall_seconds": record["wall_seconds"], "train_seconds": record.get("train_seconds"),
+                 "cpu_seconds": record.get("cpu_seconds"),
+                 "warm_start_hash": record["warm_start"]["content_sha256"],
+                 "record": record["run_label"]}
+        if "outcomes" in before and "outcomes" in after:
+            entry["outcomes_before"], entry["outcomes_after"] = before["outcomes"], after["outcomes"]
+        seeds.append(entry)
+    summary = {"schema_version": SEEDS_SCHEMA_VERSION, "run_label": check_run_label(label), "created_utc": utc_now(),
+               "config": base, "task": records[0]["task"], "seeds": seeds,
+               "gain_pass_at_1": mean_ci95([e["gain"] for e in seeds]),
+               "pass_at_1_before": mean_ci95([e["pass_at_1_before"] for e in seeds]),
+               "pass_at_1_after": mean_ci95([e["pass_at_1_after"] for e in seeds]),
+               "framework": records[-1]["framework"], "hardware": records[-1]["hardware"]}
+    subsets = [record["eval"].get("subsets", {}) for record in records]
+    if all(subsets):
+        summary["gain_by_heldout_subset"] = {
+            name: dict(mean_ci95([sub[name]["after"] - sub[name]["before"] for sub in subsets]),
+                       prompts=subsets[0][name]["prompts"])
+            for name in subsets[0] if all(name in sub for sub in subsets)}
+    if all("outcomes_before" in e for e in seeds):
+        summary["gain_by_outcome"] = {
+            kind: mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind] for e in seeds])
+            for kind in ("right", "wrong", "unparseable")}
+    return summary
+
+
+def write_seeds_summary(path, summary) -> Path:
+    from tools.notebook_runtime import save_json
+
+    validate_seeds_summary(summary)
+    return save_json(path, summary)
+
+
+def load_seeds_summary(root, label: str):
+    """The validated multi-seed summary of ``label``, or None when there is none."""
+    path = Path(root) / seeds_summary_path(label)
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    validate_seeds_summary(summary)
+    return summary
+
+
+def _interval(stat: dict) -> str:
+    if stat["ci95"] is None:
+        return f"{stat['mean']:+.3f}（只有一个种子，没有区间）"
+    return f"{stat['mean']:+.3f}，95% 区间 [{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]"
+
+
+def seeds_table(summary: dict) -> str:
+    """Markdown: one row per seed, then the mean gain with its interval (and by outcome kind)."""
+    lines = [f"多种子汇总 `{summary['run_label']}`（{len(summary['seeds'])} 个种子，同一配置）：", "",
+             "| 种子 | pass@1 前 | pass@1 后 | 提高 | 用时 (s) | 热启动哈希 |", "| --- | --- | --- | --- | --- | --- |"]
+    for e in summary["seeds"]:
+        lines.append(f"| {e['seed']} | {e['pass_at_1_before']:.3f} | {e['pass_at_1_after']:.3f} | {e['gain']:+.3f} | "
+                     f"{e['wall_seconds']:.1f} | `{e['warm_start_hash'][:12]}` |")
+    lines += ["", f"平均提高 {_interval(summary['gain_pass_at_1'])}（{summary['gain_pass_at_1']['method']}）。"]
+    for kind, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析（含拒答）")):
+        if kind in summary.get("gain_by_outcome", {}):
+            lines.append(f"- {name}的比例变化：{_interval(summary['gain_by_outcome'][kind])}")
+    for key, name in (("commuted_in_train", "交换形式在训练集里的留出题"), ("new", "两种写法都没训练过的留出题")):
+        if key in summary.get("gain_by_heldout_subset", {}):
+            stat = summary["gain_by_heldout_subset"][key]
+            lines.append(f"- {name}（{stat['prompts']} 道）的 pass@1 提高：{_interval(stat)}")
+    return "\n".join(lines)
+
+
+ABLATION_SEED_METRICS = (("clip_ratio_high", "clip high"), ("clip_ratio_low", "clip low"), ("approx_kl", "approx_kl"),
+                         ("kl_ref", "KL 到参考"), ("completion_length", "长度"), ("entropy", "熵"),
+                         ("reward_mean", "训练奖励"), ("strict_accuracy", "strict"))
+
+
+def load_seed_records(root, label: str) -> list[dict]:
+    """The per-seed records of the multi-seed run ``label`` (those its summary lists), validated."""
+    summary = load_seeds_summary(root, label)
+    if summary is None:
+        return []
+    records = []
+    for entry in summary["seeds"]:
+        path = Path(root) / output_relative_path(label, seed=entry["seed"])
+        record = json.loads(path.read_text(encoding="utf-8"))
+        validate_record(record)
+        records.append(record)
+    return records
+
+
+def ablation_seeds_table(root, labels, tail: int = 10) -> str:
+    """Markdown: for each label with a multi-seed summary, the held-out gain and the last-``tail``-step mean of each
+    ABLATION_SEED_METRICS key, as mean [95 % t-interval] over its seeds; labels without one are listed as missing."""
+    def cell(stat):
+        if stat is None:
+            return "—"
+        if stat["ci95"] is None:
+            return f"{stat['mean']:.3g}"
+        return f"{stat['mean']:.3g} [{stat['ci95'][0]:.3g}, {stat['ci95'][1]:.3g}]"
+
+    head = ["记录", "种子数", "pass@1 提高"] + [name for _, name in ABLATION_SEED_METRICS]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    missing = []
+    for label in labels:
+        records = load_seed_records(root, label)
+        if not records:
+            missing.append(label)
+            continue
+        summary = load_seeds_summary(root, label)
+        row = [f"`{label}`", str(len(records)), cell(summary["gain_pass_at_1"])]
+        for key, _ in ABLATION_SEED_METRICS:
+            values = []
+            for record in records:
+                rows = [r[key] for r in record["steps"][-tail:] if r.get(key) is not None]
+                if rows:
+                    values.append(sum(rows) / len(rows))
+            row.append(cell(mean_ci95(values)) if len(values) == len(records) else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    text = "\n".join(lines) if len(lines) > 2 else "（还没有多种子的消融记录）"
+    if missing:
+        text += "\n\n没有多种子记录（只有单次运行或没有记录）：" + "、".join(f"`{m}`" for m in missing)
+    return text
+
+
+# (label a, label b, metric key, what the textbook predicts) of the comparisons the lesson reads from the intervals
+ABLATION_COMPARISONS = [
+    ("mu4", "reference", "clip_ratio_low", "μ = 4 裁剪（low）比 μ = 1 多"),
+    ("mu4", "reference", "approx_kl", "μ = 4 的 approx_kl 比 μ = 1 大"),
+    ("dr_grpo", "reference", "completion_length", "dr_grpo 与 grpo 的回答长度不同"),
+    ("dapo", "reference", "completion_length", "dapo 与 grpo 的回答长度不同"),
+    ("mu4_clip_higher", "mu4", "entropy", "ε_high = 0.28 时熵比 0.2 高（下降得更慢）"),
+    ("mu4_clip_higher", "mu4", "clip_ratio_high", "ε_high = 0.28 时 clip high 比 0.2 少"),
+    ("beta", "reference", "completion_length", "β > 0 时回答长度离热启动更近"),
+    ("loophole", "loophole_fixed", "strict_accuracy", "漏洞验证器下训练中的 strict 更低"),
+    ("loophole", "loophole_fixed", "completion_length", "漏洞验证器下回答更长（列出几个数）"),
+]
+
+
+def _tail_interval(root, label: str, key: str, tail: int = 10):
+    records = load_seed_records(root, label)
+    values = []
+    for record in records:
+        rows = [r[key] for r in record["steps"][-tail:] if r.get(key) is not None]
+        if rows:
+            values.append(sum(rows) / len(rows))
+    return mean_ci95(values) if len(values) >= 2 and len(values) == len(records) else None
+
+
+def interval_verdict(a, b) -> str:
+    """"a > b" / "a < b" when the two 95 % intervals do not overlap, "overlap" when they do, "missing" without both."""
+    if a is None or b is None or a.get("ci95") is None or b.get("ci95") is None:
+        return "missing"
+    if a["ci95"][0] > b["ci95"][1]:
+        return "a > b"
+    if a["ci95"][1] < b["ci95"][0]:
+        return "a < b"
+    return "overlap"
+
+
+VERDICT_WORDS = {"a > b": "前者更大（区间不重叠）", "a < b": "前者更小（区间不重叠）",
+                 "overlap": "区间重叠：这一规模上看不出差别", "missing": "缺少多种子记录"}
+
+
+def ablation_verdicts(root, comparisons=None, tail: int = 10) -> list[dict]:
+    """For each comparison: the two last-``tail``-step intervals over seeds and what they support - "a > b" or
+    "a < b" when the 95 % intervals do not overlap, "no difference resolved" when they do (or a record is missing)."""
+    out = []
+    for a, b, key, prediction in comparisons or ABLATION_COMPARISONS:
+        ia, ib = _tail_interval(root, a, key, tail), _tail_interval(root, b, key, tail)
+        verdict = interval_verdict(ia, ib)
+        out.append({"a": a, "b": b, "key": key, "prediction": prediction, "a_interval": ia, "b_interval": ib,
+                    "verdict": verdict})
+    return out
+
+
+def verdicts_table(verdicts) -> str:
+    words = VERDICT_WORDS
+
+    def cell(stat):
+        return "—" if stat is None else f"{stat['mean']:.3g} [{stat['ci95'][0]:.3g}, {stat['ci95'][1]:.3g}]"
+
+    lines = ["| 对照 | 指标（末 10 步） | 前者 | 后者 | 教科书的预测 | 区间支持什么 |", "| --- | --- | --- | --- | --- | --- |"]
+    for v in verdicts:
+        lines.append(f"| `{v['a']}` 对 `{v['b']}` | `{v['key']}` | {cell(v['a_interval'])} | {cell(v['b_interval'])} | "
+                     f"{v['prediction']} | {words[v['verdict']]} |")
+    return "\n".join(lines)
 
 
 def headline(record: dict) -> dict:
@@ -661,6 +1159,61 @@ def plot_pass_maj(record: dict) -> bytes:
 def plot_ablations(records: dict) -> bytes:
     return plot_steps(None, title="ablations (records under benchmarks/results/online/)",
                       others={label: rec["steps"] for label, rec in records.items()})
+
+
+def plot_ablation_intervals(root, labels, tail: int = 10) -> bytes | None:
+    """PNG: one panel per ABLATION_SEED_METRICS key (plus the held-out gain), each label's mean over seeds of its
+    last-``tail``-step value with its 95 % t-interval as an error bar; None when no label has a multi-seed record."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    present = [label for label in labels if load_seeds_summary(root, label) is not None]
+    if not present:
+        return None
+    panels = [("gain", "held-out pass@1 gain")] + list(ABLATION_SEED_METRICS)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.1 * len(panels), 3.6))
+    for axis, (key, name) in zip(axes, panels):
+        for i, label in enumerate(present):
+            stat = (load_seeds_summary(root, label)["gain_pass_at_1"] if key == "gain"
+                    else _tail_interval(root, label, key, tail))
+            if stat is None:
+                continue
+            low, high = stat["ci95"]
+            axis.errorbar([i], [stat["mean"]], yerr=[[stat["mean"] - low], [high - stat["mean"]]], fmt="o", capsize=3)
+        axis.set_xticks(range(len(present)))
+        axis.set_xticklabels(present, rotation=70, fontsize=7)
+        axis.set_title(name if key == "gain" else key, fontsize=8)
+        axis.grid(alpha=0.3)
+    fig.suptitle(f"mean and 95% t-interval over seeds (last {tail} steps)")
+    return _png(fig)
+
+
+def plot_gain_intervals(summaries: dict) -> bytes:
+    """PNG: held-out pass@1 gain, mean and 95 % t-interval, of each {name: seeds summary}, overall and per subset."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, axis = plt.subplots(figsize=(6.4, 3.4))
+    groups = ["all", "commuted_in_train", "new"]
+    for j, (name, summary) in enumerate(summaries.items()):
+        for i, group in enumerate(groups):
+            stat = summary["gain_pass_at_1"] if group == "all" else summary.get("gain_by_heldout_subset", {}).get(group)
+            if stat is None or stat["ci95"] is None:
+                continue
+            x = i + 0.15 * (j - (len(summaries) - 1) / 2)
+            axis.errorbar([x], [stat["mean"]], yerr=[[stat["mean"] - stat["ci95"][0]], [stat["ci95"][1] - stat["mean"]]],
+                          fmt="o", capsize=3, color=f"C{j}", label=name if i == 0 else None)
+    axis.set_xticks(range(len(groups)))
+    axis.set_xticklabels(["all held-out", "commuted form trained", "new (neither form)"], fontsize=8)
+    axis.set(ylabel="held-out pass@1 gain", title="mean and 95% t-interval over seeds")
+    axis.axhline(0, color="grey", linewidth=0.8)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    return _png(fig)
 
 
 def ablation_table(records: dict) -> str:

@@ -1,8 +1,10 @@
 """Lesson 7's TRL section: the same task through ``trl.GRPOTrainer`` (1.16) and the scaling-out checks.
 
-* ``step0_agreement``: one rollout batch sampled by the lesson's ``sample_group`` is handed unchanged to a real
-  ``GRPOTrainer``'s ``_compute_loss`` (same model, same advantages, same old log-probs) and compared with the
-  lesson's ``grpo_step`` epoch-0 loss for loss_type grpo / bnpo / dr_grpo / dapo, with and without beta.
+* ``trl_agreement``: one rollout batch (unequal lengths inside groups, advantages whose group sums are not 0, a
+  reference model that differs from the policy, perturbed old log-probs) is handed to a real ``GRPOTrainer``'s
+  ``_compute_loss``; its loss and gradient are compared with the lesson's ``grpo_step`` for every loss type x
+  beta in {0, 0.04} x use_bias_correction_kl, with a sensitivity check per row (it must fail when one side drops
+  the option the row exercises).
 * ``train_with_trl``: ``GRPOTrainer.train()`` on CPU (``use_vllm=False``) from the same SFT warm start with the
   course verifier as reward function; returns its logged metrics per step under the lesson's names.
 * ``check_accelerate_configs``: loads ``environments/accelerate/*.yaml`` with accelerate's own config parser.
@@ -53,6 +55,7 @@ def grpo_config(config=None, **overrides):
         top_p=config.top_p, top_k=0, max_completion_length=config.max_new_tokens, learning_rate=config.learning_rate,
         lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=config.max_grad_norm, weight_decay=0.01,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, seed=config.seed, use_vllm=False,
+        use_bias_correction_kl=config.use_bias_correction_kl,
         scale_rewards="group", log_completions=False, shuffle_dataset=True, bf16=False, fp16=False,  # TRL defaults to bf16 autocast
     )
     base.update(overrides)
@@ -89,76 +92,208 @@ def make_trainer(model, tokenizer, problems, args):
     return trainer
 
 
-SETTINGS = [
-    {"loss_type": "grpo", "beta": 0.0}, {"loss_type": "bnpo", "beta": 0.0}, {"loss_type": "dr_grpo", "beta": 0.0},
-    {"loss_type": "dapo", "beta": 0.0}, {"loss_type": "grpo", "beta": 0.04}, {"loss_type": "dapo", "beta": 0.04},
-    # off-policy: old log-probs shifted by a fixed perturbation, so ratios leave the clip range (as in epoch 2+ of mu)
-    {"loss_type": "grpo", "beta": 0.0, "off_policy": True}, {"loss_type": "dapo", "beta": 0.04, "off_policy": True,
-                                                             "epsilon_high": 0.28},
-]
+# The comparison matrix: every loss type of grpo_step x beta in {0, 0.04} x use_bias_correction_kl in {False, True}.
+MATRIX_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+MATRIX_BETAS = (0.0, 0.04)
+MATRIX = [{"loss_type": lt, "beta": beta, "use_bias_correction_kl": bc}
+          for lt in MATRIX_LOSS_TYPES for beta in MATRIX_BETAS for bc in (False, True)]
+AGREEMENT_RTOL = 1e-5  # relative: |a - b| / max(|a|, |b|) for the loss, ||ga - gb|| / max(||ga||, ||gb||) for gradients
+MATRIX_EPSILON, MATRIX_EPSILON_HIGH = 0.2, 0.28
+# One process, one optimizer step per rollout batch: dapo's normaliser (num_items_in_batch) equals bnpo's
+# (the batch's mask sum), so these two reductions give the same loss by construction (TRL's code, _compute_loss).
+EQUIVALENT_LOSS_TYPES = {frozenset(("bnpo", "dapo"))}
 
 
-def step0_agreement(sample_group, grpo_step, model, tokenizer, problems, settings=SETTINGS, num_generations=4,
-                    prompts=4, temperature=1.0, max_new_tokens=6, seed=3) -> list[dict]:
-    """Step-0 loss of the lesson's grpo_step vs TRL's GRPOTrainer._compute_loss on one identical batch.
+def _relative(a, b) -> float:
+    import torch
 
-    The batch is sampled once by ``sample_group`` (with the warm start as reference model, so beta > 0 has a
-    reference); advantages are the lesson's group advantages with a small spread added so no group is
-    degenerate. Both sides see the same weights (fresh deep copies), the same tensors and the same settings.
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    scale = max(float(a.norm()), float(b.norm()))
+    return 0.0 if scale == 0.0 else float((a - b).norm()) / scale
+
+
+def mixed_reference(policy, other, weight: float = 0.5):
+    """A reference model that differs from ``policy``: every weight (1 - ``weight``) * policy + ``weight`` * other.
+
+    ``other`` is the pre-SFT checkpoint (the random-init tiny model). Measured on the agreement batch (2 cores,
+    seed 3): k3 KL per completion token 0.003 / 0.03 / 0.39 at weight 0.1 / 0.3 / 0.5 (printed as ``kl_ref``);
+    the unmixed pre-SFT model is no use, its KL on tokens the policy finds unlikely reaches thousands of nats and
+    drowns the clipped term."""
+    import torch
+
+    ref = copy.deepcopy(policy).eval()
+    with torch.no_grad():
+        for p, q in zip(ref.parameters(), other.parameters()):
+            p.mul_(1.0 - weight).add_(q.to(p.dtype), alpha=weight)
+            p.requires_grad_(False)
+    return ref
+
+
+def agreement_batch(sample_group, policy, ref_model, tokenizer, problems, num_generations=4, prompts=3,
+                    max_new_tokens=6, seed=3, old_noise=0.3) -> dict:
+    """A rollout batch on which every row of MATRIX can disagree with TRL (it is checked, not assumed):
+
+    * completions sampled by the lesson's ``sample_group`` from ``policy``, then some cut short (never past their
+      EOS) so that no group has equal completion lengths (``grpo`` and ``bnpo`` / ``dr_grpo`` differ);
+    * advantages drawn at random, so per-group sums are not zero (reductions do not cancel to ~0);
+    * ``ref_model`` is another network (the pre-SFT checkpoint), so the KL to the reference is not 0;
+    * old log-probs perturbed by ``old_noise`` * N(0, 1) on valid positions, so ratios differ from 1 and clipping
+      fires at both ends.
+    Returns the rollout dict (the lesson's keys) plus ``advantages`` and the unperturbed ``on_policy_old``.
     """
     import torch
 
-    from tools.lessons.nb01_group_advantages import compute_group_advantages
-    from tools.online_grpo import OnlineConfig, strict_rewards
+    rollout = sample_group(policy, tokenizer, [p["prompt"] for p in problems[:prompts]], num_generations,
+                           temperature=1.0, max_new_tokens=max_new_tokens, seed=seed, ref_model=ref_model)
+    n, width = rollout["completion_ids"].shape
+    gen = torch.Generator().manual_seed(seed)
+    eos_lengths = rollout["completion_mask"].sum(1).cpu()  # [N] up to and including the first EOS
+    pattern = torch.tensor([1 + (i * 5 + i // num_generations) % width for i in range(n)])  # [N]
+    lengths = torch.minimum(eos_lengths, pattern)  # [N] cut inside the sampled completion, never past its EOS
+    mask = torch.arange(width)[None, :] < lengths[:, None]  # [N, C]
+    on_policy_old = rollout["old_per_token_logps"].masked_fill(~mask, 0.0)  # [N, C]
+    noise = old_noise * torch.randn((n, width), generator=gen)  # [N, C]
+    advantages = torch.randn(n, generator=gen)  # [N] group sums != 0
+    batch = dict(rollout, completion_mask=mask, old_per_token_logps=(on_policy_old + noise).masked_fill(~mask, 0.0),
+                 ref_per_token_logps=rollout["ref_per_token_logps"].masked_fill(~mask, 0.0))
+    group_lengths = lengths.view(-1, num_generations)  # [B, G]
+    if bool((group_lengths.max(1).values == group_lengths.min(1).values).any()):
+        raise ValueError("每组的回答长度应不全相同")
+    if bool((advantages.view(-1, num_generations).sum(1).abs() < 1e-3).any()):
+        raise ValueError("每组的优势之和应不为 0")
+    return dict(batch, advantages=advantages, on_policy_old=on_policy_old)
+
+
+def course_loss_and_grad(grpo_step, model, batch, *, loss_type, beta, use_bias_correction_kl, epsilon=MATRIX_EPSILON,
+                         epsilon_high=MATRIX_EPSILON_HIGH, old=None, max_completion_length=None):
+    """The lesson's ``grpo_step`` (one epoch) on a fresh copy of ``model``: (epoch-0 loss, flat gradient, metrics).
+
+    SGD at lr 0 leaves the weights as they were and a ``max_grad_norm`` of 1e12 leaves the gradient unscaled
+    (clip_grad_norm_ multiplies by min(1, max_norm / norm) = 1), so ``p.grad`` after the call is the loss's gradient.
+    """
+    import torch
+
+    copy_ = copy.deepcopy(model)
+    rollout = batch if old is None else dict(batch, old_per_token_logps=old)
+    out = grpo_step(copy_, torch.optim.SGD(copy_.parameters(), lr=0.0), rollout, batch["advantages"], num_iterations=1,
+                    epsilon=epsilon, epsilon_high=epsilon_high, beta=beta, loss_type=loss_type, max_grad_norm=1e12,
+                    temperature=1.0, max_completion_length=max_completion_length,
+                    use_bias_correction_kl=use_bias_correction_kl)
+    grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
+                      for p in copy_.parameters()])
+    return out["losses"][0], grad, out
+
+
+def trl_loss_and_grad(model, tokenizer, problems, batch, *, loss_type, beta, use_bias_correction_kl,
+                      epsilon=MATRIX_EPSILON, epsilon_high=MATRIX_EPSILON_HIGH, max_completion_length=6):
+    """A real ``GRPOTrainer`` (its config built from the same settings) computes ``_compute_loss`` on ``batch`` with
+    a fresh copy of ``model``; backward gives its gradient. Returns (loss, flat gradient)."""
+    import torch
+
+    from tools.online_grpo import OnlineConfig
+
+    config = OnlineConfig(num_generations=4, prompts_per_step=3, max_new_tokens=max_completion_length,
+                          loss_type=loss_type, beta=beta, epsilon=epsilon, epsilon_high=epsilon_high,
+                          use_bias_correction_kl=use_bias_correction_kl)
+    trl_model = copy.deepcopy(model)
+    trainer = make_trainer(trl_model, tokenizer, problems, grpo_config(config, max_steps=1))
+    if trainer.args.use_bias_correction_kl is not use_bias_correction_kl or trainer.beta != beta:
+        raise RuntimeError("GRPOConfig did not take the settings")
+    mask = batch["completion_mask"]
+    inputs = {
+        "prompt_ids": batch["prompt_ids"], "prompt_mask": batch["prompt_mask"].long(),
+        "completion_ids": batch["completion_ids"], "completion_mask": mask.long(),
+        "advantages": batch["advantages"], "old_per_token_logps": batch["old_per_token_logps"],
+        "ref_per_token_logps": batch["ref_per_token_logps"], "num_items_in_batch": mask.sum().float(),
+    }
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.training_step during train(); one step here
+    trainer.model.zero_grad(set_to_none=True)
+    loss = trainer._compute_loss(trainer.model, inputs)
+    loss.backward()
+    grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).double()
+                      for p in trainer.model.parameters()])
+    return float(loss.detach()), grad
+
+
+def _disagrees(course, trl_loss, trl_grad) -> dict:
+    loss_rel, grad_rel = _relative(course[0], trl_loss), _relative(course[1], trl_grad)
+    return {"loss_rel": loss_rel, "grad_rel": grad_rel, "detected": max(loss_rel, grad_rel) > AGREEMENT_RTOL}
+
+
+def trl_agreement(sample_group, grpo_step, policy, ref_model, tokenizer, problems, matrix=None, sensitivity=True,
+                  max_new_tokens=6, seed=3) -> list[dict]:
+    """Loss and gradient of the lesson's ``grpo_step`` vs ``GRPOTrainer._compute_loss`` for every row of ``matrix``
+    (default MATRIX) on one ``agreement_batch``.
+
+    With ``sensitivity``, each row is also compared after one side drops the option the row exercises, and each
+    such comparison must disagree (``detected``) for the comparison to be able to fail:
+    ``loss_type`` -> each other loss type on the course side (except EQUIVALENT_LOSS_TYPES);
+    ``old log-probs`` -> the course side uses the unperturbed ones; ``epsilon_high`` -> the course side uses epsilon;
+    for beta > 0: ``beta`` -> 0 on the course side, and ``use_bias_correction_kl`` flipped on the course side and,
+    separately, on the TRL side (so the option really reaches GRPOConfig). With beta = 0 TRL ignores
+    use_bias_correction_kl, and the flipped course side must agree (``not_exercised``).
+    """
+    import torch
 
     torch.manual_seed(seed)
-    batch = problems[:prompts]
-    ref_model = copy.deepcopy(model).eval()
-    rollout = sample_group(model, tokenizer, [p["prompt"] for p in batch], num_generations, temperature=temperature,
-                           max_new_tokens=max_new_tokens, seed=seed, ref_model=ref_model)
-    answers = [p["answer"] for p in batch for _ in range(num_generations)]
-    rewards = torch.tensor(strict_rewards(rollout["completions"], answers), dtype=torch.float32)
-    rewards = rewards + torch.linspace(0.0, 0.35, rewards.numel())  # no degenerate group, deterministic
-    advantages = compute_group_advantages(rewards, rollout["group_ids"].cpu())  # [N]
-    shift = 0.4 * torch.randn(rollout["old_per_token_logps"].shape, generator=torch.Generator().manual_seed(seed))
-    off_policy_old = (rollout["old_per_token_logps"] + shift).masked_fill(~rollout["completion_mask"], 0.0)  # [N, C]
+    batch = agreement_batch(sample_group, policy, ref_model, tokenizer, problems, max_new_tokens=max_new_tokens,
+                            seed=seed)
     rows = []
-    for setting in settings:
-        setting = dict(setting)
-        off_policy = setting.pop("off_policy", False)
-        config = OnlineConfig(num_generations=num_generations, prompts_per_step=prompts, temperature=temperature,
-                              max_new_tokens=max_new_tokens, **setting)
-        batch_rollout = dict(rollout, old_per_token_logps=off_policy_old) if off_policy else rollout
-        ours_model = copy.deepcopy(model)
-        ours = grpo_step(ours_model, torch.optim.SGD(ours_model.parameters(), lr=0.0), batch_rollout, advantages,
-                         num_iterations=1, epsilon=config.epsilon, epsilon_high=config.epsilon_high, beta=config.beta,
-                         loss_type=config.loss_type, temperature=temperature, max_completion_length=max_new_tokens)
-        trl_model = copy.deepcopy(model)
-        trainer = make_trainer(trl_model, tokenizer, problems, grpo_config(config, max_steps=1))
-        inputs = {
-            "prompt_ids": rollout["prompt_ids"], "prompt_mask": rollout["prompt_mask"].long(),
-            "completion_ids": rollout["completion_ids"], "completion_mask": rollout["completion_mask"].long(),
-            "advantages": advantages, "old_per_token_logps": batch_rollout["old_per_token_logps"],
-            "ref_per_token_logps": rollout["ref_per_token_logps"],
-            "num_items_in_batch": rollout["completion_mask"].sum().float(),
-        }
-        trainer.model.train()
-        trainer.current_gradient_accumulation_steps = 1  # set by Trainer.training_step during train(); one step here
-        with torch.no_grad():
-            trl_loss = float(trainer._compute_loss(trl_model, inputs))
-        rows.append({"loss_type": config.loss_type, "beta": config.beta, "epsilon_high": config.epsilon_high,
-                     "off_policy": off_policy, "clip_ratio_high": ours["clip_ratio_high"],
-                     "clip_ratio_low": ours["clip_ratio_low"], "course_loss": ours["losses"][0],
-                     "trl_loss": trl_loss, "abs_diff": abs(ours["losses"][0] - trl_loss)})
+    for setting in matrix or MATRIX:
+        lt, beta, bc = setting["loss_type"], setting["beta"], setting["use_bias_correction_kl"]
+        common = dict(max_completion_length=max_new_tokens)
+        course = course_loss_and_grad(grpo_step, policy, batch, loss_type=lt, beta=beta, use_bias_correction_kl=bc,
+                                      **common)
+        trl_loss, trl_grad = trl_loss_and_grad(policy, tokenizer, problems, batch, loss_type=lt, beta=beta,
+                                               use_bias_correction_kl=bc, max_completion_length=max_new_tokens)
+        metrics = course[2]
+        row = {"loss_type": lt, "beta": beta, "use_bias_correction_kl": bc, "course_loss": course[0],
+               "trl_loss": trl_loss, "loss_rel": _relative(course[0], trl_loss),
+               "grad_rel": _relative(course[1], trl_grad), "grad_norm": float(trl_grad.norm()),
+               "clip_ratio_low": metrics["clip_ratio_low"], "clip_ratio_high": metrics["clip_ratio_high"],
+               "kl_ref": metrics["kl_ref"]}
+        row["agree"] = max(row["loss_rel"], row["grad_rel"]) <= AGREEMENT_RTOL
+        if sensitivity:
+            checks, not_exercised = {}, {}
+            kw = dict(loss_type=lt, beta=beta, use_bias_correction_kl=bc, **common)
+            for other in MATRIX_LOSS_TYPES:
+                if other != lt and frozenset((lt, other)) not in EQUIVALENT_LOSS_TYPES:
+                    checks[f"loss_type={other}"] = _disagrees(
+                        course_loss_and_grad(grpo_step, policy, batch, **dict(kw, loss_type=other)), trl_loss, trl_grad)
+            checks["on-policy old"] = _disagrees(
+                course_loss_and_grad(grpo_step, policy, batch, old=batch["on_policy_old"], **kw), trl_loss, trl_grad)
+            checks["epsilon_high=epsilon"] = _disagrees(
+                course_loss_and_grad(grpo_step, policy, batch, epsilon_high=MATRIX_EPSILON, **kw), trl_loss, trl_grad)
+            flipped = course_loss_and_grad(grpo_step, policy, batch, **dict(kw, use_bias_correction_kl=not bc))
+            if beta > 0:
+                checks["beta=0"] = _disagrees(course_loss_and_grad(grpo_step, policy, batch, **dict(kw, beta=0.0)),
+                                              trl_loss, trl_grad)
+                checks["course use_bias_correction_kl flipped"] = _disagrees(flipped, trl_loss, trl_grad)
+                trl_flipped = trl_loss_and_grad(policy, tokenizer, problems, batch, loss_type=lt, beta=beta,
+                                                use_bias_correction_kl=not bc, max_completion_length=max_new_tokens)
+                checks["TRL use_bias_correction_kl flipped"] = _disagrees(course, *trl_flipped)
+            else:
+                not_exercised["use_bias_correction_kl flipped (beta = 0)"] = _disagrees(flipped, trl_loss, trl_grad)
+            row["sensitivity"] = checks
+            row["not_exercised"] = not_exercised
+        rows.append(row)
     return rows
 
 
 def agreement_table(rows) -> str:
-    return ("| loss_type | beta | ε_high | 旧对数概率 | 裁剪比例 low / high | 本课 grpo_step 第 0 轮 | TRL `_compute_loss` | 差 |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- |\n"
-            + "\n".join(f"| {r['loss_type']} | {r['beta']} | {r['epsilon_high']} | {'扰动（离策略）' if r['off_policy'] else '采样时'} | "
-                        f"{r['clip_ratio_low']:.3f} / {r['clip_ratio_high']:.3f} | {r['course_loss']:.8f} | "
-                        f"{r['trl_loss']:.8f} | {r['abs_diff']:.2e} |" for r in rows))
+    def sens(row):
+        checks = row.get("sensitivity", {})
+        caught = sum(c["detected"] for c in checks.values())
+        return f"{caught}/{len(checks)}" if checks else "—"
+
+    return ("| loss_type | beta | use_bias_correction_kl | 裁剪比例 low / high | kl_ref | 本课损失 | TRL 损失 | "
+            "损失相对差 | 梯度相对差 | 改掉一项后能发现的差异 |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+            + "\n".join(f"| {r['loss_type']} | {r['beta']} | {r['use_bias_correction_kl']} | "
+                        f"{r['clip_ratio_low']:.3f} / {r['clip_ratio_high']:.3f} | "
+                        f"{'—' if r['kl_ref'] is None else format(r['kl_ref'], '.3f')} | {r['course_loss']:.6f} | "
+                        f"{r['trl_loss']:.6f} | {r['loss_rel']:.1e} | {r['grad_rel']:.1e} | {sens(r)} |" for r in rows))
 
 
 def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
@@ -184,6 +319,62 @@ def train_with_trl(model_path, config, problems, max_steps: int = 30) -> dict:
         row["loss"] = entry.get("loss")
         steps.append(row)
     return {"steps": steps, "seconds": round(seconds, 3), "max_steps": max_steps}
+
+
+TRL_SEEDS_LABEL = "trl"  # the committed multi-seed record of GRPOTrainer on the lesson's task (`--trainer trl`)
+
+
+def trl_seed_entry(config, root=None) -> dict:
+    """One seed of ``GRPOTrainer.train()`` on the lesson's task from the lesson's SFT warm start, evaluated on the
+    held-out prompts exactly as the course loop is (``og.evaluate``, same samples per prompt and evaluation seed):
+    a ``seeds[]`` entry of the online-grpo-seeds/v1 summary."""
+    import torch
+
+    from tools import online_grpo as og
+
+    _quiet()
+    started = time.perf_counter()
+    root = Path(root) if root is not None else og.resolve_root()
+    path, _, _ = og.sft_checkpoint_path(seed=0, root=root)
+    model, tokenizer = og.load_policy(path)
+    train, heldout = og.split_problems()
+    eval_kwargs = dict(samples_per_prompt=config.eval_k, temperature=config.temperature,
+                       max_new_tokens=config.max_new_tokens, ks=(1,))
+    before = og.evaluate(model, tokenizer, heldout, **eval_kwargs)
+    torch.manual_seed(config.seed)
+    trainer = make_trainer(model, tokenizer, train, grpo_config(config, max_steps=config.num_steps))
+    trainer.train()
+    if trainer.state.global_step != config.num_steps:
+        raise RuntimeError(f"GRPOTrainer ran {trainer.state.global_step} steps, not {config.num_steps}")
+    trained = trainer.model.eval()
+    after = og.evaluate(trained, tokenizer, heldout, **eval_kwargs)
+    subsets = og.subset_pass_at_1(og.heldout_subsets(train, heldout), before, after)
+    return {"seed": config.seed, "pass_at_1_before": before["pass_at_1"], "pass_at_1_after": after["pass_at_1"],
+            "gain": round(after["pass_at_1"] - before["pass_at_1"], 6), "train_steps": trainer.state.global_step,
+            "wall_seconds": round(time.perf_counter() - started, 3), "warm_start_hash": og._content_hash(path),
+            "record": "trl.GRPOTrainer (no per-step record)", "outcomes_before": before["outcomes"],
+            "outcomes_after": after["outcomes"], "subsets": subsets}
+
+
+def trl_seeds_summary(label, config, entries) -> dict:
+    """The online-grpo-seeds/v1 summary of ``trl_seed_entry`` results (``trainer``: what produced them)."""
+    from tools import online_grpo as og
+
+    seeds = [{k: v for k, v in e.items() if k != "subsets"} for e in entries]
+    summary = {"schema_version": og.SEEDS_SCHEMA_VERSION, "run_label": og.check_run_label(label),
+               "created_utc": og.utc_now(), "config": {k: v for k, v in config.to_dict().items() if k != "seed"},
+               "trainer": f"trl.GRPOTrainer {og.framework_versions()['trl']} (grpo_config: the same settings)",
+               "seeds": seeds, "gain_pass_at_1": og.mean_ci95([e["gain"] for e in seeds]),
+               "pass_at_1_before": og.mean_ci95([e["pass_at_1_before"] for e in seeds]),
+               "pass_at_1_after": og.mean_ci95([e["pass_at_1_after"] for e in seeds]),
+               "gain_by_outcome": {kind: og.mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind]
+                                                       for e in seeds]) for kind in ("right", "wrong", "unparseable")},
+               "gain_by_heldout_subset": {
+                   name: dict(og.mean_ci95([e["subsets"][name]["after"] - e["subsets"][name]["before"]
+                                            for e in entries]), prompts=entries[0]["subsets"][name]["prompts"])
+                   for name in entries[0]["subsets"]},
+               "framework": og.framework_versions(), "hardware": og.hardware_snapshot()}
+    return summary
 
 
 def comparison_table(trl_run, record) -> str:

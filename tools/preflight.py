@@ -157,7 +157,11 @@ def _row(item, required, installed, status, fatal, note=""):
 def _package_row(requirement: Requirement) -> dict:
     name = requirement.name
     installed = package_version(name)
-    wanted = f"{requirement.op}{requirement.version}" if requirement.op else "any"
+    # what is accepted, not the pin: `name==X` reads as X or newer, and any torch from TORCH_PLATFORM_MINIMUM on
+    op = ">=" if requirement.op in ("==", "===") else requirement.op
+    wanted = f"{op}{requirement.version}" if requirement.op else "any"
+    if _normalise(name) == "torch":
+        wanted = f">={TORCH_PLATFORM_MINIMUM}"
     if installed is None:
         return _row(name, wanted, "-", "missing", True)
     if _normalise(name) == "torch":

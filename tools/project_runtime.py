@@ -63,3 +63,19 @@ def course_settings(root=None) -> dict:
 def course_id(root=None) -> str:
     """The course id (``[course] id`` of ``course.toml``)."""
     return str(course_settings(root)["id"])
+
+
+# Run records (evidence JSON) under the course root. The committed reference records of a kind live in
+# benchmarks/results/<kind>/; every other run (a learner's own RUN_LABEL, `make experiment`, `make online`, the
+# notebooks' default labels) goes to the git-ignored benchmarks/results/local/<kind>/, so runs never dirty the
+# repository.
+RESULTS_RELATIVE_DIR = Path("benchmarks") / "results"
+LOCAL_RESULTS_RELATIVE_DIR = RESULTS_RELATIVE_DIR / "local"
+
+
+def record_relative_path(kind: str, stem: str, label: str, reference_labels) -> Path:
+    """Where the record ``{stem}_{label}.json`` of a run of ``kind`` goes, relative to the course root:
+    ``benchmarks/results/{kind}/`` when ``label`` is one of the committed ``reference_labels``, else the
+    git-ignored ``benchmarks/results/local/{kind}/``. The caller checks that ``label`` is a safe file-name part."""
+    folder = RESULTS_RELATIVE_DIR if label in tuple(reference_labels) else LOCAL_RESULTS_RELATIVE_DIR
+    return folder / kind / f"{stem}_{label}.json"

@@ -65,6 +65,21 @@ class Settings:
         return max(2 * 2**30, min(8 * 2**30, share))
 
 
+def check_pipeline_options(options, known, config_file: Path) -> None:
+    """Raise ValueError naming every ``c.GradingPipeline.<name>`` of ``config_file`` that is not a pipeline option
+    (nbgrader ignores that section, so a typo would silently leave the default in force), with the closest name."""
+    import difflib
+
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, known, n=1)
+            hints.append(f"c.GradingPipeline.{name}" + (f"（是不是 {close[0]}？did you mean {close[0]}?）" if close else ""))
+        raise ValueError(f"{config_file}: 没有这些评分流水线设置（unknown GradingPipeline options）：{'; '.join(hints)}。"
+                         f"可用的设置（options）：{', '.join(known)}")
+
+
 def load_settings(course: Path | None = None, **overrides) -> Settings:
     """Read ``c.GradingPipeline.*``, ``c.Execute.timeout`` and the course id from the course's config."""
     from traitlets.config.loader import PyFileConfigLoader
@@ -75,9 +90,11 @@ def load_settings(course: Path | None = None, **overrides) -> Settings:
     if config_file.exists():
         config = PyFileConfigLoader(config_file.name, path=str(course)).load_config()
         pipeline = config.get("GradingPipeline", {})
-        for key in ("notebook_timeout", "workers", "memory_limit_mb", "max_submission_mb", "sandbox",
-                    "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags", "kernel_env",
-                    "oracle_zygote", "kernel_zygote"):
+        known = ("notebook_timeout", "workers", "memory_limit_mb", "max_submission_mb", "sandbox",
+                 "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags", "kernel_env",
+                 "oracle_zygote", "kernel_zygote")
+        check_pipeline_options(pipeline, known, config_file)
+        for key in known:
             if key in pipeline:
                 setattr(settings, key, pipeline[key])
         if "demo_cells" in config.get("SafeExecute", {}):

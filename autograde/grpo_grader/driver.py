@@ -1,11 +1,12 @@
-"""The learner side of oracle grading: run the answer cells, call the functions on the given inputs.
+"""The learner side of oracle grading: run the learner's notebook, call the functions on the given inputs.
 
 Started by the grading pipeline inside the kernel sandbox (the same one nbgrader's kernels get), as
 ``python driver.py <job folder> [results fd]``, with a copy of this file in the (read-only) job folder. It reads
-``<job>/job.json`` = ``{"cells": [{"id", "source"}], "cases": [...], "cell_timeout", "case_timeout"}``, runs
-the cells in order in one IPython shell (magics work; a failing cell is recorded and the next one runs),
-then calls each case's function and writes one JSON line per cell and per case to the results fd: a pipe the
-grader opened and reads with a size limit and a deadline (without one, ``<job>/results.jsonl``: tests only).
+``<job>/job.json`` = ``{"cells": [{"id", "source"} or {"id", "test": true}], "cases": [...], "cell_timeout",
+"case_timeout"}``, runs the cells in order in one IPython shell (magics work; a failing cell is recorded and the
+next one runs); where a test cell stood, it calls the function of each case of that test (cases whose test cell is
+not there run at the end), and writes one JSON line per cell and per case to the results fd: a pipe the grader
+opened and reads with a size limit and a deadline (without one, ``<job>/results.jsonl``: tests only).
 
 Nothing here is trusted: the learner's code runs in this process and may change anything in it. The job holds
 inputs only; the expected values and the comparison stay in the grader's process (``oracle.py``), which
@@ -47,30 +48,11 @@ def _alarm(_signum, _frame):
     raise CellTimeout("运行超时（timeout）")
 
 
-def main(job_dir, results_fd=None):
-    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
-        job = json.load(handle)
-    if results_fd is None:
-        out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
-    else:
-        out = os.fdopen(int(results_fd), "w", encoding="utf-8")
-
-    def emit(record):
-        try:
-            line = _dumps(record, ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError) as error:
-            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
-                          | {"status": "raised", "type": "EncodeError", "mro": [], "message": str(error)[:200]})
-        if len(line) > _MAX_LINE:
-            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
-                          | {"status": "raised", "type": "OutputTooLarge", "mro": [], "message": "返回值过大"})
-        out.write(line + "\n")
-        out.flush()
-
-    import torch
-    from IPython.core.interactiveshell import InteractiveShell
-
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+def make_codec(torch):
+    """(encode, decode) between the learner's values and the plain data format of ``oracle.py``: only exact
+    ``torch.Tensor``, tuple, list, dict with str keys, set, bool/int/float/str/None - and NumPy scalars or 0-d
+    arrays, sent as the Python number their ``.item()`` gives - are sent as themselves; anything else becomes
+    ``{"__object__": type name}``. A function of ``torch`` so that this file imports nothing heavy at the top."""
     tensor_type = torch.Tensor
     dtypes = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
               "int32": torch.int32, "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -115,11 +97,45 @@ def main(job_dir, results_fd=None):
             return {"__dict__": [[k, encode(v, depth + 1)] for k, v in value.items()]}
         if kind in (bool, int, float, str) or value is None:
             return value
+        if kind.__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+            item = value.item()  # a NumPy scalar or 0-d array: the plain number (the contract accepts both)
+            if type(item) in (bool, int, float):
+                return item
         if kind in (set, frozenset):
             items = list(value)
             if all(type(v) in (int, float, str) for v in items):
                 return {"__set__": sorted(items, key=repr)}
         return {"__object__": f"{kind.__module__}.{kind.__qualname__}"[:100]}
+
+    return encode, decode
+
+
+def main(job_dir, results_fd=None):
+    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
+        job = json.load(handle)
+    if results_fd is None:
+        out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
+    else:
+        out = os.fdopen(int(results_fd), "w", encoding="utf-8")
+
+    def emit(record):
+        try:
+            line = _dumps(record, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError) as error:
+            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
+                          | {"status": "raised", "type": "EncodeError", "mro": [], "message": str(error)[:200]})
+        if len(line) > _MAX_LINE:
+            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
+                          | {"status": "raised", "type": "OutputTooLarge", "mro": [], "message": "返回值过大"})
+        out.write(line + "\n")
+        out.flush()
+
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    tensor_type = torch.Tensor
+    encode, decode = make_codec(torch)
 
     def same(a, b):
         """Equal values (NaN where NaN), shape and dtype: the argument was not written into."""
@@ -213,7 +229,7 @@ def main(job_dir, results_fd=None):
 
     cell_ids = {cell["id"] for cell in job["cells"]}
     pending = {}
-    for case in job["cases"]:  # each case runs right after its answer cell, as a test cell would
+    for case in job["cases"]:  # each case runs where its test cell stands, as the test cell would
         after = case.get("after") if case.get("after") in cell_ids else None
         pending.setdefault(after, []).append(case)
 
@@ -225,6 +241,9 @@ def main(job_dir, results_fd=None):
                 emit({"case": case["id"], "status": "raised", **error_record(error)})
 
     for cell in job["cells"]:
+        if cell.get("test"):  # where the learner's notebook has this test cell: its cases run now
+            run_pending(cell["id"])
+            continue
         started = time.monotonic()
         signal.alarm(int(job.get("cell_timeout", 60)))
         try:

@@ -12,7 +12,8 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
 from .course import ROOT, Settings
-from .run import AssignmentResult
+from .roster import name_learners
+from .run import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 
 
 def load_course_info(settings: Settings) -> dict:
@@ -25,14 +26,19 @@ def load_course_info(settings: Settings) -> dict:
                 order = _cell_order(settings, assignment.name, notebook.name)
                 cells = {}
                 for cell in notebook.grade_cells:
-                    manual = cell.cell_type == "markdown" or any(s.name == cell.name for s in notebook.solution_cells)
-                    cells[cell.name] = {"max_score": float(cell.max_score), "kind": "manual" if manual else "test"}
+                    kind = "manual" if is_manual(cell.cell_type, cell.name, notebook) else "test"
+                    cells[cell.name] = {"max_score": float(cell.max_score), "kind": kind}
                 entry["notebooks"][notebook.name] = {
                     "cells": dict(sorted(cells.items(), key=lambda kv: order.get(kv[0], len(order))))}
                 entry["checksums"][notebook.name] = {c.name: c.checksum for c in notebook.source_cells}
                 entry["locked"].update(c.name for c in notebook.source_cells if c.locked)
             info[assignment.name] = entry
     return info
+
+
+def is_manual(cell_type: str, name: str, notebook) -> bool:
+    """A graded cell only the instructor scores: a markdown answer, or an answer cell that is also graded."""
+    return cell_type == "markdown" or any(s.name == name for s in notebook.solution_cells)
 
 
 def _cell_order(settings: Settings, assignment: str, notebook: str) -> dict[str, int]:
@@ -67,7 +73,7 @@ def merge(settings: Settings, results: list[AssignmentResult]) -> None:
     with warnings.catch_warnings(), Gradebook(settings.db_url, settings.course_id) as gb:
         # nbgrader's add_submission triggers harmless SQLAlchemy 2 "not in session" autoflush warnings
         warnings.filterwarnings("ignore", message=".*not in session.*")
-        gb.update_or_create_student(learner)
+        name_learners(gb, settings.course.parent / "course.toml", [learner])  # the roster's name, else the id
         for result in results:
             kwargs = {"timestamp": result.timestamp} if result.timestamp else {}
             gb.update_or_create_submission(result.assignment, learner, **kwargs)
@@ -109,28 +115,66 @@ def read_report(settings: Settings, learner: str, assignment: str) -> dict | Non
         return None
 
 
-def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, str], list[str]]:
-    """{(learner, assignment): other learners of the batch with an identical or near-identical answer cell}
-    (same normalised tokens: renamed variables, comments and layout do not hide a copy)."""
-    owners: dict[tuple[str, str, str], set[str]] = {}
+def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, str], list[tuple[str, float]]]:
+    """{(learner, assignment): [(other learner of the batch, similarity)]} for answer cells whose winnowed
+    fingerprints mostly agree (``submission.similarity`` >= ``run.COPY_THRESHOLD``: renamed variables, comments,
+    layout, dead code and reordered statements do not hide a copy); the highest similarity per pair."""
+    from .run import COPY_THRESHOLD
+    from .submission import similarity
+
+    answers: dict[tuple[str, str], dict[str, list[str]]] = {}
+    prints: dict[tuple[str, str, str], set] = {}
     for (learner, assignment), report in reports.items():
         for nb in report.get("notebooks", []):
-            for gid, digest in (nb.get("answers") or {}).items():
-                owners.setdefault((assignment, gid, digest), set()).add(learner)
-    out: dict[tuple[str, str], set[str]] = {}
-    for (assignment, _, _), learners in owners.items():
-        if len(learners) < 2:
-            continue
-        for learner in learners:
-            out.setdefault((learner, assignment), set()).update(learners - {learner})
-    return {key: sorted(value) for key, value in out.items()}
+            for gid, value in (nb.get("answers") or {}).items():
+                if isinstance(value, list):  # reports of grader version 2 hold a digest: not comparable
+                    prints[(learner, assignment, gid)] = set(value)
+                    answers.setdefault((assignment, gid), []).append(learner)
+    best: dict[tuple[str, str], dict[str, float]] = {}
+    for (assignment, gid), learners in answers.items():
+        for i, a in enumerate(learners):
+            for b in learners[i + 1:]:
+                share = similarity(prints[(a, assignment, gid)], prints[(b, assignment, gid)])
+                if share >= COPY_THRESHOLD:
+                    for one, other in ((a, b), (b, a)):
+                        seen = best.setdefault((one, assignment), {})
+                        seen[other] = max(seen.get(other, 0.0), share)
+    return {key: sorted(value.items(), key=lambda item: (-item[1], item[0])) for key, value in best.items()}
 
 
-def _similar_flags(others: list[str], limit: int = 5) -> list[str]:
-    flags = [f"similar:{o}" for o in others[:limit]]
+def _similar_flags(others: list[tuple[str, float]], limit: int = 5) -> list[str]:
+    """``similar:<learner>:<similarity>%`` for the most similar learners (then ``similar:+<more>``)."""
+    flags = [f"similar:{other}:{round(100 * share)}%" for other, share in others[:limit]]
     if len(others) > limit:
         flags.append(f"similar:+{len(others) - limit}")
     return flags
+
+
+def manual_points_of(submission) -> dict[str, float]:
+    """{"automatic": points the autograder gives, "pending": manual points no instructor has scored yet}."""
+    automatic = pending = 0.0
+    for notebook in submission.notebooks:
+        for grade in notebook.grades:
+            if is_manual(grade.cell_type, grade.name, notebook.notebook):
+                pending += grade.max_score if grade.manual_score is None else 0.0
+            else:
+                automatic += grade.max_score
+    return {"automatic": automatic, "pending": pending}
+
+
+def grade_reason(reason: str, score: float, points: dict[str, float], penalty: float = 0.0) -> str:
+    """The reason column of a submitted assignment: the grader's reason, "无自动评分" for a lesson without
+    automatic points, "待人工评分 N 分" while manual points wait, "得 0 分" only for a zero nothing explains."""
+    parts = [reason]
+    if points["automatic"] == 0 and not reason:
+        parts = [f"{NO_AUTO_POINTS}（本课没有自动计分的测试）"]
+    if points["pending"] > 0:
+        parts.append(manual_pending_text(points["pending"]))
+    if score == 0 and not any(parts):
+        parts = ["得 0 分（score 0）"]
+    if penalty:
+        parts.append(f"迟交扣分 {penalty:g}（late penalty）")
+    return "；".join(p for p in parts if p)
 
 
 def export_rows(settings: Settings) -> tuple[list[dict], list[dict]]:
@@ -148,24 +192,25 @@ def export_rows(settings: Settings) -> tuple[list[dict], list[dict]]:
                 try:
                     submission = gb.find_submission(assignment.name, student.id)
                 except MissingEntry:
+                    nothing = "得 0 分" if assignment.max_score else NO_AUTO_POINTS
                     rows.append({"learner": student.id, "assignment": assignment.name, "score": 0.0,
                                  "max_score": assignment.max_score, "status": "missing",
-                                 "reason": "得 0 分：没有提交（no submission）", "flags": "",
+                                 "reason": f"{nothing}：没有提交（no submission）", "flags": "",
                                  "needs_manual_grade": False, "timestamp": ""})
                     continue
                 penalty = submission.late_submission_penalty or 0.0
                 score = max(0.0, submission.score - penalty)
-                reason = report.get("reason", "")
                 status = report.get("status", "graded")
-                if score == 0 and not reason:
-                    reason = "得 0 分（score 0）"
-                if penalty:
-                    reason = "；".join(p for p in [reason, f"迟交扣分 {penalty:g}（late penalty）"] if p)
+                points = manual_points_of(submission)
+                reason = grade_reason(report.get("reason", ""), score, points, penalty)
                 flags = sorted({f for n in report.get("notebooks", []) for f in n.get("flags", [])})
+                if points["automatic"] == 0:  # nothing for an oracle to grade: its absence says nothing
+                    flags = [f for f in flags if f != "no-oracle"]
                 flags += _similar_flags(similar.get((student.id, assignment.name), []))
                 rows.append({"learner": student.id, "assignment": assignment.name, "score": round(score, 4),
                              "max_score": submission.max_score, "status": status, "reason": reason,
                              "flags": " ".join(flags), "needs_manual_grade": bool(submission.needs_manual_grade),
+                             "manual_pending": points["pending"], "automatic_max_score": points["automatic"],
                              "timestamp": submission.timestamp.isoformat() if submission.timestamp else ""})
                 outcomes = {(n["notebook"], t["grade_id"]): t
                             for n in report.get("notebooks", []) for t in n.get("tests", [])}

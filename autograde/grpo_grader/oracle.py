@@ -3,7 +3,7 @@
 A lesson's oracle is a module ``autograde/grpo_grader/oracles/<assignment>.py`` (see "Writing an oracle for
 a lesson" in autograde/README.md). It never enters a learner kernel: the grader process imports it, asks it
 for cases, sends only the cases' *inputs* (plain JSON) to a sandboxed driver process that runs the learner's
-answer cells (``driver.py``), and compares what comes back (plain JSON, parsed without executing anything)
+notebook as written (``driver.py``), and compares what comes back (plain JSON, parsed without executing anything)
 with the expectations that stayed here.
 
 The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
@@ -11,8 +11,9 @@ The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
 - a tensor is ``{"__tensor__": "<dtype>", "shape": [...], "data": [flat list]}`` (dtypes: bool, uint8,
   int8/16/32/64, float16/bfloat16/float32/float64), a tuple ``{"__tuple__": [...]}``, a dict with string keys
   ``{"__dict__": [[key, value], ...]}``, a torch dtype (an argument only) ``{"__dtype__": "float32"}``; numbers, strings, booleans, None and lists are themselves;
-  anything else the learner returns arrives as ``{"__object__": "<type name>"}`` and fails every check;
-- a case sent to the driver: ``{"id", "call", "args", "kwargs", "grad": [arg indices], "backward": {"output":
+  a NumPy scalar or 0-d array the learner returns arrives as the number its ``.item()`` gives; anything else
+  arrives as ``{"__object__": "<type name>"}`` and fails every check;
+- a case sent to the driver: ``{"id", "call", "after": its test cell, "args", "kwargs", "grad": [arg indices], "backward": {"output":
   index or null, "weights": tensor or null}}``;
 - one result line per case: ``{"case": id, "status": "returned" | "raised" | "missing", "value", "grads":
   {index: tensor or null}, "mutated": [arg indices], "type": exception name, "mro": [...], "message"}``.
@@ -136,11 +137,50 @@ class Mismatch(AssertionError):
 
 
 def _kind(value: Any) -> str:
+    """The type that arrived, as a message names it (tensors with dtype and shape)."""
     if isinstance(value, Foreign):
         return value.type_name
     if torch.is_tensor(value):
-        return f"torch.Tensor[{DTYPE_NAMES.get(value.dtype)}]"
+        return f"torch.Tensor[{DTYPE_NAMES.get(value.dtype)}]，形状 {tuple(value.shape)}"
     return type(value).__name__
+
+
+# ----------------------------------------------------------------------------- comparisons that cannot be fooled
+NUMBER_KINDS = "Python int/float、NumPy 标量或 0 维浮点张量"   # what ``Number`` accepts, as messages say it
+
+
+def as_number(value: Any, tensor_ok: bool = True) -> float | int | None:
+    """The number a learner returned where the lesson asks for one (Python int/float; a NumPy scalar arrives as
+    one, the driver sends its ``.item()``; a 0-d floating tensor when ``tensor_ok``), else None (bool is not a
+    number)."""
+    if tensor_ok and torch.is_tensor(value) and value.dim() == 0 and value.dtype.is_floating_point:
+        return float(value.item())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def close_number(got: float, want: float, atol: float = 0.0, rtol: float = 0.0) -> bool:
+    """``got`` equals ``want`` within ``atol + rtol * |want|``; NaN only where NaN is expected, ±inf only where
+    the same infinity is (``abs(got - want) > tol`` is False for NaN: never compare that way)."""
+    got, want = float(got), float(want)
+    if math.isnan(want) or math.isnan(got):
+        return math.isnan(want) and math.isnan(got)
+    if math.isinf(want) or math.isinf(got):
+        return got == want
+    return abs(got - want) <= atol + rtol * abs(want)
+
+
+def close_tensor(got: Any, want: torch.Tensor, atol: float = 0.0, rtol: float = 0.0) -> bool:
+    """A tensor of ``want``'s shape whose every element is ``close_number`` to ``want``'s (any dtype)."""
+    if not torch.is_tensor(got) or tuple(got.shape) != tuple(want.shape):
+        return False
+    g, e = got.detach().to(torch.float64).reshape(-1), want.detach().to(torch.float64).reshape(-1)
+    nan_g, nan_e = torch.isnan(g), torch.isnan(e)
+    finite = torch.isfinite(e) & torch.isfinite(g)
+    ok = torch.where(nan_e | nan_g, nan_e & nan_g,
+                     torch.where(finite, (g - e).abs() <= atol + rtol * e.abs(), g == e))
+    return bool(ok.all())
 
 
 def _fmt(values: list, limit: int = 6) -> str:
@@ -212,23 +252,23 @@ def _equal(a: Any, b: Any) -> bool:
 
 @dataclass
 class Number:
-    """A real number (Python int/float, or a 0-d floating tensor when ``tensor_ok``) close to ``expected``."""
+    """A real number close to ``expected``: what ``as_number`` accepts (Python int/float, a NumPy scalar, a 0-d
+    floating tensor unless ``tensor_ok`` is False); compared by ``close_number`` (NaN and ±inf never pass for a
+    finite expectation)."""
     expected: float
     atol: float = 1e-9
     rtol: float = 0.0
-    tensor_ok: bool = False
+    tensor_ok: bool = True
     what: str = ""
 
     def check(self, got: Any) -> None:
         label = f"{self.what}：" if self.what else ""
-        if self.tensor_ok and torch.is_tensor(got) and got.dim() == 0 and got.dtype.is_floating_point:
-            got = float(got.item())
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            raise Mismatch(f"{label}应返回一个数，实际返回 {_kind(got)}")
-        if math.isnan(self.expected) and isinstance(got, float) and math.isnan(got):
-            return
-        if not abs(got - self.expected) <= self.atol + self.rtol * abs(self.expected):
-            raise Mismatch(f"{label}期望 {self.expected:.8g}，实际 {got:.8g}（容差 {self.atol:g}）")
+        value = as_number(got, self.tensor_ok)
+        if value is None:
+            kinds = NUMBER_KINDS if self.tensor_ok else "Python int/float 或 NumPy 标量"
+            raise Mismatch(f"{label}应返回一个数（{kinds}），实际返回 {_kind(got)}")
+        if not close_number(value, self.expected, self.atol, self.rtol):
+            raise Mismatch(f"{label}期望 {self.expected:.8g}，实际 {value:.8g}（容差 atol={self.atol:g}, rtol={self.rtol:g}）")
 
 
 @dataclass
@@ -303,7 +343,7 @@ class Case:
     read: bool = False          # ``call`` names a variable the answer cell sets: its value is the result
     id: str = ""
 
-    after: str | None = None    # the answer cell after which the driver runs this case (set from TESTS)
+    after: str | None = None    # the test cell at whose place the driver runs this case (set by Oracle.cases)
 
     def wire(self) -> dict:
         """What the driver receives: inputs only, never the expectations."""
@@ -330,9 +370,10 @@ class Oracle:
         """Code the driver runs before the notebook's cells (imports that skipped setup cells would provide)."""
         return getattr(self.module, "PRELUDE", "")
 
-    def skip_setup(self, source: str, grade_id: str | None = None) -> bool:
-        """Whether the driver leaves out this setup cell: SKIP_SETUP names a substring of it or its grade_id."""
-        return any(marker in source or marker == grade_id for marker in getattr(self.module, "SKIP_SETUP", ()))
+    def skip_setup(self, grade_id: str | None) -> bool:
+        """Whether the driver leaves out this locked setup cell: its release grade_id is in ``SKIP_SETUP``
+        (never a source substring: a learner's own cell has no grade_id and always runs)."""
+        return grade_id is not None and grade_id in getattr(self.module, "SKIP_SETUP", ())
 
     def cases(self, seed: str, flags: dict | None = None, learner: str = "") -> list[Case]:
         flags = {**getattr(self.module, "FLAGS", {}), **(flags or {})}
@@ -342,7 +383,7 @@ class Oracle:
             raise ValueError(f"oracle {self.assignment}: cases for unknown tests {unknown}")
         for index, case in enumerate(cases):
             case.id = f"{case.test}#{index}"
-            case.after = self.tests[case.test]
+            case.after = case.test  # the driver runs it where the learner's notebook has this test cell
         return cases
 
 

@@ -1,4 +1,4 @@
-"""One oracle run: the job for the driver (setup cells of the release + the learner's answers + case inputs),
+"""One oracle run: the job for the driver (the learner's notebook as written, test cells as markers, case inputs),
 its sandboxed execution in a slot, and the verdicts per test cell."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from pathlib import Path
 import nbformat
 
 from .oracle import Oracle, TestVerdict, parse_results, verdicts
-from .preprocessors import is_demo_cell
-from .submission import answer_sources
+from .preprocessors import BOOTSTRAP_ID, is_demo_cell
 
 DRIVER = Path(__file__).resolve().parent / "driver.py"
 
@@ -23,23 +22,42 @@ def job_cells(
     oracle: Oracle,
     demo_cells: list[str] | tuple[str, ...] = (),
 ) -> list[dict]:
-    """The code cells the driver runs, in release order: the release's setup cells (never the learner's
-    edits of them), the learner's answer cells in place of the stubs; test cells, the lesson's demonstration
-    cells (``demo_cells``: the markers of ``SafeExecute.demo_cells``, which the grading kernel skips too) and the
-    oracle's ``SKIP_SETUP`` cells are left out."""
-    answers = answer_sources(rebuilt)
+    """What the driver runs: the learner's notebook as written, in the learner's order - every code cell the
+    learner has (answers, setup cells they edited, cells they added) - except test cells, which become markers
+    (``{"id": test grade_id, "test": True}``: the cases of that test run there, as the test cell would) and the
+    instructor's cells left out by release grade_id: the lesson's demonstrations (``demo_cells``, which the
+    grading kernel skips too) and the oracle's ``SKIP_SETUP``. Locked cells run as released (nbgrader restores
+    them too); a missing or moved bootstrap cell runs first, as ``RestoreBootstrap`` puts it."""
+    released = {}
+    for cell in release.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid and gid not in released:
+            released[gid] = cell
     cells = [{"id": "prelude", "source": oracle.prelude, "answer": False}] if oracle.prelude else []
-    for index, cell in enumerate(release.cells):
+    code = [c for c in rebuilt.cells if c.cell_type == "code"]
+    first = code[0].get("metadata", {}).get("nbgrader", {}).get("grade_id") if code else None
+    if BOOTSTRAP_ID in released and first != BOOTSTRAP_ID:
+        cells.append({"id": BOOTSTRAP_ID, "source": released[BOOTSTRAP_ID].source, "answer": False})
+    seen = set()
+    for index, cell in enumerate(rebuilt.cells):
         if cell.cell_type != "code":
             continue
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        gid = meta.get("grade_id")
-        if meta.get("solution"):
-            cells.append({"id": gid, "source": answers.get(gid, cell.source), "answer": True})
-        elif meta.get("grade") or is_demo_cell(cell, demo_cells):
+        gid = meta.get("grade_id") if meta.get("grade_id") in released else None
+        if gid in seen or (gid == BOOTSTRAP_ID and first != BOOTSTRAP_ID):
             continue
-        elif not oracle.skip_setup(cell.source, gid):
-            cells.append({"id": gid or f"setup-{index}", "source": cell.source, "answer": False})
+        if gid:
+            seen.add(gid)
+        if meta.get("grade") and not meta.get("solution"):
+            cells.append({"id": gid, "test": True})
+        elif meta.get("solution"):
+            cells.append({"id": gid, "source": cell.source, "answer": True})
+        elif is_demo_cell(cell, demo_cells) or oracle.skip_setup(gid):
+            continue
+        elif gid and meta.get("locked"):
+            cells.append({"id": gid, "source": released[gid].source, "answer": False})
+        else:
+            cells.append({"id": gid or f"cell-{index}", "source": cell.source, "answer": False})
     return cells
 
 

@@ -35,9 +35,11 @@ Feedback:
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 
+from jinja2 import pass_context
 from nbclient.exceptions import DeadKernelError
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbformat.notebooknode import NotebookNode
@@ -57,15 +59,16 @@ del _grader_trust"""
 
 def is_demo_cell(cell, markers) -> bool:
     """Whether ``cell`` is one of a lesson's demonstration cells (``SafeExecute.demo_cells[assignment]``): a setup
-    code cell (never an answer or test cell) whose grade_id is a marker or, without a grade_id, whose source
-    contains one. Neither the grading kernel nor the oracle's driver runs it."""
+    code cell (never an answer or test cell) whose release grade_id is listed. Only the release's locked cells
+    carry a grade_id (``rebuild_metadata``), so a cell the learner added is never a demonstration. Neither the
+    grading kernel nor the oracle's driver runs it."""
     if cell.get("cell_type") != "code":
         return False
     meta = cell.get("metadata", {}).get("nbgrader", {})
     if meta.get("solution") or meta.get("grade"):
         return False
     gid = meta.get("grade_id")
-    return any(marker == gid or (gid is None and marker in cell.get("source", "")) for marker in markers)
+    return gid is not None and gid in markers
 
 
 def _error_output(ename: str, evalue: str) -> NotebookNode:
@@ -181,10 +184,10 @@ class SafeExecute(Execute):
     ).tag(config=True)
 
     demo_cells = Dict(
-        {}, help="{assignment: [grade_id or source marker, ...]}: setup/demo code cells (never answer or test "
-                 "cells) that the grading kernel and the oracle's driver do not run: slow demonstrations that no "
-                 "later cell and no point depends on (tests/test_autograde.py checks that no later cell reads a "
-                 "name they define); a marker without a grade_id matches a substring of the cell's source"
+        {}, help="{assignment: [grade_id, ...]}: locked setup/demo code cells (never answer or test cells) that "
+                 "the grading kernel and the oracle's driver do not run: slow demonstrations that no later cell and "
+                 "no point depends on (tests/test_autograde.py checks that no later cell reads a name they define); "
+                 "matched by the release's grade_id only, so a cell the learner added always runs"
     ).tag(config=True)
 
     def _is_demo(self, cell, resources) -> bool:
@@ -320,6 +323,46 @@ def add_missing_alt(html: str) -> tuple[str, int]:
     return _outside_verbatim(html, change), count
 
 
+# ----------------------------------------------------------------------------- formulas without the network
+# nbgrader's feedback template loads MathJax 2.7.7 from a CDN (its `mathjax()` macro ignores mathjax_url): offline,
+# formulas showed as raw LaTeX. The feedback pages instead carry the formulas as MathML, converted here by
+# latex2mathml (pure Python) when the page is written; browsers draw MathML themselves (Chromium >= 109, Firefox,
+# Safari), so a page needs neither the network nor a script. The CDN script block is left out of the page.
+_MATHJAX_BLOCK = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+TEX_FALLBACK_CLASS = "tex-source"  # a formula latex2mathml could not convert: shown as its TeX source
+
+
+def tex_to_mathml(tex: str, display: bool) -> str:
+    """``tex`` as a MathML element (``display="block"`` for display maths); TeX latex2mathml cannot convert is
+    shown as its escaped source in ``<code class="tex-source">``."""
+    import html
+
+    from latex2mathml.converter import convert
+
+    try:
+        return convert(tex.strip(), display="block" if display else "inline")
+    except Exception:  # latex2mathml raises its own exceptions (and IndexError, KeyError) for what it lacks
+        return f'<code class="{TEX_FALLBACK_CLASS}">{html.escape(tex)}</code>'
+
+
+def _mathml_renderer_class():
+    from nbconvert.filters.markdown_mistune import IPythonRenderer
+
+    class MathMLRenderer(IPythonRenderer):
+        """nbconvert's Markdown renderer with the formulas as MathML instead of TeX left for MathJax."""
+
+        def block_math(self, body: str) -> str:
+            return tex_to_mathml(body, display=True)
+
+        def inline_math(self, body: str) -> str:
+            return tex_to_mathml(body, display=False)
+
+        def latex_environment(self, name: str, body: str) -> str:
+            return tex_to_mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", display=True)
+
+    return MathMLRenderer
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML exporter for the feedback pages, without its BeautifulSoup pass.
 
@@ -327,7 +370,24 @@ class FeedbackExporter(HTMLExporter):
     BeautifulSoup to give images without ``alt`` a text and to make the lab template's cells focusable: on the
     course's feedback pages (nbgrader's ``feedback`` template, no lab cells) that pass was 57 % of
     `make feedback`'s time. Here the same alternative text is added with :func:`add_missing_alt`; the page is the
-    template's output otherwise. ``tests/test_autograde.py`` compares both exporters on a graded notebook."""
+    template's output otherwise. ``tests/test_autograde.py`` compares both exporters on a graded notebook.
+
+    Two more differences: Markdown formulas are written as MathML (:func:`tex_to_mathml`) and the MathJax script
+    from a CDN is left out, so a page shows its formulas offline; and hidden-test regions still in a test cell
+    (a notebook autograded outside the pipeline, a configuration without :class:`HideHiddenTests`) are dropped
+    here too, so no way of writing feedback shows hidden-test source."""
+
+    @pass_context
+    def markdown2html(self, context, source):
+        from nbconvert.filters.markdown_mistune import MarkdownWithMath
+
+        cell = context.get("cell", {})
+        renderer = _mathml_renderer_class()(
+            escape=False, attachments=cell.get("attachments", {}), embed_images=self.embed_images,
+            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            anchor_link_text=self.anchor_link_text, exclude_anchor_links=self.exclude_anchor_links,
+            **self.lexer_options)
+        return MarkdownWithMath(renderer=renderer).render(source)
 
     def from_notebook_node(self, nb, resources=None, **kw):
         from nbconvert.filters.highlight import Highlight2HTML
@@ -341,7 +401,10 @@ class FeedbackExporter(HTMLExporter):
         filter_data_type = WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources)
         self.register_filter("highlight_code", highlight_code)
         self.register_filter("filter_data_type", filter_data_type)
+        nb = copy.deepcopy(nb)
+        HideHiddenTests().preprocess(nb, resources)
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        html = _MATHJAX_BLOCK.sub("", html, count=1)
         html, missing = add_missing_alt(html)
         if missing:
             self.log.warning("Alternative text is missing on %s image(s).", missing)

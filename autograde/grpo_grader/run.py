@@ -2,6 +2,7 @@
 grades and test outcomes, and stage the autograded notebooks (with a grading note) for the merge."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ import nbformat
 from .course import GRADER_VERSION, ROOT, Settings
 from .digests import oracle_digest, seed_digest
 from .slots import Slot
-from .submission import answer_hashes, read_notebook, rebuild_metadata
+from .submission import answer_fingerprints, containment, fingerprints, read_notebook, rebuild_metadata
 
 if TYPE_CHECKING:  # the oracles (and torch) are imported when a notebook is graded, not by the other commands
     from .oracle_run import OracleOutcome
@@ -51,7 +52,7 @@ class NotebookResult:
     late_penalty: float | None = None
     tests: list[dict] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    answers: dict = field(default_factory=dict)     # answer grade_id -> hash of its normalised tokens (copies)
+    answers: dict = field(default_factory=dict)     # answer grade_id -> its winnowed fingerprint (copies)
     seconds: float = 0.0
     phases: dict = field(default_factory=dict)      # seconds per step: nbgrader, oracle
     score: float = 0.0
@@ -166,8 +167,9 @@ def runnable_notebooks(settings: Settings, course_info: dict, todo, enough: int 
 def compare_with_release(submitted: nbformat.NotebookNode, release: nbformat.NotebookNode) -> tuple[list[str], list[str], str]:
     """(locked cells the learner edited, locked cells the learner deleted, the code the learner wrote).
 
-    nbgrader restores both kinds of locked cells from the gradebook; the learner's own code is every code
-    cell whose text is not in the released notebook (answers, added cells).
+    nbgrader restores both kinds of locked cells from the gradebook; the learner's own code is every line of a
+    code cell that no code cell of the released notebook has (answers, added cells, lines added to a setup
+    cell): ``import numpy as np`` added to the imports cell is the learner's, the cell's released lines are not.
     """
     def locked(cell):
         meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -181,10 +183,40 @@ def compare_with_release(submitted: nbformat.NotebookNode, release: nbformat.Not
             mine.setdefault(gid, cell)
     edited = [gid for gid, cell in released.items() if gid in mine and mine[gid].source != cell.source]
     deleted = [gid for gid in released if gid not in mine]
-    release_sources = {c.source for c in release.cells}
-    written = "\n".join(c.source for c in submitted.cells
-                        if c.cell_type == "code" and c.source not in release_sources)
+    release_lines = {line.strip() for c in release.cells if c.cell_type == "code" for line in c.source.splitlines()}
+    written = "\n".join(line for c in submitted.cells if c.cell_type == "code"
+                        for line in c.source.splitlines() if line.strip() not in release_lines)
     return edited, deleted, written
+
+
+COPY_THRESHOLD = 0.8   # share of an answer's fingerprint found in the reference (or another learner's answer)
+
+
+@functools.cache
+def reference_fingerprints(assignment: str) -> dict[str, frozenset]:
+    """{answer grade_id: fingerprint of the course's worked answer (``solutions/``)}, and under ``"*"`` the
+    fingerprint of the lesson's exported module (``tools/lessons/<assignment>.py``); empty where neither exists."""
+    out: dict[str, frozenset] = {}
+    try:
+        from .sample import worked_answers
+
+        out = {gid: frozenset(fingerprints(source)) for gid, source in worked_answers(assignment).items()}
+    except Exception:  # no lesson source in this course copy: nothing to compare with
+        pass
+    module = ROOT / "tools" / "lessons" / f"{assignment}.py"
+    if module.is_file():
+        out["*"] = frozenset(fingerprints(module.read_text(encoding="utf-8")))
+    return out
+
+
+def copies_reference(assignment: str, answers: dict[str, list[int]]) -> list[str]:
+    """``copies-reference:<share>%`` when an answer cell is (nearly) the course's reference answer: most of its
+    fingerprint is in the worked answer or the lesson module (a flag for a human; never a score change)."""
+    reference = reference_fingerprints(assignment)
+    shares = [containment(prints, reference.get(gid, frozenset()) | reference.get("*", frozenset()))
+              for gid, prints in answers.items()]
+    best = max(shares, default=0.0)
+    return [f"copies-reference:{round(100 * best)}%"] if best >= COPY_THRESHOLD else []
 
 
 def scan_flags(code: str) -> list[str]:
@@ -261,10 +293,30 @@ STATUS_TEXT = {"graded": "已评分（graded）", "timeout": "超时终止（tim
                "missing": "未提交（missing）", "error": "评分出错（error）"}
 
 
+NO_AUTO_POINTS = "无自动评分"
+
+
+def manual_pending_text(points: float) -> str:
+    """How a grade row and the note say that points wait for the instructor (never a bare '-' or a lost point)."""
+    return f"待人工评分 {points:g} 分"
+
+
+def manual_points(result: NotebookResult) -> float:
+    """The notebook's points that only the instructor can give (manually graded answers)."""
+    return sum(t["max_score"] for t in result.tests if t["outcome"] == "manual")
+
+
 def note_markdown(result: NotebookResult) -> str:
+    manual = manual_points(result)
+    automatic = result.max_score - manual
     lines = ["### 自动评分说明（autograder note）", "",
-             f"- 状态：{STATUS_TEXT.get(result.status, result.status)}",
-             f"- 自动评分得分：{result.score:g} / {result.max_score:g}（教师人工调整后以上方总分为准）"]
+             f"- 状态：{STATUS_TEXT.get(result.status, result.status)}"]
+    if automatic > 0:
+        lines.append(f"- 自动评分得分：{result.score:g} / {automatic:g}（教师人工调整后以上方总分为准）")
+    else:
+        lines.append(f"- 自动评分：{NO_AUTO_POINTS}（这一课没有自动计分的测试）")
+    if manual > 0:
+        lines.append(f"- {manual_pending_text(manual)}：问答题由教师评阅后计入总分（满分共 {result.max_score:g} 分）")
     if result.reason:
         lines.append(f"- 原因：{result.reason}")
     lines += [f"- 说明：{note}" for note in result.notes]
@@ -383,11 +435,11 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
                 oracle_run.wait()  # never leave the driver running into the next notebook's reset_work()
             nres.seconds = round(time.monotonic() - started, 1)
             nres.phases["nbgrader"] = round(seconds, 2)
-            nres.answers = answer_hashes(rebuilt[name], release)
+            nres.answers = answer_fingerprints(rebuilt[name], release)
             edited, deleted = [], []
             try:
                 edited, deleted, written = compare_with_release(rebuilt[name], release)
-                nres.flags = scan_flags(written)
+                nres.flags = scan_flags(written) + copies_reference(assignment, nres.answers)
             except Exception:  # checked readable above; this review never blocks grading
                 nres.flags = []
             if timed_out:
@@ -436,7 +488,9 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             nres.score = max(0.0, nres.score - nres.late_penalty)
         if nres.status == "graded":
             nres.reason = summarise(nres.tests)
-            if nres.score == 0 and not nres.reason:
+            if nres.max_score - manual_points(nres) == 0 and not nres.reason:
+                nres.reason = f"{NO_AUTO_POINTS}（本课没有自动计分的测试）"
+            elif nres.score == 0 and not nres.reason:
                 nres.reason = "得 0 分（score 0）"
         # stage the notebook the feedback is made from
         staged_nb = stage / f"{name}.ipynb"

@@ -13,7 +13,9 @@ A case is a dict ``{assignment: spec}``; a spec may hold:
 - ``edit``: ``{grade_id: [(old, new), ...]}``: text replacements in a cell after ``base`` and ``cells`` (each
   ``old`` must occur in the cell: a changed notebook makes the rebuild fail instead of silently drifting);
 - ``delete``: grade_ids of cells the learner deleted;
-- ``insert_after``: ``[(grade_id, source)]``: new code cells the learner added;
+- ``insert_after`` / ``insert_before``: ``[(grade_id, source)]``: new code cells the learner added;
+- ``edit_setup``: ``[(marker, old, new)]``: a text replacement in the first setup cell without a grade_id (an
+  editable cell of the lesson, e.g. its imports) whose source contains ``marker``;
 - ``filename``: the file name the learner used (default ``<assignment>.ipynb``);
 - ``metadata``: ``{grade_id: {key: value}}``: edits of a cell's nbgrader metadata (points, checksum, grade, ...);
   a ``grade_id`` key renames the cell's id; ``cell_type`` changes the cell's type;
@@ -130,7 +132,14 @@ def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[
             sources[gid] = sources[gid].replace(old, new)
     known = {_grade_id(c) for c in nb.cells}
     unknown = sorted((set(sources) | set(spec.get("delete", []))) - known)
-    unknown += [gid for gid, _ in spec.get("insert_after", []) if gid not in known]
+    unknown += [gid for gid, _ in spec.get("insert_after", []) + spec.get("insert_before", []) if gid not in known]
+    for marker, old, new in spec.get("edit_setup", []):
+        cell = next(
+            (c for c in nb.cells if c.cell_type == "code" and _grade_id(c) is None and marker in c.source), None
+        )
+        if cell is None or old not in cell.source:
+            raise ValueError(f"{assignment}: no setup cell with {marker!r} containing {old!r}")
+        cell.source = cell.source.replace(old, new, 1)
     if unknown:
         raise KeyError(f"{assignment}: no cell with grade_id {unknown}")
     for cell in nb.cells:
@@ -162,6 +171,11 @@ def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[
         position = next(i for i, c in enumerate(nb.cells) if _grade_id(c) == after) + 1
         new = nbformat.v4.new_code_cell(source)
         new["id"] = f"learner-added-{index}"
+        nb.cells.insert(position, new)
+    for index, (before, source) in enumerate(spec.get("insert_before", [])):
+        position = next(i for i, c in enumerate(nb.cells) if _grade_id(c) == before)
+        new = nbformat.v4.new_code_cell(source)
+        new["id"] = f"learner-added-above-{index}"
         nb.cells.insert(position, new)
     if spec.get("nbformat") == 3:
         text = nbformat.writes(nbformat.convert(copy.deepcopy(nb), 3)) + "\n"

@@ -180,16 +180,48 @@ def normalised_tokens(source: str) -> list[str]:
     return out
 
 
-def answer_hashes(nb: nbformat.NotebookNode, release: nbformat.NotebookNode, min_tokens: int = 40) -> dict[str, str]:
-    """{answer grade_id: hash of its normalised tokens} for answers that differ from the released stub and are
-    long enough to mean something (the copy detector compares these across learners)."""
-    import hashlib
+K_GRAM = 5          # tokens per k-gram of the copy fingerprint
+WINDOW = 4          # winnowing window: every run of WINDOW + K_GRAM - 1 shared tokens shares a fingerprint
+MIN_PRINTS = 8      # an answer with fewer own fingerprints (beyond the released stub) is too short to compare
 
-    stubs = {gid: normalised_tokens(source) for gid, source in answer_sources(release).items()}
+
+def fingerprints(source: str, k: int = K_GRAM, window: int = WINDOW) -> set[int]:
+    """Winnowed k-gram fingerprint of ``source`` (Schleimer, Wilkerson and Aiken's winnowing, as in MOSS) over its
+    normalised tokens: renaming, comments, layout and string contents change nothing; dead code or reordered
+    independent statements change only the k-grams that touch them, so most of a copy's fingerprint remains."""
+    import zlib
+
+    tokens = normalised_tokens(source)
+    if len(tokens) < k:
+        return set()
+    hashes = [zlib.crc32(" ".join(tokens[i:i + k]).encode()) for i in range(len(tokens) - k + 1)]
+    if len(hashes) <= window:
+        return {min(hashes)}
+    return {min(hashes[i:i + window]) for i in range(len(hashes) - window + 1)}
+
+
+def answer_fingerprints(nb: nbformat.NotebookNode, release: nbformat.NotebookNode,
+                        min_prints: int = MIN_PRINTS) -> dict[str, list[int]]:
+    """{answer grade_id: sorted fingerprints of what the learner wrote in it} (the released stub's fingerprints
+    removed: the signature and docstring every learner shares say nothing), for answers long enough to compare."""
+    stubs = {gid: fingerprints(source) for gid, source in answer_sources(release).items()}
     out = {}
     for gid, source in answer_sources(nb).items():
-        tokens = normalised_tokens(source)
-        if len(tokens) < min_tokens or tokens == stubs.get(gid):
-            continue
-        out[gid] = hashlib.sha256(" ".join(tokens).encode()).hexdigest()[:20]
+        prints = fingerprints(source) - stubs.get(gid, set())
+        if len(prints) >= min_prints:
+            out[gid] = sorted(prints)
     return out
+
+
+def similarity(a, b) -> float:
+    """Share of the smaller fingerprint found in the other (1.0: one answer is contained in the other)."""
+    a, b = set(a), set(b)
+    if not a or not b:
+        return 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
+def containment(a, b) -> float:
+    """Share of fingerprint ``a`` found in ``b`` (how much of a learner's answer the reference already has)."""
+    a = set(a)
+    return len(a & set(b)) / len(a) if a else 0.0

@@ -1,6 +1,7 @@
 """The notebook table of README.md (notebook, what it teaches, profile, launch badges).
 
-    python -m tools.chain.readme_table           # rewrite the block in README.md, print it
+    python -m tools.chain.readme_table           # rewrite the block in README.md (one line says what changed)
+    python -m tools.chain.readme_table --print   # ... and print the block
     python -m tools.chain.readme_table --check   # exit 1 when the block is stale
 
 The block lies between ``<!-- notebooks:begin -->`` and ``<!-- notebooks:end -->``. Its rows are the
@@ -107,6 +108,7 @@ def update(root: Path = ROOT) -> tuple[str, bool]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.chain.readme_table", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when README.md's block is stale")
+    parser.add_argument("--print", action="store_true", help="print the block too (make release does not)")
     args = parser.parse_args(argv)
     if args.check:
         readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -117,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         print("README.md: notebook table up to date")
         return 0
     block, changed = update(ROOT)
-    print(block)
-    print(f"README.md {'updated' if changed else 'unchanged'}", file=sys.stderr)
+    if args.print:
+        print(block)
+    rows = sum(1 for line in block.splitlines() if line.startswith("| [`"))
+    print(f"README.md: notebook table {'updated' if changed else 'unchanged'} ({rows} notebooks)")
     return 0
 
 

@@ -7,8 +7,9 @@ the environment variables ``GRPO_RUN_MODE`` / ``GRPO_RUN_LABEL`` - the notebook'
 ``--model-id`` (environment variable ``GRPO_MODEL_ID``) points ``real_gpu`` at a local checkpoint
 folder, e.g. ``.cache/qwen2.5-0.5b-shaped`` from ``make qwen-shaped-checkpoint``.
 
-Evidence: ``benchmarks/results/pt_grpo/pt-grpo-real-model-update_<LABEL>.json``; the executed notebook
-is kept under ``artifacts/experiment/``.
+Evidence: ``benchmarks/results/local/pt_grpo/pt-grpo-real-model-update_<LABEL>.json`` (git-ignored; the committed
+reference label ``tiny_cpu_reference`` goes to ``benchmarks/results/pt_grpo/``: ``gx.output_relative_path``); the
+executed notebook is kept under ``artifacts/experiment/``.
 
 Exit status: 0 - the notebook ran and wrote a record without failure; 1 - a notebook cell raised (or no
 fresh record was written); 2 - the notebook ran and wrote a *failure record* (e.g. ``real_gpu`` without

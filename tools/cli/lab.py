@@ -17,7 +17,8 @@ formgrader, all on one machine. The per-server settings live in a generated Jupy
 
 Stopping: Ctrl-C, SIGTERM and SIGHUP stop the server and its kernels (the server is also told to stop
 when this process dies, through Linux's parent-death signal). A second start finds the server already
-running on this course and prints its URL; a busy port is reported and another one used.
+running on this course in Jupyter's runtime files (what ``jupyter server list --json`` reads) and prints its URL;
+a busy port is left to jupyter_server's own ``--port-retries`` and the port it took is reported.
 :class:`LabServer` is also what the tests use to serve the course on a free port and stop it again.
 """
 from __future__ import annotations
@@ -28,7 +29,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -36,6 +36,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import psutil
 
 from tools.project_runtime import resolve_project_root
 
@@ -48,12 +50,16 @@ NBGRADER_SERVER_EXTENSIONS = (
     "nbgrader.server_extensions.course_list",
 )
 INSTRUCTOR_ONLY_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",)
+# the course's own extension on the instructor's server: the formgrader's Autograde refuses (make autograde),
+# its Generate Feedback runs make feedback, its Collect names the learners (autograde/grpo_grader/formgrader_guard.py)
+FORMGRADER_GUARD = "autograde.grpo_grader.formgrader_guard"
 # nbgrader's JupyterLab plugins a learner should not see (plugin ids of the @jupyter/nbgrader lab extension):
 # the formgrader panel, the "Create Assignment" side bar, the instructors' course list.
 INSTRUCTOR_ONLY_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                                "@jupyter/nbgrader:course-list")
 EXCHANGE_DIR = "autograde/exchange"
 WORK_DIR = "work"
+FETCH_DIR = "work/fetched"  # where the Assignment List's Fetch puts a released assignment (not the work copy)
 STATE_DIR = ".cache/lab"
 
 
@@ -63,34 +69,6 @@ def course_id(root: Path = ROOT) -> str:
 
     with open(Path(root) / "course.toml", "rb") as handle:
         return str(tomllib.load(handle)["course"]["id"])
-
-
-def port_in_use(port: int, ip: str = "127.0.0.1") -> bool:
-    """True when something accepts connections on ``ip:port`` or the port cannot be bound."""
-    if not port:
-        return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.settimeout(0.5)
-        if probe.connect_ex((ip if ip not in ("0.0.0.0", "") else "127.0.0.1", port)) == 0:
-            return True
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((ip, port))
-        except OSError:
-            return True
-    return False
-
-
-def free_port(preferred: int = 0, ip: str = "127.0.0.1") -> int:
-    """``preferred`` if it can be bound on ``ip``, else a port the OS hands out."""
-    for port in ((preferred, 0) if preferred else (0,)):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((ip, port))
-            except OSError:
-                continue
-            return probe.getsockname()[1]
-    raise OSError(f"no free port on {ip}")
 
 
 def ensure_exchange(root: Path = ROOT) -> Path:
@@ -111,15 +89,17 @@ def nbgrader_settings(root: Path, role: str, *, exchange: Path | None = None) ->
     """The nbgrader settings both roles' servers read (``nbgrader_config.json`` of the config folder).
 
     The Assignment List loads nbgrader config from files only (not from the server's command line),
-    hence a file. ``Exchange.assignment_dir``: where "Fetch" puts a copy - ``work/`` for both roles,
-    so nothing lands among the tracked files of an instructor's checkout; ``Exchange.cache`` (the record
-    of one's submissions) stays inside the course folder too.
+    hence a file. ``Exchange.assignment_dir``: where "Fetch" puts a copy - ``work/fetched/`` for both roles:
+    inside the learner server's folder (so the Assignment List links open), apart from the work copies
+    ``work/<assignment>/`` that ``make lab`` makes (so Fetch is offered rather than "already downloaded"), and
+    never among the tracked files of an instructor's checkout; ``Exchange.cache`` (the record of one's
+    submissions) stays inside the course folder too.
     """
     root = Path(root).resolve()
     return {
         "CourseDirectory": {"course_id": course_id(root), "root": str(root / "autograde")},
         "Exchange": {"root": str(Path(exchange or root / EXCHANGE_DIR).resolve()),
-                     "assignment_dir": str(root / WORK_DIR),
+                     "assignment_dir": str(root / FETCH_DIR),
                      # the learner's copies of what was submitted (nbgrader's default is in ~/.local/share)
                      "cache": str(root / STATE_DIR / "nbgrader_cache")},
     }
@@ -144,9 +124,9 @@ def write_config_dir(root: Path, role: str, *, exchange: Path | None = None) -> 
 
 
 def server_extensions(role: str) -> dict[str, bool]:
-    """nbgrader server extensions switched on / off for ``role``."""
+    """nbgrader server extensions (and the course's formgrader guard) switched on / off for ``role``."""
     off = INSTRUCTOR_ONLY_SERVER_EXTENSIONS if role == "learner" else ()
-    return {name: name not in off for name in NBGRADER_SERVER_EXTENSIONS}
+    return {**{name: name not in off for name in NBGRADER_SERVER_EXTENSIONS}, FORMGRADER_GUARD: role == "instructor"}
 
 
 def lab_command(root: Path, port: int, token: str, *, ip: str = "127.0.0.1", open_browser: bool = False,
@@ -157,7 +137,7 @@ def lab_command(root: Path, port: int, token: str, *, ip: str = "127.0.0.1", ope
         f"--ServerApp.root_dir={serve or root}",
         f"--ServerApp.ip={ip}",
         f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0",
+        f"--ServerApp.port_retries={PORT_RETRIES if port else 0}",
         f"--ServerApp.open_browser={open_browser}",
         f"--IdentityProvider.token={token}",
         f"--CourseDirectory.root={root / 'autograde'}",
@@ -177,33 +157,58 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 
 def descendants(pid: int) -> list[int]:
-    """PIDs of every process below ``pid`` (Linux ``/proc``; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    """PIDs of every process below ``pid`` (psutil; empty when ``pid`` is gone)."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+
+
+def server_env(root: Path, role: str, config: Path, base: dict) -> dict:
+    """The server's environment: its config folder first on ``JUPYTER_CONFIG_PATH``; for the instructor, the
+    checkout on ``PYTHONPATH`` (the formgrader guard and the course config import it, editable install or not)."""
+    env = dict(base)
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (str(config), env.get("JUPYTER_CONFIG_PATH")) if p)
+    if role == "instructor":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(root).resolve()), env.get("PYTHONPATH")) if p)
+    return env
+
+
+# Loaded in a fresh interpreter from the formgrader's working directory, as nbgrader loads it: the course config
+# must load and be the course's (its feedback drops hidden tests, its autograde strips them).
+_CONFIG_CHECK = """
+from traitlets.config.loader import PyFileConfigLoader
+config = PyFileConfigLoader("nbgrader_config.py", path=".").load_config()
+names = lambda key, section: [getattr(p, "__name__", str(p)) for p in config[section][key]]
+assert "HideHiddenTests" in names("preprocessors", "GenerateFeedback"), "GenerateFeedback.preprocessors"
+assert "StripHiddenTests" in names("sanitize_preprocessors", "Autograde"), "Autograde.sanitize_preprocessors"
+"""
+
+
+def course_config_problem(root: Path = ROOT, env: dict | None = None) -> str | None:
+    """None when ``autograde/nbgrader_config.py`` loads in the instructor server's environment and sets the
+    course's preprocessors; else what went wrong (the end of the error)."""
+    course = Path(root).resolve() / "autograde"
+    if not (course / "nbgrader_config.py").is_file():
+        return f"{course / 'nbgrader_config.py'} does not exist"
+    env = server_env(root, "instructor", Path(root) / STATE_DIR / "instructor", os.environ if env is None else env)
+    try:
+        done = subprocess.run([sys.executable, "-c", _CONFIG_CHECK], cwd=course, env=env, capture_output=True,
+                              text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "loading nbgrader_config.py took more than 120 s"
+    if done.returncode:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return "\n".join(lines[-6:])
+    return None
 
 
 class LabServer:
@@ -219,7 +224,7 @@ class LabServer:
         self.role = role
         self.serve = Path(serve).resolve() if serve else self.root
         self.ip = ip
-        self.port = free_port(port, ip)
+        self.port = port  # the preferred port (0: any); the one the server took once it started
         self.token = token or os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(16)
         self.open_browser = open_browser
         self.log = log
@@ -237,22 +242,26 @@ class LabServer:
         config = write_config_dir(self.root, self.role)
         if (self.root / "autograde").is_dir():
             ensure_exchange(self.root)
-        (self.root / WORK_DIR).mkdir(exist_ok=True)
+        (self.root / FETCH_DIR).mkdir(parents=True, exist_ok=True)
         command = lab_command(self.root, self.port, self.token, ip=self.ip, open_browser=self.open_browser,
                               role=self.role, serve=self.serve)
-        env = dict(os.environ if self.env is None else self.env)
-        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (str(config), env.get("JUPYTER_CONFIG_PATH")) if p)
+        env = server_env(self.root, self.role, config, os.environ if self.env is None else self.env)
         # cwd = the nbgrader course folder: the formgrader reads ./nbgrader_config.py from the server's cwd.
         cwd = self.root / "autograde" if (self.root / "autograde").is_dir() else self.root
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=self.log,
                                         start_new_session=True,
                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        runtime_dir = env.get("JUPYTER_RUNTIME_DIR")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"JupyterLab exited with code {self.process.returncode} before it answered")
-            if self.ready():
-                return self
+            # the port the server took (it retries busy ones itself) is in its runtime file, written once it listens
+            mine = [info for info in running_servers(runtime_dir) if info.get("pid") == self.process.pid]
+            if mine:
+                self.port = int(mine[0]["port"])
+                if self.ready():
+                    return self
             time.sleep(0.5)
         self.stop()
         raise TimeoutError(f"JupyterLab did not answer on {self.base_url} within {timeout:.0f} s")
@@ -270,7 +279,10 @@ class LabServer:
         process, self.process = self.process, None
         if process is None:
             return
-        below = descendants(process.pid)
+        try:
+            below = psutil.Process(process.pid).children(recursive=True)
+        except psutil.Error:
+            below = []
         if process.poll() is None:
             try:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -280,12 +292,11 @@ class LabServer:
                 process.wait(timeout=timeout)
             except ProcessLookupError:
                 pass
-        for pid in below:
-            if alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        for child in below:
+            try:
+                child.kill()  # (psutil checks the process is the one it saw: a reused pid is left alone)
+            except psutil.Error:
+                pass
 
     def __enter__(self) -> LabServer:
         return self.start()
@@ -294,65 +305,53 @@ class LabServer:
         self.stop()
 
 
-# ----------------------------------------------------------------------------- state of a running server
-ENV_STATE_DIR = "GRPO_LAB_STATE_DIR"  # where the running server's {pid, url} is recorded (tests use their own)
+# ----------------------------------------------------------------------------- running servers (jupyter_server's own list)
+PORT_RETRIES = 50  # jupyter_server tries the next ports itself when the preferred one is busy
 
 
-def state_file(root: Path, role: str) -> Path:
-    folder = os.environ.get(ENV_STATE_DIR) or Path(root).resolve() / STATE_DIR
-    return Path(folder) / f"{role}-server.json"
+def running_servers(runtime_dir: str | None = None) -> list[dict]:
+    """``jupyter server list --json``: the servers of Jupyter's runtime folder that still run."""
+    from jupyter_server.serverapp import list_running_servers
+
+    try:
+        return [info for info in list_running_servers(runtime_dir) if alive(int(info.get("pid", 0)))]
+    except Exception:  # unreadable runtime files: nothing to report
+        return []
+
+
+def server_url(info: dict, path: str = "lab") -> str:
+    token = f"?token={info['token']}" if info.get("token") else ""
+    return f"{info['url'].rstrip('/')}/{path.lstrip('/')}{token}"
 
 
 def running_server(root: Path = ROOT, role: str | None = None) -> dict | None:
-    """The server this tool started on the course earlier and that still answers (``{pid, url, role}``)."""
-    for name in ((role,) if role else ROLES):
-        path = state_file(root, name)
+    """A server this tool started on the course (its command line names the course's nbgrader folder) for ``role``
+    (learner: serving ``work/``; instructor: the course root), from Jupyter's runtime files: ``{pid, url, role}``."""
+    root = Path(root).resolve()
+    folders = {"learner": root / WORK_DIR, "instructor": root}
+    for info in running_servers():
+        folder = Path(info.get("root_dir") or "/").resolve()
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            ours = f"--CourseDirectory.root={root / 'autograde'}" in psutil.Process(int(info["pid"])).cmdline()
+        except psutil.Error:
             continue
-        if not alive(int(state.get("pid", 0) or 0)):
-            path.unlink(missing_ok=True)
-            continue
-        try:
-            with urllib.request.urlopen(state["status_url"], timeout=2) as reply:
-                if reply.status == 200:
-                    return state
-        except (urllib.error.URLError, OSError, KeyError):
-            continue
+        for name in (role,) if role else ROLES:
+            if ours and folder == folders[name]:
+                return {"pid": info["pid"], "role": name,
+                        "url": server_url(info, "lab/tree" if name == "learner" else "formgrader")}
     return None
 
 
 def other_course_servers(root: Path = ROOT) -> list[dict]:
     """Jupyter servers (started any way, e.g. a plain ``jupyter lab``) whose folder is the course or inside it,
     from Jupyter's runtime files: ``[{pid, url, root_dir}]``."""
-    try:
-        from jupyter_server.serverapp import list_running_servers
-    except ImportError:
-        return []
     root = Path(root).resolve()
     found = []
-    try:
-        for info in list_running_servers():
-            folder = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
-            if folder == root or root in folder.parents:
-                token = f"?token={info['token']}" if info.get("token") else ""
-                found.append({"pid": info.get("pid"), "url": f"{info['url'].rstrip('/')}/lab{token}",
-                              "root_dir": str(folder)})
-    except Exception:  # unreadable runtime files: nothing to report
-        return []
+    for info in running_servers():
+        folder = Path(info.get("root_dir") or info.get("notebook_dir") or "/").resolve()
+        if folder == root or root in folder.parents:
+            found.append({"pid": info.get("pid"), "url": server_url(info), "root_dir": str(folder)})
     return found
-
-
-def _write_state(root: Path, server: LabServer, landing: str) -> Path:
-    path = state_file(root, server.role)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"pid": server.process.pid, "role": server.role, "url": server.url(landing),
-                               "status_url": f"{server.base_url}/api/status?token={server.token}"}, indent=2),
-                   encoding="utf-8")
-    os.replace(tmp, path)
-    return path
 
 
 # ----------------------------------------------------------------------------- roles
@@ -372,6 +371,7 @@ def prepare_instructor(root: Path = ROOT, build_missing: bool = True) -> list[st
     if not (course / "gradebook.db").is_file():
         missing = names
     if not missing:
+        name_gradebook_learners(root)
         return []
     if not build_missing:
         raise SystemExit("formgrader 还没有作业：请先运行 `make release`（生成 autograde/source、release 与 gradebook.db）。")
@@ -383,7 +383,20 @@ def prepare_instructor(root: Path = ROOT, build_missing: bool = True) -> list[st
     for name in missing:
         chain._generate_assignment(course, name)
         print(f"  {name}: ok", flush=True)
+    name_gradebook_learners(root)
     return missing
+
+
+def name_gradebook_learners(root: Path = ROOT) -> list[str]:
+    """Give the gradebook's learners without a name the ``[roster]`` name of ``course.toml`` or their id (the
+    formgrader showed "None, None"); the learners collected later are named by the formgrader guard."""
+    from nbgrader.api import Gradebook
+
+    from autograde.grpo_grader.roster import name_learners
+
+    root = Path(root).resolve()
+    with Gradebook(f"sqlite:///{root / 'autograde' / 'gradebook.db'}", course_id(root)) as gb:
+        return name_learners(gb, root / "course.toml")
 
 
 class _Stop(Exception):
@@ -416,12 +429,6 @@ def main(argv: list[str] | None = None) -> int:
         if not other or foreign["pid"] != other["pid"]:
             print(f"提示：已有一个 Jupyter 服务器在本课程目录（{foreign['root_dir']}）上运行（进程 {foreign['pid']}）："
                   f"{foreign['url']}", flush=True)
-    port = args.port
-    if port_in_use(port, args.ip):
-        print(f"端口 {port} 已被{'上面那个服务器' if other and f':{port}/' in other['url'] else '其他程序'}占用，"
-              "改用一个空闲端口（地址见下方）。", flush=True)
-        port = 0
-
     if args.role == "learner":
         from tools.cli import workspace
 
@@ -429,6 +436,15 @@ def main(argv: list[str] | None = None) -> int:
         workspace.notice(ROOT)
         serve, landing = ROOT / WORK_DIR, "lab/tree"
     else:
+        problem = course_config_problem(ROOT)
+        if problem:
+            print(f"课程的 nbgrader 配置 {ROOT / 'autograde' / 'nbgrader_config.py'} 无法加载，不启动教师界面：\n"
+                  f"{problem}\n"
+                  "没有它，formgrader 会退回 nbgrader 的默认设置（不用本课程的评分器，反馈里会出现隐藏测试）。"
+                  "请修正上面的错误（或运行 `make setup`），再运行 `make lab-instructor`。\n"
+                  "(The course's nbgrader config does not load; the instructor server is not started.)",
+                  file=sys.stderr)
+            return 2
         try:
             prepare_instructor(ROOT)
         except Exception as error:  # e.g. nbgrader failed: say what to run instead of a traceback
@@ -437,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         serve, landing = ROOT, "formgrader"
 
-    server = LabServer(ROOT, port=port, ip=args.ip, open_browser=not args.no_browser, role=args.role, serve=serve)
+    server = LabServer(ROOT, port=args.port, ip=args.ip, open_browser=not args.no_browser, role=args.role, serve=serve)
 
     def stop_signal(signum, frame):
         raise _Stop(signal.Signals(signum).name)
@@ -445,14 +461,14 @@ def main(argv: list[str] | None = None) -> int:
     # SIGINT too: a process started with SIGINT ignored (a background job, some launchers) inherits that, and
     # Python then never raises KeyboardInterrupt; Ctrl-C must stop the server whatever started this process
     previous = {sig: signal.signal(sig, stop_signal) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-    state = None
     try:
         try:
             server.start()
         except (RuntimeError, TimeoutError) as error:
             print(f"JupyterLab 启动失败：{error}", file=sys.stderr)
             return 1
-        state = _write_state(ROOT, server, landing)
+        if args.port and server.port != args.port:
+            print(f"端口 {args.port} 已被占用（其他程序或上面提到的服务器），JupyterLab 改用了端口 {server.port}。", flush=True)
         print("\n" + "=" * 72)
         if args.role == "learner":
             print(f"JupyterLab（学员）已启动，打开的是你的工作副本 {ROOT / WORK_DIR}：")
@@ -475,8 +491,6 @@ def main(argv: list[str] | None = None) -> int:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)  # a second signal must not interrupt the clean-up
         server.stop()
-        if state is not None:
-            state.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0

@@ -33,7 +33,8 @@ def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response
     """提供的输入检查（只读）：返回 (布尔掩码 [N, T], clip_range, beta)，违反契约时抛出中文 ValueError。
 
     不检查两条契约（由 compute_grpo_loss 自己检查）：beta > 0 时必须给出 log_probs_ref（约定卡 C2），
-    以及每个候选至少一个有效词元（约定卡 C5）。beta == 0 时不检查 log_probs_ref（它被忽略）。
+    以及每个候选至少一个有效词元（约定卡 C5）。给出的 log_probs_ref 即使 beta == 0 也检查形状与有限性；
+    response_mask 必须是布尔张量（章节契约，约定卡 C1 的例外）。
     """
     def finite_number(value, name, positive=False):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
@@ -58,20 +59,21 @@ def check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response
     finite_number(eps, "eps", positive=True)
     if not torch.isfinite(log_probs_new).all() or not torch.isfinite(log_probs_old).all():
         raise ValueError("输入契约：log_probs_new 与 log_probs_old 必须全部是有限数（无效位置请填 0，而不是 -inf）")
-    if beta > 0 and log_probs_ref is not None:
+    if log_probs_ref is not None:  # checked whenever given, also with beta == 0 (the chapter's contract)
         if not torch.is_tensor(log_probs_ref) or log_probs_ref.shape != log_probs_new.shape:
-            raise ValueError("输入契约：log_probs_ref 必须与 log_probs_new 同形状 [N, T]")
+            raise ValueError("输入契约：参考策略 log_probs_ref 必须与 log_probs_new 同形状 [N, T]")
         if not torch.isfinite(log_probs_ref).all():
-            raise ValueError("输入契约：log_probs_ref 必须全部是有限数")
+            raise ValueError("输入契约：参考策略 log_probs_ref 必须全部是有限数")
     if response_mask is None:
         return torch.ones_like(log_probs_new, dtype=torch.bool), clip_range, beta  # [N, T]
     if not torch.is_tensor(response_mask) or response_mask.shape != log_probs_new.shape:
-        raise ValueError("输入契约：response_mask 必须是与 log_probs_new 同形状 [N, T] 的张量")
-    if response_mask.dtype == torch.bool:
-        return response_mask, clip_range, beta
-    if response_mask.is_complex() or not ((response_mask == 0) | (response_mask == 1)).all():
-        raise ValueError("输入契约：response_mask 必须是布尔掩码或只含 0 与 1 的数值掩码（约定卡 C1）")
-    return response_mask != 0, clip_range, beta  # [N, T] bool
+        raise ValueError("输入契约：response_mask 必须是与 log_probs_new 同形状 [N, T] 的布尔张量")
+    if response_mask.dtype != torch.bool:
+        raise ValueError(
+            f"输入契约：response_mask 必须是同形布尔张量，实际 dtype 为 {response_mask.dtype}；"
+            "0/1 数值掩码请先用 .bool() 转换（约定卡 C1 的例外：第 2 课沿用章节的契约）"
+        )
+    return response_mask, clip_range, beta  # [N, T] bool
 
 
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
@@ -83,7 +85,7 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
         log_probs_old: 采样时旧策略在同一位置的对数概率 [N, T]（不接收梯度）。
         rewards: 每个候选的奖励 [N]。
         group_ids: 每个候选所属提示的整数组号 [N]。
-        response_mask: 有效回答词元的掩码 [N, T]，布尔或 0/1 数值；None 表示全部有效。
+        response_mask: 有效回答词元的布尔掩码 [N, T]（章节契约：不接受 0/1 数值掩码）；None 表示全部有效。
         clip_range: 概率比的裁剪半径 epsilon（非负有限数）。
         eps: 组内标准差的下限（正的有限数）。
         log_probs_ref: 参考策略的对数概率 [N, T]（可选，不接收梯度）。

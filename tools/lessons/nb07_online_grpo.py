@@ -10,7 +10,7 @@ import numbers
 import torch
 
 from tools.lessons.nb02_grpo_objective import token_kl_penalty
-from tools.lessons.nb03b_loss_family_trl import grpo_family_loss
+from tools.lessons.nb03b_loss_family_trl import extended_loss
 from tools.lessons.nb05_logprobs_masks import completion_mask_from_eos
 from tools.online_grpo import completion_logps, encode_prompts
 
@@ -72,7 +72,8 @@ def _as_bool_mask(mask, shape):
 
 
 def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
-              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None,
+              use_bias_correction_kl=True):
     """One GRPO update from one rollout batch: num_iterations epochs of the clipped token-level loss."""
     completion_ids = rollout["completion_ids"]  # [N, C]
     n, width = completion_ids.shape
@@ -92,6 +93,8 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
         raise ValueError(f"beta 必须是非负的有限数，收到 {beta!r}")
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type 必须是 {LOSS_TYPES} 之一，收到 {loss_type!r}")
+    if not isinstance(use_bias_correction_kl, bool):
+        raise ValueError(f"use_bias_correction_kl 必须是 True 或 False，收到 {use_bias_correction_kl!r}")
     ref = rollout.get("ref_per_token_logps") if beta > 0 else None
     if beta > 0 and ref is None:
         raise ValueError("beta > 0 需要参考模型的对数概率 ref_per_token_logps（约定 C2）")
@@ -110,10 +113,12 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
     for epoch in range(num_iterations):
         logps, entropies = completion_logps(model, rollout["prompt_ids"], rollout["prompt_mask"], completion_ids,
                                             mask, temperature=float(temperature), with_entropy=True)  # [N, C]
-        # the loss: lesson 3B's graded function (clipped token-level surrogate + beta * k3, reduced by loss_type)
-        loss = grpo_family_loss(logps, old, adv.squeeze(1), mask, loss_type=loss_type, epsilon_low=epsilon,
-                                epsilon_high=epsilon_high, beta=float(beta), ref_logps=ref,
-                                max_completion_length=max_completion_length, num_items_in_batch=tokens)
+        # the loss: lesson 3B's extended_loss (clipped token-level surrogate + beta * k3, times the ratio when
+        # use_bias_correction_kl as in TRL, reduced by loss_type)
+        loss = extended_loss(logps, old, adv.squeeze(1), mask, loss_type=loss_type, epsilon_low=epsilon,
+                             epsilon_high=epsilon_high, beta=float(beta), ref_logps=ref,
+                             use_bias_correction_kl=use_bias_correction_kl,
+                             max_completion_length=max_completion_length, num_items_in_batch=tokens)
         with torch.no_grad():  # the metrics' inputs, masked before exp (C3)
             log_ratio = (logps - old).masked_fill(~mask, 0.0)  # [N, C]
             ratio = torch.exp(log_ratio)  # [N, C]
@@ -177,12 +182,12 @@ import random
 import time
 
 from tools.lessons.nb01_group_advantages import compute_group_advantages
-from tools.online_grpo import reward_function, strict_correct
+from tools.online_grpo import make_optimizer, reward_function, strict_correct
 
 
-def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, progress=None):
+def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, progress=None, optimizer=None):
     """Online GRPO: sample -> verify -> group advantages -> grpo_step, config.num_steps times; returns the log."""
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    optimizer = make_optimizer(model, config.learning_rate) if optimizer is None else optimizer
     rng = random.Random(config.seed)
     reward_fn = reward_function(config.reward)
     history = []
@@ -200,7 +205,8 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
                            num_iterations=config.num_iterations, epsilon=config.epsilon,
                            epsilon_high=config.epsilon_high, beta=config.beta, loss_type=config.loss_type,
                            max_grad_norm=config.max_grad_norm, temperature=config.temperature,
-                           max_completion_length=config.max_new_tokens)
+                           max_completion_length=config.max_new_tokens,
+                           use_bias_correction_kl=config.use_bias_correction_kl)
         row = log_step_metrics(step, rewards, config.num_generations, rollout["completion_mask"], update,
                                strict_correct(rollout["completions"], answers), seconds=time.perf_counter() - started)
         history.append(row)

@@ -25,7 +25,7 @@ SKIP_SETUP: tuple = ()   # its demonstrations (SafeExecute.demo_cells) are all t
 # Conventions being rolled out (common brief C1-C3); a correct current solution fails these, so they are off
 # until the lesson implements them: c.GradingPipeline.oracle_flags = {"nb02_grpo_objective": {...: True}}
 FLAGS = {
-    "zero_one_masks": False,           # C1: a 0/1 mask of any real dtype gives the bool mask's result
+    "zero_one_masks": False,           # the chapter's contract (C1's exception): a 0/1 mask of a non-bool dtype -> ValueError
     "beta_requires_ref": False,        # C2: beta > 0 without log_probs_ref -> ValueError
     "masked_large_log_ratio": False,   # C3: a masked position with log-ratio 800 leaves loss and grad finite
 }
@@ -191,6 +191,7 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
         ((new, old, rewards, ids[:-1], mask), {}, "group_ids 与 rewards 形状不同"),
         ((new, old, rewards, ids, mask), {"eps": 0.0}, "eps = 0"),
         ((new, old, rewards, ids, mask), {"log_probs_ref": ref[:-1], "beta": 0.1}, "参考策略形状不同"),
+        ((new, old, rewards, ids, mask), {"log_probs_ref": ref[:-1]}, "参考策略形状不同（beta = 0 时也检查，章节契约）"),
         ((new, old, rewards, ids, mask), {"beta": -0.1, "log_probs_ref": ref}, "beta < 0"),
         ((new, old, rewards, ids, mask), {"clip_range": -0.2}, "clip_range < 0"),
         ((new, old, rewards, ids, mask), {"clip_range": float("inf")}, "clip_range 为 inf"),
@@ -223,11 +224,12 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     out.append(loss_case(hid, "新旧策略是同一个张量的值时，旧策略仍不接收梯度", x, x.clone(),
                          torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([-3, -3]), None))
     if flags.get("zero_one_masks"):
+        # The chapter's input contract ("response_mask 必须是同形布尔张量"): compute_grpo_loss is the one scoring
+        # function that refuses 0/1 masks of a numeric dtype (docs/CONVENTIONS.md, C1's exception).
         for mask_dtype in (torch.float32, torch.int64, torch.uint8):
             new, old, ref, rewards, ids, mask = batch(gen, 6, 4, 2, torch.float64, prefix=False)
-            case = loss_case(hid, f"0/1 掩码（{mask_dtype}）应与布尔掩码结果相同", new, old, rewards, ids, mask)
-            case.args = case.args[:4] + (mask.to(mask_dtype),) + case.args[5:]
-            out.append(case)
+            out.append(Case(hid, "compute_grpo_loss", (new, old, rewards, ids, mask.to(mask_dtype)), {},
+                            Raises("ValueError"), what=f"{mask_dtype} 的 0/1 掩码（章节契约：response_mask 必须是同形布尔张量）"))
     if flags.get("masked_large_log_ratio"):
         new, old, ref, rewards, ids, mask = batch(gen, 6, 5, 2, torch.float64, prefix=True)
         mask[:, -1] = False

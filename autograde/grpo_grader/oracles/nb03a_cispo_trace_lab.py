@@ -23,7 +23,7 @@ TESTS = {
     "test_q8": "q8_answer",
 }
 # setup cells the answers do not need: the gradient figure and the trace lab demo
-SKIP_SETUP = ("trace_lab",)   # besides the demonstrations (SafeExecute.demo_cells)
+SKIP_SETUP = ("trace_lab",)   # grade_ids, besides the demonstrations (SafeExecute.demo_cells)
 FLAGS = {
     "masked_large_log_ratio": False,   # C3: log-ratio 800 at masked positions leaves loss and grad finite, unchanged
     "mask_values_checked": False,      # C1: a mask value other than 0/1 -> ValueError

@@ -20,7 +20,7 @@ TESTS = {
     "test_q9": "q9_answer",
 }
 # setup cells the answers do not need: TRL's conformance run (imports TRL) and the demos
-SKIP_SETUP = ("family_demo",)   # besides the demonstrations (SafeExecute.demo_cells)
+SKIP_SETUP = ("family_demo",)   # grade_ids, besides the demonstrations (SafeExecute.demo_cells)
 FLAGS = {
     "mask_values_checked": False,      # C1: a mask value other than 0/1 -> ValueError
 }

@@ -17,7 +17,7 @@ TESTS = {
     "test_rewards_per_func_from_lists_visible": "rewards_per_func_from_lists",
     "test_combine_rewards_visible": "combine_rewards",
 }
-SKIP_SETUP = ("run_code_verifier(CODE",)   # the subprocess demo of a code verifier
+SKIP_SETUP = ("demo_code_verifier",)   # grade_ids: the subprocess demo of a code verifier
 FLAGS: dict = {}
 KEYS = {"verifier_id", "status", "parsed_answer", "correctness", "format_pass", "total_reward"}
 DIGITS = "0123456789"

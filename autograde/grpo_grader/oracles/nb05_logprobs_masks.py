@@ -14,10 +14,9 @@ TESTS = {
     "test_completion_mask_from_eos_visible": "completion_mask_from_eos",
     "test_shifted_token_logps_visible": "shifted_token_logps",
 }
-# the answers need none of the model work (loading the checkpoint, the memory probe's subprocesses): those
-# setup cells are skipped and the prelude gives the imports the first setup cell would have made
-SKIP_SETUP = ("from_pretrained(", "MEMORY_PROBE = ", "response_sequence_logps(")   # and the demonstrations
-PRELUDE = "import json, math, os, sys\nfrom pathlib import Path\n\nimport torch\n"
+# the driver runs the learner's setup cells as written (the tiny checkpoint loads in well under a second), so
+# an answer may use any name they define (selective_log_softmax, EOS_ID, ...); the memory probe is a demonstration
+SKIP_SETUP: tuple = ()
 FLAGS = {
     "zero_one_float_masks": False,   # C1: a float 0/1 pad_mask gives the bool mask's result (today: ValueError)
 }

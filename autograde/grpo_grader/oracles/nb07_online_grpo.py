@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..oracle import Case, Raises, Satisfies
+from ..oracle import NUMBER_KINDS, Case, Raises, Satisfies, as_number, close_number, close_tensor
 from ._common import choice, randint, uniform
 
 TESTS = {
@@ -27,7 +27,7 @@ TESTS = {
     "test_grpo_step_visible": "grpo_step",
     "test_log_step_metrics_visible": "log_step_metrics",
 }
-SKIP_SETUP = ("og.sft_checkpoint_path(", "demo = sample_group(", "og.load_records(")   # and the demonstrations
+SKIP_SETUP = ("setup_warm_start", "demo_sample_group", "demo_ablations")   # grade_ids, and the demonstrations
 PRELUDE = '''import copy, json, math, os, time
 import torch
 
@@ -52,6 +52,12 @@ def _oracle_sample(prompts, num_generations, temperature, top_p, max_new_tokens,
                 p.mul_(0.9)
     return sample_group(model, tok, prompts, num_generations, temperature=temperature, top_p=top_p,
                         max_new_tokens=max_new_tokens, seed=seed, ref_model=ref)
+
+
+def _oracle_sample_seeds(prompts, num_generations, temperature, max_new_tokens, seeds):
+    model, tok = _oracle_policy()
+    return [sample_group(model, tok, prompts, num_generations, temperature=temperature, max_new_tokens=max_new_tokens,
+                         seed=seed)["completion_ids"] for seed in seeds]
 
 
 def _oracle_step(rollout, advantages, settings, lr):
@@ -109,7 +115,7 @@ def _eos_mask(ids, eos):
     return torch.tensor(rows, dtype=torch.bool).reshape(ids.shape)
 
 
-def _sample_check(prompts, g, temperature, with_ref):
+def _sample_check(prompts, g, temperature, with_ref, max_new_tokens):
     def check(got):
         model, tok = _policy()
         if not isinstance(got, dict):
@@ -131,9 +137,15 @@ def _sample_check(prompts, g, temperature, with_ref):
             return "group_ids 应为 [0]*G + [1]*G + …"
         if mask.tolist() != _eos_mask(ids, tok.eos_token_id).tolist():
             return "completion_mask 应保留到第一个 EOS（含）"
+        if not 1 <= ids.shape[1] <= max_new_tokens:
+            return f"回答宽度应在 1 与 max_new_tokens={max_new_tokens} 之间，实际 {ids.shape[1]}"
+        unfinished = [row for row in range(n) if not bool((ids[row] == tok.eos_token_id).any())]
+        if unfinished and ids.shape[1] != max_new_tokens:
+            return (f"第 {unfinished[0]} 行没有生成 EOS，应一直生成到 max_new_tokens={max_new_tokens} 个词元，"
+                    f"实际只有 {ids.shape[1]} 个（采样在预算用完或 EOS 之前停止了）")
         want = _logps(model, p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0), ids.long(), mask,
                       temperature)
-        if old.shape != want.shape or (old.double() - want).abs().max().item() > 2e-5:
+        if not close_tensor(old, want, 2e-5):
             return f"old_per_token_logps 与温度 {temperature} 下重算的对数概率不一致（掩码外应为 0）"
         if with_ref:
             ref_model = copy.deepcopy(model)
@@ -143,7 +155,7 @@ def _sample_check(prompts, g, temperature, with_ref):
             ref_want = _logps(ref_model, p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0), ids.long(),
                               mask, temperature)
             ref = got["ref_per_token_logps"]
-            if not torch.is_tensor(ref) or (ref.double() - ref_want).abs().max().item() > 2e-5:
+            if not close_tensor(ref, ref_want, 2e-5):
                 return "ref_per_token_logps 应为参考模型的对数概率"
         elif got["ref_per_token_logps"] is not None:
             return "没有 ref_model 时 ref_per_token_logps 应为 None"
@@ -154,29 +166,48 @@ def _sample_check(prompts, g, temperature, with_ref):
     return check
 
 
-def _frequency_check(prompt):
+def _first_token_probs(prompt, temperature=1.0):
+    model, tok = _policy()
+    ids, mask = _encode_prompts(tok, [prompt])
+    with torch.no_grad():
+        return torch.softmax(model(input_ids=ids, attention_mask=mask).logits[0, -1].double() / temperature, -1)
+
+
+def _frequency_check(prompt, temperature=1.0):
     def check(got):
-        model, tok = _policy()
-        if not isinstance(got, dict) or not torch.is_tensor(got.get("completion_ids")):
-            return "应返回含 completion_ids 的 dict"
-        ids, mask = _encode_prompts(tok, [prompt])
-        with torch.no_grad():
-            probs = torch.softmax(model(input_ids=ids, attention_mask=mask).logits[0, -1].double(), -1)
+        if not isinstance(got, dict) or not torch.is_tensor(got.get("completion_ids")) \
+                or got["completion_ids"].dim() != 2 or got["completion_ids"].shape[1] < 1:
+            return "应返回含 completion_ids [N, C] 的 dict"
+        probs = _first_token_probs(prompt, temperature)
         first = got["completion_ids"][:, 0]
         top = int(probs.argmax())
         freq = float((first == top).double().mean())
-        if abs(freq - float(probs[top])) > 0.1:
-            return f"首词元的采样频率 {freq:.3f} 与模型概率 {float(probs[top]):.3f} 相差太大（do_sample / top_k=0？）"
+        if not close_number(freq, float(probs[top]), 0.1):
+            return (f"温度 {temperature:g} 下首词元的采样频率 {freq:.3f} 与模型概率 {float(probs[top]):.3f} 相差太大"
+                    f"（do_sample、top_k=0、logits 除以温度？）")
         return None
     return check
 
 
+def _seeds_check(got):
+    """[same seed, same seed, another seed]: the first two equal, the third different."""
+    if not isinstance(got, list) or len(got) != 3 or not all(torch.is_tensor(t) for t in got):
+        return "sample_group 应返回含 completion_ids 张量的 dict"
+    if got[0].tolist() != got[1].tolist():
+        return "同一个 seed 应得到同样的样本"
+    if got[0].tolist() == got[2].tolist():
+        return "不同的 seed 应得到不同的样本（是否用了 do_sample=True？）"
+    return None
+
+
 def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
-                   loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+                  loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None,
+                   use_bias_correction_kl=True, extras=None):
     """Float64 re-derivation of one ``grpo_step`` (same keyword arguments and defaults; ``epsilon_high=None`` means
     ``epsilon``) on a copy of ``model`` with AdamW at ``lr``: (per-epoch losses, parameters after, clip_ratio_low,
     clip_ratio_high and approx_kl per epoch). The one reference of the update: this oracle and the lesson's hidden
-    test both use it."""
+    test both use it. ``extras`` (a dict) also receives ``entropy`` (the first epoch's masked mean token entropy)
+    and ``grad_norms`` (each epoch's gradient norm before clipping)."""
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
     m = copy.deepcopy(model).double()
     opt = torch.optim.AdamW(m.parameters(), lr=lr)
@@ -192,12 +223,16 @@ def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2
         att = torch.cat([rollout["prompt_mask"].long(), mask.long()], 1)
         logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -width - 1:-1] / temperature
         logps = torch.log_softmax(logits, -1).gather(-1, rollout["completion_ids"].unsqueeze(-1)).squeeze(-1)
+        if extras is not None and not losses:
+            with torch.no_grad():
+                token_entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+                extras["entropy"] = float((token_entropy * w).sum() / w.sum().clamp(min=1))
         lr_ = torch.where(mask, logps - old, torch.zeros_like(logps))
         ratio = torch.exp(lr_)
         ptl = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
         if beta > 0:
             d = torch.where(mask, rollout["ref_per_token_logps"].double() - logps, torch.zeros_like(logps))
-            ptl = ptl + beta * (torch.exp(d) - d - 1)
+            ptl = ptl + beta * (torch.exp(d) - d - 1) * (ratio if use_bias_correction_kl else 1.0)
         if loss_type == "grpo":
             loss = ((ptl * w).sum(-1) / w.sum(-1).clamp(min=1)).mean()
         elif loss_type in ("bnpo", "dapo"):
@@ -206,7 +241,9 @@ def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2
             loss = (ptl * w).sum() / (n * lmax)
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(m.parameters()), max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(list(m.parameters()), max_grad_norm)
+        if extras is not None:
+            extras.setdefault("grad_norms", []).append(float(norm))
         opt.step()
         tot = w.sum().clamp(min=1)
         losses.append(float(loss.detach()))
@@ -218,34 +255,47 @@ def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2
 
 def _step_reference(rollout, advantages, settings, lr):
     model, _ = _policy()
-    losses, params, lows, highs, kls = reference_step(model, rollout, advantages, lr, **settings)
-    return losses, lows, highs, kls, torch.cat([p.reshape(-1) for p in params])
+    extras: dict = {}
+    losses, params, lows, highs, kls = reference_step(model, rollout, advantages, lr, extras=extras, **settings)
+    return losses, lows, highs, kls, torch.cat([p.reshape(-1) for p in params]), extras
 
 
 def _step_check(rollout, advantages, settings, lr):
+    reference: list = []   # computed once, on the first answer that has every key
+
     def check(got):
         if not isinstance(got, dict) or not isinstance(got.get("metrics"), dict):
             return "grpo_step 应返回指标 dict"
         metrics = got["metrics"]
-        losses, lows, highs, kls, params = _step_reference(rollout, advantages, settings, lr)
         for key in ("loss", "losses", "clip_ratio_low", "clip_ratio_high", "approx_kl", "kl_ref", "entropy", "grad_norm"):
             if key not in metrics:
                 return f"返回的指标缺少 {key!r}"
+        if not reference:
+            reference.append(_step_reference(rollout, advantages, settings, lr))
+        losses, lows, highs, kls, params, extras = reference[0]
         got_losses = metrics["losses"]
         if not isinstance(got_losses, list) or len(got_losses) != len(losses) or not all(
-                isinstance(x, (int, float)) and math.isfinite(x) and abs(x - y) <= 1e-6 + 1e-6 * abs(y)
-                for x, y in zip(got_losses, losses)):
+                as_number(x) is not None and close_number(as_number(x), y, 1e-6, 1e-6) for x, y in zip(got_losses, losses)):
             return f"逐轮次损失应为 {[round(v, 6) for v in losses]}，实际 {got_losses!r}"[:300]
-        for key, values in (("clip_ratio_low", lows), ("clip_ratio_high", highs), ("approx_kl", kls)):
-            want = sum(values) / len(values)
-            if not isinstance(metrics[key], (int, float)) or abs(metrics[key] - want) > 1e-6:
-                return f"{key} 应为 {want:.6f}，实际 {metrics[key]!r}"
+        norms = extras["grad_norms"]
+        for key, want, atol, rtol in (
+                ("loss", sum(losses) / len(losses), 1e-6, 1e-6),
+                ("clip_ratio_low", sum(lows) / len(lows), 1e-6, 0.0),
+                ("clip_ratio_high", sum(highs) / len(highs), 1e-6, 0.0),
+                ("approx_kl", sum(kls) / len(kls), 1e-6, 0.0),
+                ("entropy", extras["entropy"], 1e-4, 1e-4),   # the lesson's entropy is computed in float32
+                ("grad_norm", sum(norms) / len(norms), 1e-6, 1e-5)):
+            value = as_number(metrics[key])
+            if value is None:
+                return f"{key} 应是一个数（{NUMBER_KINDS}），实际 {type(metrics[key]).__name__}"
+            if not close_number(value, want, atol, rtol):
+                return f"{key} 应为 {want:.6f}，实际 {value!r}"
         if (metrics["kl_ref"] is None) != (settings["beta"] == 0):
             return "kl_ref 只在 beta > 0 时有值"
         got_params = got.get("params")
         if not torch.is_tensor(got_params) or got_params.shape != params.shape:
             return "更新后的参数形状不对"
-        if (got_params.double() - params).abs().max().item() > 1e-6:
+        if not close_tensor(got_params, params, 1e-6):
             return "更新后的参数与参考实现不一致（μ 轮次、裁剪、KL、归约、梯度裁剪或优化器步骤有误）"
         return None
     return check
@@ -297,7 +347,10 @@ def _metrics_check(want):
                 if got[key] is not None:
                     return f"{key} 应为 None"
                 continue
-            if not isinstance(got[key], (int, float)) or isinstance(got[key], bool) or abs(got[key] - value) > 1e-6:
+            number = as_number(got[key], tensor_ok=False)  # the lesson: Python numbers, written into JSON
+            if number is None:
+                return f"{key} 应是 Python 的 int / float（可以直接写进 JSON），实际 {type(got[key]).__name__}"
+            if not close_number(number, value, 1e-6):
                 return f"{key} 应为 {value!r}，实际 {got[key]!r}"
         return None
     return check
@@ -311,11 +364,29 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
         prompts = [f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}=" for _ in range(randint(gen, 1, 4))]
         g, new_tokens = randint(gen, 2, 5), randint(gen, 2, 6)
         out.append(Case(test, "_oracle_sample", (prompts, g, temperature, 1.0, new_tokens, randint(gen, 0, 10 ** 6),
-                                                  with_ref), {}, Satisfies(_sample_check(prompts, g, temperature, with_ref)),
+                                                  with_ref), {},
+                        Satisfies(_sample_check(prompts, g, temperature, with_ref, new_tokens)),
                         what=f"{len(prompts)} 个提示 × G={g}，温度 {temperature:.2f}，参考模型 {with_ref}"))
     prompt = f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}="
     out.append(Case(test, "_oracle_sample", ([prompt] * 50, 8, 1.0, 1.0, 1, randint(gen, 0, 10 ** 6), False), {},
                     Satisfies(_frequency_check(prompt)), what="采样分布：首词元频率接近模型概率"))
+    # temperature changes what is sampled: a temperature whose top-token probability is far (> 0.25, ten standard
+    # errors of 400 samples) from temperature 1's, for the first drawn prompt that has one
+    for _ in range(8):
+        p_one = float(_first_token_probs(prompt).max())
+        hot = max((0.1, 0.2, 0.3, 0.5, 2.0, 3.0, 5.0),
+                  key=lambda t: abs(float(_first_token_probs(prompt, t).max()) - p_one))
+        if abs(float(_first_token_probs(prompt, hot).max()) - p_one) > 0.25:
+            break
+        prompt = f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}="
+    else:
+        raise ValueError("oracle nb07: no prompt whose sampling distribution depends on the temperature")
+    out.append(Case(test, "_oracle_sample", ([prompt] * 50, 8, hot, 1.0, 1, randint(gen, 0, 10 ** 6), False), {},
+                    Satisfies(_frequency_check(prompt, hot)), what=f"温度 {hot:g} 下的采样分布"))
+    prompts = [f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}=" for _ in range(2)]
+    seed = randint(gen, 0, 10 ** 6)
+    out.append(Case(test, "_oracle_sample_seeds", (prompts, 4, 1.0, 4, [seed, seed, seed + 1 + randint(gen, 0, 999)]),
+                    {}, Satisfies(_seeds_check), what="同一 seed 可复现、不同 seed 得到不同的样本"))
     for bad, what in (((["1+1="], 1, 1.0, 1.0, 3, 0, False), "num_generations < 2"),
                       (([], 4, 1.0, 1.0, 3, 0, False), "prompts 为空"),
                       ((["1+1="], 4, 0.0, 1.0, 3, 0, False), "temperature 为 0"),

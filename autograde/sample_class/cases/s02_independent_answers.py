@@ -119,9 +119,7 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
     if not torch.is_tensor(mask) or tuple(mask.shape) != (n, t):
         raise ValueError("response_mask 必须是形状 [N, T] 的张量")
     if mask.dtype != torch.bool:
-        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
-            raise ValueError("response_mask 只能是布尔或 0/1 数值掩码")
-        mask = mask != 0
+        raise ValueError("response_mask 必须是同形布尔张量")
     if not bool(mask.any(dim=1).all()):
         raise ValueError("每个候选至少需要一个有效 token")
 
@@ -371,7 +369,8 @@ def _positive(name, value):
 
 
 def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
-              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None):
+              loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None,
+              use_bias_correction_kl=True):
     """先做全部校验；每个 epoch 一次前向、一次反向，指标逐 epoch 记下再取平均。"""
     ids = rollout["completion_ids"]                                            # [N, C]
     n, c = ids.shape
@@ -395,6 +394,8 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
         raise ValueError("beta 必须是非负的有限数")
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"未知的 loss_type {loss_type!r}")
+    if type(use_bias_correction_kl) is not bool:
+        raise ValueError("use_bias_correction_kl 必须是 bool")
     ref = rollout.get("ref_per_token_logps")
     if beta > 0 and ref is None:
         raise ValueError("beta > 0 时需要 ref_per_token_logps")
@@ -427,6 +428,8 @@ def grpo_step(model, optimizer, rollout, advantages, num_iterations=1, epsilon=0
         if beta > 0:
             gap = torch.where(keep, ref - new, torch.zeros_like(new))
             penalty = gap.exp() - gap - 1.0
+            if use_bias_correction_kl:  # TRL's default: the KL term times the (differentiable) ratio
+                penalty = penalty * rho
             per_token = per_token + beta * penalty
         loss = reduce(per_token)
         optimizer.zero_grad(set_to_none=True)

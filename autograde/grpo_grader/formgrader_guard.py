@@ -1,0 +1,143 @@
+"""A Jupyter server extension for the instructor's server: the formgrader never grades without the course's grader.
+
+nbgrader's formgrader has an "Autograde" button per submission and "Generate Feedback" buttons per assignment and
+per submission. Both run nbgrader in the server process with whatever configuration it could load: when the
+course's ``nbgrader_config.py`` did not load, that was nbgrader's defaults (plain ``Execute``, no oracle, no
+sandbox, hidden-test source in the feedback), and even with it the button grades in the learner's own kernel
+(README trust item 6). This extension takes over their routes:
+
+- **Autograde** refuses, with a message that points to ``make autograde ARGS="--learner <id>"`` (grading a
+  class is a batch job: oracle, sandbox, hard time limits; it needs root or user namespaces, not a web request);
+- **Generate Feedback** runs the course's own ``python -m autograde.pipeline feedback`` (the course's
+  ``GenerateFeedback`` preprocessors, which drop hidden tests; it fails when the course config does not load);
+- **Collect** is nbgrader's, followed by naming the collected learners (:mod:`autograde.grpo_grader.roster`).
+
+Enabled by ``tools.cli.lab`` for the instructor role (``--ServerApp.jpserver_extensions``). Its routes are put
+in front of every other rule of the server, so they win whatever order the extensions load in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from jupyter_server.utils import url_path_join
+from nbgrader.server_extensions.formgrader.apihandlers import BaseApiHandler
+from nbgrader.server_extensions.formgrader.base import check_notebook_dir, check_xsrf
+from tornado import web
+from tornado.routing import HostMatches, Rule
+from tornado.web import _ApplicationRouter
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+FEEDBACK_TIMEOUT_S = 600
+
+AUTOGRADE_REFUSED = (
+    "本课程不在 formgrader 里自动评分：\n"
+    "这个按钮只会在学员自己的内核里运行 nbgrader，\n"
+    "没有 oracle、沙箱和硬时限，分数可以被提交骗过。\n"
+    "请在终端（课程目录）运行：\n"
+    '    make autograde ARGS="--learner {learner}"\n'
+    "结果写进同一个 gradebook，刷新本页即可看到；\n"
+    "之后运行 make feedback 生成反馈。\n"
+    "\n"
+    "Autograde is disabled in the formgrader for this course:\n"
+    "it would grade in the learner's own kernel, without the\n"
+    "oracle and the sandbox. In the course folder run\n"
+    '    make autograde ARGS="--learner {learner}"\n'
+    "then reload this page."
+)
+
+
+def autograde_refusal(learner: str) -> dict:
+    """The JSON answer of the formgrader's Autograde route (nbgrader's shape: success, error, log)."""
+    message = AUTOGRADE_REFUSED.format(learner=learner)
+    return {"success": False, "log": message}
+
+
+class AutogradeRefused(BaseApiHandler):
+    @web.authenticated
+    @check_xsrf
+    def post(self, assignment_id, student_id):
+        self.log.warning("formgrader Autograde of %s/%s refused: use `make autograde`", assignment_id, student_id)
+        self.write(json.dumps(autograde_refusal(student_id)))
+
+
+async def run_pipeline_feedback(course: Path, timeout: float = FEEDBACK_TIMEOUT_S) -> dict:
+    """``python -m autograde.pipeline feedback --course <course>`` in the checkout; nbgrader's answer shape."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH")) if p)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "autograde.pipeline",
+        "feedback",
+        "--course",
+        str(course),
+        cwd=CHECKOUT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout)
+    except asyncio.TimeoutError:
+        process.kill()
+        await process.wait()
+        return {"success": False, "error": f"`make feedback` ran past {timeout:.0f} s", "log": ""}
+    log = (
+        "（formgrader 的 Generate Feedback 运行的是本课程的 `make feedback`，对所有作业生成反馈）\n"
+        + output.decode(errors="replace")[-20000:]
+    )
+    if process.returncode:
+        return {"success": False, "error": f"`make feedback` failed (exit {process.returncode})", "log": log}
+    return {"success": True, "log": log}
+
+
+class FeedbackThroughPipeline(BaseApiHandler):
+    @web.authenticated
+    @check_xsrf
+    @check_notebook_dir
+    async def post(self, assignment_id, student_id=None):
+        self.write(json.dumps(await run_pipeline_feedback(Path(self.coursedir.root))))
+
+
+class CollectAndName(BaseApiHandler):
+    @web.authenticated
+    @check_xsrf
+    @check_notebook_dir
+    def post(self, assignment_id):
+        from nbgrader.api import Gradebook
+
+        from autograde.grpo_grader.roster import name_learners
+
+        result = self.api.collect(assignment_id)
+        if result.get("success"):
+            course = Path(self.coursedir.root)
+            learners = sorted(p.parent.name for p in course.glob(f"submitted/*/{assignment_id}") if p.is_dir())
+            with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
+                name_learners(gb, course.parent / "course.toml", learners)
+        self.write(json.dumps(result))
+
+
+ROUTES = [
+    (r"/formgrader/api/submission/([^/]+)/([^/]+)/autograde", AutogradeRefused),
+    (r"/formgrader/api/assignment/([^/]+)/generate_feedback", FeedbackThroughPipeline),
+    (r"/formgrader/api/assignment/([^/]+)/([^/]+)/generate_feedback", FeedbackThroughPipeline),
+    (r"/formgrader/api/assignment/([^/]+)/collect", CollectAndName),
+]
+
+
+def _jupyter_server_extension_points():
+    return [{"module": "autograde.grpo_grader.formgrader_guard"}]
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    webapp = serverapp.web_app
+    base = webapp.settings["base_url"]
+    handlers = [(url_path_join(base, pattern.lstrip("/")), handler) for pattern, handler in ROUTES]
+    # first of all rules: nbgrader's formgrader registers the same routes (Tornado takes the first match)
+    webapp.default_router.rules.insert(0, Rule(HostMatches(".*$"), _ApplicationRouter(webapp, handlers)))
+    serverapp.log.info("formgrader guard: Autograde refused (make autograde), Generate Feedback via make feedback")

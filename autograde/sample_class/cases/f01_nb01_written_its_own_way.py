@@ -1,0 +1,71 @@
+"""Full marks (issue 25, honest variants): nb01 written the way learners write notebooks.
+
+- the input checks of compute_group_advantages live in a helper defined in a cell the learner added above the
+  answer (the oracle's driver ran only the answer cells: 5/17);
+- compute_group_advantages accepts integer rewards (no contract of the lesson forbids them; the oracle's
+  "整数 rewards" case did: 8/17);
+- ``import numpy as np`` added to the editable imports cell (was a false ``grader-internals``/``processes``
+  flag and 5/17), and the conventions answer returns the values as NumPy numbers from ``.numpy()`` (13/17);
+- group_relative_advantages has a bug in its answer cell that a new cell below it fixes before the tests run.
+"""
+NB01_HELPER = '''
+def _check_advantage_inputs(rewards, group_ids, eps):
+    """My own helper: the input contract of compute_group_advantages, in one place."""
+    if not torch.is_tensor(rewards) or not torch.is_tensor(group_ids):
+        raise ValueError("rewards 与 group_ids 必须是张量")
+    if rewards.ndim != 1 or group_ids.shape != rewards.shape:
+        raise ValueError("rewards 必须是一维，group_ids 与它同形状")
+    if rewards.numel() == 0:
+        raise ValueError("rewards 为空")
+    if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
+        raise ValueError("group_ids 必须是整数张量")
+    if not torch.isfinite(rewards.double()).all():
+        raise ValueError("rewards 含 NaN 或 inf")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError("eps 必须是正的有限数")
+'''
+CHECKS_START = "    if not torch.is_tensor(rewards) or not torch.is_tensor(group_ids):"
+CHECKS_END = '        raise ValueError(f"输入契约：eps 必须是正的有限数，实际为 {eps!r}")\n'
+FIXED_GROUP_RELATIVE = '''
+def group_relative_advantages(rewards, num_generations, eps=1e-4):
+    """Fixed here: the answer cell above used the sample std."""
+    if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
+        raise ValueError("num_generations 必须是正整数")
+    if not torch.is_tensor(rewards) or rewards.ndim != 1 or rewards.numel() % num_generations:
+        raise ValueError("rewards 必须是一维且长度是 num_generations 的整数倍")
+    grouped = rewards.reshape(-1, num_generations)
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    std = centered.pow(2).mean(dim=1, keepdim=True).sqrt()
+    return (centered / (std + eps)).reshape(-1)
+'''
+
+
+def _without_checks(source):
+    start, end = source.index(CHECKS_START), source.index(CHECKS_END) + len(CHECKS_END)
+    return source[:start] + "    _check_advantage_inputs(rewards, group_ids, eps)\n" + source[end:]
+
+
+def _load_worked():
+    from autograde.grpo_grader.sample import worked_answers
+
+    return worked_answers("nb01_group_advantages")
+
+
+_WORKED = _load_worked()
+CASE = {
+    "nb01_group_advantages": {
+        "base": "solution",
+        "cells": {"compute_group_advantages": _without_checks(_WORKED["compute_group_advantages"])
+                  .replace("    group_ids = group_ids.to(rewards.device)\n",
+                           "    group_ids = group_ids.to(rewards.device)\n"
+                           "    rewards = rewards if rewards.is_floating_point() else rewards.double()\n")},
+        "edit": {
+            "answer_conventions_0001": [("(table[name][0, 0].item(), table[name][0, 3].item())",
+                                         "(table[name][0, 0].numpy(), np.float64(table[name][0, 3].numpy()))")],
+            "group_relative_advantages": [("unbiased=False", "unbiased=True")],
+        },
+        "edit_setup": [("import matplotlib.pyplot", "import math\n", "import math\n\nimport numpy as np\n")],
+        "insert_before": [("compute_group_advantages", NB01_HELPER)],
+        "insert_after": [("group_relative_advantages", FIXED_GROUP_RELATIVE)],
+    },
+}

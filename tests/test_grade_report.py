@@ -1,0 +1,118 @@
+"""Grades that read right: points waiting for the instructor are said to wait ("待人工评分 8 分"), a lesson
+without automatic points says "无自动评分" (not "0/0 … 得 0 分 … no-oracle"), in `make grades`, grades.csv and
+the grading note of the feedback. A real nbgrader gradebook (sqlite in tmp_path) supplies the submissions."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from nbgrader.api import Gradebook
+
+from autograde.grpo_grader.course import Settings
+from autograde.grpo_grader.gradebook import grade_reason, manual_points_of
+from autograde.grpo_grader.run import NotebookResult, note_markdown
+from autograde.pipeline import score_text
+
+
+@pytest.fixture(scope="module")
+def template_db(tmp_path_factory):
+    """The empty course gradebook, made once (nbgrader's alembic migrations take seconds)."""
+    folder = tmp_path_factory.mktemp("gradebook")
+    with Gradebook(Settings(course=folder).db_url, Settings(course=folder).course_id):
+        pass
+    return Settings(course=folder).db_path
+
+
+@pytest.fixture()
+def gradebook(template_db, tmp_path):
+    """Two assignments: 'mixed' (a 14-point test cell and an 8-point markdown answer), 'none' (no graded cell)."""
+    shutil.copy(template_db, Settings(course=tmp_path).db_path)
+    with Gradebook(Settings(course=tmp_path).db_url, Settings(course=tmp_path).course_id) as gb:
+        gb.add_assignment("mixed")
+        gb.add_notebook("mixed", "mixed")
+        gb.add_grade_cell("test_cell", "mixed", "mixed", max_score=14, cell_type="code")
+        gb.add_grade_cell("answer", "mixed", "mixed", max_score=8, cell_type="markdown")
+        gb.add_solution_cell("answer", "mixed", "mixed")
+        gb.add_assignment("none")
+        gb.add_notebook("none", "none")
+        gb.add_student("alice")
+        gb.add_student("bob")  # submitted nothing
+        gb.add_submission("mixed", "alice")
+        gb.add_submission("none", "alice")
+        yield gb
+
+
+@pytest.mark.slow  # a real nbgrader gradebook: its migrations take about 10 s on a busy 2-core machine
+def test_pending_manual_points_are_counted_until_scored(gradebook):
+    submission = gradebook.find_submission("mixed", "alice")
+    assert manual_points_of(submission) == {"automatic": 14.0, "pending": 8.0}
+    grade = gradebook.find_grade("answer", "mixed", "mixed", "alice")
+    grade.manual_score = 5
+    gradebook.db.commit()
+    assert manual_points_of(gradebook.find_submission("mixed", "alice")) == {"automatic": 14.0, "pending": 0.0}
+    assert manual_points_of(gradebook.find_submission("none", "alice")) == {"automatic": 0.0, "pending": 0.0}
+
+
+def test_reason_says_what_waits_and_what_has_no_points():
+    pending = {"automatic": 14.0, "pending": 8.0}
+    assert grade_reason("", 14.0, pending) == "待人工评分 8 分"
+    assert grade_reason("", 0.0, {"automatic": 0.0, "pending": 0.0}) == "无自动评分（本课没有自动计分的测试）"
+    assert grade_reason("", 0.0, {"automatic": 4.0, "pending": 0.0}) == "得 0 分（score 0）"
+    both = grade_reason("未通过 test_x: AssertionError", 6.0, pending, penalty=1.0)
+    assert both == "未通过 test_x: AssertionError；待人工评分 8 分；迟交扣分 1（late penalty）"
+    # the reason is never empty for a zero, and never claims a zero for a lesson without points
+    assert "得 0 分" not in grade_reason("", 0.0, {"automatic": 0.0, "pending": 3.0})
+
+
+def test_score_column():
+    assert score_text({"score": 14.0, "max_score": 22.0, "status": "graded"}) == "14/22"
+    assert score_text({"score": 0.0, "max_score": 0.0, "status": "graded"}) == "无自动评分"
+    assert score_text({"score": 0.0, "max_score": 7.0, "status": "missing"}) == "0/7"
+
+
+def _result(max_score, tests, score=0.0):
+    return NotebookResult(notebook="nb", status="graded", max_score=max_score, score=score, tests=tests)
+
+
+def test_grading_note_says_the_same():
+    tests = [
+        {"grade_id": "t", "max_score": 14.0, "score": 14.0, "outcome": "passed", "message": ""},
+        {"grade_id": "q", "max_score": 8.0, "score": 0.0, "outcome": "manual", "message": "需要人工评分"},
+    ]
+    note = note_markdown(_result(22.0, tests, score=14.0))
+    assert "自动评分得分：14 / 14" in note and "待人工评分 8 分" in note and "14 / 22" not in note
+    empty = note_markdown(_result(0.0, []))
+    assert "无自动评分" in empty and "0 / 0" not in empty
+    plain = note_markdown(
+        _result(4.0, tests[:1] and [{**tests[0], "max_score": 4.0, "score": 0.0, "outcome": "failed"}])
+    )
+    assert "自动评分得分：0 / 4" in plain and "待人工评分" not in plain and "无自动评分" not in plain
+
+
+@pytest.mark.slow
+def test_grades_command_prints_the_status(gradebook, tmp_path, capsys):
+    """`grades` (what `make grades` runs) on the real gradebook: the reason column says what waits, not '-';
+    grades.csv carries the pending points in their own column."""
+    import csv
+
+    from autograde.pipeline import grades
+
+    grade = gradebook.find_grade("test_cell", "mixed", "mixed", "alice")
+    grade.auto_score = 14
+    gradebook.db.commit()
+    assert grades(Settings(course=tmp_path)) == 0
+    printed = capsys.readouterr().out
+    assert "待人工评分 8 分" in printed and "无自动评分" in printed and "0/0" not in printed, printed
+    with open(tmp_path / "grades.csv", encoding="utf-8") as handle:
+        everyone = list(csv.DictReader(handle))
+    rows = {r["assignment"]: r for r in everyone if r["learner"] == "alice"}
+    missing = {r["assignment"]: r["reason"] for r in everyone if r["learner"] == "bob"}
+    assert missing == {"mixed": "得 0 分：没有提交（no submission）", "none": "无自动评分：没有提交（no submission）"}
+    assert (rows["mixed"]["score"], rows["mixed"]["max_score"], rows["mixed"]["manual_pending"]) == (
+        "14.0",
+        "22.0",
+        "8.0",
+    )
+    assert rows["mixed"]["reason"] == "待人工评分 8 分"
+    assert rows["none"]["reason"].startswith("无自动评分") and "得 0 分" not in rows["none"]["reason"]
