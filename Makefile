@@ -28,6 +28,10 @@ $(VENV)/.setup-stamp: environments/*.txt pyproject.toml tools/cli/setup_env.py
 
 setup: $(VENV)/.setup-stamp ## create .venv, install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA), build the tiny checkpoints
 	@$(PY) -m tools.preflight --profile $(PROFILE) --quiet-ok
+	@command -v bwrap >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
+	  || echo "[setup] could not install bubblewrap: the grading sandbox 'bwrap' needs it"; \
+	else echo "[setup] bubblewrap is missing (the grading sandbox 'bwrap'): sudo apt-get install -y bubblewrap"; fi; }
 	@$(PY) -m autograde.pipeline prepare
 
 preflight: $(VENV)/.setup-stamp ## print the environment table for PROFILE

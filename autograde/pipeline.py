@@ -43,7 +43,7 @@ from autograde.grpo_grader.run import (
     grade_learner,
     runnable_notebooks,
 )
-from autograde.grpo_grader.slots import Slot, choose_sandbox, mount_socket_tmpfs, unmount
+from autograde.grpo_grader.slots import SANDBOX_MODES, Slot, choose_sandbox, mount_socket_tmpfs, unmount
 
 GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
                 "manual_pending", "automatic_max_score", "timestamp"]
@@ -243,7 +243,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
             return 2
         template = make_template(settings, base / "template.db")
         sockets = base / "sockets"
-        if sandbox.mode == "isolated" and mount_socket_tmpfs(sockets):
+        if sandbox.mode in ("isolated", "bwrap") and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[2 * k] if sandbox.uids else None,
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="parallel slots (default: one per core)")
     parser.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell")
     parser.add_argument("--notebook-timeout", type=int, default=None, help="hard limit per notebook (s)")
-    parser.add_argument("--sandbox", default=None, choices=["auto", "isolated", "userns", "none"])
+    parser.add_argument("--sandbox", default=None, choices=["auto", *SANDBOX_MODES])
     parser.add_argument("--keep", action="store_true", help="autograde: keep the temporary grading folder (logs)")
     parser.add_argument("--rebuild", action="store_true", help="sample: regenerate the sample submissions")
     parser.add_argument("--check", action="store_true", help="sample: fail when the sample submissions are stale")

@@ -217,6 +217,36 @@ def test_feedback_and_export(graded_class):
         assert not names[(learner, lesson)] & {"grader-internals", "processes", "file-access"}, flags[(learner, lesson)]
 
 
+@pytest.mark.slow
+def test_attacks_on_the_results_channel_cost_nothing_and_the_seed_never_leaks(graded_class):
+    """Issue 26: a01 sent a forged 12 MB results line (skipped with a reason, full marks: its answers are right); no
+    process a02 left running survives grading; and the grading seed is in no output of the run - the pipeline's
+    output, grades.csv, grades_by_test.csv, the feedback pages, the autograded notebooks and reports, the gradebook."""
+    course, seed = graded_class.course, graded_class.seed
+    report = json.loads((course / "autograded" / "a01_attacks_the_results_channel" / "nb01_group_advantages"
+                         / "grading_report.json").read_text())
+    assert any("oversized line" in note for nb in report["notebooks"] for note in nb["notes"]), report
+    lingering = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "a02-lingerer":
+                lingering.append(entry.name)
+        except OSError:
+            continue
+    assert not lingering, f"processes a02 left behind still run: {lingering}"
+    if not (course / "feedback").exists():
+        assert run_pipeline("feedback", "--course", str(course)).returncode == 0
+    if not (course / "grades.csv").exists():
+        assert run_pipeline("grades", "--course", str(course)).returncode == 0
+    assert seed not in graded_class.first.stdout
+    outputs = [course / "grades.csv", course / "grades_by_test.csv", course / "gradebook.db",
+               *(course / "feedback").rglob("*"), *(course / "autograded").rglob("*")]
+    files = [path for path in outputs if path.is_file()]
+    assert len(files) > 50
+    leaked = [str(path) for path in files if seed.encode() in path.read_bytes()]
+    assert not leaked, f"the grading seed is in {leaked}"
+
+
 SHARD_SUBSET = ["s14_invalid_json", "m3_deeply_nested_json", "s15_wrong_file_name"]  # (one executed notebook)
 
 

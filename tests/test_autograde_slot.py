@@ -9,29 +9,33 @@ from pathlib import Path
 
 import pytest
 
-# A zygote job of each kind: the driver's gets its job folder as argv[1] and answers in out.json there; a kernel's
-# gets no folder (it has none) and answers on stdout.
+# A zygote job of each kind: the driver's gets its (read-only) job folder as argv[1] and answers on its results pipe
+# (argv[2]); a kernel's gets no folder (it has none) and answers on stdout.
 _JOB_ANSWER = r'''
 def answer(record):
     if job is None:
         print(json.dumps(record))
     else:
-        with open(os.path.join(job, "out.json"), "w") as handle:
-            json.dump(record, handle)
+        os.write(int(sys.argv[2]), (json.dumps(record) + "\n").encode())
 '''
 
 ZYGOTE_FIRST_JOB = r'''
 import json, os, sys, time
 job = sys.argv[1] if len(sys.argv) > 1 else None
 ''' + _JOB_ANSWER + r'''
+written = []
 for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ()):
-    with open(os.path.join(folder, "left-by-job-1"), "w") as handle:
-        handle.write("secret of learner 1")
+    try:
+        with open(os.path.join(folder, "left-by-job-1"), "w") as handle:
+            handle.write("secret of learner 1")
+        written.append(folder)
+    except OSError:
+        pass
 if os.fork() == 0:  # a process left behind for the next learner's job to talk to
     os.setsid()
     time.sleep(300)
     os._exit(0)
-answer({"uid": os.getuid(), "pid": os.getpid()})
+answer({"uid": os.getuid(), "pid": os.getpid(), "written": written, "job": job})
 '''
 
 ZYGOTE_SECOND_JOB = r'''
@@ -55,6 +59,7 @@ def _assert_second_job_found_nothing(run_job, uid: int, other_uid: int, what: st
     ``other_uid``), and nothing of the first job (files, processes, the zygote's environment) seen by the second."""
     first, second = run_job(ZYGOTE_FIRST_JOB), run_job(ZYGOTE_SECOND_JOB)
     assert first["uid"] == second["uid"] == uid != other_uid
+    assert len(first["written"]) >= 4 and first["job"] not in first["written"], "the job folder is read-only"
     assert second["found"] == [], f"the second {what} saw files of the first: {second['found']}"
     assert second["others"] == [], f"processes of the first {what} were still running: {second['others']}"
     assert second["zygote_environ"] == "denied"
@@ -95,9 +100,9 @@ def test_zygote_jobs_share_nothing(isolated_slot):
     def run_job(source):
         job = slot.oracle_job_dir()
         (job / "driver.py").write_text(source)
-        code, timed_out, _seconds, tail = slot.run_oracle(job, 120)
-        assert code == 0 and not timed_out, tail
-        return json.loads((job / "out.json").read_text())
+        run = slot.run_oracle(job, 120)
+        assert run.code == 0 and not run.timed_out, run.stderr
+        return json.loads(run.results.decode().splitlines()[-1])
 
     _assert_second_job_found_nothing(run_job, slot.oracle_uid, slot.uid, "job")
     assert slot.zygote is not None and slot.zygote.poll() is None, "one zygote served both jobs"

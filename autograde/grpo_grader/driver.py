@@ -1,11 +1,12 @@
 """The learner side of oracle grading: run the learner's notebook, call the functions on the given inputs.
 
 Started by the grading pipeline inside the kernel sandbox (the same one nbgrader's kernels get), as
-``python driver.py <job folder>``, with a copy of this file in the job folder. It reads
+``python driver.py <job folder> [results fd]``, with a copy of this file in the (read-only) job folder. It reads
 ``<job>/job.json`` = ``{"cells": [{"id", "source"} or {"id", "test": true}], "cases": [...], "cell_timeout",
 "case_timeout"}``, runs the cells in order in one IPython shell (magics work; a failing cell is recorded and the
 next one runs); where a test cell stood, it calls the function of each case of that test (cases whose test cell is
-not there run at the end), and appends one JSON line per cell and per case to ``<job>/results.jsonl``.
+not there run at the end), and writes one JSON line per cell and per case to the results fd: a pipe the grader
+opened and reads with a size limit and a deadline (without one, ``<job>/results.jsonl``: tests only).
 
 Nothing here is trusted: the learner's code runs in this process and may change anything in it. The job holds
 inputs only; the expected values and the comparison stay in the grader's process (``oracle.py``), which
@@ -109,10 +110,13 @@ def make_codec(torch):
     return encode, decode
 
 
-def main(job_dir):
+def main(job_dir, results_fd=None):
     with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
         job = json.load(handle)
-    out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
+    if results_fd is None:
+        out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
+    else:
+        out = os.fdopen(int(results_fd), "w", encoding="utf-8")
 
     def emit(record):
         try:
@@ -264,4 +268,4 @@ def main(job_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

@@ -21,10 +21,12 @@ The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
 from __future__ import annotations
 
 import hashlib
+import hmac
 import importlib
 import importlib.util
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +35,8 @@ from typing import Any
 import torch
 
 from .digests import SEED_ENV, SEED_NAME, grading_seed, oracle_digest, seed_digest  # noqa: F401
+from .transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES
 
-MAX_RESULTS_BYTES = 64 * 2**20               # a bigger results file is not read (the learner controls it)
 MAX_DEPTH = 32                               # nesting deeper than this in a returned value fails the case
 DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
           "int32": torch.int32, "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -43,9 +45,11 @@ DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 # ----------------------------------------------------------------------------- the secret seed
-def case_generator(seed: str, assignment: str) -> torch.Generator:
-    """The torch generator an oracle draws its cases from: the secret seed and the assignment decide it."""
-    digest = hashlib.sha256(f"{seed}:{assignment}".encode()).digest()
+def case_generator(seed: str, assignment: str, learner: str = "") -> torch.Generator:
+    """The torch generator an oracle draws a learner's cases from: a key derived from the secret seed, the learner
+    and the assignment (HMAC-SHA256), so that inputs leaking through one learner's feedback say nothing about
+    another learner's, and nothing about the seed."""
+    digest = hmac.new(seed.encode(), f"cases\0{learner}\0{assignment}".encode(), hashlib.sha256).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
 
 
@@ -371,9 +375,9 @@ class Oracle:
         (never a source substring: a learner's own cell has no grade_id and always runs)."""
         return grade_id is not None and grade_id in getattr(self.module, "SKIP_SETUP", ())
 
-    def cases(self, seed: str, flags: dict | None = None) -> list[Case]:
+    def cases(self, seed: str, flags: dict | None = None, learner: str = "") -> list[Case]:
         flags = {**getattr(self.module, "FLAGS", {}), **(flags or {})}
-        cases = list(self.module.cases(case_generator(seed, self.assignment), flags))
+        cases = list(self.module.cases(case_generator(seed, self.assignment, learner), flags))
         unknown = sorted({c.test for c in cases} - set(self.tests))
         if unknown:
             raise ValueError(f"oracle {self.assignment}: cases for unknown tests {unknown}")
@@ -396,29 +400,59 @@ def load_oracle(assignment: str) -> Oracle | None:
 
 
 # ----------------------------------------------------------------------------- verdicts
+def parse_results(data: bytes, dropped: int = 0) -> tuple[dict[str, dict], dict[str, dict], str]:
+    """(case results by id, setup-cell results by cell id, a problem) from what the driver sent (JSON lines; the
+    learner controls every byte: a line too long, malformed or of the wrong shape is skipped with a reason, never an
+    exception). ``dropped``: bytes the grader did not keep (beyond ``MAX_RESULTS_BYTES``)."""
+    cases, cells, problems = {}, {}, []
+    if dropped:
+        problems.append(f"评测结果过多，超出的 {dropped / 2**20:.1f} MB 未读取（results too large）")
+    lines = data.split(b"\n")
+    if lines and lines[-1]:
+        problems.append("评测结果的最后一行不完整（truncated results）")
+    for raw in lines[:-1]:
+        if len(raw) > MAX_LINE_BYTES:
+            problems.append(f"评测结果中有一行过长（{len(raw) / 2**20:.1f} MB），未读取（oversized line）")
+            continue
+        try:
+            record = json.loads(raw)
+        except (ValueError, RecursionError):
+            problems.append("评测结果中有无法解析的行（ignored a malformed line）")
+            continue
+        if not isinstance(record, dict):
+            continue
+        if isinstance(record.get("case"), str):
+            cases.setdefault(record["case"], record)   # the first line for a case counts
+        elif isinstance(record.get("cell"), str):
+            cells.setdefault(record["cell"], record)
+    return cases, cells, "；".join(dict.fromkeys(problems))
+
+
 def read_results(path: Path) -> tuple[dict[str, dict], dict[str, dict], str]:
-    """(case results by id, setup-cell results by cell id, a problem) from the driver's results.jsonl."""
-    cases, cells, problem = {}, {}, ""
+    """``parse_results`` of a results file written by a driver run outside the pipeline (the pipeline's driver sends
+    its results over a pipe). Opened without following a symlink, without blocking on a FIFO, as a regular file
+    only, and read up to ``MAX_RESULTS_BYTES``: whatever the file is, the answer is a problem, never an exception."""
+    import stat
+
     try:
-        size = path.stat().st_size
-    except OSError:
-        return cases, cells, "评测进程没有写出任何结果（no results）"
-    if size > MAX_RESULTS_BYTES:
-        return cases, cells, f"评测结果文件过大（{size / 2**20:.0f} MB），未读取（results too large）"
-    with open(path, "rb") as handle:
-        for raw in handle:
-            try:
-                record = json.loads(raw)
-            except (ValueError, RecursionError):
-                problem = "评测结果中有无法解析的行（ignored a malformed line）"
-                continue
-            if not isinstance(record, dict):
-                continue
-            if isinstance(record.get("case"), str):
-                cases.setdefault(record["case"], record)   # the first line for a case counts
-            elif isinstance(record.get("cell"), str):
-                cells.setdefault(record["cell"], record)
-    return cases, cells, problem
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        return {}, {}, f"评测进程没有写出可读的结果（no results: {type(error).__name__}）"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return {}, {}, "评测结果不是普通文件，未读取（results not a regular file）"
+        data = bytearray()
+        while len(data) < MAX_RESULTS_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_RESULTS_BYTES - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as error:
+        return {}, {}, f"评测结果无法读取（unreadable results: {type(error).__name__}）"
+    finally:
+        os.close(fd)
+    return parse_results(bytes(data), max(0, info.st_size - len(data)))
 
 
 def judge(case: Case, record: dict | None, not_run: str) -> tuple[bool, str]:

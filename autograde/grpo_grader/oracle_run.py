@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 
-from .oracle import Oracle, TestVerdict, read_results, verdicts
+from .oracle import Oracle, TestVerdict, parse_results, verdicts
 from .preprocessors import BOOTSTRAP_ID, is_demo_cell
 
 DRIVER = Path(__file__).resolve().parent / "driver.py"
@@ -89,16 +89,15 @@ def run_oracle(
         "case_timeout": min(cell_timeout, 15),
     }
     (job_dir / "job.json").write_text(json.dumps(job, ensure_ascii=False), encoding="utf-8")
-    (job_dir / "results.jsonl").write_text("")
-    code, timed_out, seconds, stderr = slot.run_oracle(job_dir, timeout)
-    results, cells, problem = read_results(job_dir / "results.jsonl")
+    run = slot.run_oracle(job_dir, timeout)
+    results, cells, problem = parse_results(run.results, run.dropped)
     finished = "__done__" in cells
-    if timed_out:
+    if run.timed_out:
         problem = f"评测进程运行超过 {timeout:.0f} 秒被终止（oracle timeout）"
-    elif not finished:
-        tail = " ".join(stderr.strip().splitlines()[-2:])[-200:]
-        problem = f"评测进程提前退出（exit {code}）{('：' + tail) if tail else ''}（oracle process died）"
-    outcome = OracleOutcome(problem=problem, seconds=round(seconds, 1), cases=len(cases))
+    elif not finished:  # run.stderr: sanitised (printable, its last two lines, 200 characters)
+        died = f"评测进程提前退出（exit {run.code}）{('：' + run.stderr) if run.stderr else ''}（oracle process died）"
+        problem = "；".join(p for p in (died, problem) if p)
+    outcome = OracleOutcome(problem=problem, seconds=round(run.seconds, 1), cases=len(cases))
     outcome.cells_failed = [cid for cid, record in cells.items() if cid != "__done__" and not record.get("ok")]
     outcome.verdicts = verdicts(oracle, cases, results, problem or "没有结果（no result）")
     slot.oracle_job_dir()  # emptied: the inputs and results do not outlive the notebook

@@ -426,7 +426,7 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             started = time.monotonic()
             release = placeholder(settings, assignment, name)  # read once: the oracle's job and the review below
-            oracle_run = OracleRun(slot, settings, assignment, release, rebuilt[name])
+            oracle_run = OracleRun(slot, settings, assignment, release, rebuilt[name], learner)
             try:
                 returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
                 if timed_out or returncode != 0:
@@ -506,17 +506,15 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
     return result
 
 
-_CASES: dict = {}
 _CASES_LOCK = threading.Lock()
 
 
-def oracle_cases(oracle, settings: Settings):
-    """The cases of an assignment for this run's seed (drawn once, shared by the slots)."""
-    key = (oracle.assignment, settings.grading_seed)
+def oracle_cases(oracle, settings: Settings, learner: str):
+    """The cases of an assignment for one learner: drawn from a key derived from this run's seed, the learner and
+    the assignment (``oracle.case_generator``). One slot at a time: an oracle's first draw may load a model (lesson
+    7), and two threads importing transformers at once can fail."""
     with _CASES_LOCK:
-        if key not in _CASES:
-            _CASES[key] = oracle.cases(settings.grading_seed, settings.oracle_flags.get(oracle.assignment, {}))
-        return _CASES[key]
+        return oracle.cases(settings.grading_seed, settings.oracle_flags.get(oracle.assignment, {}), learner=learner)
 
 
 class OracleRun:
@@ -528,7 +526,7 @@ class OracleRun:
     grade discards its result."""
 
     def __init__(self, slot: Slot, settings: Settings, assignment: str, release: nbformat.NotebookNode,
-                 rebuilt: nbformat.NotebookNode) -> None:
+                 rebuilt: nbformat.NotebookNode, learner: str) -> None:
         self._slot, self._settings, self._release, self._rebuilt = slot, settings, release, rebuilt
         self._result: OracleOutcome | None = None
         self._error: BaseException | None = None
@@ -540,7 +538,7 @@ class OracleRun:
 
             self.oracle = load_oracle(assignment)
             if self.oracle is not None:
-                self.cases = oracle_cases(self.oracle, settings)
+                self.cases = oracle_cases(self.oracle, settings, learner)
         except Exception as error:  # reported as the grader's fault by outcome(), for this notebook only
             self._error = error
             return

@@ -273,6 +273,10 @@ def launch(argv: list[str]) -> None:
     uid = spec.get("uid") if mode == "isolated" else None
     gid = spec.get("gid") if mode == "isolated" else None
 
+    if mode == "bwrap":
+        _exec_bwrap(spec, connection_text, extra)
+        return
+
     if mode == "none":
         _write(spec["pidfile"], json.dumps({"supervisor": os.getpid(), "init": os.getpid()}))
         connection = _write_connection(spec, connection_text, None, None)
@@ -325,6 +329,94 @@ def launch(argv: list[str]) -> None:
         os._exit(70)
 
 
+# ----------------------------------------------------------------------------- bwrap: an allow-list view
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+
+
+def _size(text: str) -> int:
+    """``"256m"`` -> bytes (tmpfs sizes of the spec)."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    return int(text[:-1]) * units[text[-1].lower()] if text[-1].lower() in units else int(text)
+
+
+def bwrap_args(spec: dict, connection_fd: int | None = None) -> list[str]:
+    """bubblewrap's command line for ``spec`` (mode ``bwrap``), up to and including ``--``: an empty root with only
+    the system's programs and libraries (``/usr`` and its links), the interpreter and the virtual environment,
+    the spec's ``keep`` folders (the kernel's course copy; the kernel's socket folder or the driver's job folder),
+    read-only unless marked ``rw``; fresh private size-limited tmpfs for ``/tmp``, ``/var/tmp``, ``/dev/shm`` and
+    the working folder; its own ``/proc`` and a minimal ``/dev``; no network, its own IPC, UTS, PID and cgroup
+    namespaces; killed with its parent. As root, a user namespace is not needed (and would map only root): the
+    command drops to the spec's uid with ``setpriv`` (no groups, no new privileges, no capabilities). Not root:
+    a user namespace, the instructor's uid, no capabilities, no further user namespaces."""
+    args = [spec["bwrap"], "--die-with-parent", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try"]
+    if os.getuid() != 0:
+        args += ["--unshare-user", "--disable-userns"]
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    made = {"/"}
+
+    def parents(path: str) -> None:  # the folders above a mount point: searchable by the sandbox's uid
+        for parent in reversed(list(_ancestors(path))):
+            if parent not in made and not os.path.islink(parent):
+                args.extend(["--perms", "0755", "--dir", parent])
+                made.add(parent)
+
+    for path in SYSTEM_FILES:
+        if os.path.exists(path):
+            parents(path)
+            args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for path, size in spec["scratch"]:
+        args += ["--size", str(_size(size)), "--perms", "1777", "--tmpfs", path]
+    for path, mode in spec["keep"]:
+        parents(path)
+        args += ["--bind" if mode == "rw" else "--ro-bind", path, path]
+    args += ["--size", str(_size(spec.get("workdir_size", "256m"))), "--perms", "0777", "--tmpfs", spec["workdir"]]
+    if connection_fd is not None:
+        args += ["--perms", "0444", "--ro-bind-data", str(connection_fd), _connection_path(spec)]
+    args += ["--chdir", spec["workdir"], "--"]
+    if os.getuid() == 0 and spec.get("uid") is not None:
+        args += [spec["setpriv"], f"--reuid={spec['uid']}", f"--regid={spec['gid']}", "--clear-groups",
+                 "--no-new-privs", "--inh-caps=-all", "--"]
+    return args
+
+
+def _ancestors(path: str):
+    """The folders above ``path``, nearest first, ``/`` excluded."""
+    parent = os.path.dirname(path.rstrip("/"))
+    while parent not in ("/", ""):
+        yield parent
+        parent = os.path.dirname(parent)
+
+
+def _connection_path(spec: dict) -> str:
+    return os.path.join(spec["workdir"], ".kernel-connection.json")
+
+
+def _exec_bwrap(spec: dict, connection_text: str, extra: list[str]) -> None:
+    """Become bubblewrap running the kernel (or the spec's command). This process stays the one Jupyter knows (its
+    pid is the pid file's): SIGINT is ignored here and in bubblewrap, so that Jupyter's interrupt (SIGINT to the
+    process group) reaches the kernel only, which installs its own handler; SIGKILL takes the sandbox down."""
+    _write(spec["pidfile"], json.dumps({"supervisor": os.getpid(), "init": os.getpid()}))
+    read_end, write_end = os.pipe()
+    os.write(write_end, connection_text.encode())  # a connection file is far below a pipe's buffer
+    os.close(write_end)
+    os.set_inheritable(read_end, True)
+    command = spec.get("command") or [spec["python"], "-m", "ipykernel_launcher", "-f", _connection_path(spec), *extra]
+    env = _environment(spec)
+    env["GRPO_GRADING_READONLY_ROOT"] = "1"
+    # ipykernel's parent poller would take bwrap's pid 1 (its parent in the sandbox) for a dead parent and quit;
+    # bwrap --die-with-parent does its job
+    env.pop("JPY_PARENT_PID", None)
+    _limits(spec)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.execve(spec["bwrap"], bwrap_args(spec, read_end) + command, env)
+
+
 def _private_world(spec: dict) -> None:
     """A zygote job's own world, forked from the zygote's view: its process group, mount, IPC and network
     namespaces, fresh /tmp, /var/tmp, /dev/shm and working folder (owned by the job's uid: isolated mode)."""
@@ -353,18 +445,17 @@ def _drop_to_uid(spec: dict) -> None:
     os.chdir(spec["workdir"])
 
 
-def _zygote_job(spec: dict, request: dict) -> None:
+def _zygote_job(spec: dict, request: dict, fds: list[int]) -> None:
     """A job's process, forked from the zygote (root, in the sandbox view): its own scratch, IPC and network,
-    then the oracle's uid and limits, then the driver, in this process. Never returns."""
+    then the oracle's uid and limits, then the driver, in this process: its results go to fd 3 and its stderr to
+    fd 2, the two pipes the grader sent with the request (``fds``); the job folder is read-only. Never returns."""
     _private_world(spec)
-    uid, gid = spec["uid"], spec["gid"]
     job = request["job"]
-    errors = os.open(os.path.join(job, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchown(errors, uid, gid)
+    results, errors = (os.dup(fd) for fd in fds)  # above every descriptor in use: the dup2 below cannot clash
     devnull = os.open(os.devnull, os.O_RDWR)
-    for fd, source in ((0, devnull), (1, devnull), (2, errors)):  # never the zygote's request/answer pipes
+    for fd, source in ((0, devnull), (1, devnull), (2, errors), (3, results)):  # never the zygote's socket
         os.dup2(source, fd)
-    os.closerange(3, 1 << 16)
+    os.closerange(4, 1 << 16)
     _drop_to_uid(spec)
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False)
@@ -372,7 +463,7 @@ def _zygote_job(spec: dict, request: dict) -> None:
     import runpy
 
     driver = os.path.join(job, "driver.py")
-    sys.argv = [driver, job]
+    sys.argv = [driver, job, "3"]
     runpy.run_path(driver, run_name="__main__")
     os._exit(0)
 
@@ -399,7 +490,8 @@ def _reap_namespace() -> None:
 
 
 def zygote_main(spec_text: str) -> None:
-    """The zygote: warm imports, then one forked job per request line on stdin, one answer line per job on stdout."""
+    """The zygote: warm imports, then one forked job per request on the socket at stdin (with the job's results and
+    stderr pipes), one answer per job on the same socket."""
     spec = json.loads(spec_text)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if spec.get("warm", True):  # a probe's zygote (warm: false) checks the view only and imports nothing
@@ -417,21 +509,37 @@ def zygote_main(spec_text: str) -> None:
         except Exception:  # noqa: BLE001 - an optional warm-up: the job imports what it needs itself
             pass
 
-    requests, answers = os.fdopen(0, "r"), os.fdopen(1, "w", buffering=1)
-    for line in requests:
-        request = json.loads(line)
+    import socket
+
+    channel = socket.socket(fileno=os.dup(0))  # the grader's requests, each with the job's two pipes
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    while True:
+        try:
+            message, fds, _flags, _address = socket.recv_fds(channel, 1 << 16, 2)
+        except OSError:
+            return
+        if not message:
+            return  # the grader is gone
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            channel.send(json.dumps({"exit": 70}).encode())
+            continue
+        request = json.loads(message)
         pid = os.fork()
         if pid == 0:
             try:
-                _zygote_job(spec, request)
+                _zygote_job(spec, request, fds)
             except BaseException as error:  # noqa: BLE001 - the job could not even start
                 try:
-                    os.write(2, f"[grading sandbox] job failed to start: {error!r}\n".encode())
+                    os.write(fds[1], f"[grading sandbox] job failed to start: {error!r}\n".encode())
                 finally:
                     os._exit(70)
+        for fd in fds:
+            os.close(fd)
         _done, status = os.waitpid(pid, 0)
         _reap_namespace()
-        answers.write(json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n")
+        channel.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
 
 
 # ----------------------------------------------------------------------------- the kernels' zygote

@@ -1,0 +1,258 @@
+"""The trusted side trusts nothing a learner can touch (issue 26): what a sandboxed driver sends back is read over
+pipes the grader opened, with a size limit and a deadline; a results file (tests, drivers run by hand) is opened
+without following links or blocking on FIFOs; notes carry only sanitised text; each learner's cases come from a
+key of their own. The sample learners ``a01``/``a02`` (tests/test_autograde_class.py) attack the same end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autograde.grpo_grader import oracle as oracle_lib
+from autograde.grpo_grader.transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES, BoundedPipe, pump, sanitise
+
+
+def test_results_files_are_never_followed_blocked_on_or_read_whole(tmp_path):
+    """read_results: a symlink (to a secret), a FIFO without a writer, a directory, a missing file and a file
+    larger than the limit each give a problem at once - never an exception, a hang or the target's contents."""
+    secret = tmp_path / "seed"
+    secret.write_text('{"case": "a", "status": "returned", "value": 1}\n')
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(secret)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder.jsonl"
+    folder.mkdir()
+    big = tmp_path / "big.jsonl"
+    with open(big, "wb") as handle:
+        handle.write(b'{"case": "a", "status": "returned", "value": 1}\n')
+        handle.truncate(MAX_RESULTS_BYTES + 2**20)
+    started = time.monotonic()
+    for path, reason in [
+        (link, "no results"),
+        (fifo, "not a regular file"),
+        (folder, "not a regular file"),
+        (tmp_path / "missing.jsonl", "no results"),
+        (big, "too large"),
+    ]:
+        cases, cells, problem = oracle_lib.read_results(path)
+        assert reason in problem, (path.name, problem)
+        assert path is big or cases == cells == {}, path.name
+    assert time.monotonic() - started < 5, "no read may block"
+    cases, _cells, problem = oracle_lib.read_results(secret)  # the same file, not through a link: read
+    assert cases["a"]["value"] == 1 and problem == ""
+
+
+def test_results_lines_are_bounded_and_malformed_ones_skipped():
+    """parse_results: a forged line longer than MAX_LINE_BYTES, a malformed line, a truncated last line and bytes
+    dropped past the limit are each skipped with a reason; the well-formed lines around them count."""
+    giant = b'{"case": "b", "status": "returned", "value": [' + b"7," * (MAX_LINE_BYTES // 2) + b"7]}"
+    data = b"\n".join(
+        [
+            b'{"case": "a", "status": "returned", "value": 1}',
+            giant,
+            b"not json",
+            b'{"cell": "__done__", "ok": true}',
+            b'{"case": "c", "status"',
+        ]
+    )
+    cases, cells, problem = oracle_lib.parse_results(data, dropped=5 * 2**20)
+    assert set(cases) == {"a"} and set(cells) == {"__done__"}
+    for reason in ("oversized line", "malformed", "truncated", "results too large"):
+        assert reason in problem, (reason, problem)
+
+
+def test_pipes_keep_a_bounded_amount_and_stop_a_writer_that_never_stops():
+    """BoundedPipe + pump: a writer that floods the results pipe gets its first MAX_RESULTS_BYTES kept, then the pipe
+    is closed (the writer sees a broken pipe) and the reading ends well before the deadline; a stderr pipe keeps
+    only its sanitised tail."""
+    results, errors = BoundedPipe(MAX_RESULTS_BYTES), BoundedPipe(4096, tail=True)
+    code = (
+        "import os, sys\n"
+        "os.write(2, b'\\x1b[2J\\x07 noise\\n' * 1000 + b'last line \\x00 here\\n')\n"
+        "chunk = b'x' * 2**20\n"
+        "try:\n"
+        "    while True:\n"
+        "        os.write(int(sys.argv[1]), chunk)\n"
+        "except BrokenPipeError:\n"
+        "    sys.exit(3)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(results.write_fd)], pass_fds=(results.write_fd,), stderr=errors.write_fd
+    )
+    results.close_writer()
+    errors.close_writer()
+    started = time.monotonic()
+    assert pump([results, errors], started + 60)
+    assert process.wait(timeout=30) == 3, "the writer saw the pipe closed"
+    assert time.monotonic() - started < 30
+    assert len(results.data) == MAX_RESULTS_BYTES and results.dropped > 0
+    assert len(errors.data) <= 4096 and errors.text().endswith("last line  here")
+    assert "\x1b" not in errors.text() and "\x07" not in errors.text()
+    results.close()
+    errors.close()
+
+
+def test_pump_gives_up_at_the_deadline_on_a_silent_writer():
+    """A process that holds the pipe open and writes nothing does not hold the grader past the deadline."""
+    pipe = BoundedPipe(1024)
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=(pipe.write_fd,))
+    pipe.close_writer()
+    started = time.monotonic()
+    try:
+        assert not pump([pipe], started + 1.0)
+        assert time.monotonic() - started < 3
+    finally:
+        process.kill()
+        process.wait()
+        pipe.close()
+
+
+def test_sanitise_keeps_printable_text_of_the_last_two_lines():
+    assert sanitise(b"one\ntwo\x1b[31m\nthree \x07four\n\n") == "two[31m three four"
+    assert len(sanitise(("x" * 1000).encode())) == 200
+
+
+@pytest.mark.parametrize("assignment", ["nb01_group_advantages", "nb02_grpo_objective"])
+def test_each_learner_gets_cases_of_their_own(assignment):
+    """Cases come from HMAC(seed, learner, assignment): the same learner gets the same cases, two learners (and two
+    seeds) different ones, and no case input carries the seed."""
+    oracle = oracle_lib.load_oracle(assignment)
+    seed = "trust-seed-" + assignment
+
+    def wire(learner, key=seed):
+        return json.dumps([case.wire() for case in oracle.cases(key, learner=learner)], sort_keys=True)
+
+    ann, again, bob, other_seed = wire("ann"), wire("ann"), wire("bob"), wire("ann", seed + "x")
+    assert ann == again
+    assert ann != bob and ann != other_seed
+    assert seed not in ann
+
+
+# ----------------------------------------------------------------------------- the bwrap sandbox (slow)
+def _probe_says_all_hidden(stdout: str) -> None:
+    assert "READABLE" not in stdout and "GRADING SEED VISIBLE" not in stdout, stdout
+    assert "sandbox: bwrap" in stdout and "network none" in stdout and "IPC namespace its own" in stdout, stdout
+
+
+@pytest.mark.slow
+def test_bwrap_sandbox_shows_only_its_allow_list():
+    """`pipeline probe --sandbox bwrap` as this user (root in CI: kernel and driver each drop to a leased uid of its
+    own): the course sources, gradebook, oracles and the other sandbox's sockets are absent, no network."""
+    import re
+
+    from autograde_helpers import run_pipeline
+
+    done = run_pipeline("probe", "--sandbox", "bwrap", timeout=120, seed="probe-seed-" + os.urandom(4).hex())
+    assert done.returncode == 0, done.stdout
+    _probe_says_all_hidden(done.stdout)
+    kernel = re.search(r"kernel uid (\d+),", done.stdout)
+    oracle = re.search(r"oracle driver \(beside the kernel\): uid (\d+),", done.stdout)
+    assert kernel and oracle
+    if os.geteuid() == 0:
+        assert kernel.group(1) != oracle.group(1) and int(kernel.group(1)) >= 61000
+
+
+UNPRIVILEGED = "grpo-grader-test"
+
+
+def _unprivileged_user() -> tuple[int, int]:
+    """(uid, gid) of an unprivileged account to grade as: this user when not root; as root (CI) a system account
+    created once for the purpose."""
+    import pwd
+
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    try:
+        entry = pwd.getpwnam(UNPRIVILEGED)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", UNPRIVILEGED], check=True
+        )
+        entry = pwd.getpwnam(UNPRIVILEGED)
+    return entry.pw_uid, entry.pw_gid
+
+
+@pytest.mark.slow
+def test_an_unprivileged_grader_grades_in_bwrap(released_course):
+    """Grading without root (issue 26): an unprivileged account (created when the tests run as root) probes the bwrap
+    sandbox and grades four nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
+    disk for answers, s07 exits): exactly their expected scores, status graded, nothing left running."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from autograde_helpers import ROOT, pipeline_env
+
+    from autograde.grpo_grader import sample as sample_class
+
+    uid, gid = _unprivileged_user()
+    base = Path(tempfile.mkdtemp(prefix="grpo-unprivileged-"))
+    try:
+        course = base / "autograde"
+        shutil.copytree(released_course["course"], course)
+        # the grading kernels of nb01 need no checkpoint (the checkout's .cache files are private to their owner)
+        with open(course / "nbgrader_config.py", "a", encoding="utf-8") as handle:
+            handle.write(
+                '\nc.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments"]\n'
+            )
+        for folder, _dirs, files in os.walk(base):
+            for path in [folder, *(os.path.join(folder, f) for f in files)]:
+                os.chown(path, uid, gid)
+        learners = [
+            "a01_attacks_the_results_channel",
+            "a02_fills_the_disk_and_lingers",
+            "s13_reads_answers_from_disk",
+            "s07_sys_exit",
+        ]
+        env = {**pipeline_env(), "HOME": str(base), "GRPO_GRADING_SEED": "unprivileged-" + os.urandom(6).hex()}
+        become = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"] if os.geteuid() == 0 else []
+
+        def pipeline(*args: str) -> subprocess.CompletedProcess:
+            done = subprocess.run(
+                [
+                    *become,
+                    sys.executable,
+                    "-m",
+                    "autograde.pipeline",
+                    *args,
+                    "--sandbox",
+                    "bwrap",
+                    "--course",
+                    str(course),
+                ],
+                cwd=ROOT,
+                env=env,
+                text=True,
+                timeout=900,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            print(done.stdout[-4000:])
+            return done
+
+        probe = pipeline("probe")
+        assert probe.returncode == 0, probe.stdout
+        _probe_says_all_hidden(probe.stdout)
+        assert f"kernel uid {uid}," in probe.stdout
+        graded = pipeline("autograde", "--sample", *[a for learner in learners for a in ("--learner", learner)])
+        assert graded.returncode == 0, graded.stdout
+        expected = sample_class.expected()
+        for learner in learners:
+            assignment = "nb01_group_advantages"
+            row = expected[learner][assignment]
+            report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
+            assert (report["score"], report["status"]) == (row["score"], row["status"]), (learner, report["reason"])
+        if os.geteuid() == 0:  # nothing of the account outlives the run (the forkserver exits right after it)
+            deadline = time.monotonic() + 20
+            while subprocess.run(["pgrep", "-u", str(uid)], capture_output=True).stdout and time.monotonic() < deadline:
+                time.sleep(0.5)
+            left = subprocess.run(["ps", "-u", str(uid), "-o", "pid=,etimes=,args="], capture_output=True, text=True)
+            assert not left.stdout.strip(), f"processes left running after grading: {left.stdout}"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
