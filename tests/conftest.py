@@ -86,8 +86,11 @@ class DuplicateExecution(RuntimeError):
     """A test executed a notebook that this test run had already executed: use ``notebook_runs``."""
 
 
-def _key(nb: nbformat.NotebookNode, cwd: Path, env: dict[str, str] | None) -> str:
+def _key(nb: nbformat.NotebookNode, cwd: Path, env: dict[str, str] | None, parameters: dict | None = None) -> str:
+    """One execution: the notebook, its folder, its environment and the papermill parameters injected into it."""
     text = json.dumps(nb, sort_keys=True) + "\0" + str(cwd) + "\0" + json.dumps(env or {}, sort_keys=True)
+    if parameters:
+        text += "\0" + json.dumps(parameters, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -255,7 +258,7 @@ def notebook_runs(tmp_path_factory) -> NotebookRuns:
 
     def guarded_execute(nb, cwd, timeout=120, env=None, **options):
         if not getattr(guarded_execute, "inside", False):  # a direct call from a test
-            registry.claim(_key(nb, Path(cwd), env), runs.current_test)
+            registry.claim(_key(nb, Path(cwd), env, options.get("parameters")), runs.current_test)
         return warm_execute(nb, cwd, timeout=timeout, env=env, **options)
 
     def inner_execute(nb, cwd, timeout=120, env=None, **options):  # notebook_runs already claimed the key
