@@ -5,9 +5,10 @@ released into a temporary nbgrader course, the sample class graded once with
 `python -m autograde.pipeline autograde --sample` (sandboxed kernels, a grading seed made for this run), and
 every assertion reads that one result: the gradebook against `autograde/sample_class/expected.json` (written
 by hand), a regrade (unchanged submissions kept; a forced regrade rewrites the same rows), feedback, export,
-copy flags, and three shards merged == one run. (A module of its own: the longest chain of the suite, it runs on
+copy flags, and three shards merged == one run (on a Slurm cluster too: tests/test_slurm.py). (A module of its own: the longest chain of the suite, it runs on
 one pytest-xdist worker while the other takes the rest.)
 """
+
 from __future__ import annotations
 
 import collections
@@ -16,14 +17,12 @@ import json
 import re
 import secrets
 import shutil
-import subprocess
 import types
 from pathlib import Path
 
 import nbformat
 import pytest
-import slurm_cluster  # tests/slurm_cluster.py
-from autograde_helpers import ASSIGNMENTS, AUTOGRADE, ROOT, pipeline_env, run_pipeline  # tests/autograde_helpers.py
+from autograde_helpers import ASSIGNMENTS, AUTOGRADE, ROOT, run_pipeline  # tests/autograde_helpers.py
 
 from autograde.grpo_grader import sample as sample_class
 from tools.chain.cells import load_settings
@@ -58,15 +57,26 @@ def _gradebook_dump(course: Path) -> dict:
         for student in gb.students:
             dump["students"].append(student.id)
             for submission in student.submissions:
-                dump["submissions"].append((submission.id, student.id, submission.assignment.name,
-                                            submission.score, submission.max_score))
+                dump["submissions"].append(
+                    (submission.id, student.id, submission.assignment.name, submission.score, submission.max_score)
+                )
                 for notebook in submission.notebooks:
                     for grade in notebook.grades:
-                        dump["grades"].append((grade.id, student.id, notebook.name, grade.name, grade.auto_score,
-                                               grade.manual_score, grade.needs_manual_grade))
+                        dump["grades"].append(
+                            (
+                                grade.id,
+                                student.id,
+                                notebook.name,
+                                grade.name,
+                                grade.auto_score,
+                                grade.manual_score,
+                                grade.needs_manual_grade,
+                            )
+                        )
                     for comment in notebook.comments:
-                        dump["comments"].append((comment.id, student.id, notebook.name, comment.name,
-                                                 comment.auto_comment))
+                        dump["comments"].append(
+                            (comment.id, student.id, notebook.name, comment.name, comment.auto_comment)
+                        )
     return {k: sorted(v, key=str) for k, v in dump.items()}
 
 
@@ -94,7 +104,7 @@ def graded_class(tmp_path_factory, released_course):
     """The sample class graded once (a released course of every graded lesson, a seed made for this run)."""
     base = tmp_path_factory.mktemp("sample-class")
     course = _release_course(base, released_course["course"])
-    pristine = base / "pristine"          # the released course before grading (for the shard run)
+    pristine = base / "pristine"  # the released course before grading (for the shard run)
     shutil.copytree(course, pristine)
     seed = secrets.token_hex(12)
     first = run_pipeline("autograde", "--sample", "--course", str(course), seed=seed)
@@ -124,27 +134,38 @@ def test_sample_class_grades_exactly_as_expected(graded_class):
                     if report["status"] == "graded":
                         assert "oracle" in nb["phases"], f"{learner}/{assignment}: graded without the oracle"
                         # the hidden tests (their reference helpers, expected values) never ran in the learner's kernel
-                        executed = nbformat.read(course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb",
-                                                 as_version=4)
-                        leaked = [c.metadata["nbgrader"]["grade_id"] for c in executed.cells
-                                  if c.get("metadata", {}).get("nbgrader", {}).get("grade")
-                                  and not c.metadata["nbgrader"].get("solution")
-                                  and ("BEGIN HIDDEN TESTS" in c.source or "def _h_" in c.source)]
+                        executed = nbformat.read(
+                            course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb", as_version=4
+                        )
+                        leaked = [
+                            c.metadata["nbgrader"]["grade_id"]
+                            for c in executed.cells
+                            if c.get("metadata", {}).get("nbgrader", {}).get("grade")
+                            and not c.metadata["nbgrader"].get("solution")
+                            and ("BEGIN HIDDEN TESTS" in c.source or "def _h_" in c.source)
+                        ]
                         if leaked:
                             mismatches.append(f"{learner}/{assignment}: hidden tests ran in the kernel: {leaked}")
                     if learner in ("s01_worked_answers", "s02_independent_answers"):
                         # correct answers run without an error in nbgrader's kernel too (it has what the notebook
                         # needs: readable checkpoints, no write into the read-only course) and pass there
-                        executed = nbformat.read(course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb",
-                                                 as_version=4)
-                        errors = [f"{o.get('ename')}: {o.get('evalue', '')[:120]}" for c in executed.cells
-                                  for o in c.get("outputs", []) if o.get("output_type") == "error"]
+                        executed = nbformat.read(
+                            course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb", as_version=4
+                        )
+                        errors = [
+                            f"{o.get('ename')}: {o.get('evalue', '')[:120]}"
+                            for c in executed.cells
+                            for o in c.get("outputs", [])
+                            if o.get("output_type") == "error"
+                        ]
                         if errors:
                             mismatches.append(f"{learner}/{assignment}: errors in the grading kernel: {errors}")
                         automatic = sum(t["score"] for t in nb["tests"] if t["outcome"] != "manual")
                         if nb["phases"].get("in_kernel_score") != automatic:
-                            mismatches.append(f"{learner}/{assignment}: in-kernel score "
-                                              f"{nb['phases'].get('in_kernel_score')} != {automatic}")
+                            mismatches.append(
+                                f"{learner}/{assignment}: in-kernel score "
+                                f"{nb['phases'].get('in_kernel_score')} != {automatic}"
+                            )
     assert not mismatches, "\n".join(mismatches)
     match = re.search(r"done in ([\d.]+) s", first.stdout)
     print(f"sample class graded in {match.group(1) if match else '?'} s with the default workers")
@@ -158,8 +179,20 @@ def test_regrade_keeps_rows_and_scores(graded_class):
     assert again.returncode == 0 and "nothing new to grade" in again.stdout
     assert _gradebook_dump(course) == before
     # a forced regrade rewrites the same rows with the same scores (no duplicates); a new seed would not
-    forced = run_pipeline("autograde", "--sample", "--course", str(course), "--force", "--learner", "s14_invalid_json",
-                       "--learner", "m3_deeply_nested_json", "--learner", "s07_sys_exit", seed=seed)
+    forced = run_pipeline(
+        "autograde",
+        "--sample",
+        "--course",
+        str(course),
+        "--force",
+        "--learner",
+        "s14_invalid_json",
+        "--learner",
+        "m3_deeply_nested_json",
+        "--learner",
+        "s07_sys_exit",
+        seed=seed,
+    )
     assert forced.returncode == 0 and "graded 1" in forced.stdout and "invalid 2" in forced.stdout
     assert _gradebook_dump(course) == before
 
@@ -191,7 +224,10 @@ def test_feedback_and_export(graded_class):
         if float(row["score"]) == 0:
             assert row["reason"].strip(), f"zero without a reason: {row}"
     manual = {(r["learner"], r["assignment"]) for r in rows if r["needs_manual_grade"] == "True"}
-    assert ("s01_worked_answers", "nb04_verifiable_rewards") in manual and ("s01_worked_answers", "nb05_logprobs_masks") in manual
+    assert ("s01_worked_answers", "nb04_verifiable_rewards") in manual and (
+        "s01_worked_answers",
+        "nb05_logprobs_masks",
+    ) in manual
     assert ("s01_worked_answers", "nb03a_cispo_trace_lab") in manual
     with open(course / "grades_by_test.csv", encoding="utf-8") as handle:
         tests = list(csv.DictReader(handle))
@@ -201,8 +237,10 @@ def test_feedback_and_export(graded_class):
     # copies are flagged, never scored: m1 is s01's nb01 with edited metadata; s02 wrote its own answers
     # (similar:<learner>:<share>%: winnowed fingerprints of the answer cells, issue 25)
     flags = {(r["learner"], r["assignment"]): r["flags"].split() for r in rows}
-    names = {key: {f.rsplit(":", 1)[0] if f.startswith("similar:") else f.split(":")[0] for f in value}
-             for key, value in flags.items()}
+    names = {
+        key: {f.rsplit(":", 1)[0] if f.startswith("similar:") else f.split(":")[0] for f in value}
+        for key, value in flags.items()
+    }
     assert "similar:m1_edited_metadata" in names[("s01_worked_answers", "nb01_group_advantages")]
     assert "similar:s01_worked_answers" in names[("m1_edited_metadata", "nb01_group_advantages")]
     assert "similar:s01_worked_answers:100%" in flags[("m1_edited_metadata", "nb01_group_advantages")]
@@ -212,8 +250,10 @@ def test_feedback_and_export(graded_class):
     # the copier in the batch it resembles; honest edits of setup cells raise no review flag
     assert "copies-reference" in names[("f03_copies_the_reference", "nb01_group_advantages")]
     assert "similar:f03_copies_the_reference" in names[("s01_worked_answers", "nb01_group_advantages")]
-    for learner, lesson in (("f01_nb01_written_its_own_way", "nb01_group_advantages"),
-                            ("f02_uses_the_notebooks_own_names", "nb04_verifiable_rewards")):
+    for learner, lesson in (
+        ("f01_nb01_written_its_own_way", "nb01_group_advantages"),
+        ("f02_uses_the_notebooks_own_names", "nb04_verifiable_rewards"),
+    ):
         assert not names[(learner, lesson)] & {"grader-internals", "processes", "file-access"}, flags[(learner, lesson)]
 
 
@@ -223,8 +263,11 @@ def test_attacks_on_the_results_channel_cost_nothing_and_the_seed_never_leaks(gr
     process a02 left running survives grading; and the grading seed is in no output of the run - the pipeline's
     output, grades.csv, grades_by_test.csv, the feedback pages, the autograded notebooks and reports, the gradebook."""
     course, seed = graded_class.course, graded_class.seed
-    report = json.loads((course / "autograded" / "a01_attacks_the_results_channel" / "nb01_group_advantages"
-                         / "grading_report.json").read_text())
+    report = json.loads(
+        (
+            course / "autograded" / "a01_attacks_the_results_channel" / "nb01_group_advantages" / "grading_report.json"
+        ).read_text()
+    )
     assert any("oversized line" in note for nb in report["notebooks"] for note in nb["notes"]), report
     lingering = []
     for entry in Path("/proc").iterdir():
@@ -239,8 +282,13 @@ def test_attacks_on_the_results_channel_cost_nothing_and_the_seed_never_leaks(gr
     if not (course / "grades.csv").exists():
         assert run_pipeline("grades", "--course", str(course)).returncode == 0
     assert seed not in graded_class.first.stdout
-    outputs = [course / "grades.csv", course / "grades_by_test.csv", course / "gradebook.db",
-               *(course / "feedback").rglob("*"), *(course / "autograded").rglob("*")]
+    outputs = [
+        course / "grades.csv",
+        course / "grades_by_test.csv",
+        course / "gradebook.db",
+        *(course / "feedback").rglob("*"),
+        *(course / "autograded").rglob("*"),
+    ]
     files = [path for path in outputs if path.is_file()]
     assert len(files) > 50
     leaked = [str(path) for path in files if seed.encode() in path.read_bytes()]
@@ -250,11 +298,12 @@ def test_attacks_on_the_results_channel_cost_nothing_and_the_seed_never_leaks(gr
 SHARD_SUBSET = ["s14_invalid_json", "m3_deeply_nested_json", "s15_wrong_file_name"]  # (one executed notebook)
 
 
-def _subset_course(graded_class, tmp_path: Path) -> tuple[Path, list[str]]:
-    """The released course before grading with the submissions of ``SHARD_SUBSET`` only (a cheap subset of the
-    class: invalid files, a missing and one executed notebook), and the ``--learner`` arguments naming them."""
+def _subset_course(pristine: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of the released course ``pristine`` (before grading) with the submissions of ``SHARD_SUBSET`` only (a
+    cheap subset of the class: invalid files, a missing and one executed notebook), and the ``--learner``
+    arguments naming them."""
     course = tmp_path / "autograde"
-    shutil.copytree(graded_class.pristine, course)
+    shutil.copytree(pristine, course)
     sample_class.install(course / "submitted")
     for folder in (course / "submitted").iterdir():
         if folder.name not in SHARD_SUBSET:
@@ -262,57 +311,22 @@ def _subset_course(graded_class, tmp_path: Path) -> tuple[Path, list[str]]:
     return course, [a for learner in SHARD_SUBSET for a in ("--learner", learner)]
 
 
-def _subset_rows(graded_class, course: Path) -> tuple[list, list]:
-    """grades.csv rows of ``SHARD_SUBSET`` from ``course`` and from the single run of the whole class."""
-    assert run_pipeline("grades", "--course", str(course)).returncode == 0
-    if not (graded_class.course / "grades.csv").exists():
-        assert run_pipeline("grades", "--course", str(graded_class.course)).returncode == 0
-
-    def rows(path):
-        keep = ("learner", "assignment", "score", "max_score", "status", "reason")
-        return sorted(tuple(r[k] for k in keep) for r in _grades_csv(path) if r["learner"] in SHARD_SUBSET)
-
-    return rows(course), rows(graded_class.course)
+def subset_rows(course: Path) -> list[tuple]:
+    """grades.csv rows of ``SHARD_SUBSET`` in ``course`` (exported first when missing)."""
+    if not (course / "grades.csv").exists():
+        assert run_pipeline("grades", "--course", str(course)).returncode == 0
+    keep = ("learner", "assignment", "score", "max_score", "status", "reason")
+    return sorted(tuple(r[k] for k in keep) for r in _grades_csv(course) if r["learner"] in SHARD_SUBSET)
 
 
 @pytest.mark.slow
 def test_three_shards_merge_into_the_same_grades(graded_class, tmp_path):
     """`--shard k/3` in three processes, then `merge-shards`: grades.csv equals the single run's (sorted rows)
     for the same learners."""
-    course, args = _subset_course(graded_class, tmp_path)
+    course, args = _subset_course(graded_class.pristine, tmp_path)
     for k in (1, 2, 3):
         done = run_pipeline("autograde", "--course", str(course), "--shard", f"{k}/3", *args, seed=graded_class.seed)
         assert done.returncode == 0
     assert run_pipeline("merge-shards", "--course", str(course)).returncode == 0
-    sharded, single = _subset_rows(graded_class, course)
-    assert sharded == single and len(sharded) == len(SHARD_SUBSET) * len(ASSIGNMENTS)
-
-
-@pytest.mark.slow
-def test_slurm_job_array_grades_like_one_run(graded_class, tmp_path):
-    """The README's Slurm recipe as it stands, `autograde/slurm/grade.sh 3`, on a private single-node Slurm
-    cluster (tests/slurm_cluster.py: Debian's slurm-wlm and munge): a 3-task job array, each task
-    `make autograde SHARD=$((SLURM_ARRAY_TASK_ID+1))/3`, then `make merge-shards` queued after the array;
-    grades.csv equals the single run's for the same learners."""
-    why = slurm_cluster.unavailable()
-    if why:
-        pytest.skip(why)
-    course, args = _subset_course(graded_class, tmp_path)
-    cluster = slurm_cluster.Cluster(tmp_path / "slurm")
-    cluster.start()
-    try:
-        env = {**pipeline_env(), **cluster.env, "COURSE": str(course), "GRADE_ARGS": " ".join(args), "WAIT": "1",
-               "GRPO_GRADING_SEED": graded_class.seed}
-        done = subprocess.run([str(ROOT / "autograde" / "slurm" / "grade.sh"), "3"], cwd=ROOT, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
-        logs = {p.name: p.read_text(errors="replace") for p in sorted((course / "shards").glob("slurm-*.log"))}
-    finally:
-        cluster.stop()
-    report = done.stdout + "".join(f"\n--- {name}\n{text[-1500:]}" for name, text in logs.items())
-    assert done.returncode == 0, report + cluster.logs()
-    tasks = sorted(m.group(1) for name in logs if (m := re.fullmatch(r"slurm-\d+_(\d+)\.log", name)))
-    assert tasks == ["0", "1", "2"] and any(name.startswith("slurm-merge-") for name in logs), report
-    assert all("Traceback" not in text for text in logs.values()), report
-    assert not [p for p in (course / "shards").iterdir() if p.is_dir()], "merge-shards consumed every shard"
-    sharded, single = _subset_rows(graded_class, course)
+    sharded, single = subset_rows(course), subset_rows(graded_class.course)
     assert sharded == single and len(sharded) == len(SHARD_SUBSET) * len(ASSIGNMENTS)

@@ -179,6 +179,7 @@ def _unprivileged_user() -> tuple[int, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_an_unprivileged_grader_grades_in_bwrap(released_course):
     """Grading without root (issue 26): an unprivileged account (created when the tests run as root) probes the bwrap
     sandbox and grades four nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the

@@ -226,6 +226,7 @@ def _walk(options: dict) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
     """release (formgrader) -> Fetch, Submit (the learner's Assignment List) -> Collect (formgrader; the learner shows
