@@ -5,11 +5,14 @@ key of their own. The sample learners ``a01``/``a02`` (tests/test_autograde_clas
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -178,6 +181,25 @@ def _unprivileged_user() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+@contextlib.contextmanager
+def _traversable_for_others(*paths: Path):
+    """As root: every folder above ``paths`` that others cannot traverse (a ``mktemp -d`` checkout is 0700) gets
+    o+x for the test, as an instructor gives the grading account access to the checkout; restored afterwards."""
+    changed = {}
+    if os.geteuid() == 0:
+        for path in paths:
+            for folder in [path, *path.parents]:
+                mode = folder.stat().st_mode
+                if not mode & stat.S_IXOTH and folder not in changed:
+                    changed[folder] = mode
+                    folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+    try:
+        yield
+    finally:
+        for folder, mode in changed.items():
+            folder.chmod(stat.S_IMODE(mode))
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_an_unprivileged_grader_grades_in_bwrap(released_course):
@@ -194,66 +216,74 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
 
     uid, gid = _unprivileged_user()
     base = Path(tempfile.mkdtemp(prefix="grpo-unprivileged-"))
-    try:
-        course = base / "autograde"
-        shutil.copytree(released_course["course"], course)
-        # the grading kernels of nb01 need no checkpoint (the checkout's .cache files are private to their owner)
-        with open(course / "nbgrader_config.py", "a", encoding="utf-8") as handle:
-            handle.write(
-                '\nc.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments"]\n'
+    with _traversable_for_others(ROOT, Path(sys.executable).parent):
+        try:
+            course = base / "autograde"
+            shutil.copytree(released_course["course"], course)
+            # the grading kernels of nb01 need no checkpoint (the checkout's .cache files are private to their owner)
+            with open(course / "nbgrader_config.py", "a", encoding="utf-8") as handle:
+                handle.write(
+                    '\nc.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments"]\n'
+                )
+            for folder, _dirs, files in os.walk(base):
+                for path in [folder, *(os.path.join(folder, f) for f in files)]:
+                    os.chown(path, uid, gid)
+            learners = [
+                "a01_attacks_the_results_channel",
+                "a02_fills_the_disk_and_lingers",
+                "s13_reads_answers_from_disk",
+                "s07_sys_exit",
+            ]
+            env = {**pipeline_env(), "HOME": str(base), "GRPO_GRADING_SEED": "unprivileged-" + os.urandom(6).hex()}
+            become = (
+                ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"] if os.geteuid() == 0 else []
             )
-        for folder, _dirs, files in os.walk(base):
-            for path in [folder, *(os.path.join(folder, f) for f in files)]:
-                os.chown(path, uid, gid)
-        learners = [
-            "a01_attacks_the_results_channel",
-            "a02_fills_the_disk_and_lingers",
-            "s13_reads_answers_from_disk",
-            "s07_sys_exit",
-        ]
-        env = {**pipeline_env(), "HOME": str(base), "GRPO_GRADING_SEED": "unprivileged-" + os.urandom(6).hex()}
-        become = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"] if os.geteuid() == 0 else []
 
-        def pipeline(*args: str) -> subprocess.CompletedProcess:
-            done = subprocess.run(
-                [
-                    *become,
-                    sys.executable,
-                    "-m",
-                    "autograde.pipeline",
-                    *args,
-                    "--sandbox",
-                    "bwrap",
-                    "--course",
-                    str(course),
-                ],
-                cwd=ROOT,
-                env=env,
-                text=True,
-                timeout=900,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-            print(done.stdout[-4000:])
-            return done
+            def pipeline(*args: str) -> subprocess.CompletedProcess:
+                done = subprocess.run(
+                    [
+                        *become,
+                        sys.executable,
+                        "-m",
+                        "autograde.pipeline",
+                        *args,
+                        "--sandbox",
+                        "bwrap",
+                        "--course",
+                        str(course),
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    text=True,
+                    timeout=900,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+                print(done.stdout[-4000:])
+                return done
 
-        probe = pipeline("probe")
-        assert probe.returncode == 0, probe.stdout
-        _probe_says_all_hidden(probe.stdout)
-        assert f"kernel uid {uid}," in probe.stdout
-        graded = pipeline("autograde", "--sample", *[a for learner in learners for a in ("--learner", learner)])
-        assert graded.returncode == 0, graded.stdout
-        expected = sample_class.expected()
-        for learner in learners:
-            assignment = "nb01_group_advantages"
-            row = expected[learner][assignment]
-            report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
-            assert (report["score"], report["status"]) == (row["score"], row["status"]), (learner, report["reason"])
-        if os.geteuid() == 0:  # nothing of the account outlives the run (the forkserver exits right after it)
-            deadline = time.monotonic() + 20
-            while subprocess.run(["pgrep", "-u", str(uid)], capture_output=True).stdout and time.monotonic() < deadline:
-                time.sleep(0.5)
-            left = subprocess.run(["ps", "-u", str(uid), "-o", "pid=,etimes=,args="], capture_output=True, text=True)
-            assert not left.stdout.strip(), f"processes left running after grading: {left.stdout}"
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+            probe = pipeline("probe")
+            assert probe.returncode == 0, probe.stdout
+            _probe_says_all_hidden(probe.stdout)
+            assert f"kernel uid {uid}," in probe.stdout
+            graded = pipeline("autograde", "--sample", *[a for learner in learners for a in ("--learner", learner)])
+            assert graded.returncode == 0, graded.stdout
+            expected = sample_class.expected()
+            for learner in learners:
+                assignment = "nb01_group_advantages"
+                row = expected[learner][assignment]
+                report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
+                assert (report["score"], report["status"]) == (row["score"], row["status"]), (learner, report["reason"])
+            if os.geteuid() == 0:  # nothing of the account outlives the run (the forkserver exits right after it)
+                deadline = time.monotonic() + 20
+                while (
+                    subprocess.run(["pgrep", "-u", str(uid)], capture_output=True).stdout
+                    and time.monotonic() < deadline
+                ):
+                    time.sleep(0.5)
+                left = subprocess.run(
+                    ["ps", "-u", str(uid), "-o", "pid=,etimes=,args="], capture_output=True, text=True
+                )
+                assert not left.stdout.strip(), f"processes left running after grading: {left.stdout}"
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
