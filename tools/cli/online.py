@@ -141,19 +141,25 @@ def main(argv=None) -> int:
         )
         print(f"summary: {path.relative_to(og.resolve_root())}")
         return 0
-    if args.seeds == 1:
-        print(
-            f"online GRPO: label={args.label} threads={args.threads} warm_start={args.warm_start} {config}", flush=True
-        )
+
+    def run_once(run_config, record_seed=None):
         record = og.run_online_experiment(
             train_online_grpo,
-            config,
+            run_config,
             args.label,
             verify=verify_integer_response,
             progress=og.print_progress,
             warm_start_variant=args.warm_start,
+            record_seed=record_seed,
         )
         _print_headline(record)
+        return record
+
+    if args.seeds == 1:
+        print(
+            f"online GRPO: label={args.label} threads={args.threads} warm_start={args.warm_start} {config}", flush=True
+        )
+        run_once(config)
         print(f"record: {og.output_relative_path(args.label)}")
         return 0
     records = []
@@ -164,17 +170,7 @@ def main(argv=None) -> int:
             f"warm_start={args.warm_start} {seeded}",
             flush=True,
         )
-        record = og.run_online_experiment(
-            train_online_grpo,
-            seeded,
-            args.label,
-            verify=verify_integer_response,
-            progress=og.print_progress,
-            warm_start_variant=args.warm_start,
-            record_seed=seed,
-        )
-        _print_headline(record)
-        records.append(record)
+        records.append(run_once(seeded, record_seed=seed))
     summary = og.seeds_summary(args.label, records)
     path = og.write_seeds_summary(og.resolve_root() / og.seeds_summary_path(args.label), summary)
     gain = summary["gain_pass_at_1"]
