@@ -208,7 +208,6 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
     disk for answers, s07 exits): exactly their expected scores, status graded, nothing left running."""
     import shutil
     import tempfile
-    from pathlib import Path
 
     from autograde_helpers import ROOT, pipeline_env
 
