@@ -31,7 +31,7 @@ from pathlib import Path
 
 from autograde.grpo_grader import sample as sample_class
 from autograde.grpo_grader import warm
-from autograde.grpo_grader.course import Settings, load_settings, prepare_kernel_files
+from autograde.grpo_grader.course import GradingPipeline, load_settings, prepare_kernel_files, settings_tables
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
 from autograde.grpo_grader.run import (
@@ -65,8 +65,8 @@ def in_shard(learner: str, shard: tuple[int, int] | None) -> bool:
     return int(hashlib.sha256(learner.encode()).hexdigest(), 16) % n == k - 1
 
 
-def collect_work(settings: Settings, course_info: dict, force: bool, only: list[str] | None,
-                 shard: tuple[int, int] | None = None):
+def collect_work(settings: GradingPipeline, course_info: dict, force: bool, only: list[str] | None,
+                 shard: tuple[int, int] | None, seed: str):
     """[(learner, [(assignment, folder, fingerprint)])] to grade, and the folders that were not graded."""
     submitted = settings.dir("submitted")
     todo, ignored, unchanged = [], [], 0
@@ -87,7 +87,7 @@ def collect_work(settings: Settings, course_info: dict, force: bool, only: list[
             if folder.name not in course_info:
                 ignored.append(f"{folder}: 没有这个作业（unknown assignment; run `make release`?）")
                 continue
-            fp = fingerprint(folder, settings, course_info, folder.name)
+            fp = fingerprint(folder, settings, course_info, folder.name, seed)
             report = read_report(settings, learner, folder.name)
             if not force and report and report.get("fingerprint") == fp and report.get("status") != "error":
                 unchanged += 1
@@ -119,7 +119,7 @@ SUBMITTED_LAYOUT = """提交应放在（submissions go here）：
 （nbgrader collect 会按这个布局放好；也可以手动复制。试一试：make autograde ARGS=--sample 会先放入示例班级）"""
 
 
-def _check_course(settings: Settings) -> dict | None:
+def _check_course(settings: GradingPipeline) -> dict | None:
     """The course's assignments, or None after saying what is missing (release, submissions)."""
     if not settings.db_path.exists():
         print(f"没有 {settings.db_path}：请先运行 `make release`（no gradebook: run `make release` first）",
@@ -132,7 +132,7 @@ def _check_course(settings: Settings) -> dict | None:
     return course_info
 
 
-def _no_submissions(settings: Settings, course_info: dict) -> bool:
+def _no_submissions(settings: GradingPipeline, course_info: dict) -> bool:
     submitted = settings.dir("submitted")
     if submitted.is_dir() and any(p.is_dir() for p in submitted.iterdir()):
         return False
@@ -142,7 +142,7 @@ def _no_submissions(settings: Settings, course_info: dict) -> bool:
     return True
 
 
-def _open_sandbox(settings: Settings, base: Path, workers: int):
+def _open_sandbox(settings: GradingPipeline, base: Path, workers: int):
     """The probed sandbox (or None after printing why there is none)."""
     try:
         sandbox = choose_sandbox(settings, base, slots=workers)
@@ -159,8 +159,8 @@ def _open_sandbox(settings: Settings, base: Path, workers: int):
     return sandbox
 
 
-def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slot], template: Path,
-                    staging: Path, statuses: dict[str, int], sink) -> None:
+def _grade_in_slots(settings: GradingPipeline, course_info: dict, todo, slots: list[Slot], template: Path,
+                    staging: Path, statuses: dict[str, int], sink, seed: str) -> None:
     """Grade every learner of ``todo`` on the free slots; hand each one's results to ``sink`` as it finishes."""
     from tqdm import tqdm
 
@@ -171,7 +171,7 @@ def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slo
     def job(learner: str, work):
         slot = free.get()
         try:
-            return grade_learner(slot, settings, course_info, learner, work, staging, template)
+            return grade_learner(slot, settings, course_info, learner, work, staging, template, seed)
         finally:
             free.put(slot)
 
@@ -200,7 +200,7 @@ def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slo
             raise
 
 
-def autograde(settings: Settings, force: bool = False, only: list[str] | None = None, keep: bool = False,
+def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | None = None, keep: bool = False,
               shard: tuple[int, int] | None = None) -> int:
     if only:
         submitted = settings.dir("submitted")
@@ -216,8 +216,8 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         return 2
     if _no_submissions(settings, course_info):
         return 0
-    settings.grading_seed = grading_seed(create=True, announce=print, course=settings.course)
-    todo, ignored, unchanged = collect_work(settings, course_info, force, only, shard)
+    seed = grading_seed(create=True, announce=print, course=settings.course)  # run state: passed on, never stored
+    todo, ignored, unchanged = collect_work(settings, course_info, force, only, shard, seed)
     for line in ignored:
         print(f"[autograde] 跳过 {line}")
     if not todo:
@@ -259,7 +259,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
             shard_dir = shard_folder(settings, shard)
             print(f"[autograde] shard {shard[0]}/{shard[1]}: results go to {shard_dir} (then `make merge-shards`)")
             sink = lambda results: save_shard_results(shard_dir, results)  # noqa: E731
-        _grade_in_slots(settings, course_info, todo, slots, template, base / "staging", statuses, sink)
+        _grade_in_slots(settings, course_info, todo, slots, template, base / "staging", statuses, sink, seed)
     finally:
         for slot in slots:
             slot.kill_kernels()
@@ -292,7 +292,7 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return k, n
 
 
-def shard_folder(settings: Settings, shard: tuple[int, int]) -> Path:
+def shard_folder(settings: GradingPipeline, shard: tuple[int, int]) -> Path:
     return settings.dir("shards") / f"{shard[0]}-of-{shard[1]}"
 
 
@@ -313,7 +313,7 @@ def save_shard_results(folder: Path, results: list[AssignmentResult]) -> None:
         handle.write("".join(line + "\n" for line in lines))
 
 
-def merge_shards(settings: Settings) -> int:
+def merge_shards(settings: GradingPipeline) -> int:
     """Merge every shard folder under ``shards/`` into the course gradebook (one writer), then remove it."""
     root = settings.dir("shards")
     folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
@@ -341,7 +341,7 @@ def merge_shards(settings: Settings) -> int:
 
 
 # ----------------------------------------------------------------------------- feedback
-def feedback(settings: Settings) -> int:
+def feedback(settings: GradingPipeline) -> int:
     """nbgrader's generate_feedback for every assignment (HTML per learner under feedback/), through nbgrader's
     API in this process: one nbgrader start for the whole course instead of one process per assignment."""
     from nbgrader.api import Gradebook
@@ -401,7 +401,7 @@ def score_text(row: dict) -> str:
     return f"{row['score']:g}/{row['max_score']:g}"
 
 
-def grades(settings: Settings) -> int:
+def grades(settings: GradingPipeline) -> int:
     rows, test_rows = export_rows(settings)
     _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
     _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
@@ -428,10 +428,45 @@ def _own_ipc_namespace() -> str:
         return ""
 
 
+README = Path(__file__).resolve().parent / "README.md"
+
+
+def readme_with_settings_tables(text: str, settings: GradingPipeline) -> str:
+    """``text`` (autograde/README.md) with its generated settings blocks rewritten from the settings' definitions."""
+    for language in ("zh", "en"):
+        begin, end = f"<!-- settings-table:{language} (generated) -->", f"<!-- /settings-table:{language} -->"
+        if begin not in text or end not in text:
+            raise ValueError(f"{README}: the markers {begin} ... {end} are missing")
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
+        text = f"{head}{begin}\n{settings_tables(language, settings)}\n{end}{tail}"
+    return text
+
+
+def settings_command(settings: GradingPipeline, write: bool, check: bool) -> int:
+    """Print every setting with the value in force; ``--write``/``--check`` the README's generated tables."""
+    if write or check:
+        current = README.read_text(encoding="utf-8")
+        wanted = readme_with_settings_tables(current, settings)
+        if check:
+            print("settings tables up to date" if wanted == current else
+                  f"STALE {README}: run `python -m autograde.pipeline settings --write` (or `make release`)")
+            return 0 if wanted == current else 1
+        if wanted != current:
+            README.write_text(wanted, encoding="utf-8")
+            print(f"wrote {README}")
+        return 0
+    for name in GradingPipeline.class_trait_names(config=True):
+        print(f"c.GradingPipeline.{name} = {getattr(settings, name)!r}")
+    print(f"c.Execute.timeout = {settings.cell_timeout!r}  # cell timeout (nbgrader's section)")
+    print(f"c.CourseDirectory.course_id = {settings.course_id!r}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe",
-                                            "prepare"])
+                                            "prepare", "settings"])
     parser.add_argument("--shard", default=None, help="autograde: grade only shard k of N learners (k/N), into shards/")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course root (default: autograde/)")
     parser.add_argument("--sample", action="store_true", help="autograde: add the bundled sample class first")
@@ -443,7 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", default=None, choices=["auto", *SANDBOX_MODES])
     parser.add_argument("--keep", action="store_true", help="autograde: keep the temporary grading folder (logs)")
     parser.add_argument("--rebuild", action="store_true", help="sample: regenerate the sample submissions")
-    parser.add_argument("--check", action="store_true", help="sample: fail when the sample submissions are stale")
+    parser.add_argument("--check", action="store_true", help="sample, settings: fail when the sample submissions "
+                        "or the README's settings tables are stale")
+    parser.add_argument("--write", action="store_true", help="settings: regenerate the README's settings tables")
     args = parser.parse_args(argv)
     overrides = {"workers": args.workers, "cell_timeout": args.cell_timeout,
                  "notebook_timeout": args.notebook_timeout, "sandbox": args.sandbox}
@@ -477,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"STALE {line}")
         print("sample class up to date" if not stale else "run `python -m autograde.pipeline sample --rebuild`")
         return 1 if stale else 0
+    if args.command == "settings":
+        return settings_command(settings, write=args.write, check=args.check)
     if args.command == "prepare":  # `make setup`: the checkpoints the grading kernels load, built once
         try:
             prepare_kernel_files(settings)

@@ -61,7 +61,7 @@ def test_file_picking_and_checks(tmp_path):
 def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
     """What a run counts before it starts nbgrader's forkserver and the zygotes: the notebooks that pass the file
     checks (a renamed single notebook counts, invalid JSON and a missing file do not); counting stops at ``enough``."""
-    from autograde.grpo_grader.course import Settings
+    from autograde.grpo_grader.course import GradingPipeline
     from autograde.grpo_grader.run import runnable_notebooks
 
     info = {a: {"notebooks": [a]} for a in ASSIGNMENTS}
@@ -69,7 +69,7 @@ def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
     def work(learner, assignments):
         return (learner, [(a, sample_class.SUBMITTED / learner / a, "") for a in assignments])
 
-    settings = Settings(course=tmp_path)
+    settings = GradingPipeline(course=tmp_path)
     invalid = [work("s14_invalid_json", [ASSIGNMENTS[0]]), work("m3_deeply_nested_json", [ASSIGNMENTS[0]]),
                work("s15_wrong_file_name", [ASSIGNMENTS[0]])]  # s15 submitted nb02 only: no nb01 file
     assert runnable_notebooks(settings, info, invalid) == 0
@@ -497,10 +497,10 @@ def test_submission_metadata_is_rebuilt_from_the_release():
 
 def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     """`make autograde` without submissions says so and prints the expected layout (no gradebook needed)."""
-    from autograde.grpo_grader.course import Settings
+    from autograde.grpo_grader.course import GradingPipeline
     from autograde.pipeline import SUBMITTED_LAYOUT, _no_submissions
 
-    settings = Settings(course=tmp_path)
+    settings = GradingPipeline(course=tmp_path)
     assert _no_submissions(settings, {"nb01_group_advantages": {}})
     (tmp_path / "submitted").mkdir()
     assert _no_submissions(settings, {"nb01_group_advantages": {}})

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import warm
-from .course import AUTOGRADE, ROOT, Settings, prepare_kernel_files, venv_env
+from .course import AUTOGRADE, ROOT, GradingPipeline, prepare_kernel_files, venv_env
 from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, BoundedPipe, DriverRun, pump, read_capped
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
@@ -131,7 +131,7 @@ def other_checkouts(max_depth: int = 4) -> set[Path]:
     return found
 
 
-def hidden_paths(settings: Settings, base: Path) -> list[str]:
+def hidden_paths(settings: GradingPipeline, base: Path) -> list[str]:
     """Folders covered by an empty tmpfs in the kernel's view.
 
     Every course checkout the grader can find (this one, its git worktrees, the one holding the
@@ -160,7 +160,7 @@ def hidden_paths(settings: Settings, base: Path) -> list[str]:
     return sorted(out)
 
 
-def secret_probe_paths(settings: Settings, slot_db: Path) -> list[str]:
+def secret_probe_paths(settings: GradingPipeline, slot_db: Path) -> list[str]:
     """Paths a sandboxed kernel must not be able to read (checked by the probe)."""
     paths = [ROOT / "solutions", settings.course / "gradebook.db", settings.course / "source",
              settings.course / "autograded", settings.course / "submitted", AUTOGRADE / "sample_class", slot_db,
@@ -273,7 +273,7 @@ class Sandbox:
 
 
 class Slot:
-    def __init__(self, base: Path, name: str, settings: Settings, sandbox: Sandbox, uid: int | None = None,
+    def __init__(self, base: Path, name: str, settings: GradingPipeline, sandbox: Sandbox, uid: int | None = None,
                  threads: int = 1, ipc: Path | None = None, oracle_uid: int | None = None, zygotes: bool = True):
         self.settings = settings
         self.zygotes = zygotes  # False: no zygote for this slot even where the settings allow one (one kernel only)
@@ -843,7 +843,7 @@ def check_bwrap() -> None:
             "sudo apparmor_parser -r /etc/apparmor.d/bwrap`; or grade as root")
 
 
-def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver: bool = False) -> Sandbox:
+def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_driver: bool = False) -> Sandbox:
     """Try the strongest sandbox this machine allows (or the configured one) and probe it (``probe_driver``: the
     oracle driver's view too, and in isolated mode each through a job of its zygote - `pipeline.py probe` does; a
     grading run only probes the kernel's view as the launcher builds it, which the zygotes' jobs are built on).
