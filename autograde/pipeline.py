@@ -29,12 +29,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 
-from autograde.grpo_grader import sample as sample_class
-from autograde.grpo_grader import warm
+from autograde.grpo_grader import nbgrader_forkserver
 from autograde.grpo_grader.course import GradingPipeline, load_settings, prepare_kernel_files, settings_tables
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
-from autograde.grpo_grader.run import (
+from autograde.grpo_grader.learner_grading import (
     NO_AUTO_POINTS,
     SAFE_ID,
     AssignmentResult,
@@ -44,6 +43,7 @@ from autograde.grpo_grader.run import (
     runnable_notebooks,
 )
 from autograde.grpo_grader.slots import SANDBOX_MODES, Slot, choose_sandbox, mount_socket_tmpfs, unmount
+from autograde.sample_class import build as sample_class
 
 GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
                 "manual_pending", "automatic_max_score", "timestamp"]
@@ -237,7 +237,7 @@ def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | 
     runnable = runnable_notebooks(settings, course_info, todo, enough=workers + 1)
     try:
         if runnable:
-            warm.prewarm()  # nbgrader's forkserver imports while the sandbox is probed
+            nbgrader_forkserver.prewarm()  # nbgrader's forkserver imports while the sandbox is probed
         sandbox = _open_sandbox(settings, base, workers)
         if sandbox is None:
             return 2

@@ -682,7 +682,7 @@ def _class_run(tiny: bool) -> dict:
     learner, nb01 only. The floors (kernel start + each lesson's imports) are measured in the same run."""
     if tiny in _CLASS_RUNS:
         return _CLASS_RUNS[tiny]
-    from autograde.grpo_grader import sample as sample_class
+    from autograde.sample_class import build as sample_class
 
     chain = _chain()
     lessons = sample_class.LESSONS[:1] if tiny else list(sample_class.LESSONS)

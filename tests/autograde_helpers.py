@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autograde.grpo_grader import sample as sample_class
 from autograde.grpo_grader.course import venv_env
+from autograde.sample_class import build as sample_class
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRADE = ROOT / "autograde"

@@ -18,10 +18,10 @@ import torch
 from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline  # tests/autograde_helpers.py
 from nbformat.notebooknode import NotebookNode
 
-from autograde.grpo_grader import sample as sample_class
 from autograde.grpo_grader.course import load_settings
+from autograde.grpo_grader.learner_grading import check_notebook_file, compare_with_release, pick_files, summarise
 from autograde.grpo_grader.preprocessors import HideHiddenTests, SafeExecute, is_demo_cell
-from autograde.grpo_grader.run import check_notebook_file, compare_with_release, pick_files, summarise
+from autograde.sample_class import build as sample_class
 
 
 # ----------------------------------------------------------------------------- fast checks
@@ -62,7 +62,7 @@ def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
     """What a run counts before it starts nbgrader's forkserver and the zygotes: the notebooks that pass the file
     checks (a renamed single notebook counts, invalid JSON and a missing file do not); counting stops at ``enough``."""
     from autograde.grpo_grader.course import GradingPipeline
-    from autograde.grpo_grader.run import runnable_notebooks
+    from autograde.grpo_grader.learner_grading import runnable_notebooks
 
     info = {a: {"notebooks": [a]} for a in ASSIGNMENTS}
 
@@ -361,7 +361,7 @@ def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
 
 def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, str], tmp_path: Path) -> dict:
     """Run the driver (no sandbox: a plain subprocess) once for several oracles of one notebook."""
-    from autograde.grpo_grader.oracle_run import DRIVER, job_cells
+    from autograde.grpo_grader.oracle_job import DRIVER, job_cells
 
     release = nbformat.read(ROOT / "notebooks" / notebook / f"{notebook}.ipynb", as_version=4)
     sub = nbformat.reads(nbformat.writes(release), as_version=4)

@@ -211,7 +211,7 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
 
     from autograde_helpers import ROOT, pipeline_env
 
-    from autograde.grpo_grader import sample as sample_class
+    from autograde.sample_class import build as sample_class
 
     uid, gid = _unprivileged_user()
     base = Path(tempfile.mkdtemp(prefix="grpo-unprivileged-"))

@@ -17,7 +17,7 @@ import pytest
 import warm_kernel  # tests/warm_kernel.py
 
 import tools.chain.notebooks as chain
-from autograde.grpo_grader import sample as sample_class
+from autograde.sample_class import build as sample_class
 
 NB3A = "nb03a_cispo_trace_lab"
 NB3B = "nb03b_loss_family_trl"

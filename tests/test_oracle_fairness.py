@@ -16,7 +16,7 @@ import torch
 from autograde.grpo_grader import oracle as oracle_lib
 from autograde.grpo_grader.driver import make_codec
 from autograde.grpo_grader.oracle import Close, Mismatch, Number, Raises, close_number, close_tensor
-from autograde.grpo_grader.sample import LESSONS
+from autograde.sample_class.build import LESSONS
 
 ENCODE, _ = make_codec(torch)
 NAN = float("nan")
@@ -474,7 +474,7 @@ def test_the_driver_runs_the_learners_notebook_as_written():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT, load_settings
-    from autograde.grpo_grader.oracle_run import job_cells
+    from autograde.grpo_grader.oracle_job import job_cells
     from autograde.grpo_grader.submission import rebuild_metadata
 
     lesson = "nb01_group_advantages"
@@ -513,7 +513,7 @@ def test_the_driver_runs_the_learners_notebook_as_written():
 
 
 @pytest.mark.slow  # builds every lesson's notebook from its source (~8 s)
-def test_copies_of_the_reference_are_found_and_independent_answers_are_not():
+def test_copies_of_the_reference_are_found_and_independent_answers_are_not(released_course):
     """Fingerprints over every lesson: the worked answer with renamed names, comments and a dead assignment keeps
     >= 80% of its fingerprint in the reference; every answer of s02 (written independently) stays below 80% of both
     the reference and s01's answer (the flags' threshold)."""
@@ -522,16 +522,16 @@ def test_copies_of_the_reference_are_found_and_independent_answers_are_not():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.run import COPY_THRESHOLD, reference_fingerprints
-    from autograde.grpo_grader.sample import load_cases, worked_answers
+    from autograde.grpo_grader.learner_grading import COPY_THRESHOLD, reference_fingerprints
     from autograde.grpo_grader.submission import MIN_PRINTS, answer_sources, containment, fingerprints, similarity
+    from autograde.sample_class.build import load_cases, worked_answers
 
     independent = load_cases()["s02_independent_answers"]
     checked = 0
     for lesson in LESSONS:
         release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
         stubs = {gid: fingerprints(source) for gid, source in answer_sources(release).items()}
-        reference = reference_fingerprints(lesson)
+        reference = reference_fingerprints(lesson, released_course["course"])
         for gid, source in worked_answers(lesson).items():
             if gid not in stubs:  # a markdown answer
                 continue
@@ -558,7 +558,7 @@ def test_review_flags_read_only_the_lines_the_learner_wrote():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.run import compare_with_release, scan_flags
+    from autograde.grpo_grader.learner_grading import compare_with_release, scan_flags
 
     lesson = "nb04_verifiable_rewards"
     release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)

@@ -207,10 +207,10 @@ def load_settings(course: Path | None = None, **overrides) -> GradingPipeline:
 
 def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment with the interpreter's bin folder first on PATH (nbgrader runs `alembic`) and this checkout
-    first on PYTHONPATH: ``tools.chain.notebooks.venv_env`` with ``pythonpath=[ROOT]``."""
+    first on PYTHONPATH: ``tools.project_runtime.venv_env`` with ``pythonpath=[ROOT]``."""
     # nbgrader imports the course config, which imports this checkout's `autograde.grpo_grader` (and `tools`);
     # the editable install provides both, PYTHONPATH keeps a subprocess on this checkout even without it
-    from tools.chain.notebooks import venv_env as subprocess_env
+    from tools.project_runtime import venv_env as subprocess_env
 
     return subprocess_env(extra, pythonpath=[ROOT])
 

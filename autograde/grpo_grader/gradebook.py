@@ -12,8 +12,8 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
 from .course import ROOT, GradingPipeline
+from .learner_grading import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 from .roster import name_learners
-from .run import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 
 
 def load_course_info(settings: GradingPipeline) -> dict:
@@ -119,7 +119,7 @@ def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, st
     """{(learner, assignment): [(other learner of the batch, similarity)]} for answer cells whose winnowed
     fingerprints mostly agree (``submission.similarity`` >= ``run.COPY_THRESHOLD``: renamed variables, comments,
     layout, dead code and reordered statements do not hide a copy); the highest similarity per pair."""
-    from .run import COPY_THRESHOLD
+    from .learner_grading import COPY_THRESHOLD
     from .submission import similarity
 
     answers: dict[tuple[str, str], dict[str, list[str]]] = {}

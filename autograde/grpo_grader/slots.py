@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import warm
+from . import nbgrader_forkserver
 from .course import AUTOGRADE, ROOT, GradingPipeline, prepare_kernel_files, venv_env
 from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, BoundedPipe, DriverRun, pump, read_capped
 
@@ -480,8 +480,8 @@ class Slot:
         arguments = ["autograde", assignment, f"--student={learner}", f"--notebook={notebook}", "--force",
                      "--log-level=INFO"]
         started = time.monotonic()
-        if warm.available():  # forked from a process that has imported nbgrader already (warm.py)
-            process = self.process = warm.start(arguments, str(self.nbgrader), self.env(), str(log))
+        if nbgrader_forkserver.available():  # forked from a process that has imported nbgrader already (nbgrader_forkserver.py)
+            process = self.process = nbgrader_forkserver.start(arguments, str(self.nbgrader), self.env(), str(log))
             timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
         else:
             with open(log, "wb") as handle:

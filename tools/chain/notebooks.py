@@ -33,6 +33,7 @@ import nbformat
 
 from tools.project_runtime import course_settings as _course_settings
 from tools.project_runtime import resolve_project_root
+from tools.project_runtime import venv_env  # noqa: F401  (re-exported: the chain's callers use chain.venv_env)
 
 ROOT = resolve_project_root(Path(__file__))  # the checkout this chain belongs to (build-time root)
 SOLUTIONS = ROOT / "solutions"
@@ -161,18 +162,6 @@ def build(names: list[str] | None = None, course: Path = COURSE) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- release
-def venv_env(extra: dict[str, str] | None = None, pythonpath: list[Path] | tuple[Path, ...] = ()) -> dict[str, str]:
-    """The environment for a subprocess of this interpreter (the one definition: the grader uses it too): this
-    interpreter's bin folder first on PATH (nbgrader shells out to `alembic`), the ``pythonpath`` folders first
-    on PYTHONPATH, then ``extra``."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    if pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [*map(str, pythonpath), env.get("PYTHONPATH", "")] if p)
-    env.update(extra or {})
-    return env
-
-
 @functools.lru_cache(maxsize=1)
 def alembic_head() -> str:
     """The alembic revision nbgrader stamps into a new gradebook, read from nbgrader's migration scripts in this

@@ -46,7 +46,7 @@ def _without_checks(source):
 
 
 def _load_worked():
-    from autograde.grpo_grader.sample import worked_answers
+    from autograde.sample_class.build import worked_answers
 
     return worked_answers("nb01_group_advantages")
 

@@ -19,10 +19,10 @@ import nbformat
 from .course import GRADER_VERSION, ROOT, GradingPipeline
 from .digests import oracle_digest, seed_digest
 from .slots import Slot
-from .submission import answer_fingerprints, containment, fingerprints, read_notebook, rebuild_metadata
+from .submission import answer_fingerprints, containment, fingerprints, read_notebook, rebuild_metadata, worked_answers
 
 if TYPE_CHECKING:  # the oracles (and torch) are imported when a notebook is graded, not by the other commands
-    from .oracle_run import OracleOutcome
+    from .oracle_job import OracleOutcome
 
 STUB_MESSAGE = "请先完成这个 TODO"  # the text of nbgrader's ClearSolutions stub (autograde/nbgrader_config.py)
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
@@ -193,26 +193,27 @@ COPY_THRESHOLD = 0.8   # share of an answer's fingerprint found in the reference
 
 
 @functools.cache
-def reference_fingerprints(assignment: str) -> dict[str, frozenset]:
-    """{answer grade_id: fingerprint of the course's worked answer (``solutions/``)}, and under ``"*"`` the
-    fingerprint of the lesson's exported module (``tools/lessons/<assignment>.py``); empty where neither exists."""
+def reference_fingerprints(assignment: str, course: Path) -> dict[str, frozenset]:
+    """{answer grade_id: fingerprint of the course's worked answer}, read from nbgrader's source version of the lesson
+    (``<course>/source/<assignment>/<assignment>.ipynb``, which `make release` builds from ``solutions/``), and under
+    ``"*"`` the fingerprint of the lesson's exported module (``tools/lessons/<assignment>.py``); empty where neither
+    exists."""
     out: dict[str, frozenset] = {}
-    try:
-        from .sample import worked_answers
-
-        out = {gid: frozenset(fingerprints(source)) for gid, source in worked_answers(assignment).items()}
-    except Exception:  # no lesson source in this course copy: nothing to compare with
-        pass
+    source = course / "source" / assignment / f"{assignment}.ipynb"
+    if source.is_file() and not source.is_symlink():
+        nb, _ = read_notebook(source.read_text(encoding="utf-8"))
+        if nb is not None:
+            out = {gid: frozenset(fingerprints(text)) for gid, text in worked_answers(nb).items()}
     module = ROOT / "tools" / "lessons" / f"{assignment}.py"
     if module.is_file():
         out["*"] = frozenset(fingerprints(module.read_text(encoding="utf-8")))
     return out
 
 
-def copies_reference(assignment: str, answers: dict[str, list[int]]) -> list[str]:
+def copies_reference(assignment: str, answers: dict[str, list[int]], course: Path) -> list[str]:
     """``copies-reference:<share>%`` when an answer cell is (nearly) the course's reference answer: most of its
     fingerprint is in the worked answer or the lesson module (a flag for a human; never a score change)."""
-    reference = reference_fingerprints(assignment)
+    reference = reference_fingerprints(assignment, course)
     shares = [containment(prints, reference.get(gid, frozenset()) | reference.get("*", frozenset()))
               for gid, prints in answers.items()]
     best = max(shares, default=0.0)
@@ -439,7 +440,7 @@ def grade_assignment(slot: Slot, settings: GradingPipeline, course_info: dict, l
             edited, deleted = [], []
             try:
                 edited, deleted, written = compare_with_release(rebuilt[name], release)
-                nres.flags = scan_flags(written) + copies_reference(assignment, nres.answers)
+                nres.flags = scan_flags(written) + copies_reference(assignment, nres.answers, settings.course)
             except Exception:  # checked readable above; this review never blocks grading
                 nres.flags = []
             if timed_out:
@@ -549,7 +550,7 @@ class OracleRun:
 
     def _run(self) -> None:
         try:
-            from .oracle_run import run_oracle
+            from .oracle_job import run_oracle
 
             self._result = run_oracle(self._slot, self.oracle, self.cases, self._release, self._rebuilt,
                                       self._settings.cell_timeout, self._settings.notebook_timeout,

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import nbformat
 
-from .course import AUTOGRADE, ROOT
+from autograde.grpo_grader.course import AUTOGRADE, ROOT
 
 SAMPLE = AUTOGRADE / "sample_class"
 CASES = SAMPLE / "cases"
@@ -59,7 +59,6 @@ LESSONS = [
     "nb05_logprobs_masks",
     "nb07_online_grpo",
 ]
-MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
 REFERENCE_IMPORT_S = 2.0  # `python -c "import torch"` on an idle 2-core machine, about
@@ -93,16 +92,11 @@ def load_cases() -> dict[str, dict]:
 
 
 def worked_answers(assignment: str) -> dict[str, str]:
-    """{grade_id: source} of every answer cell of the source, solution markers removed."""
+    """{grade_id: source} of every answer cell of the lesson built from ``solutions/``, solution markers removed."""
+    from autograde.grpo_grader.submission import worked_answers as answers_of
     from tools.chain.notebooks import build_notebook
 
-    answers = {}
-    for cell in build_notebook(assignment).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            lines = [l for l in cell.source.splitlines() if l.strip() not in MARKERS]
-            answers[meta["grade_id"]] = "\n".join(lines)
-    return answers
+    return answers_of(build_notebook(assignment))
 
 
 def _released(assignment: str) -> nbformat.NotebookNode:
