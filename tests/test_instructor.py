@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import collections
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,26 @@ def test_settings_are_defined_once_and_the_readme_tables_are_generated(tmp_path)
     finally:
         GradingPipeline.class_traits()["workers"].help = original
     assert load_settings(workers=3, cell_timeout=7).workers == 3 and load_settings(cell_timeout=7).cell_timeout == 7
+
+
+def _figures(text: str) -> collections.Counter:
+    """The measured figures of a README half: numbers with a unit (s/秒, GiB, MiB, GB, %, x/倍), outside code spans
+    and the generated settings tables."""
+    text = re.sub(r"<!-- settings-table:\w+ \(generated\) -->.*?<!-- /settings-table:\w+ -->", "", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", "", text)
+    units = {"秒": "s", "倍": "x"}
+    return collections.Counter(
+        number + units.get(unit, unit)
+        for number, unit in re.findall(r"(?<![\w.\-/])(\d+(?:\.\d+)?)\s?(s\b|秒|GiB|MiB|GB|%|x\b|倍)", text)
+    )
+
+
+def test_the_chinese_and_english_grader_readmes_state_the_same_figures():
+    """autograde/README.md is written twice (Chinese, then English): every figure with a unit appears in both halves
+    as often, so the two cannot disagree on a limit or a measurement; a changed figure in one half fails."""
+    text = (ROOT / "autograde" / "README.md").read_text(encoding="utf-8")
+    zh, en = text.split("## A term, step by step", 1)
+    assert _figures(zh) and _figures(zh) == _figures(en), (_figures(zh) - _figures(en), _figures(en) - _figures(zh))
+    first = re.search(r"(?<![\w.\-/`])(\d+(?:\.\d+)?)\s?(?:s\b|GiB|MiB|GB|%|x\b)", en)
+    changed = en[: first.start(1)] + "987654" + en[first.end(1) :]
+    assert _figures(zh) != _figures(changed)
