@@ -70,6 +70,13 @@ class GradingPipeline(Configurable):
     hidden_paths = List(
         Unicode(), help="more folders to hide from kernels (other clones of the course, data holding answers)",
     ).tag(config=True, zh="还要对内核隐藏的目录（别处的课程副本、含答案的数据）")
+    extra_readonly_paths = List(
+        Unicode(), help="folders outside the virtual environment holding packages the kernels import, bound read-only "
+                        "into the sandbox; those on the interpreter's `sys.path` (a `.pth`, `PYTHONPATH`, the user "
+                        "site) are bound without it; a course checkout or a folder above one never is (see the "
+                        "grading pre-flight)",
+    ).tag(config=True, zh="虚拟环境之外、内核要导入的包所在的目录，只读地放进沙箱；解释器 `sys.path` 上的这类目录（`.pth`、"
+                          "`PYTHONPATH`、`--user`）会自动放进去；课程目录及其上级目录永远不放（见“评分前的预检”）")
     oracle_flags = Dict(
         help="{assignment: {flag: True}}: case families an oracle keeps off by default, e.g. "
              '`{"nb02_grpo_objective": {"zero_one_masks": True}}`',

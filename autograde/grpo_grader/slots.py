@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import nbgrader_forkserver
+from . import probe as preflight
 from .course import AUTOGRADE, ROOT, GradingPipeline, prepare_kernel_files, venv_env
 from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, BoundedPipe, DriverRun, pump, read_capped
 
@@ -42,47 +43,6 @@ NEVER_HIDE = {"/", "/usr", "/usr/local", "/etc", "/bin", "/sbin", "/lib", "/lib6
 def visible_lessons(assignment: str) -> list[str]:
     """The saved lesson modules a grading kernel of ``assignment`` may import: those of earlier lessons (by name)."""
     return sorted(path.stem for path in (ROOT / "tools" / "lessons").glob("nb*.py") if path.stem < assignment)
-
-
-PROBE_CODE = r"""
-import json, os, resource, sys
-paths = json.loads(sys.argv[1])
-out = {"uid": os.getuid(), "cwd": os.getcwd(), "home": os.environ.get("HOME"),
-       "readonly_root": os.environ.get("GRPO_GRADING_READONLY_ROOT") == "1",
-       "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0],
-       "visible_pids": len([p for p in os.listdir("/proc") if p.isdigit()]), "readable": {}}
-for path in paths:
-    try:
-        if os.path.isdir(path):
-            os.listdir(path)
-        else:
-            with open(path, "rb") as handle:
-                handle.read(1)
-        out["readable"][path] = True
-    except OSError:
-        out["readable"][path] = False
-try:
-    with open("/proc/self/environ", "rb") as handle:
-        out["seed_in_environ"] = b"GRPO_GRADING_SEED" in handle.read() or "GRPO_GRADING_SEED" in os.environ
-except OSError:
-    out["seed_in_environ"] = "GRPO_GRADING_SEED" in os.environ
-try:
-    out["ipc_namespace"] = os.readlink("/proc/self/ns/ipc")
-except OSError:
-    out["ipc_namespace"] = ""
-import socket
-# a network namespace of its own holds only its loopback (up under bwrap, down otherwise): any other interface
-# is a way out
-out["network"] = sorted(name for _index, name in socket.if_nameindex() if name != "lo")
-if len(sys.argv) < 3:  # where the kernel's `import tools.grading` resolves (found, not run: no torch import)
-    try:
-        import importlib.util
-        found = importlib.util.find_spec("tools.grading")
-        out["tools"] = found.origin if found is not None else "tools.grading not found"
-    except Exception as error:
-        out["tools"] = repr(error)
-print("PROBE " + json.dumps(out))
-"""
 
 
 # ----------------------------------------------------------------------------- what to hide
@@ -257,6 +217,9 @@ class Sandbox:
     probe: dict = field(default_factory=dict)      # what a kernel sees; "oracle": what the driver beside it sees
     problems: list[str] = field(default_factory=list)
     leases: list = field(default_factory=list)      # open lock files holding the uids
+    # folders outside the virtual environment the interpreter's sys.path needs (probe.interpreter_paths): bound
+    # read-only into every sandbox ("bind"), the ones a kernel does not find itself on its PYTHONPATH ("pythonpath")
+    paths: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.mode == "bwrap":
@@ -359,6 +322,7 @@ class Slot:
         base_prefix = str(Path(sys.base_prefix).resolve())
         if base_prefix not in ("/usr", "/usr/local") and base_prefix != keep[0][0] and os.access(base_prefix, os.X_OK):
             keep.append([base_prefix, "ro"])
+        keep += [[path, "ro"] for path in self.sandbox.paths.get("bind", [])]
         keep += [[str(self.kernel), "ro"], [str(self.ipc), "rw"]]
         limits = {"AS": self.settings.memory_limit_bytes(), "FSIZE": 1 << 30, "CORE": 0}
         if self.sandbox.mode == "isolated" or (self.sandbox.mode == "bwrap" and self.uid is not None):
@@ -370,6 +334,8 @@ class Slot:
             "rlimits": limits, "threads": self.threads, "isolate_network": self.sandbox.mode != "none",
             "workdir_size": WORKDIR_SIZE, "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
         }
+        if self.sandbox.paths.get("pythonpath"):
+            spec["env"]["PYTHONPATH"] = os.pathsep.join([str(self.kernel), *self.sandbox.paths["pythonpath"]])
         if self.sandbox.mode == "bwrap":
             spec.update(bwrap=shutil.which("bwrap") or "/usr/bin/bwrap", setpriv=shutil.which("setpriv") or "setpriv")
         if self.kernel_zygote_enabled:  # the launcher asks the slot's kernel zygote for the kernel (sandbox.py)
@@ -731,29 +697,31 @@ class Slot:
             else:
                 self.kill_kernels()
 
-    def probe(self, paths: list[str], oracle: bool = False, zygote: bool = True) -> dict:
-        """Start the sandbox with a probe instead of a kernel (``oracle``: the oracle driver's sandbox, without the
-        import check; ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else
-        the view the zygote's is built on); report what it can read."""
+    def probe(self, paths: list[str], oracle: bool = False, zygote: bool = True, imports: list[str] = (),
+              import_mode: str = "find") -> dict:
+        """Start the sandbox with the probe (probe.py) instead of a kernel (``oracle``: the oracle driver's sandbox;
+        ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else the view the
+        zygote's is built on); report what it can read and whether ``imports`` load (``import_mode``)."""
+        request = json.dumps({"paths": paths, "oracle": oracle, "imports": list(imports), "import_mode": import_mode})
         if oracle and self.zygote_enabled:  # a job of the zygote: the view the driver really gets
             job = self.oracle_job_dir()
             (job / "driver.py").write_text(
-                "import json, os, sys\n"
+                "import os, sys\n"
                 "sys.stdout = os.fdopen(int(sys.argv[2]), 'w')\n"
-                f"sys.argv = ['probe', {json.dumps(paths)!r}, 'oracle']\n" + PROBE_CODE + "sys.stdout.flush()\n")
+                f"sys.argv = ['probe', {request!r}]\n" + preflight.source() + "sys.stdout.flush()\n")
             run = self._run_in_zygote(job, 120, warm=False)
             self._stop_oracle_zygote()
             self.oracle_job_dir()
-            for line in run.results.decode(errors="replace").splitlines():
-                if line.startswith("PROBE "):
-                    return {**json.loads(line[6:]), "zygote": True}
+            report = preflight.parse_output(run.results.decode(errors="replace"))
+            if report is not None:
+                return {**report, "zygote": True}
             raise RuntimeError(f"sandbox probe (zygote job) failed (exit {run.code}): {run.stderr.strip()[-800:]}")
-        done = self.run_sandboxed_code(PROBE_CODE, [json.dumps(paths)] + (["oracle"] if oracle else []), oracle,
-                                       zygote, warm=False)
+        done = self.run_sandboxed_code(preflight.source(), [request], oracle, zygote, warm=False,
+                                       timeout=60 if import_mode == "find" else 300)
         self.reset_work()
-        for line in done.stdout.splitlines():
-            if line.startswith("PROBE "):
-                return {**json.loads(line[6:]), "zygote": self.kernel_zygote_enabled and zygote and not oracle}
+        report = preflight.parse_output(done.stdout)
+        if report is not None:
+            return {**report, "zygote": self.kernel_zygote_enabled and zygote and not oracle}
         raise RuntimeError(f"sandbox probe failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
 
 
@@ -821,37 +789,41 @@ def _kill(pid: int) -> None:
 
 
 SANDBOX_MODES = ("bwrap", "isolated", "userns", "none")
-APPARMOR_PROFILE = ROOT / "environments" / "apparmor-bwrap"
 
 
 def check_bwrap() -> None:
-    """Raise with the exact fix when bubblewrap cannot build a sandbox here: not installed, or (not root)
-    unprivileged user namespaces blocked by the kernel or by AppArmor (Ubuntu 24.04's default)."""
-    if not shutil.which("bwrap"):
-        raise RuntimeError("bubblewrap is not installed: `apt-get install -y bubblewrap` (Debian/Ubuntu; `make setup` "
-                           "does it as root)")
-    if os.geteuid() == 0:
-        return
-    done = subprocess.run(["bwrap", "--unshare-user", "--ro-bind", "/", "/", "true"], capture_output=True, text=True,
-                          timeout=30)
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"bubblewrap cannot create a user namespace here ({done.stderr.strip()[-200:]}). Allow unprivileged user "
-            "namespaces: `sudo sysctl -w kernel.unprivileged_userns_clone=1` (Debian) or "
-            "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (Ubuntu 24.04), or keep the restriction "
-            f"and allow bwrap only: `sudo install -m 644 {APPARMOR_PROFILE} /etc/apparmor.d/bwrap && "
-            "sudo apparmor_parser -r /etc/apparmor.d/bwrap`; or grade as root")
+    """Raise ``probe.ProbeFailure`` naming the cause and the exact fix when bubblewrap cannot build a grading sandbox
+    here: not installed; root without CAP_SYS_ADMIN or under a container's seccomp/AppArmor profile; not root where
+    user namespaces are blocked (sysctl, Ubuntu 24.04's AppArmor restriction, a container)."""
+    problems = preflight.namespace_problems(str(ROOT))
+    if problems:
+        raise preflight.ProbeFailure(problems, "bwrap")
 
 
-def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_driver: bool = False) -> Sandbox:
+def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_driver: bool = False,
+                   import_mode: str = "find") -> Sandbox:
     """Try the strongest sandbox this machine allows (or the configured one) and probe it (``probe_driver``: the
     oracle driver's view too, and in isolated mode each through a job of its zygote - `pipeline.py probe` does; a
     grading run only probes the kernel's view as the launcher builds it, which the zygotes' jobs are built on).
 
     The kernel files are built first when missing (the tiny checkpoint, lesson 7's warm start): every slot, the
-    probe's included, copies them into its read-only course copy."""
+    probe's included, copies them into its read-only course copy.
+
+    The probe also tries what grading needs (probe.py): torch, ipykernel, nbformat and the graded lessons' imports
+    (``import_mode`` ``find``: their top-level packages found on ``sys.path``, a grading run's cheap check;
+    ``import``: each imported, `pipeline.py probe`); a failure raises ``probe.ProbeFailure`` naming cause and fix
+    before any notebook is graded. The folders outside the virtual environment the interpreter's ``sys.path`` needs
+    are bound read-only into the sandbox (``Sandbox.paths``)."""
     prepare_kernel_files(settings)
     hide = hidden_paths(settings, base)
+    homes = [str(Path.home().resolve()), "/root"]
+    shown = [str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve()), "/usr"]
+    paths = preflight.interpreter_paths(shown, hide, homes, [str(p) for p in settings.extra_readonly_paths])
+    imports = preflight.probe_imports(ROOT, top_level=import_mode == "find")
+    failures: list[preflight.Problem] = [
+        preflight.Problem("extra-path-refused", f"c.GradingPipeline.extra_readonly_paths 里的 {path} 不能放进沙箱："
+                          f"{why}（refused）", "只列出装有 Python 包的目录（如某个 site-packages），不要列课程目录或它的上级目录")
+        for path, why in paths["refused"].items() if path in settings.extra_readonly_paths]
     wanted = settings.sandbox
     if wanted == "auto":  # never falls back to "none" by itself: that must be asked for
         modes = ["isolated"] if os.geteuid() == 0 else ["userns"]
@@ -861,11 +833,11 @@ def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_
         raise ValueError(f"GradingPipeline.sandbox must be auto or one of {', '.join(SANDBOX_MODES)}, not {wanted!r}")
     problems = []
     for mode in modes:
-        sandbox = Sandbox(mode=mode, hide=[] if mode == "bwrap" else hide)  # bwrap: an allow-list
+        sandbox = Sandbox(mode=mode, hide=[] if mode == "bwrap" else hide, paths=paths)  # bwrap: an allow-list
         probe_dir = base / "probe"
         slot = None
         try:
-            if mode == "bwrap":
+            if mode in ("bwrap", "userns"):
                 check_bwrap()
             if mode == "isolated" or (mode == "bwrap" and os.geteuid() == 0):
                 # two per slot: nbgrader's kernel and the oracle's driver, which run side by side
@@ -875,10 +847,18 @@ def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_
             decoy = slot.nbgrader / "gradebook.db"
             decoy.write_text("decoy")
             # a grading run probes the view the zygotes' jobs are built on (their imports would cost seconds here)
-            report = slot.probe(secret_probe_paths(settings, decoy), zygote=probe_driver)
+            report = slot.probe(secret_probe_paths(settings, decoy), zygote=probe_driver, imports=imports,
+                                import_mode=import_mode)
             if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
                 (slot.ipc / "kernel-socket").write_text("")
-                report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True)
+                report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True,
+                                              imports=preflight.ALWAYS_IMPORTED[:1], import_mode=import_mode)
+        except preflight.ProbeFailure as failure:  # the machine does not allow this mode: the cause and the fix
+            failures += failure.problems
+            problems.append(f"{mode}: " + "; ".join(problem.code for problem in failure.problems))
+            for handle in sandbox.leases:
+                handle.close()
+            continue
         except Exception as error:  # this mode is not available here: try the next one
             problems.append(f"{mode}: {error}")
             for handle in sandbox.leases:
@@ -891,10 +871,21 @@ def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_
         if not str(report.get("tools", "")).startswith(str(base)) and mode != "none":
             problems.append(f"{mode}: the kernel's course copy is not importable ({report.get('tools')})")
             continue
+        missing = preflight.import_problems(report, "评分内核（kernel）", paths, str(settings.config_file))
+        missing += preflight.import_problems(report.get("oracle", {}), "oracle 进程（oracle driver）", paths,
+                                             str(settings.config_file))
+        if missing or failures:
+            for handle in sandbox.leases:
+                handle.close()
+            raise preflight.ProbeFailure(failures + missing, mode)
         sandbox.probe = report
         sandbox.problems = problems
         return sandbox
+    if failures:
+        raise preflight.ProbeFailure(failures, ", ".join(modes))
+    where = ("where unprivileged user namespaces are allowed" if os.geteuid() == 0 else
+             "as root (sudo -E make autograde) or where unprivileged user namespaces are allowed")
     raise RuntimeError(
-        "no usable kernel sandbox (" + "; ".join(problems) + "). Grade as root (isolated) or where unprivileged "
-        "user namespaces are allowed (userns); to grade without isolation anyway, pass --sandbox none or set "
-        "c.GradingPipeline.sandbox = 'none' (kernels can then read the answers): see autograde/README.md")
+        "no usable kernel sandbox (" + "; ".join(problems) + f"). Grade {where}; to grade without isolation anyway, "
+        "pass --sandbox none or set c.GradingPipeline.sandbox = 'none' (kernels can then read the answers): "
+        "see autograde/README.md")
