@@ -5,7 +5,7 @@
     python -m autograde.pipeline feedback
     python -m autograde.pipeline grades
     python -m autograde.pipeline sample --rebuild | --check
-    python -m autograde.pipeline probe [--json]
+    python -m autograde.pipeline probe [--json] [--imports find]
 
 `make autograde|feedback|grades` call the first three. Every command takes ``--course DIR`` (the nbgrader
 course root; default: this folder). Settings: ``GradingPipeline`` in ``nbgrader_config.py``. Details and
@@ -424,13 +424,13 @@ def grades(settings: GradingPipeline) -> int:
 
 
 # ----------------------------------------------------------------------------- probe
-def probe_result(settings: GradingPipeline) -> dict:
+def probe_result(settings: GradingPipeline, import_mode: str = "import") -> dict:
     """The instructor's pre-flight as data: the sandbox probed as grading uses it (kernel and oracle driver, each
     importing torch, ipykernel, nbformat and the graded lessons' imports inside it: probe.py), what either could read
     of the secrets, and ``ok``; or the problems that stop grading here, each with its cause and its fix."""
     base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
     try:
-        sandbox = choose_sandbox(settings, base, probe_driver=True, import_mode="import")
+        sandbox = choose_sandbox(settings, base, probe_driver=True, import_mode=import_mode)
     except ProbeFailure as failure:
         return {"ok": False, "sandbox": None, "problems": [p.as_dict() for p in failure.problems]}
     except RuntimeError as error:
@@ -450,15 +450,15 @@ def probe_result(settings: GradingPipeline) -> dict:
             "readable": readable, "seed_visible": seed, "ipc_own": own_ipc, "paths": sandbox.paths}
 
 
-def probe(settings: GradingPipeline, as_json: bool = False) -> int:
+def probe(settings: GradingPipeline, as_json: bool = False, import_mode: str = "import") -> int:
     """`python -m autograde.pipeline probe [--json]`: exit 0 only when grading can start here with every secret
     hidden."""
     if as_json:  # stdout holds the one JSON object: what else is said goes to stderr
         with contextlib.redirect_stdout(sys.stderr):
-            result = probe_result(settings)
+            result = probe_result(settings, import_mode)
         print(json.dumps(result, ensure_ascii=False, indent=1))
         return 0 if result["ok"] else (2 if result["problems"] else 1)
-    result = probe_result(settings)
+    result = probe_result(settings, import_mode)
     if result["problems"]:
         print("评分沙箱预检失败（the grading pre-flight failed）：", file=sys.stderr)
         for problem in result["problems"]:
@@ -555,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
                         "or the README's settings tables are stale")
     parser.add_argument("--write", action="store_true", help="settings: regenerate the README's settings tables")
     parser.add_argument("--json", action="store_true", help="probe: print the structured result (one JSON object)")
+    parser.add_argument("--imports", default="import", choices=["import", "find"],
+                        help="probe: import what grading imports inside the sandbox (default), or only find the "
+                             "packages on its sys.path (a second, as a grading run's own pre-flight does)")
     args = parser.parse_args(argv)
     overrides = {"workers": args.workers, "cell_timeout": args.cell_timeout,
                  "notebook_timeout": args.notebook_timeout, "sandbox": args.sandbox}
@@ -599,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         print("[prepare] 评分内核所需的检查点已就绪（the grading kernels' checkpoints are ready）")
         return 0
     if args.command == "probe":
-        return probe(settings, as_json=args.json)
+        return probe(settings, as_json=args.json, import_mode=args.imports)
     return 2
 
 

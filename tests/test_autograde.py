@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline  # tests/autograde_helpers.py
+from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline, run_probe  # tests/autograde_helpers.py
 from nbformat.notebooknode import NotebookNode
 
 from autograde.grpo_grader.course import load_settings
@@ -251,23 +251,29 @@ def test_every_formula_of_the_course_converts_to_mathml():
 
 @pytest.mark.slow
 def test_sandbox_hides_the_course_sources():
-    """The kernel sandbox (pipeline.py probe): solutions, gradebook, sources, .git unreadable from a kernel."""
-    done = run_pipeline("probe", timeout=120, seed="probe-seed-" + secrets.token_hex(4))
-    assert "GRADING SEED VISIBLE" not in done.stdout, "the grading seed reached a sandboxed process's environment"
-    assert "READABLE" not in done.stdout, (
-        "a grading kernel can read answers or hidden tests; grading needs root (isolated mode) or "
-        "unprivileged user namespaces (userns mode): see autograde/README.md")
-    assert done.returncode == 0 and "address-space limit" in done.stdout
-    # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, in isolated mode its own uid, no view
-    # of the kernel's socket folder (checked as a READABLE line above)
-    oracle = re.search(r"oracle driver \(beside the kernel[^)]*\): uid (\d+),.* IPC namespace (its own|SHARED)", done.stdout)
-    kernel = re.search(r"kernel(?: \(forked from a zygote\))? uid (\d+),", done.stdout)
-    assert oracle and kernel, done.stdout
-    assert oracle.group(2) == "its own", "the two sandboxes (and the grader) must not share an IPC namespace"
-    if "sandbox: isolated" in done.stdout:
-        assert oracle.group(1) != kernel.group(1), "isolated mode: the oracle's driver runs as a uid of its own"
-        assert "forked from a zygote" in done.stdout, "isolated mode: the probe checks a job of the driver's zygote"
-        assert "kernel (forked from a zygote)" in done.stdout, "isolated mode: the probe checks a kernel zygote's job"
+    """The kernel sandbox (`pipeline.py probe --json`): solutions, gradebook, sources, .git unreadable from a kernel or
+    the oracle's driver; both find what grading imports inside it (``--imports find``, a grading run's own pre-flight:
+    importing it all costs ~10-30 s here, done by the integration tests, tests/test_probe.py)."""
+    result, _done = run_probe("--imports", "find", seed="probe-seed-" + secrets.token_hex(4), timeout=300)
+    assert result["problems"] == [] and result["ok"], result["problems"]
+    assert not result["seed_visible"], "the grading seed reached a sandboxed process's environment"
+    assert result["readable"] == [], (
+        "a grading kernel can read answers or hidden tests; grading needs root or unprivileged user namespaces: "
+        "see autograde/README.md"
+    )
+    kernel, oracle = result["kernel"], result["oracle"]
+    assert kernel["readable"] and oracle["readable"] and kernel["rlimit_as"] > 0
+    for report in (kernel, oracle):
+        assert report["import_mode"] == "find" and set(report["imports"].values()) == {"ok"}, report["imports"]
+    assert {"torch", "ipykernel", "nbformat"} <= set(kernel["imports"]) and "torch" in oracle["imports"]
+    # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, in isolated mode its own uid, no
+    # view of the kernel's socket folder (a path of oracle["readable"], checked above)
+    assert result["ipc_own"], "the two sandboxes (and the grader) must not share an IPC namespace"
+    assert not kernel["network"] and not oracle["network"]
+    if result["sandbox"] == "isolated":
+        assert oracle["uid"] != kernel["uid"], "isolated mode: the oracle's driver runs as a uid of its own"
+        assert oracle["zygote"], "isolated mode: the probe checks a job of the driver's zygote"
+        assert kernel["zygote"], "isolated mode: the probe checks a kernel zygote's job"
 
 
 # ----------------------------------------------------------------------------- oracles (trusted side, fast)

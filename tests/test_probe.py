@@ -3,7 +3,8 @@ with its cause and its fix, before any notebook is graded; tests read the probe'
 
 Fast tests: the diagnosis of each machine condition, the lessons' imports, the folders bound from ``sys.path`` and
 the probe itself run as a plain process. Integration tests (``make test-integration``; root, as CI): the conditions
-made real on this machine - an unprivileged grader with user namespaces disabled (``user.max_user_namespaces=0``),
+made real on this machine - an unprivileged grader with user namespaces disabled (``user.max_user_namespaces=0`` in a
+user namespace of the test's own: tests/userns_limit.py),
 root with CAP_SYS_ADMIN dropped (``capsh``), packages reachable only through a ``.pth`` outside the virtual
 environment - each checked through ``python -m autograde.pipeline probe --json``.
 """
@@ -163,11 +164,23 @@ def test_folders_outside_the_venv_are_bound_but_never_a_checkout(tmp_path, monke
     assert probe.refusal(str(home / "notes"), hidden, [str(home)]).startswith("inside")
     assert probe.refusal(str(outside), hidden, [str(home)]) == ""
 
-    monkeypatch.setattr(sys, "path", ["", str(outside), str(checkout / "vendor"), "/usr/lib/python3/dist-packages"])
-    monkeypatch.setenv("PYTHONPATH", str(checkout / "vendor"))
+    user_site = home / ".local" / "site-packages"
+    monkeypatch.setattr(probe.site, "getusersitepackages", lambda: str(user_site))
+    entries = [
+        "",
+        str(checkout),
+        str(outside),
+        str(checkout / "vendor"),
+        str(user_site),
+        "/usr/lib/python3/dist-packages",
+    ]
+    monkeypatch.setattr(sys, "path", entries)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(checkout), str(checkout / "vendor")]))
     paths = probe.interpreter_paths(["/usr"], hidden, [str(home)], [str(home / "notes")])
-    assert paths["bind"] == [str(outside)] and paths["pythonpath"] == []
-    assert set(paths["refused"]) == {str(home / "notes")}, "the checkout on PYTHONPATH is expected, a setting is not"
+    assert paths["bind"] == [str(outside), str(user_site)]
+    assert paths["pythonpath"] == [str(user_site)], "a kernel runs without the user site: it goes on its PYTHONPATH"
+    # the grader's own checkout on sys.path is expected (kernels get a course copy); a folder inside it is named
+    assert set(paths["refused"]) == {str(checkout / "vendor"), str(home / "notes")}, paths["refused"]
 
 
 # ----------------------------------------------------------------------------- integration: the real conditions
@@ -224,7 +237,7 @@ def _account_base():
     uid, gid = _unprivileged_user()
     base = Path(tempfile.mkdtemp(prefix="grpo-probe-test-"))
     try:
-        with _traversable_for_others(ROOT, Path(sys.executable).parent, base):
+        with _traversable_for_others(ROOT, Path(sys.executable).parent, Path(sys.base_prefix, "bin"), base):
             course = _course(base)
             for folder, _dirs, files in os.walk(base):
                 for path in [folder, *(os.path.join(folder, f) for f in files)]:
@@ -241,22 +254,16 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="simulating the condit
 @pytest.mark.integration
 @needs_root
 def test_user_namespaces_disabled_names_the_sysctl():
-    """An unprivileged grader where ``user.max_user_namespaces = 0``: the probe stops with the sysctl to set (restored
-    afterwards); with the namespaces back, the same account's probe passes."""
-    knob = Path("/proc/sys/user/max_user_namespaces")
-    before = knob.read_text().strip()
+    """An unprivileged grader where ``user.max_user_namespaces = 0``: the probe stops with the sysctl to set. The limit
+    is set in a user namespace of the test's own (tests/userns_limit.py: the same sysctl, the same ENOSPC from bwrap,
+    and other tests keep theirs); without it, the same account's probe passes."""
     with _account_base() as (_base, course, become):
-        try:
-            knob.write_text("0")
-        except OSError as error:
-            pytest.skip(f"cannot write {knob} here: {error}")
-        try:
-            result, _stderr = _probe_json(course, become)
-        finally:
-            knob.write_text(before)
+        uid, gid = _unprivileged_user()
+        limited = [sys.executable, str(ROOT / "tests" / "userns_limit.py"), str(uid), str(gid), "--"]
+        result, _stderr = _probe_json(course, limited)
         (problem,) = result["problems"]
         assert problem["code"] == "userns-disabled" and "sysctl -w user.max_user_namespaces=" in problem["fix"]
-        assert "No space left on device" in problem["detail"], problem
+        assert "ENOSPC" in problem["detail"] or "No space left" in problem["detail"], problem
         again, _stderr = _probe_json(course, become)
         assert again["ok"] and again["sandbox"] == "bwrap" and not again["readable"], again
 
@@ -277,7 +284,7 @@ def test_root_without_cap_sys_admin_names_the_container_settings():
         result, _stderr = _probe_json(_course(Path(base)), drop)
     (problem,) = result["problems"]
     assert problem["code"] == "root-without-cap-sys-admin", problem
-    for words in ("--cap-add SYS_ADMIN", "seccomp=unconfined", "securityContext", "jupyterhub-grader.md"):
+    for words in ("--cap-add SYS_ADMIN", "seccomp=unconfined", "securityContext", "jupyterhub-grader.yaml"):
         assert words in problem["fix"], words
     assert "Operation not permitted" in problem["detail"]
 
@@ -308,8 +315,14 @@ def test_packages_behind_a_pth_outside_the_venv():
         assert result["ok"], result
         assert os.path.realpath(site_packages) in result["paths"]["bind"], result["paths"]
         for report in (result["kernel"], result["oracle"]):
+            assert report["import_mode"] == "import", "pipeline probe imports everything by default"
             assert report["imports"] and set(report["imports"].values()) == {"ok"}, report["imports"]
-        assert {"torch", "ipykernel", "nbformat", "transformers"} <= set(result["kernel"]["imports"])
+        assert {
+            "torch",
+            "ipykernel",
+            "nbformat",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        } <= set(result["kernel"]["imports"])
 
         # the same packages behind a course checkout (a bind mount keeps the path): refused, and named
         fake = base / "other-checkout"

@@ -16,10 +16,9 @@ Two halves in one module:
   read-only (a course checkout is never bound).
 """
 
-from __future__ import annotations
-
 import json
 import os
+import site
 import sys
 
 MARKER = "PROBE "
@@ -149,14 +148,24 @@ class ProbeFailure(RuntimeError):
 CAP_SYS_ADMIN = 21
 APPARMOR_PROFILE_NAME = "environments/apparmor-bwrap"
 DOCKER_FLAGS = "--cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined"
+# the container's securityContext a root grader needs in Kubernetes (autograde/recipes/kubernetes-indexed-job.yaml
+# carries exactly this: tests/test_recipes.py)
+KUBERNETES_SECURITY_CONTEXT = (
+    "{runAsUser: 0, capabilities: {add: [SYS_ADMIN]}, seccompProfile: {type: Unconfined}, "
+    "appArmorProfile: {type: Unconfined}}"
+)
 KUBERNETES_CONTEXT = (
-    "securityContext: {runAsUser: 0, capabilities: {add: [SYS_ADMIN]}, seccompProfile: {type: Unconfined}, "
-    "appArmorProfile: {type: Unconfined}}（见 autograde/recipes/kubernetes-indexed-job.yaml）"
+    f"securityContext: {KUBERNETES_SECURITY_CONTEXT}（见 autograde/recipes/kubernetes-indexed-job.yaml）"
 )
 UNPRIVILEGED_PATH = (
-    "或者不用 root：以普通用户运行 `make autograde`，在允许无特权 user namespace 的宿主机上"
-    "（见 autograde/recipes/jupyterhub-grader.md）"
+    "或者不用 root：在允许无特权 user namespace 的宿主机上以普通用户运行 `make autograde`"
+    "（见 autograde/recipes/jupyterhub-grader.yaml）"
 )
+
+
+def apparmor_install(profile: str) -> str:
+    """The commands that install the course's AppArmor profile for bwrap (``profile``: its path in the checkout)."""
+    return f"sudo install -m 644 {profile} /etc/apparmor.d/bwrap && sudo apparmor_parser -r /etc/apparmor.d/bwrap"
 
 
 def _read(path: str) -> str | None:
@@ -201,11 +210,8 @@ def bwrap_trial(bwrap: str) -> list[str]:
 
 def diagnose_namespaces(stderr: str, facts: dict, course_root: str) -> Problem:
     """Why bubblewrap could not build its sandbox (``stderr`` of :func:`bwrap_trial`), and the fix for this case."""
-    seen = f"bwrap: {stderr.strip()[-300:]}" if stderr.strip() else "bwrap failed without a message"
-    profile = os.path.join(course_root, APPARMOR_PROFILE_NAME)
-    apparmor_fix = (
-        f"`sudo install -m 644 {profile} /etc/apparmor.d/bwrap && sudo apparmor_parser -r /etc/apparmor.d/bwrap`"
-    )
+    seen = stderr.strip()[-300:] or "bwrap failed without a message"
+    apparmor_fix = f"`{apparmor_install(os.path.join(course_root, APPARMOR_PROFILE_NAME))}`"
     if facts["euid"] == 0:
         if not facts["cap_sys_admin"]:
             return Problem(
@@ -343,8 +349,6 @@ def interpreter_paths(already: list[str], hidden: list[str], homes: list[str], e
     interpreter's prefix): ``{"bind": [...], "pythonpath": [...], "refused": {path: why}}``; ``pythonpath``: those a
     kernel's interpreter does not put on ``sys.path`` itself (``PYTHONPATH``, the user site, ``extra``: kernels run
     with their own ``PYTHONPATH`` and without the user site)."""
-    import site
-
     own = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     user_site = site.getusersitepackages() if isinstance(site.getusersitepackages(), str) else ""
     bind, pythonpath, refused = [], [], {}
