@@ -341,3 +341,36 @@ def test_packages_behind_a_pth_outside_the_venv():
     torch_problem = next(p for p in refused["problems"] if "torch" in p["detail"])
     assert str(fake / "site") in torch_problem["cause"] and "course checkout" in torch_problem["cause"]
     assert "pip install torch" in torch_problem["fix"] and "extra_readonly_paths" in torch_problem["fix"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@needs_root
+def test_autograde_stops_before_grading_with_the_cause(released_course):
+    """`autograde` runs the same pre-flight before its first notebook: root without CAP_SYS_ADMIN gets the cause and
+    the fix, exit status 2, nothing graded - not a notebook error per learner, not "kernel died"."""
+    from autograde_helpers import pipeline_env
+
+    if not shutil.which("capsh"):
+        pytest.skip("capsh (libcap2-bin) is not installed")
+    with tempfile.TemporaryDirectory(prefix="grpo-probe-test-") as base:
+        course = Path(base) / "autograde"
+        shutil.copytree(released_course["course"], course)
+        command = [sys.executable, "-m", "autograde.pipeline", "autograde", "--sample", "--sandbox", "bwrap"]
+        command += ["--learner", "s01_worked_answers", "--course", str(course)]
+        env = {**pipeline_env(), "GRPO_GRADING_SEED": "probe-" + os.urandom(4).hex()}
+        done = subprocess.run(
+            ["capsh", "--drop=cap_sys_admin", "--", "-c", 'exec "$@"', "capsh", *command],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        print(done.stdout[-3000:], done.stderr[-3000:])
+        assert done.returncode == 2, done.returncode
+        assert "CAP_SYS_ADMIN" in done.stderr and "--cap-add SYS_ADMIN" in done.stderr, done.stderr
+        assert "nothing was graded" in done.stderr
+        output = done.stdout + done.stderr
+        assert "Traceback" not in output and "kernel died" not in output.lower()
+        assert not (course / "autograded").exists() or not any((course / "autograded").iterdir())
