@@ -90,6 +90,7 @@ def test_each_namespace_failure_names_its_cause_and_fix(facts, stderr, code, fix
         assert "sudo -E make autograde" not in problem.fix, "never tell root to grade as root"
 
 
+@pytest.mark.integration
 def test_this_machine_allows_the_sandbox():
     """Root (CI, this machine) with CAP_SYS_ADMIN: the trial sandbox builds, nothing to report."""
     if not shutil.which("bwrap"):
@@ -136,9 +137,9 @@ def test_a_package_outside_the_venv_is_named_with_its_folder():
     """A module importable here but not inside the sandbox: the message names where it lives and both fixes."""
     report = {"imports": {"torch": "ModuleNotFoundError: No module named 'torch'", "json": "ok"}}
     (problem,) = probe.import_problems(report, "kernel", {"bind": [], "refused": {}}, "autograde/nbgrader_config.py")
-    import torch
+    import importlib.util
 
-    folder = str(Path(torch.__file__).parent.parent)
+    folder = str(Path(list(importlib.util.find_spec("torch").submodule_search_locations)[0]).parent)
     assert problem.code == "package-outside-venv"
     assert folder in problem.cause and "pip install torch" in problem.fix
     assert f"c.GradingPipeline.extra_readonly_paths = [{folder!r}]" in problem.fix
@@ -159,6 +160,10 @@ def test_folders_outside_the_venv_are_bound_but_never_a_checkout(tmp_path, monke
     hidden = [str(checkout), str(home)]
     assert probe.refusal(str(checkout / "vendor"), hidden, [str(home)]).startswith("inside")
     assert probe.refusal(str(checkout / ".venv" / "lib" / "site-packages"), hidden, [str(home)]) == ""
+    secret = checkout / ".venv" / "lib" / "secret"
+    assert probe.refusal(str(secret / "x"), [*hidden, str(secret)], [str(home)]).startswith("inside"), (
+        "hidden in a venv"
+    )
     assert probe.refusal(str(tmp_path), hidden, [str(home)]).startswith("it holds")
     assert probe.refusal(str(home / ".local" / "site-packages"), hidden, [str(home)]) == ""
     assert probe.refusal(str(home / "notes"), hidden, [str(home)]).startswith("inside")

@@ -323,23 +323,24 @@ def _venv_of(path: str) -> str:
 
 def refusal(path: str, hidden: list[str], homes: list[str]) -> str:
     """Why ``path`` must not be bound into the sandbox ('' when it may): it is or holds a course checkout or a hidden
-    folder, or lies inside one - except inside a virtual environment (a checkout's ``.venv``: the sandbox binds the
-    grading one already) or as a ``site-packages`` folder inside a home folder (the user site)."""
+    folder, or lies inside one - except inside a virtual environment that lies in it (a checkout's ``.venv``: the
+    sandbox binds the grading one already) or as a ``site-packages`` folder inside a home folder (the user site)."""
+    venv = _venv_of(path)
+    site_folder = os.path.basename(path.rstrip("/")) in ("site-packages", "dist-packages")
     for folder in hidden:
         if _inside(folder, path):
             return f"it holds {folder}, which kernels must not see"
-    if _venv_of(path):
-        return ""
+        if _inside(path, folder):
+            if venv and venv != folder and _inside(venv, folder):
+                continue
+            if folder in homes and site_folder:
+                continue
+            return f"inside {folder}, which kernels must not see"
     folder = path
-    while folder not in ("", "/"):
+    while folder not in ("", "/") and folder != venv:
         if os.path.isfile(os.path.join(folder, "course.toml")):
             return f"inside the course checkout {folder}"
         folder = os.path.dirname(folder)
-    for folder in hidden:
-        if _inside(path, folder):
-            if folder in homes and os.path.basename(path.rstrip("/")) in ("site-packages", "dist-packages"):
-                continue
-            return f"inside {folder}, which kernels must not see"
     return ""
 
 
