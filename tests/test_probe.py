@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from test_autograde_trust import UNPRIVILEGED, _traversable_for_others, _unprivileged_user  # tests/
 
 from autograde.grpo_grader import probe
 
@@ -189,22 +190,6 @@ def test_folders_outside_the_venv_are_bound_but_never_a_checkout(tmp_path, monke
 
 
 # ----------------------------------------------------------------------------- integration: the real conditions
-UNPRIVILEGED = "grpo-grader-test"
-
-
-def _unprivileged_user() -> tuple[int, int]:
-    import pwd
-
-    try:
-        entry = pwd.getpwnam(UNPRIVILEGED)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", UNPRIVILEGED], check=True
-        )
-        entry = pwd.getpwnam(UNPRIVILEGED)
-    return entry.pw_uid, entry.pw_gid
-
-
 def _course(base: Path) -> Path:
     """A course folder of its own: its config keeps the kernel files the unprivileged account can read (the
     checkout's ``.cache`` checkpoints are private to their owner)."""
@@ -237,8 +222,6 @@ def _probe_json(course: Path, prefix: list[str], python: str = sys.executable) -
 def _account_base():
     """A folder the unprivileged account owns, and the checkout and interpreter traversable for it (as the trust
     tests give it access)."""
-    from test_autograde_trust import _traversable_for_others
-
     uid, gid = _unprivileged_user()
     base = Path(tempfile.mkdtemp(prefix="grpo-probe-test-"))
     try:

@@ -330,17 +330,18 @@ def refusal(path: str, hidden: list[str], homes: list[str]) -> str:
     for folder in hidden:
         if _inside(folder, path):
             return f"it holds {folder}, which kernels must not see"
+    folder = path
+    while folder not in ("", "/") and folder != venv:
+        if os.path.isfile(os.path.join(folder, "course.toml")):
+            return f"inside the course checkout {folder}"
+        folder = os.path.dirname(folder)
+    for folder in hidden:
         if _inside(path, folder):
             if venv and venv != folder and _inside(venv, folder):
                 continue
             if folder in homes and site_folder:
                 continue
             return f"inside {folder}, which kernels must not see"
-    folder = path
-    while folder not in ("", "/") and folder != venv:
-        if os.path.isfile(os.path.join(folder, "course.toml")):
-            return f"inside the course checkout {folder}"
-        folder = os.path.dirname(folder)
     return ""
 
 
