@@ -201,13 +201,15 @@ def _course(base: Path) -> Path:
     return course
 
 
-def _probe_json(course: Path, prefix: list[str], python: str = sys.executable) -> tuple[dict, str]:
+def _probe_json(
+    course: Path, prefix: list[str], python: str = sys.executable, sandbox: str = "bwrap"
+) -> tuple[dict, str]:
     """``python -m autograde.pipeline probe --json --sandbox bwrap`` behind ``prefix`` (a user or capability
     change): the parsed JSON and stderr."""
     from autograde_helpers import pipeline_env
 
     env = {**pipeline_env(), "HOME": str(course.parent), "GRPO_GRADING_SEED": "probe-" + os.urandom(4).hex()}
-    command = [*prefix, python, "-m", "autograde.pipeline", "probe", "--json", "--sandbox", "bwrap"]
+    command = [*prefix, python, "-m", "autograde.pipeline", "probe", "--json", "--sandbox", sandbox]
     done = subprocess.run(
         [*command, "--course", str(course)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
@@ -270,6 +272,8 @@ def test_root_without_cap_sys_admin_names_the_container_settings():
         pytest.skip("neither capsh (libcap2-bin) nor setpriv (util-linux) is installed")
     with tempfile.TemporaryDirectory(prefix="grpo-probe-test-") as base:
         result, _stderr = _probe_json(_course(Path(base)), drop)
+        auto, _stderr = _probe_json(_course(Path(base) / "auto"), drop, sandbox="auto")
+    assert [p["code"] for p in auto["problems"]] == ["root-without-cap-sys-admin"], "whichever mode auto picks"
     (problem,) = result["problems"]
     assert problem["code"] == "root-without-cap-sys-admin", problem
     for words in ("--cap-add SYS_ADMIN", "seccomp=unconfined", "securityContext", "jupyterhub-grader.yaml"):

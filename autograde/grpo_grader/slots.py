@@ -881,6 +881,8 @@ def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_
         sandbox.probe = report
         sandbox.problems = problems
         return sandbox
+    if not failures and shutil.which("bwrap"):  # isolated/userns failed: name the machine's cause where there is one
+        failures = preflight.namespace_problems(str(ROOT))
     if failures:
         raise preflight.ProbeFailure(failures, ", ".join(modes))
     where = ("where unprivileged user namespaces are allowed" if os.geteuid() == 0 else
