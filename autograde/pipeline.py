@@ -155,6 +155,8 @@ def _open_sandbox(settings: GradingPipeline, base: Path, workers: int):
     print(f"[autograde] sandbox {sandbox.describe()}")
     for problem in sandbox.problems:
         print(f"[autograde]   (not available: {problem})")
+    for path in sandbox.paths.get("bind", []):  # probe.interpreter_paths: what the kernels' imports need
+        print(f"[autograde]   只读放进沙箱（bound read-only: on sys.path, outside the virtual environment）：{path}")
     if sandbox.mode == "none":
         readable = [p for p, ok in sandbox.probe.get("readable", {}).items() if ok]
         print("[autograde] WARNING 内核可以读取这些文件（含答案或隐藏测试）：" + ", ".join(readable)
