@@ -22,6 +22,26 @@ TESTS = {
     "test_q5": "q5_answer",
     "test_q8": "q8_answer",
 }
+# where each case family comes from: (regex over a case's ``what``, the line of the released notebook - TODO
+# text, docstring, provided check or visible test - that states it); a case no family matches is an orphan
+CASE_SOURCES = [
+    (
+        r"^手算规模的例子|^随机批次|^回答等权归约|^全被 mask 的回答|^带参考 KL|^beta=0 时忽略给出的 ref_logps",
+        "手算的裁剪案例、按回答等权的归约、KL 项、全 mask 行、padding 上的极端值",
+    ),
+    (r"^改变 padding 位置的数值后损失不应变化|^无效位置的对数比为 800", "padding 上的极端值"),
+    (r"^policy_logps 不是二维$", "policy_logps 必须是形状为 [B*G, T] 的二维浮点张量"),
+    (r"^old_logps 形状不一致$", "old_logps 的形状必须与 policy_logps 相同"),
+    (r"^advantages (不是一维|长度不是 B\*G)$", "advantages 必须是长度为 B*G="),
+    (r"^completion_mask (形状不一致|含 0/1 以外的值)$", "的形状必须是"),
+    (r"^beta < 0$", "beta 必须 >= 0"),
+    (r"^beta > 0 但没有 ref_logps$", "beta > 0 时必须给出 ref_logps"),
+    (r"^ref_logps 形状不一致$", "ref_logps 的形状必须与 policy_logps 相同"),
+    (r"^epsilon (< 0|不在 \[0, 1\))$", "再检查 `0 <= epsilon < 1`"),
+    (r"^epsilon_high (= 0|< 0)$", "再检查 `epsilon_high > 0`"),
+    (r"^“梯度在哪里消失”", "梯度在哪里消失"),
+    (r"^Q[2358]$", "检查 Q"),
+]
 # setup cells the answers do not need: the gradient figure and the trace lab demo
 SKIP_SETUP = ("trace_lab",)   # grade_ids, besides the demonstrations (SafeExecute.demo_cells)
 FLAGS = {

@@ -19,6 +19,33 @@ TESTS = {
     "test_per_token_policy_loss": "per_token_policy_loss",
     "test_q9": "q9_answer",
 }
+# where each case family comes from: (regex over a case's ``what``, the line of the released notebook - TODO
+# text, docstring, provided check or visible test - that states it); a case no family matches is an orphan
+CASE_SOURCES = [
+    (r"^loss_type=\w+ 的归约|^全部被 mask 时", "全被掩码掉的回答贡献 0"),
+    (r"^per_token_loss 不是二维$|^mask 形状不一致$", "`per_token_loss` 是二维张量，`completion_mask` 形状与它相同"),
+    (
+        r"^未知 loss_type$|^loss_type 大小写错误$",
+        '`loss_type` 是 `"grpo"`、`"bnpo"`、`"dr_grpo"`、`"dapo"`、`"cispo"` 之一',
+    ),
+    (
+        r"^dr_grpo 缺少 max_completion_length$|^max_completion_length (不是正整数|小于 T)$",
+        "`dr_grpo` 需要正整数 `max_completion_length`，且不小于 `T`",
+    ),
+    (
+        r"^(dapo|cispo) 缺少 num_items_in_batch$|^num_items_in_batch < 0$",
+        "`dapo` / `cispo` 需要 `num_items_in_batch`",
+    ),
+    (r"^token 级比率|^序列级比率|^默认 importance_sampling_level", "**TODO 2 `importance_ratio`**"),
+    (r"^policy_logps 不是二维$|^old_logps 形状不一致$", "三个张量形状必须相同"),
+    (r"^未知 importance_sampling_level$", "未知 `loss_type` 或 `importance_sampling_level` 抛出 `ValueError`"),
+    (r"的逐 token 损失", "**TODO 3 `per_token_policy_loss`**"),
+    (r"^advantages 长度不是 B\*G$|^beta > 0 但没有 ref_logps$", "契约：`check_policy_inputs(...)`"),
+    (r"^epsilon_low (< 0|不在 \[0, 1\))$", "`0 <= epsilon_low < 1`"),
+    (r"^epsilon_high < 0$|^cispo 的 epsilon_high <= 0$", "`epsilon_high >= 0`（`cispo` 时 `> 0`）"),
+    (r"^mask 含 0/1 以外的值$|^completion_mask 含 0/1 以外的值$", "取值是 bool 或 0/1"),
+    (r"^Q9$", "检查 Q9"),
+]
 # setup cells the answers do not need: TRL's conformance run (imports TRL) and the demos
 SKIP_SETUP = ("family_demo",)   # grade_ids, besides the demonstrations (SafeExecute.demo_cells)
 FLAGS = {

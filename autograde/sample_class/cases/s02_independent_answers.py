@@ -61,14 +61,19 @@ def group_relative_advantages(rewards, num_generations, eps=1e-4):
 '''
 
 NB01_ANSWER_CONVENTIONS = '''
-def answer_conventions_0001():
-    """手算：组 [0, 0, 0, 1] 的均值 0.25，中心化后 (-0.25, 0.75)，各约定只差除数。"""
-    population = math.sqrt(3 / 16)   # population std of [0, 0, 0, 1]
-    sample = math.sqrt(1 / 4)        # sample std: sum of squares 0.75 over n - 1 = 3
-    batch = math.sqrt(15 / 56)       # sample std of [0, 0, 0, 1, 1, 1, 1, 1]
+def answer_conventions(group, other):
+    """公式：k 个答对时均值 mu = k/G，中心化后 (-mu, 1 - mu)，各约定只差除数。"""
+    rewards = [float(v) for v in group.tolist()]
+    size = len(rewards)
+    mu = sum(rewards) / size
+    population = math.sqrt(mu * (1 - mu))                  # population std of a 0/1 group
+    sample = population * math.sqrt(size / (size - 1))     # Bessel-corrected
+    both = rewards + [float(v) for v in other.tolist()]
+    both_mean = sum(both) / len(both)
+    batch = math.sqrt(sum((v - both_mean) ** 2 for v in both) / (len(both) - 1))
 
     def pair(scale):
-        return (-0.25 / scale, 0.75 / scale)
+        return (-mu / scale, (1 - mu) / scale)
 
     return {"course": pair(max(population, 1e-6)), "minimind": pair(population + 1e-4),
             "trl_group": pair(sample + 1e-4), "trl_batch": pair(batch + 1e-4), "trl_none": pair(1.0),
