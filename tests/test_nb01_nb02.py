@@ -78,20 +78,20 @@ def group_relative_advantages(rewards, num_generations, eps=1e-4):
     return torch.tensor(result, dtype=torch.float64).to(rewards.dtype)
 ''',
     "answer_conventions_0001": '''
-def answer_conventions_0001():
-    group = [0.0, 0.0, 0.0, 1.0]
-    mean = sum(group) / 4
+def answer_conventions(group, other):
+    group, n = group.tolist(), len(group)
+    mean = sum(group) / n
     squares = sum((r - mean) ** 2 for r in group)
-    batch = group + [1.0, 1.0, 1.0, 1.0]
-    batch_mean = sum(batch) / 8
-    batch_sample_std = (sum((r - batch_mean) ** 2 for r in batch) / 7) ** 0.5
+    batch = group + other.tolist()
+    batch_mean = sum(batch) / (2 * n)
+    batch_sample_std = (sum((r - batch_mean) ** 2 for r in batch) / (2 * n - 1)) ** 0.5
     divisor = {
-        "course": max((squares / 4) ** 0.5, 1e-6),
-        "minimind": (squares / 4) ** 0.5 + 1e-4,
-        "trl_group": (squares / 3) ** 0.5 + 1e-4,
+        "course": max((squares / n) ** 0.5, 1e-6),
+        "minimind": (squares / n) ** 0.5 + 1e-4,
+        "trl_group": (squares / (n - 1)) ** 0.5 + 1e-4,
         "trl_batch": batch_sample_std + 1e-4,
         "trl_none": 1.0,
-        "cs336": (squares / 3) ** 0.5 + 1e-6,
+        "cs336": (squares / (n - 1)) ** 0.5 + 1e-6,
         "dr_grpo": 1.0,
     }
     return {name: ((0.0 - mean) / d, (1.0 - mean) / d) for name, d in divisor.items()}
@@ -240,10 +240,11 @@ def group_relative_advantages(rewards, num_generations, eps=1e-4):
 '''
 
 WRONG_CONVENTIONS = '''
-def answer_conventions_0001():
+def answer_conventions(group, other):
     # WRONG: population std for TRL and CS336 as well
-    pop = math.sqrt(0.1875)
-    return {name: (-0.25 / d, 0.75 / d) for name, d in {
+    mu = float(group.mean())
+    pop = math.sqrt(mu * (1 - mu))
+    return {name: (-mu / d, (1 - mu) / d) for name, d in {
         "course": pop, "minimind": pop + 1e-4, "trl_group": pop + 1e-4, "trl_batch": pop + 1e-4,
         "trl_none": 1.0, "cs336": pop + 1e-6, "dr_grpo": 1.0}.items()}
 '''

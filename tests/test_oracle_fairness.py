@@ -479,3 +479,35 @@ def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases():
     assert not want.passed and str(caught.value) == want.message and "第" in want.message
     with pytest.raises(ValueError):
         run_in_kernel(lesson, "test_no_such_cell", namespace)
+
+
+def test_nb07_rejects_an_over_long_sample_before_any_model_work(monkeypatch):
+    """README open item 12: lesson 7's sample check reruns the model over the tokens a learner returns; a return
+    wider than ``max_new_tokens`` (here a million tokens a row) is rejected by its shape alone, before the policy is
+    built or a log-prob computed. The check can fail: a return of allowed width does reach the model."""
+    from autograde.grpo_grader.oracles import nb07_online_grpo as nb07
+
+    def model_work(*_args, **_kwargs):
+        raise AssertionError("model work")
+
+    monkeypatch.setattr(nb07, "_policy", model_work)
+    monkeypatch.setattr(nb07, "_logps", model_work)
+    check = nb07._sample_check(["1+1=", "2+3="], 2, 1.0, False, 4)
+
+    def answer(width):
+        ids = torch.ones(4, width, dtype=torch.long)
+        return {
+            "prompt_ids": torch.ones(4, 3, dtype=torch.long),
+            "prompt_mask": torch.ones(4, 3, dtype=torch.long),
+            "completion_ids": ids,
+            "completion_mask": torch.ones(4, width, dtype=torch.bool),
+            "old_per_token_logps": torch.zeros(4, width),
+            "ref_per_token_logps": None,
+            "completions": [""] * 4,
+            "group_ids": torch.tensor([0, 0, 1, 1]),
+        }
+
+    message = check(answer(10**6))
+    assert "max_new_tokens=4" in message and "1000000" in message, message
+    with pytest.raises(AssertionError, match="model work"):
+        check(answer(4))
