@@ -413,13 +413,15 @@ def test_independent_correct_answers_pass_every_test(notebook_runs, assignment, 
 
 
 # ----------------------------------------------------------------------------- (c) wrong answers are caught
-# (assignment, answers, {hidden grade_id: phrase expected in its failure message},
-#  visible grade_ids that the wrong answer is built to pass)
+# (assignment, answers, {grade_id: phrase expected in its failure message - the oracle's, run in the kernel},
+#  visible grade_ids that the wrong answer is built to pass). Since the hidden tests are the oracle's cases, a check
+# sits in the test cell whose lesson line states it: the masked exp and the missing reference are caught by the
+# visible cell test_grpo_clip_kl_gradient_visible (with drawn inputs), no longer by the hidden cell as well.
 WRONG_RUNS = {
     "nb01_unbiased_std+gra_fixture+conventions": (
         NB1, {"compute_group_advantages": WRONG_CGA_UNBIASED, "group_relative_advantages": WRONG_GRA_FIXTURE,
               "answer_conventions_0001": WRONG_CONVENTIONS},
-        {"test_compute_group_advantages_hidden": "随机输入", "test_group_relative_advantages_hidden": "形状不一致",
+        {"test_compute_group_advantages_hidden": "随机输入", "test_group_relative_advantages_hidden": "形状应为",
          "test_conventions_question_hidden": "约定 trl_group",
          "test_compute_group_advantages_visible": "是否用了 unbiased std"},
         ["test_conventions_question_visible"]),
@@ -430,39 +432,37 @@ WRONG_RUNS = {
         []),
     "nb01_cga_fixture": (
         NB1, {"compute_group_advantages": WRONG_CGA_FIXTURE},
-        {"test_compute_group_advantages_hidden": "形状不一致"}, []),
+        {"test_compute_group_advantages_hidden": "形状应为"}, []),
     "nb01_cga_overfit_visible": (
         NB1, {"compute_group_advantages": WRONG_CGA_OVERFIT},
-        {"test_compute_group_advantages_hidden": "随机输入"}, ["test_compute_group_advantages_visible"]),
+        {"test_compute_group_advantages_hidden": "随机输入", "test_compute_group_advantages_visible": "多组"}, []),
     "nb01_tamper_zeros": (
         NB1, {"compute_group_advantages": WRONG_TAMPER_CGA},
-        {"test_compute_group_advantages_hidden": "测试辅助函数被改写"}, []),
+        {"test_compute_group_advantages_hidden": "随机输入"}, []),
     "nb02_token_mean+kl_ref_grad": (
         NB2, {"compute_grpo_loss": WRONG_CGL_TOKEN_MEAN, "token_kl_penalty": WRONG_KL_REF_NOT_DETACHED},
-        {"test_compute_grpo_loss_hidden": "随机批次的损失", "test_token_kl_penalty_hidden": "参考策略不应接收梯度",
+        {"test_compute_grpo_loss_hidden": "随机批次（", "test_token_kl_penalty_hidden": "不应接收梯度",
          "test_grpo_weighting_contract_visible": "词元平均"},
         []),
     "nb02_old_not_detached+kl_overfit": (
         NB2, {"compute_grpo_loss": WRONG_CGL_OLD_NOT_DETACHED, "token_kl_penalty": WRONG_KL_OVERFIT},
-        {"test_compute_grpo_loss_hidden": "旧策略不应接收梯度", "test_token_kl_penalty_hidden": "k3 惩罚",
+        {"test_compute_grpo_loss_hidden": "不应接收梯度", "test_token_kl_penalty_hidden": "k3 惩罚",
          "test_grpo_advantages_and_value_visible": "是否忘了对 log_probs_old 使用 detach()"},
-        ["test_grpo_weighting_contract_visible", "test_token_kl_penalty_visible"]),
+        ["test_grpo_weighting_contract_visible"]),  # the KL overfit fails its visible cell too (drawn inputs)
     "nb02_exp_then_mask": (
         NB2, {"compute_grpo_loss": WRONG_CGL_EXP_THEN_MASK},
-        {"test_compute_grpo_loss_hidden": "梯度含 NaN",
-         "test_grpo_clip_kl_gradient_visible": "是否先 exp 再用掩码清零"},
+        {"test_grpo_clip_kl_gradient_visible": "是否先 exp 再用掩码清零"},
         ["test_grpo_advantages_and_value_visible", "test_grpo_weighting_contract_visible"]),
     "nb02_ignores_missing_ref": (
         NB2, {"compute_grpo_loss": WRONG_CGL_IGNORES_MISSING_REF},
-        {"test_compute_grpo_loss_hidden": "beta > 0 时必须给出参考策略",
-         "test_grpo_clip_kl_gradient_visible": "beta > 0 时必须给出 log_probs_ref"},
+        {"test_grpo_clip_kl_gradient_visible": "beta > 0 时必须给出 log_probs_ref"},
         ["test_grpo_advantages_and_value_visible"]),
     "nb02_cgl_fixture": (
         NB2, {"compute_grpo_loss": WRONG_CGL_FIXTURE},
-        {"test_compute_grpo_loss_hidden": "随机批次的损失"}, []),
+        {"test_compute_grpo_loss_hidden": "随机批次（"}, []),
     "nb02_tamper_zeros": (
         NB2, {"compute_grpo_loss": WRONG_TAMPER_CGL},
-        {"test_compute_grpo_loss_hidden": "测试辅助函数被改写"}, []),
+        {"test_compute_grpo_loss_hidden": "随机批次（"}, []),
 }
 
 
