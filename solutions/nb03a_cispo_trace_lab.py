@@ -419,8 +419,9 @@ for advantage in (1.0, -1.0):
 # 只是 `r > ε_high` 时权重封顶。
 #
 # **计算题（自动评分）。** 对下面 4 个单词元情形（`ε = 0.2`，`ε_high = 5.0`，`β = 0`，批里只有这一条回答），
-# 写出 `∂L/∂ℓ^θ` 的数值，填进 `gradient_answers`：键是情形编号，值是 `(GRPO 的导数, CISPO 的导数)`。
-# 可见测试会先告诉你每个导数的**正负号**（或是否为 0）对不对，具体数值由隐藏测试评分。
+# 写出 `∂L/∂ℓ^θ` 的数值。把答案写成函数 `gradient_answers(advantage, ratio)`，返回 `(GRPO 的导数, CISPO 的导数)`
+# （两个 Python 数）：下表的情形 `"a"` 就是 `gradient_answers(1.0, 1.5)`，评分时还会用别的 `A` 与 `r` 检查同一个函数。
+# 可见测试会先告诉你下表 4 个情形每个导数的**正负号**（或是否为 0）对不对，具体数值由隐藏测试评分。
 #
 # | 情形 | A | r |
 # | --- | --- | --- |
@@ -430,20 +431,24 @@ for advantage in (1.0, -1.0):
 # | `"d"` | +1 | 0.5 |
 
 # %% nbgrader={"solution": true, "grade_id": "gradient_answers"}
-gradient_answers = None  # 例如 {"a": (0.0, -1.0), ...}
-### BEGIN SOLUTION
-gradient_answers = {"a": (0.0, -1.5), "b": (0.0, 0.5), "c": (1.5, 1.5), "d": (-0.5, -0.5)}
-### END SOLUTION
+def gradient_answers(advantage, ratio):
+    """单词元、批里只有这一条回答（ε = 0.2，ε_high = 5.0，β = 0）时 ∂L/∂ℓ^θ：(GRPO 的导数, CISPO 的导数)。"""
+    ### BEGIN SOLUTION
+    epsilon, epsilon_high = 0.2, 5.0
+    # GRPO: min(r A, clip(r) A); the clipped branch (a constant) is chosen on the side A pushes past the range
+    clipped = (advantage > 0 and ratio > 1 + epsilon) or (advantage < 0 and ratio < 1 - epsilon)
+    grpo = 0.0 if clipped else -advantage * ratio  # d(r A)/d log pi = r A
+    cispo = -advantage * min(ratio, epsilon_high)  # the capped weight is detached: only log pi carries the gradient
+    return (float(grpo), float(cispo))
+    ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_gradient_answers", "points": 2}
 """检查“梯度在哪里消失”的计算题：4 个情形的 GRPO / CISPO 导数（可见部分检查格式和每个导数的正负号，数值由隐藏测试评分）。"""
-if gradient_answers is None:
-    raise NotImplementedError("请先填写 gradient_answers")
-assert isinstance(gradient_answers, dict) and set(gradient_answers) == {"a", "b", "c", "d"}, \
-    "gradient_answers 应是键为 'a'、'b'、'c'、'd' 的字典"
-for _key, _pair in gradient_answers.items():
-    assert len(_pair) == 2 and all(isinstance(v, (int, float)) for v in _pair), \
-        f"情形 {_key} 的答案应是两个数 (GRPO 导数, CISPO 导数)"
+_situations = {"a": (1.0, 1.5), "b": (-1.0, 0.5), "c": (-1.0, 1.5), "d": (1.0, 0.5)}  # (A, r) of the table
+_answers = {_key: gradient_answers(*_situation) for _key, _situation in _situations.items()}
+for _key, _pair in _answers.items():
+    assert isinstance(_pair, tuple) and len(_pair) == 2 and all(isinstance(v, (int, float)) for v in _pair), \
+        f"情形 {_key} 的答案应是两个数组成的元组 (GRPO 导数, CISPO 导数)"
 
 
 def _sign(value):
@@ -453,7 +458,7 @@ def _sign(value):
 # 可见信号：每个导数的正负号（0 表示梯度消失）。∂L/∂ℓ = −A·r（未裁剪），所以 A>0 时为负、A<0 时为正
 _expected_signs = {"a": (0, -1), "b": (0, 1), "c": (1, 1), "d": (-1, -1)}
 for _key, (_g_sign, _c_sign) in _expected_signs.items():
-    _got = tuple(_sign(float(v)) for v in gradient_answers[_key])
+    _got = tuple(_sign(float(v)) for v in _answers[_key])
     _names = {0: "0（梯度消失）", 1: "正", -1: "负"}
     assert _got == (_g_sign, _c_sign), (
         f"情形 {_key}：导数的正负号应是 (GRPO {_names[_g_sign]}, CISPO {_names[_c_sign]})，你的答案是 "
@@ -532,19 +537,19 @@ trace = trace_grpo_cispo()
 # %% [markdown]
 # **Q2（数值）** 平铺的 `rewards` 用 `rewards.view(-1, G)` 分组，这依赖于同一个提示的回答连续排列。
 # 若 `B = 3`、`G = 4`，第 `i = 1` 个提示的第 `j = 2` 条回答（都从 0 开始数）在平铺张量里的下标是多少？
-# 把整数赋给 `q2_flat_index`。
+# 把答案写成函数 `q2_flat_index(i, j, num_generations)`（返回 Python 整数）：本题就是 `q2_flat_index(1, 2, 4)`，
+# 评分时还会用别的 `i`、`j`、`G` 检查同一个函数。
 
 # %% nbgrader={"solution": true, "grade_id": "q2_answer"}
-q2_flat_index = None
-### BEGIN SOLUTION
-q2_flat_index = 6
-### END SOLUTION
+def q2_flat_index(i, j, num_generations):
+    """第 i 个提示的第 j 条回答（都从 0 开始数）在平铺张量 [B*G] 里的下标。"""
+    ### BEGIN SOLUTION
+    return i * num_generations + j
+    ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_q2", "points": 1}
-"""检查 Q2：平铺布局中 (i=1, j=2) 的下标。"""
-if q2_flat_index is None:
-    raise NotImplementedError("请先回答 Q2")
-assert isinstance(q2_flat_index, int), "q2_flat_index 应是整数"
+"""检查 Q2：平铺布局中第 i 个提示的第 j 条回答的下标（可见部分只检查类型，数值由隐藏测试在别的 i、j、G 上评分）。"""
+assert isinstance(q2_flat_index(1, 2, 4), int), "q2_flat_index 应返回整数"
 ### BEGIN HIDDEN TESTS
 from autograde.grpo_grader.oracles import run_in_kernel
 

@@ -814,19 +814,20 @@ print(f"同一组 [1, 0, 1, 0]：MiniMind（总体 std）{_minimind.tolist()}，
 # %% [markdown]
 # **Q9（数值，本课补充）** 一个批里有一条 3 词元和一条 30 词元的回答，每个词元的损失相同，没有梯度累积。
 # 30 词元回答里**单个词元** 的梯度权重是 3 词元回答里单个词元的多少倍？分别给出 `loss_type="grpo"`
-# 与 `loss_type="dapo"` 的答案，赋给 `q9_ratio = {"grpo": ..., "dapo": ...}`。
+# 与 `loss_type="dapo"` 的答案。把答案写成函数 `q9_ratio(short_len, long_len)`，返回 `{"grpo": ..., "dapo": ...}`：
+# 本题就是 `q9_ratio(3, 30)`，评分时还会用别的长度检查同一个函数。
 
 # %% nbgrader={"solution": true, "grade_id": "q9_answer"}
-q9_ratio = None
-### BEGIN SOLUTION
-q9_ratio = {"grpo": 0.1, "dapo": 1.0}
-### END SOLUTION
+def q9_ratio(short_len, long_len):
+    """长回答里单个词元的梯度权重是短回答里单个词元的多少倍：{"grpo": ..., "dapo": ...}。"""
+    ### BEGIN SOLUTION
+    return {"grpo": short_len / long_len, "dapo": 1.0}  # grpo: 1/len per answer; dapo: 1/(all tokens) for each
+    ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_q9", "points": 1}
 """检查 Q9：grpo 与 dapo 归约下长短回答的单 token 权重之比。"""
-if q9_ratio is None:
-    raise NotImplementedError("请先回答 Q9")
-assert isinstance(q9_ratio, dict) and set(q9_ratio) == {"grpo", "dapo"}, "q9_ratio 应是键为 'grpo'、'dapo' 的字典"
+_q9 = q9_ratio(3, 30)
+assert isinstance(_q9, dict) and set(_q9) == {"grpo", "dapo"}, "q9_ratio 应返回键为 'grpo'、'dapo' 的字典"
 ### BEGIN HIDDEN TESTS
 from autograde.grpo_grader.oracles import run_in_kernel
 

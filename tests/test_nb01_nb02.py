@@ -414,9 +414,8 @@ def test_independent_correct_answers_pass_every_test(notebook_runs, assignment, 
 
 # ----------------------------------------------------------------------------- (c) wrong answers are caught
 # (assignment, answers, {grade_id: phrase expected in its failure message - the oracle's, run in the kernel},
-#  visible grade_ids that the wrong answer is built to pass). Since the hidden tests are the oracle's cases, a check
-# sits in the test cell whose lesson line states it: the masked exp and the missing reference are caught by the
-# visible cell test_grpo_clip_kl_gradient_visible (with drawn inputs), no longer by the hidden cell as well.
+#  visible grade_ids that the wrong answer is built to pass). The hidden tests are the oracle's cases (with the
+# course config's oracle flags), so the messages are the oracle's.
 WRONG_RUNS = {
     "nb01_unbiased_std+gra_fixture+conventions": (
         NB1, {"compute_group_advantages": WRONG_CGA_UNBIASED, "group_relative_advantages": WRONG_GRA_FIXTURE,
@@ -451,11 +450,11 @@ WRONG_RUNS = {
         ["test_grpo_weighting_contract_visible"]),  # the KL overfit fails its visible cell too (drawn inputs)
     "nb02_exp_then_mask": (
         NB2, {"compute_grpo_loss": WRONG_CGL_EXP_THEN_MASK},
-        {"test_grpo_clip_kl_gradient_visible": "是否先 exp 再用掩码清零"},
+        {"test_compute_grpo_loss_hidden": "800", "test_grpo_clip_kl_gradient_visible": "是否先 exp 再用掩码清零"},
         ["test_grpo_advantages_and_value_visible", "test_grpo_weighting_contract_visible"]),
     "nb02_ignores_missing_ref": (
         NB2, {"compute_grpo_loss": WRONG_CGL_IGNORES_MISSING_REF},
-        {"test_grpo_clip_kl_gradient_visible": "beta > 0 时必须给出 log_probs_ref"},
+        {"test_grpo_clip_kl_gradient_visible": "beta > 0 时必须给出 log_probs_ref"},  # the oracle's case is there
         ["test_grpo_advantages_and_value_visible"]),
     "nb02_cgl_fixture": (
         NB2, {"compute_grpo_loss": WRONG_CGL_FIXTURE},

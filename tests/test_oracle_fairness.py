@@ -61,6 +61,7 @@ DICT_KEYS = {
     ),
     "verify_integer_response": ("verifier_id", "status", "parsed_answer", "correctness", "format_pass", "total_reward"),
     "answer_conventions": ("course", "minimind", "trl_group", "trl_batch", "trl_none", "cs336", "dr_grpo"),
+    "q9_ratio": ("grpo", "dapo"),
 }
 # what a function of nb07 receives from the oracle's harness, and the harness's name for it
 HARNESS = {"_oracle_sample": "sample_group", "_oracle_sample_seeds": "sample_group", "_oracle_step": "grpo_step"}

@@ -13,13 +13,18 @@ import json
 import secrets
 
 
-def run_in_kernel(assignment: str, test: str, namespace: dict, seed: str | None = None) -> int:
+def run_in_kernel(
+    assignment: str, test: str, namespace: dict, seed: str | None = None, flags: dict | None = None
+) -> int:
     """Run the oracle's cases of the test cell ``test`` of ``assignment`` on the functions in ``namespace`` (the
     notebook's ``globals()``), in this process, as the pipeline's driver runs them (``driver.make_case_runner``, the
     same plain-data round trip, the same ``oracle.verdicts``). Raises ``AssertionError`` with the oracle's Chinese
-    message when a case fails; returns the number of cases. ``seed``: for tests only (default: fresh entropy)."""
+    message when a case fails; returns the number of cases. ``flags``: the oracle's case families switched on (default:
+    the course config's ``c.GradingPipeline.oracle_flags``, as the pipeline); ``seed``: for tests only (default: fresh
+    entropy)."""
     import torch
 
+    from ..course import load_settings
     from ..driver import make_case_runner
     from ..oracle import load_oracle, verdicts
 
@@ -28,7 +33,9 @@ def run_in_kernel(assignment: str, test: str, namespace: dict, seed: str | None 
         raise ValueError(f"run_in_kernel: no oracle test {test!r} for {assignment!r}")
     if oracle.prelude:  # the oracle's learner-side harness (lesson 7), defined in the notebook's namespace
         exec(compile(oracle.prelude, str(oracle.harness), "exec"), namespace)  # noqa: S102
-    cases = [case for case in oracle.cases(seed or secrets.token_hex(16)) if case.test == test]
+    if flags is None:
+        flags = load_settings().oracle_flags.get(assignment, {})
+    cases = [case for case in oracle.cases(seed or secrets.token_hex(16), flags) if case.test == test]
     run_case = make_case_runner(torch, namespace)
     results = {}
     for case in cases:

@@ -80,6 +80,13 @@ def answer_conventions(group, other):
             "cs336": pair(sample + 1e-6), "dr_grpo": pair(1.0)}
 '''
 
+NB03A_GRADIENTS = '''
+def gradient_answers(advantage, ratio):
+    """A > 0 里 r > 1.2、A < 0 里 r < 0.8 时 GRPO 取了裁剪分支（常数），导数 0；其余 -A r。CISPO：-A min(r, 5)。"""
+    grpo_dead = ratio > 1.2 if advantage > 0 else ratio < 0.8
+    return (0.0 if grpo_dead else -advantage * ratio, -advantage * min(ratio, 5.0))
+'''
+
 NB02_TOKEN_KL_PENALTY = '''
 def token_kl_penalty(policy_logps, ref_logps):
     """k3：ratio - log(ratio) - 1，ratio = pi_ref / pi_theta；参考策略 detach。"""
@@ -514,8 +521,8 @@ CASE = {
     "nb03a_cispo_trace_lab": {"base": "solution", "cells": {
         "grpo_policy_loss": NB03A_GRPO,
         "cispo_policy_loss": NB03A_CISPO,
-        "gradient_answers": 'gradient_answers = {"a": (0, -1.5), "b": (0, 0.5), "c": (1.5, 1.5), "d": (-0.5, -0.5)}',
-        "q2_answer": "q2_flat_index = 6",
+        "gradient_answers": NB03A_GRADIENTS,
+        "q2_answer": "def q2_flat_index(i, j, num_generations):\n    return num_generations * i + j",
         "q3_answer": 'q3_choice = "A"',
         "q5_answer": 'q5_choice = "B"',
         "q8_answer": 'q8_unchanged = set("abcdefh")',
@@ -524,7 +531,7 @@ CASE = {
         "reduce_per_token_loss": NB03B_REDUCE,
         "importance_ratio": NB03B_RATIO,
         "per_token_policy_loss": NB03B_PER_TOKEN,
-        "q9_answer": 'q9_ratio = {"grpo": 3 / 30, "dapo": 1}',
+        "q9_answer": 'def q9_ratio(short_len, long_len):\n    return {"grpo": float(short_len) / long_len, "dapo": 1}',
     }},
     "nb07_online_grpo": {"base": "solution", "cells": {
         "grpo_step": NB07_GRPO_STEP,
