@@ -1,10 +1,11 @@
 """The trusted side of grading: cases drawn from a secret seed, expected values, verdicts.
 
 A lesson's oracle is a module ``autograde/grpo_grader/oracles/<assignment>.py`` (see "Writing an oracle for
-a lesson" in autograde/README.md). It never enters a learner kernel: the grader process imports it, asks it
-for cases, sends only the cases' *inputs* (plain JSON) to a sandboxed driver process that runs the learner's
+a lesson" in autograde/README.md). In the pipeline it never enters a learner kernel: the grader process imports it,
+asks it for cases, sends only the cases' *inputs* (plain JSON) to a sandboxed driver process that runs the learner's
 notebook as written (``driver.py``), and compares what comes back (plain JSON, parsed without executing anything)
-with the expectations that stayed here.
+with the expectations that stayed here. Outside the pipeline, the lessons' hidden tests run the same cases in the
+kernel (``oracles.run_in_kernel``, fresh draws): one specification per check.
 
 The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
 

@@ -192,8 +192,8 @@ def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2
                    use_bias_correction_kl=True, extras=None):
     """Float64 re-derivation of one ``grpo_step`` (same keyword arguments and defaults; ``epsilon_high=None`` means
     ``epsilon``) on a copy of ``model`` with AdamW at ``lr``: (per-epoch losses, parameters after, clip_ratio_low,
-    clip_ratio_high and approx_kl per epoch). The one reference of the update: this oracle and the lesson's hidden
-    test both use it. ``extras`` (a dict) also receives ``entropy`` (the first epoch's masked mean token entropy)
+    clip_ratio_high and approx_kl per epoch). The one reference of the update (the lesson's hidden tests run this
+    oracle's cases). ``extras`` (a dict) also receives ``entropy`` (the first epoch's masked mean token entropy)
     and ``grad_norms`` (each epoch's gradient norm before clipping)."""
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
     m = copy.deepcopy(model).double()
