@@ -453,7 +453,7 @@ def _nb01_answers() -> dict:
     return namespace
 
 
-def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases():
+def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
     """The hidden tests' call (plain nbgrader, formgrader): ``run_in_kernel`` runs the oracle's cases of one test
     cell on the notebook's namespace, passes honest answers, and fails zeros with the oracle's Chinese message - the
     same verdict the pipeline's ``oracle.verdicts`` gives on the same records; its cases come from fresh entropy,
@@ -464,6 +464,7 @@ def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases():
     namespace = _nb01_answers()
     for test in oracle_lib.load_oracle(lesson).tests:
         assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
+    monkeypatch.delenv("GRPO_KERNEL_CASES_SEED", raising=False)  # the test session's public seed
     seen = []
     honest = namespace["answer_conventions"]
     namespace["answer_conventions"] = lambda group, other: seen.append(group.tolist()) or honest(group, other)

@@ -10,7 +10,11 @@ cases from fresh entropy, never from the instructor's seed: the kernel runs lear
 from __future__ import annotations
 
 import json
+import os
 import secrets
+
+# a public seed for reproducible in-kernel runs (the test suite sets it); unset, every run draws fresh cases
+KERNEL_SEED_ENV = "GRPO_KERNEL_CASES_SEED"
 
 
 def run_in_kernel(
@@ -20,8 +24,8 @@ def run_in_kernel(
     notebook's ``globals()``), in this process, as the pipeline's driver runs them (``driver.make_case_runner``, the
     same plain-data round trip, the same ``oracle.verdicts``). Raises ``AssertionError`` with the oracle's Chinese
     message when a case fails; returns the number of cases. ``flags``: the oracle's case families switched on (default:
-    the course config's ``c.GradingPipeline.oracle_flags``, as the pipeline); ``seed``: for tests only (default: fresh
-    entropy)."""
+    the course config's ``c.GradingPipeline.oracle_flags``, as the pipeline); ``seed``: for tests (default: the public
+    ``GRPO_KERNEL_CASES_SEED`` if set, else fresh entropy; never the instructor's grading seed)."""
     import torch
 
     from ..course import load_settings
@@ -35,7 +39,11 @@ def run_in_kernel(
         exec(compile(oracle.prelude, str(oracle.harness), "exec"), namespace)  # noqa: S102
     if flags is None:
         flags = load_settings().oracle_flags.get(assignment, {})
-    cases = [case for case in oracle.cases(seed or secrets.token_hex(16), flags) if case.test == test]
+    cases = [
+        case
+        for case in oracle.cases(seed or os.environ.get(KERNEL_SEED_ENV) or secrets.token_hex(16), flags)
+        if case.test == test
+    ]
     run_case = make_case_runner(torch, namespace)
     results = {}
     for case in cases:
