@@ -280,8 +280,7 @@ def test_sandbox_hides_the_course_sources():
 from autograde.grpo_grader import oracle as oracle_lib  # noqa: E402
 from autograde.grpo_grader.submission import read_notebook, rebuild_metadata  # noqa: E402
 
-ORACLES = ["nb01_group_advantages", "nb02_grpo_objective", "nb03a_cispo_trace_lab", "nb03b_loss_family_trl",
-           "nb04_verifiable_rewards", "nb05_logprobs_masks", "nb07_online_grpo"]
+ORACLES = oracle_lib.oracle_assignments()
 
 
 def _test_cells(assignment: str) -> set[str]:
