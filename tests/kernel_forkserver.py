@@ -12,7 +12,9 @@ per worker imports them once; each kernel is a fork of it that then runs ipykern
   is killed (nbclient's shutdown) the server kills the kernel's whole session.
 
 A fork is only used when it would behave like a fresh kernel: the environment variables read at import time
-(``IMPORT_TIME_ENV``) must equal the server's, else the launcher starts a plain fresh kernel (``cold``). The fork
+(``IMPORT_TIME_ENV``) must equal the server's, else the launcher starts a plain fresh kernel (``cold``); a variable
+that the server's own imports set (peft sets ``TORCHINDUCTOR_CACHE_DIR`` to torch's default) may be either
+absent or that value, since a kernel importing the same module sets the same default. The fork
 reseeds ``random`` and numpy's global generator, and sets matplotlib's backend from the kernel's environment as
 ipykernel does (the last steps are the grader's own: ``sandbox.become_forked_process`` and ``run_ipykernel``,
 which its kernel zygote's jobs run too). Test infrastructure only: the grader's kernels come from its own
@@ -30,7 +32,7 @@ import sys
 NAME = "grpo-tests-warm"   # the kernel spec's name
 WARM = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline",
         "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "IPython",
-        "transformers", "transformers.models.qwen2.modeling_qwen2")
+        "transformers", "transformers.models.qwen2.modeling_qwen2", "peft")
 # variables that modules read when they are imported (interpreter, threads, caches, config folders)
 IMPORT_TIME_ENV = ("PYTHON", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "TORCH", "PYTORCH", "CUDA", "HF_",
                    "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "MPL", "MATPLOTLIB", "HOME", "XDG_", "LD_",
@@ -40,6 +42,19 @@ PR_SET_PDEATHSIG = 1
 
 def _import_time_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV)}
+
+
+def _differs(request: dict[str, str], before: dict[str, str], set_by_imports: dict[str, str]) -> list[str]:
+    """The import-time variables of a kernel's environment that a fork of the server would not honour.
+
+    ``before``: the server's own before its warm imports; ``set_by_imports``: what those imports added (a default
+    that the same import in a kernel would set too, so a kernel may have it or not)."""
+    request = _import_time_env(request)
+    return sorted(
+        k
+        for k in set(request) | set(before) | set(set_by_imports)
+        if request.get(k) != before.get(k) and not (k in set_by_imports and request.get(k) in (None, set_by_imports[k]))
+    )
 
 
 def kernel_spec(folder, socket_path: str) -> dict:
@@ -134,6 +149,8 @@ def serve(socket_path: str) -> None:
             importlib.import_module(name)
         except Exception as error:  # noqa: BLE001 - optional: a kernel imports what it needs itself
             print(f"[kernel forkserver] no warm {name}: {error!r}", file=sys.stderr, flush=True)
+    after = _import_time_env(os.environ)
+    set_by_imports = {k: v for k, v in after.items() if k not in baseline}
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(socket_path + ".tmp")
     listener.listen(16)
@@ -157,9 +174,10 @@ def serve(socket_path: str) -> None:
                 except (OSError, ValueError):
                     conn.close()
                     continue
-                differs = sorted(set(_import_time_env(request["env"]).items()) ^ set(baseline.items()))
+                differs = _differs(request["env"], baseline, set_by_imports)
                 if len(fds) != 3 or differs:
-                    conn.send(json.dumps({"cold": [k for k, _ in differs]}).encode())
+                    print(f"[kernel forkserver] cold kernel: {differs or 'no stdio'}", file=sys.stderr, flush=True)
+                    conn.send(json.dumps({"cold": differs}).encode())
                     for fd in fds:
                         os.close(fd)
                     conn.close()

@@ -90,7 +90,11 @@ def test_warm_kernels_behave_like_fresh_ones(tmp_path, notebook_runs):
     first, second = probe({"GRPO_PROBE": "a"}), probe({"GRPO_PROBE": "b"})
     fresh = probe({"GRPO_PROBE": "c"}, kernel_name="python3")
     other_import_env = probe({"GRPO_PROBE": "d", "MPLCONFIGDIR": str(tmp_path / "mpl")})
+    import peft  # noqa: F401 - its import sets TORCHINDUCTOR_CACHE_DIR here, maybe after the server started
+
+    late = probe({"GRPO_PROBE": "e"})  # a worker that imported peft in a test still gets warm kernels
     assert first["warm"] and second["warm"], "no warm kernel: see the server log in the grpo-kfs-* folder"
+    assert late["warm"], "a default set by an import made kernels cold: see the server log in grpo-kfs-*"
     assert not fresh["warm"] and not other_import_env["warm"]
     for warm in (first, second):
         for key in ("cwd", "path", "backend", "parent_poller", "main", "argv0"):
