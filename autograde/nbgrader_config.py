@@ -89,15 +89,14 @@ c.GradingPipeline.notebook_timeout = 900   # hard wall-clock limit per notebook 
 c.GradingPipeline.workers = 0              # parallel grading slots; 0 = one per CPU core
 c.GradingPipeline.memory_limit_mb = 0      # address-space limit per kernel and driver; 0 = auto (README), 2-8 GiB
 c.GradingPipeline.max_submission_mb = 25   # larger submitted notebooks get 0 with a reason
-c.GradingPipeline.sandbox = "auto"         # auto | isolated (root) | userns | none; see autograde/README.md
-c.GradingPipeline.sandbox_uid_base = 61000  # isolated mode: kernels run as free uids from here on, one per slot
+c.GradingPipeline.sandbox = "auto"         # auto (= bwrap) | bwrap | none; see autograde/README.md
+c.GradingPipeline.sandbox_uid_base = 61000  # as root: kernels and drivers run as free uids from here on, two per slot
                                             # (locked per run, so concurrent runs never share one)
 # files of the course checkout the kernel may read (copied into each slot's read-only course copy)
 # (.cache/tiny-qwen2-seed0: the tiny checkpoint nb05 loads; .cache/online-sft-seed0: nb07's SFT warm start; both
 #  built before grading when missing, then read-only in the kernels)
 c.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments", ".cache/tiny-qwen2-seed0",
                                   ".cache/online-sft-seed0"]
-c.GradingPipeline.hidden_paths = []        # more folders to hide from kernels (other clones, data with answers)
 # case families of the conventions card (C1-C3), drawn now that the lessons implement them (off in the oracles by default)
 c.GradingPipeline.oracle_flags = {
     "nb02_grpo_objective": {"zero_one_masks": True, "beta_requires_ref": True, "masked_large_log_ratio": True},

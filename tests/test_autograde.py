@@ -1,10 +1,11 @@
 """The instructor pipeline: oracles, submissions read without trust, hidden tests kept from kernels and feedback,
-the kernel sandbox. The graded sample class is tests/test_autograde_class.py, the isolated slot's zygotes
+the kernel sandbox. The graded sample class is tests/test_autograde_class.py, the slot's zygotes (bubblewrap as root)
 tests/test_autograde_slot.py (helpers shared by the three: tests/autograde_helpers.py).
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
@@ -255,19 +256,20 @@ def test_sandbox_hides_the_course_sources():
     done = run_pipeline("probe", timeout=120, seed="probe-seed-" + secrets.token_hex(4))
     assert "GRADING SEED VISIBLE" not in done.stdout, "the grading seed reached a sandboxed process's environment"
     assert "READABLE" not in done.stdout, (
-        "a grading kernel can read answers or hidden tests; grading needs root (isolated mode) or "
-        "unprivileged user namespaces (userns mode): see autograde/README.md")
+        "a grading kernel can read answers or hidden tests: bubblewrap's view must hold only its allow-list "
+        "(autograde/README.md)")
     assert done.returncode == 0 and "address-space limit" in done.stdout
-    # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, in isolated mode its own uid, no view
+    # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, as root its own uid, no view
     # of the kernel's socket folder (checked as a READABLE line above)
     oracle = re.search(r"oracle driver \(beside the kernel[^)]*\): uid (\d+),.* IPC namespace (its own|SHARED)", done.stdout)
     kernel = re.search(r"kernel(?: \(forked from a zygote\))? uid (\d+),", done.stdout)
     assert oracle and kernel, done.stdout
     assert oracle.group(2) == "its own", "the two sandboxes (and the grader) must not share an IPC namespace"
-    if "sandbox: isolated" in done.stdout:
-        assert oracle.group(1) != kernel.group(1), "isolated mode: the oracle's driver runs as a uid of its own"
-        assert "forked from a zygote" in done.stdout, "isolated mode: the probe checks a job of the driver's zygote"
-        assert "kernel (forked from a zygote)" in done.stdout, "isolated mode: the probe checks a kernel zygote's job"
+    assert "sandbox: bwrap" in done.stdout, "auto picks bubblewrap"
+    if os.geteuid() == 0:
+        assert oracle.group(1) != kernel.group(1), "as root the oracle's driver runs as a uid of its own"
+        assert "forked from a zygote" in done.stdout, "as root the probe checks a job of the driver's zygote"
+        assert "kernel (forked from a zygote)" in done.stdout, "as root the probe checks a kernel zygote's job"
 
 
 # ----------------------------------------------------------------------------- oracles (trusted side, fast)

@@ -24,7 +24,7 @@ def test_a_typo_in_a_grading_pipeline_option_is_named(tmp_path, capsys):
     from autograde import pipeline
     from autograde.grpo_grader.course import load_settings
 
-    assert load_settings().sandbox in ("auto", "isolated", "userns", "none")
+    assert load_settings().sandbox in ("auto", "bwrap", "none")
     course = _course_with_config(tmp_path, '\nc.GradingPipeline.sandbx = "none"\nc.GradingPipeline.workerz = 3\n')
     with pytest.raises(ValueError) as error:
         load_settings(course)

@@ -23,15 +23,14 @@ class Settings:
     sandbox_uid_base: int = 61000
     kernel_files: list[str] = field(default_factory=lambda: ["course.toml", "pyproject.toml", "tools", "environments",
                                                              ".cache/tiny-qwen2-seed0", ".cache/online-sft-seed0"])
-    hidden_paths: list[str] = field(default_factory=list)
     course_id: str = "grpo-in-practice"
     grading_seed: str = ""            # the instructor's secret (oracle.grading_seed); never stored
     oracle_flags: dict = field(default_factory=dict)   # {assignment: {flag: bool}} extra case families
     # environment variables of every grading kernel and oracle driver (lesson 7 runs its short experiment)
     kernel_env: dict = field(default_factory=lambda: {"GRPO_ONLINE_RUN_MODE": "smoke"})
-    # isolated mode: fork the oracle's driver from a sandboxed zygote that imported torch once (sandbox.py)
+    # bwrap as root: fork the oracle's driver from a sandboxed zygote that imported torch once (sandbox.py)
     oracle_zygote: bool = True
-    # isolated mode: fork nbgrader's kernels from a sandboxed zygote that imported ipykernel and torch once
+    # bwrap as root: fork nbgrader's kernels from a sandboxed zygote that imported ipykernel and torch once
     kernel_zygote: bool = True
     # {assignment: [marker, ...]}: the demonstration cells neither the kernel nor the driver runs (c.SafeExecute)
     demo_cells: dict = field(default_factory=dict)
@@ -59,7 +58,7 @@ class Settings:
             return self.memory_limit_mb * 2**20
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         # two sandboxed processes per slot at a time: nbgrader's kernel and the oracle's driver beside it; and per
-        # slot its zygotes stay resident (isolated mode; about 0.38 GB each with torch, IPython and transformers)
+        # slot its zygotes stay resident (bwrap as root; about 0.38 GB each with torch, IPython and transformers)
         zygotes = ZYGOTE_RESIDENT_BYTES * (int(self.kernel_zygote) + int(self.oracle_zygote))
         share = int((0.8 * total - self.worker_count() * zygotes) / (2 * self.worker_count()))
         return max(2 * 2**30, min(8 * 2**30, share))
@@ -91,7 +90,7 @@ def load_settings(course: Path | None = None, **overrides) -> Settings:
         config = PyFileConfigLoader(config_file.name, path=str(course)).load_config()
         pipeline = config.get("GradingPipeline", {})
         known = ("notebook_timeout", "workers", "memory_limit_mb", "max_submission_mb", "sandbox",
-                 "sandbox_uid_base", "kernel_files", "hidden_paths", "oracle_flags", "kernel_env",
+                 "sandbox_uid_base", "kernel_files", "oracle_flags", "kernel_env",
                  "oracle_zygote", "kernel_zygote")
         check_pipeline_options(pipeline, known, config_file)
         for key in known:

@@ -123,7 +123,9 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
     As root no user namespace is used (it would map root only): every capability but ``ROOT_CAPS`` is dropped, and
     the command drops to the spec's uid with ``setpriv`` (no groups, no capabilities, no new privileges); a
     ``zygote`` stays root with ``ROOT_CAPS`` and drops each job itself. Not root: a user namespace, the instructor's uid, no capabilities, no nested namespaces."""
-    args = [spec["bwrap"], "--die-with-parent", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+    # a zygote is started by one of the grader's threads, and --die-with-parent follows the thread: it watches the
+    # grader's process through a pipe instead (zygote_main)
+    args = [spec["bwrap"], *([] if zygote else ["--die-with-parent"]), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try"]
     if os.getuid() != 0:
         args += ["--unshare-user", "--disable-userns"]
@@ -449,6 +451,9 @@ def _serve(spec: dict, conn) -> bool:
     try:
         message, fds, _flags, _address = socket.recv_fds(conn, 1 << 20, 5)
         request = json.loads(message)
+        if request.get("ping") and not fds:  # the grader: is the last job cleaned up, is this zygote usable?
+            conn.send(b'{"pong": true}')
+            return True
         if len(fds) != (5 if request.get("driver") else 3):
             raise ValueError("expected the job's descriptors")
     except (OSError, ValueError):
@@ -467,7 +472,10 @@ def _serve(spec: dict, conn) -> bool:
     exited = os.pidfd_open(pid)
     status = None
     while status is None:
-        ready = select.select([conn, exited], [], [])[0]
+        ready = select.select([conn, exited, spec["grader_fd"]], [], [])[0]
+        if spec["grader_fd"] in ready:  # the grader is gone: so are the job and this zygote
+            _signal_job(pid, signal.SIGKILL)
+            os._exit(0)
         if conn in ready:
             try:
                 data = conn.recv(64)
@@ -490,7 +498,8 @@ def _serve(spec: dict, conn) -> bool:
 
 
 def zygote_main(spec_text: str) -> None:
-    """The zygote: warm imports, then one job per connection on the listening socket (stdin), one at a time."""
+    """The zygote: warm imports, then one job per connection on the listening socket (stdin), one at a time, until
+    the grader's end of the pipe ``spec["grader_fd"]`` closes."""
     import importlib
     import socket
 
@@ -508,6 +517,8 @@ def zygote_main(spec_text: str) -> None:
             print(f"[grading sandbox] zygote: no warm {name}: {error!r}", file=sys.stderr, flush=True)
     clean = True
     while clean:
+        if spec["grader_fd"] in select.select([listener, spec["grader_fd"]], [], [])[0]:
+            return  # the grader is gone (its end of the pipe closed): bubblewrap ends the sandbox with this process
         conn, _address = listener.accept()
         try:
             clean = _serve(spec, conn)

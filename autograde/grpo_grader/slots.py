@@ -207,6 +207,7 @@ class Slot:
         self.oracle_process = None
         self.zygote: subprocess.Popen | None = None         # the oracle drivers'
         self.kernel_zygote: subprocess.Popen | None = None  # nbgrader's kernels'
+        self.alive_pipes: dict[str, int] = {}  # kind -> the grader's end of the pipe its zygote watches
         self.sockets = self.runtime  # the zygotes' sockets; AF_UNIX paths are short: else a private folder of their own
         if len(os.fsencode(self.runtime / "kernel")) > 100:
             self.sockets = Path(tempfile.mkdtemp(prefix="grpo-z-"))
@@ -451,7 +452,8 @@ class Slot:
         """bubblewrap running the ``kind`` zygote of ``spec``, listening on ``<sockets>/<kind>`` (0600, the grader's)."""
         import socket
 
-        spec = {**spec, "zygote": kind, "warm": warm}
+        alive, self.alive_pipes[kind] = os.pipe()  # the zygote's sign that the grader's process lives
+        spec = {**spec, "zygote": kind, "warm": warm, "grader_fd": alive}
         spec.pop("zygote_socket", None)
         path = self.sockets / kind
         path.unlink(missing_ok=True)
@@ -463,21 +465,39 @@ class Slot:
             with open(self.runtime / f"{kind}-zygote-stderr.txt", "wb") as errors:
                 return subprocess.Popen(zygote_command(spec), cwd=self.runtime, env=_environment(spec),
                                         stdin=listener.fileno(), stdout=subprocess.DEVNULL, stderr=errors,
-                                        start_new_session=True)
+                                        pass_fds=(alive,), start_new_session=True)
         finally:
             listener.close()  # the zygote holds it: when it dies, a connect fails at once
+            os.close(alive)
 
     def ensure_kernel_zygote(self, warm: bool = True) -> None:
-        """Start the kernel zygote unless it runs (once per slot; a dead one is replaced). ``warm``: False for a
-        probe, whose zygote builds the same view but imports nothing."""
-        if self.kernel_zygote_enabled and (self.kernel_zygote is None or self.kernel_zygote.poll() is not None):
+        """Start the kernel zygote unless it runs and answers (once per slot; a dead one, or one that could not clean
+        up after the last kernel, is replaced). Its answer also means the last kernel is gone and cleaned up.
+        ``warm``: False for a probe, whose zygote builds the same view but imports nothing."""
+        if self.kernel_zygote_enabled and not (self.kernel_zygote is not None and self._answers(self.kernel_zygote)):
             _stop(self.kernel_zygote)
+            self._close_alive("kernel")
             self.kernel_zygote = self._start_zygote("kernel", json.loads(self.spec_path.read_text()), warm)
+
+    def _answers(self, zygote: subprocess.Popen, timeout: float = 60) -> bool:
+        import socket
+
+        if zygote.poll() is not None:
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as channel:
+            try:
+                channel.settimeout(timeout)
+                channel.connect(str(self.sockets / "kernel"))
+                channel.send(json.dumps({"ping": True}).encode())
+                return channel.recv(64) == b'{"pong": true}'
+            except OSError:
+                return False
 
     def stop_zygote(self) -> None:
         """Stop both zygotes (the oracle's and the kernels')."""
         _stop(self.kernel_zygote)
         self.kernel_zygote = None
+        self._close_alive("kernel")
         self._stop_oracle_zygote()
         for kind in ("kernel", "oracle"):
             (self.sockets / kind).unlink(missing_ok=True)
@@ -487,6 +507,11 @@ class Slot:
     def _stop_oracle_zygote(self) -> None:
         _stop(self.zygote)
         self.zygote = None
+        self._close_alive("oracle")
+
+    def _close_alive(self, kind: str) -> None:
+        if kind in self.alive_pipes:
+            os.close(self.alive_pipes.pop(kind))
 
     def _run_in_zygote(self, job_dir: Path, timeout: float, warm: bool = True) -> DriverRun:
         """One driver job in the oracle zygote: its source and job.json go in as a memfd, its results and stderr come
@@ -524,11 +549,13 @@ class Slot:
             channel.close()
             for fd in (devnull, memfd):
                 os.close(fd)
-        code = -1
+        code, clean = -1, False
         try:
             reply = json.loads(answer)
-            code = int(reply["exit"])
+            code, clean = int(reply["exit"]), reply.get("clean") is True
         except (ValueError, KeyError, TypeError):
+            pass
+        if not clean:  # dead, timed out, or it could not clean up after the job: the next job gets a fresh zygote
             self._stop_oracle_zygote()
         pump([results, errors], time.monotonic() + DRAIN_SECONDS)
         results.close()
