@@ -537,7 +537,7 @@ class Slot:
             channel.connect(str(self.sockets / "oracle"))
             socket.send_fds(channel, [json.dumps({"driver": True}).encode()],
                             [devnull, devnull, errors.write_fd, results.write_fd, memfd])
-            results.close_writer()
+            results.close_writer()  # only the job holds them now: the pipes close when it is gone
             errors.close_writer()
             if pump([results, errors], started + timeout, stop_fd=channel.fileno()):
                 answer = channel.recv(4096)
@@ -547,6 +547,8 @@ class Slot:
             pass
         finally:
             channel.close()
+            results.close_writer()
+            errors.close_writer()
             for fd in (devnull, memfd):
                 os.close(fd)
         code, clean = -1, False
