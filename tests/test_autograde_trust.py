@@ -145,8 +145,9 @@ def _probe_says_all_hidden(stdout: str) -> None:
 
 @pytest.mark.slow
 def test_bwrap_sandbox_shows_only_its_allow_list():
-    """`pipeline probe --sandbox bwrap` as this user (root in CI: kernel and driver each drop to a leased uid of its
-    own): the course sources, gradebook, oracles and the other sandbox's sockets are absent, no network."""
+    """`pipeline probe --sandbox bwrap` as this user (root in CI: kernel and driver are jobs of their zygotes, each
+    dropped to a leased uid of its own): the course sources, gradebook, oracles and the other sandbox's sockets are
+    absent, no network."""
     import re
 
     from autograde_helpers import run_pipeline
@@ -154,11 +155,12 @@ def test_bwrap_sandbox_shows_only_its_allow_list():
     done = run_pipeline("probe", "--sandbox", "bwrap", timeout=120, seed="probe-seed-" + os.urandom(4).hex())
     assert done.returncode == 0, done.stdout
     _probe_says_all_hidden(done.stdout)
-    kernel = re.search(r"kernel uid (\d+),", done.stdout)
-    oracle = re.search(r"oracle driver \(beside the kernel\): uid (\d+),", done.stdout)
+    kernel = re.search(r"kernel(?: \(forked from a zygote\))? uid (\d+),", done.stdout)
+    oracle = re.search(r"oracle driver \(beside the kernel(?:, forked from a zygote)?\): uid (\d+),", done.stdout)
     assert kernel and oracle
-    if os.geteuid() == 0:
+    if os.geteuid() == 0:  # as root the probe checks a job of each zygote: the view grading uses
         assert kernel.group(1) != oracle.group(1) and int(kernel.group(1)) >= 61000
+        assert "kernel (forked from a zygote)" in done.stdout and "forked from a zygote):" in done.stdout
 
 
 UNPRIVILEGED = "grpo-grader-test"
