@@ -448,6 +448,7 @@ def _serve(spec: dict, conn) -> bool:
     with the job's exit code. False when the job could not be cleaned up (the zygote then exits)."""
     import socket
 
+    fds: list[int] = []
     try:
         message, fds, _flags, _address = socket.recv_fds(conn, 1 << 20, 5)
         request = json.loads(message)
@@ -457,6 +458,8 @@ def _serve(spec: dict, conn) -> bool:
         if len(fds) != (5 if request.get("driver") else 3):
             raise ValueError("expected the job's descriptors")
     except (OSError, ValueError):
+        for fd in fds:
+            os.close(fd)
         return True
     pid = os.fork()
     if pid == 0:
