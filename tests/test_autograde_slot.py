@@ -208,3 +208,38 @@ def test_kernel_zygote_behaves_like_a_kernel_process(zygote_slot):
     assert slot.kernel_zygote.pid != zygote and slot.kernel_zygote.poll() is None
     done = slot.run_sandboxed_code("import os; print(os.getuid())", [])
     assert done.stdout.split() == [str(slot.uid)], done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_zygote_outlives_the_thread_that_started_it_but_not_the_grader(zygote_slot):
+    """The oracle's zygote is started from a per-notebook thread: it serves the next notebook after that thread has
+    ended (bubblewrap's --die-with-parent follows the thread and killed it), and exits once the grader's end of its
+    pipe closes, as when the grader's process dies."""
+    import subprocess
+    import threading
+    import time
+
+    slot = zygote_slot
+    slot._stop_oracle_zygote()
+
+    def one_job() -> None:
+        job = slot.oracle_job_dir()
+        (job / "driver.py").write_text("import os, sys\nos.write(int(sys.argv[2]), b'done\\n')\n")
+        run = slot._run_in_zygote(job, 120, warm=False)
+        assert run.code == 0 and run.results == b"done\n", run.stderr
+
+    thread = threading.Thread(target=one_job)
+    thread.start()
+    thread.join()
+    zygote = slot.zygote
+    time.sleep(1.0)
+    assert zygote is not None and zygote.poll() is None, "the zygote died with the thread that started it"
+    one_job()
+    assert slot.zygote is zygote, "the next job was served by the same zygote"
+    slot._close_alive("oracle")
+    try:
+        zygote.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the zygote outlived the grader's end of its pipe")
+    finally:
+        slot._stop_oracle_zygote()
