@@ -59,7 +59,6 @@ c.Execute.startup_timeout = 120    # seconds for the kernel to start
 c.Execute.interrupt_on_timeout = True
 c.Execute.iopub_timeout = 10
 c.Execute.raise_on_iopub_timeout = False  # late output never fails a notebook: the execute reply decides
-c.SafeExecute.max_output_bytes = 2_000_000
 # Demonstrations that neither the grading kernel nor the oracle's driver runs (no point depends on them, and no
 # later cell reads a name they define: tests/test_autograde.py checks it): figures and printed walk-throughs that
 # cost every graded notebook 0.2-0.6 s each (lesson 1's timing loops, lesson 2's ratio, k1/k3 and weighting plots,
@@ -85,18 +84,10 @@ c.GenerateFeedback.preprocessors = [HideHiddenTests, GetGrades, CSSHTMLHeaderPre
 c.GenerateFeedback.exporter_class = "autograde.grpo_grader.preprocessors.FeedbackExporter"
 
 # ----------------------------------------------------------------------------- the grading pipeline
-c.GradingPipeline.notebook_timeout = 900   # hard wall-clock limit per notebook (s): the kernel is killed
-c.GradingPipeline.workers = 0              # parallel grading slots; 0 = one per CPU core
-c.GradingPipeline.memory_limit_mb = 0      # address-space limit per kernel and driver; 0 = auto (README), 2-8 GiB
-c.GradingPipeline.max_submission_mb = 25   # larger submitted notebooks get 0 with a reason
-c.GradingPipeline.sandbox = "auto"         # auto (= bwrap) | bwrap | none; see autograde/README.md
-c.GradingPipeline.sandbox_uid_base = 61000  # as root: kernels and drivers run as free uids from here on, two per slot
-                                            # (locked per run, so concurrent runs never share one)
-# files of the course checkout the kernel may read (copied into each slot's read-only course copy)
-# (.cache/tiny-qwen2-seed0: the tiny checkpoint nb05 loads; .cache/online-sft-seed0: nb07's SFT warm start; both
-#  built before grading when missing, then read-only in the kernels)
-c.GradingPipeline.kernel_files = ["course.toml", "pyproject.toml", "tools", "environments", ".cache/tiny-qwen2-seed0",
-                                  ".cache/online-sft-seed0"]
+# `c.GradingPipeline.<name>`: the settings of `make autograde` (nbgrader ignores this section). Each one is defined
+# once, with its default and help, in autograde/grpo_grader/course.py (class GradingPipeline); the tables in
+# autograde/README.md are generated from there, and `python -m autograde.pipeline settings` prints every setting
+# with the value in force. Set here only what this course changes; an unknown name is an error.
 # case families of the conventions card (C1-C3), drawn now that the lessons implement them (off in the oracles by default)
 c.GradingPipeline.oracle_flags = {
     "nb02_grpo_objective": {"zero_one_masks": True, "beta_requires_ref": True, "masked_large_log_ratio": True},
@@ -104,5 +95,3 @@ c.GradingPipeline.oracle_flags = {
     "nb03b_loss_family_trl": {"mask_values_checked": True},
     "nb05_logprobs_masks": {"zero_one_float_masks": True},
 }
-# environment of every grading kernel and oracle driver: lesson 7 runs its short experiment (RUN_MODE smoke)
-c.GradingPipeline.kernel_env = {"GRPO_ONLINE_RUN_MODE": "smoke"}

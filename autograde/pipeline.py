@@ -5,7 +5,7 @@
     python -m autograde.pipeline feedback
     python -m autograde.pipeline grades
     python -m autograde.pipeline sample --rebuild | --check
-    python -m autograde.pipeline probe
+    python -m autograde.pipeline probe [--json] [--imports find]
 
 `make autograde|feedback|grades` call the first three. Every command takes ``--course DIR`` (the nbgrader
 course root; default: this folder). Settings: ``GradingPipeline`` in ``nbgrader_config.py``. Details and
@@ -14,6 +14,7 @@ the walk-through for instructors: ``autograde/README.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import io
@@ -29,12 +30,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 
-from autograde.grpo_grader import sample as sample_class
-from autograde.grpo_grader import warm
-from autograde.grpo_grader.course import Settings, load_settings, prepare_kernel_files
+from autograde.grpo_grader import nbgrader_forkserver
+from autograde.grpo_grader.course import GradingPipeline, load_settings, prepare_kernel_files, settings_tables
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
-from autograde.grpo_grader.run import (
+from autograde.grpo_grader.learner_grading import (
     NO_AUTO_POINTS,
     SAFE_ID,
     AssignmentResult,
@@ -43,7 +43,10 @@ from autograde.grpo_grader.run import (
     grade_learner,
     runnable_notebooks,
 )
+from autograde.grpo_grader.probe import ProbeFailure
+from autograde.grpo_grader.probe import Problem as ProbeProblem
 from autograde.grpo_grader.slots import SANDBOX_MODES, Slot, choose_sandbox, mount_socket_tmpfs, unmount
+from autograde.sample_class import build as sample_class
 
 GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
                 "manual_pending", "automatic_max_score", "timestamp"]
@@ -65,8 +68,8 @@ def in_shard(learner: str, shard: tuple[int, int] | None) -> bool:
     return int(hashlib.sha256(learner.encode()).hexdigest(), 16) % n == k - 1
 
 
-def collect_work(settings: Settings, course_info: dict, force: bool, only: list[str] | None,
-                 shard: tuple[int, int] | None = None):
+def collect_work(settings: GradingPipeline, course_info: dict, force: bool, only: list[str] | None,
+                 shard: tuple[int, int] | None, seed: str):
     """[(learner, [(assignment, folder, fingerprint)])] to grade, and the folders that were not graded."""
     submitted = settings.dir("submitted")
     todo, ignored, unchanged = [], [], 0
@@ -87,7 +90,7 @@ def collect_work(settings: Settings, course_info: dict, force: bool, only: list[
             if folder.name not in course_info:
                 ignored.append(f"{folder}: 没有这个作业（unknown assignment; run `make release`?）")
                 continue
-            fp = fingerprint(folder, settings, course_info, folder.name)
+            fp = fingerprint(folder, settings, course_info, folder.name, seed)
             report = read_report(settings, learner, folder.name)
             if not force and report and report.get("fingerprint") == fp and report.get("status") != "error":
                 unchanged += 1
@@ -119,7 +122,7 @@ SUBMITTED_LAYOUT = """提交应放在（submissions go here）：
 （nbgrader collect 会按这个布局放好；也可以手动复制。试一试：make autograde ARGS=--sample 会先放入示例班级）"""
 
 
-def _check_course(settings: Settings) -> dict | None:
+def _check_course(settings: GradingPipeline) -> dict | None:
     """The course's assignments, or None after saying what is missing (release, submissions)."""
     if not settings.db_path.exists():
         print(f"没有 {settings.db_path}：请先运行 `make release`（no gradebook: run `make release` first）",
@@ -132,7 +135,7 @@ def _check_course(settings: Settings) -> dict | None:
     return course_info
 
 
-def _no_submissions(settings: Settings, course_info: dict) -> bool:
+def _no_submissions(settings: GradingPipeline, course_info: dict) -> bool:
     submitted = settings.dir("submitted")
     if submitted.is_dir() and any(p.is_dir() for p in submitted.iterdir()):
         return False
@@ -142,7 +145,7 @@ def _no_submissions(settings: Settings, course_info: dict) -> bool:
     return True
 
 
-def _open_sandbox(settings: Settings, base: Path, workers: int):
+def _open_sandbox(settings: GradingPipeline, base: Path, workers: int):
     """The probed sandbox (or None after printing why there is none)."""
     try:
         sandbox = choose_sandbox(settings, base, slots=workers)
@@ -152,6 +155,8 @@ def _open_sandbox(settings: Settings, base: Path, workers: int):
     print(f"[autograde] sandbox {sandbox.describe()}")
     for problem in sandbox.problems:
         print(f"[autograde]   (not available: {problem})")
+    for path in sandbox.paths.get("bind", []):  # probe.interpreter_paths: what the kernels' imports need
+        print(f"[autograde]   只读放进沙箱（bound read-only: on sys.path, outside the virtual environment）：{path}")
     if sandbox.mode == "none":
         readable = [p for p, ok in sandbox.probe.get("readable", {}).items() if ok]
         print("[autograde] WARNING 内核可以读取这些文件（含答案或隐藏测试）：" + ", ".join(readable)
@@ -159,8 +164,8 @@ def _open_sandbox(settings: Settings, base: Path, workers: int):
     return sandbox
 
 
-def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slot], template: Path,
-                    staging: Path, statuses: dict[str, int], sink) -> None:
+def _grade_in_slots(settings: GradingPipeline, course_info: dict, todo, slots: list[Slot], template: Path,
+                    staging: Path, statuses: dict[str, int], sink, seed: str) -> None:
     """Grade every learner of ``todo`` on the free slots; hand each one's results to ``sink`` as it finishes."""
     from tqdm import tqdm
 
@@ -171,7 +176,7 @@ def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slo
     def job(learner: str, work):
         slot = free.get()
         try:
-            return grade_learner(slot, settings, course_info, learner, work, staging, template)
+            return grade_learner(slot, settings, course_info, learner, work, staging, template, seed)
         finally:
             free.put(slot)
 
@@ -200,7 +205,7 @@ def _grade_in_slots(settings: Settings, course_info: dict, todo, slots: list[Slo
             raise
 
 
-def autograde(settings: Settings, force: bool = False, only: list[str] | None = None, keep: bool = False,
+def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | None = None, keep: bool = False,
               shard: tuple[int, int] | None = None) -> int:
     if only:
         submitted = settings.dir("submitted")
@@ -216,8 +221,8 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
         return 2
     if _no_submissions(settings, course_info):
         return 0
-    settings.grading_seed = grading_seed(create=True, announce=print, course=settings.course)
-    todo, ignored, unchanged = collect_work(settings, course_info, force, only, shard)
+    seed = grading_seed(create=True, announce=print, course=settings.course)  # run state: passed on, never stored
+    todo, ignored, unchanged = collect_work(settings, course_info, force, only, shard, seed)
     for line in ignored:
         print(f"[autograde] 跳过 {line}")
     if not todo:
@@ -237,7 +242,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
     runnable = runnable_notebooks(settings, course_info, todo, enough=workers + 1)
     try:
         if runnable:
-            warm.prewarm()  # nbgrader's forkserver imports while the sandbox is probed
+            nbgrader_forkserver.prewarm()  # nbgrader's forkserver imports while the sandbox is probed
         sandbox = _open_sandbox(settings, base, workers)
         if sandbox is None:
             return 2
@@ -259,7 +264,7 @@ def autograde(settings: Settings, force: bool = False, only: list[str] | None = 
             shard_dir = shard_folder(settings, shard)
             print(f"[autograde] shard {shard[0]}/{shard[1]}: results go to {shard_dir} (then `make merge-shards`)")
             sink = lambda results: save_shard_results(shard_dir, results)  # noqa: E731
-        _grade_in_slots(settings, course_info, todo, slots, template, base / "staging", statuses, sink)
+        _grade_in_slots(settings, course_info, todo, slots, template, base / "staging", statuses, sink, seed)
     finally:
         for slot in slots:
             slot.kill_kernels()
@@ -292,7 +297,7 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return k, n
 
 
-def shard_folder(settings: Settings, shard: tuple[int, int]) -> Path:
+def shard_folder(settings: GradingPipeline, shard: tuple[int, int]) -> Path:
     return settings.dir("shards") / f"{shard[0]}-of-{shard[1]}"
 
 
@@ -313,7 +318,7 @@ def save_shard_results(folder: Path, results: list[AssignmentResult]) -> None:
         handle.write("".join(line + "\n" for line in lines))
 
 
-def merge_shards(settings: Settings) -> int:
+def merge_shards(settings: GradingPipeline) -> int:
     """Merge every shard folder under ``shards/`` into the course gradebook (one writer), then remove it."""
     root = settings.dir("shards")
     folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
@@ -341,7 +346,7 @@ def merge_shards(settings: Settings) -> int:
 
 
 # ----------------------------------------------------------------------------- feedback
-def feedback(settings: Settings) -> int:
+def feedback(settings: GradingPipeline) -> int:
     """nbgrader's generate_feedback for every assignment (HTML per learner under feedback/), through nbgrader's
     API in this process: one nbgrader start for the whole course instead of one process per assignment."""
     from nbgrader.api import Gradebook
@@ -401,7 +406,7 @@ def score_text(row: dict) -> str:
     return f"{row['score']:g}/{row['max_score']:g}"
 
 
-def grades(settings: Settings) -> int:
+def grades(settings: GradingPipeline) -> int:
     rows, test_rows = export_rows(settings)
     _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
     _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
@@ -420,6 +425,76 @@ def grades(settings: Settings) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- probe
+def probe_result(settings: GradingPipeline, import_mode: str = "import") -> dict:
+    """The instructor's pre-flight as data: the sandbox probed as grading uses it (kernel and oracle driver, each
+    importing torch, ipykernel, nbformat and the graded lessons' imports inside it: probe.py), what either could read
+    of the secrets, and ``ok``; or the problems that stop grading here, each with its cause and its fix."""
+    base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
+    try:
+        sandbox = choose_sandbox(settings, base, probe_driver=True, import_mode=import_mode)
+    except ProbeFailure as failure:
+        return {"ok": False, "sandbox": None, "problems": [p.as_dict() for p in failure.problems]}
+    except RuntimeError as error:
+        return {"ok": False, "sandbox": None, "problems": [{"code": "no-sandbox", "cause": str(error), "fix": "",
+                                                            "detail": ""}]}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    kernel = {k: v for k, v in sandbox.probe.items() if k != "oracle"}
+    oracle = sandbox.probe.get("oracle") or {}
+    grader = _own_ipc_namespace()
+    # (each sandbox unshares one; probed one after the other, two may show the same recycled number)
+    own_ipc = all(ns and ns != grader for ns in (oracle.get("ipc_namespace"), kernel.get("ipc_namespace")))
+    readable = sorted({p for report in (kernel, oracle) for p, ok in report.get("readable", {}).items() if ok})
+    seed = bool(kernel.get("seed_in_environ") or oracle.get("seed_in_environ"))
+    return {"ok": not readable and not seed, "sandbox": sandbox.mode, "describe": sandbox.describe(),
+            "not_available": sandbox.problems, "problems": [], "kernel": kernel, "oracle": oracle,
+            "readable": readable, "seed_visible": seed, "ipc_own": own_ipc, "paths": sandbox.paths}
+
+
+def probe(settings: GradingPipeline, as_json: bool = False, import_mode: str = "import") -> int:
+    """`python -m autograde.pipeline probe [--json]`: exit 0 only when grading can start here with every secret
+    hidden."""
+    if as_json:  # stdout holds the one JSON object: what else is said goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            result = probe_result(settings, import_mode)
+        print(json.dumps(result, ensure_ascii=False, indent=1))
+        return 0 if result["ok"] else (2 if result["problems"] else 1)
+    result = probe_result(settings, import_mode)
+    if result["problems"]:
+        print("评分沙箱预检失败（the grading pre-flight failed）：", file=sys.stderr)
+        for problem in result["problems"]:
+            print(ProbeProblem(**problem).text(), file=sys.stderr)
+        return 2
+    kernel, oracle = result["kernel"], result["oracle"]
+    print(f"sandbox: {result['describe']}")
+    for problem in result["not_available"]:
+        print(f"  not available: {problem}")
+    for who, report in (("", kernel), ("oracle driver: ", oracle)):
+        for path, readable in report.get("readable", {}).items():
+            print(f"  {who}{'READABLE' if readable else 'hidden  '}  {path}")
+    for path in result["paths"].get("bind", []):
+        print(f"  bound read-only (outside the virtual environment, on sys.path): {path}")
+    for who, report in (("kernel", kernel), ("oracle driver", oracle)):
+        loaded = [name for name, error in report.get("imports", {}).items() if error == "ok"]
+        print(f"  {who}: {len(loaded)}/{len(report.get('imports', {}))} imports load inside the sandbox "
+              "(torch, ipykernel, nbformat" + (" and the graded lessons' import lines)" if who == "kernel" else ")"))
+    forked = " (forked from a zygote)" if kernel.get("zygote") else ""
+    print(f"  kernel{forked} uid {kernel.get('uid')}, processes visible {kernel.get('visible_pids')}, "
+          f"network {'available' if kernel.get('network') else 'none'}, "
+          f"rest of the file system {'read-only' if kernel.get('readonly_root') else 'as usual'}, "
+          f"address-space limit {kernel.get('rlimit_as', 0) / 2**30:.1f} GiB")
+    if oracle:
+        print(f"  oracle driver (beside the kernel{', forked from a zygote' if oracle.get('zygote') else ''}): "
+              f"uid {oracle.get('uid')}, processes visible {oracle.get('visible_pids')}, "
+              f"network {'available' if oracle.get('network') else 'none'}, "
+              f"IPC namespace {'its own' if result['ipc_own'] else 'SHARED'}")
+    if result["seed_visible"]:
+        print("  GRADING SEED VISIBLE in a sandboxed process's environment")
+    print("OK: grading can start here" if result["ok"] else "NOT OK: a sandboxed process can read secrets (above)")
+    return 0 if result["ok"] else 1
+
+
 # ----------------------------------------------------------------------------- CLI
 def _own_ipc_namespace() -> str:
     try:
@@ -428,10 +503,45 @@ def _own_ipc_namespace() -> str:
         return ""
 
 
+README = Path(__file__).resolve().parent / "README.md"
+
+
+def readme_with_settings_tables(text: str, settings: GradingPipeline) -> str:
+    """``text`` (autograde/README.md) with its generated settings blocks rewritten from the settings' definitions."""
+    for language in ("zh", "en"):
+        begin, end = f"<!-- settings-table:{language} (generated) -->", f"<!-- /settings-table:{language} -->"
+        if begin not in text or end not in text:
+            raise ValueError(f"{README}: the markers {begin} ... {end} are missing")
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
+        text = f"{head}{begin}\n{settings_tables(language, settings)}\n{end}{tail}"
+    return text
+
+
+def settings_command(settings: GradingPipeline, write: bool, check: bool) -> int:
+    """Print every setting with the value in force; ``--write``/``--check`` the README's generated tables."""
+    if write or check:
+        current = README.read_text(encoding="utf-8")
+        wanted = readme_with_settings_tables(current, settings)
+        if check:
+            print("settings tables up to date" if wanted == current else
+                  f"STALE {README}: run `python -m autograde.pipeline settings --write` (or `make release`)")
+            return 0 if wanted == current else 1
+        if wanted != current:
+            README.write_text(wanted, encoding="utf-8")
+            print(f"wrote {README}")
+        return 0
+    for name in GradingPipeline.class_trait_names(config=True):
+        print(f"c.GradingPipeline.{name} = {getattr(settings, name)!r}")
+    print(f"c.Execute.timeout = {settings.cell_timeout!r}  # cell timeout (nbgrader's section)")
+    print(f"c.CourseDirectory.course_id = {settings.course_id!r}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe",
-                                            "prepare"])
+                                            "prepare", "settings"])
     parser.add_argument("--shard", default=None, help="autograde: grade only shard k of N learners (k/N), into shards/")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course root (default: autograde/)")
     parser.add_argument("--sample", action="store_true", help="autograde: add the bundled sample class first")
@@ -443,7 +553,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", default=None, choices=["auto", *SANDBOX_MODES])
     parser.add_argument("--keep", action="store_true", help="autograde: keep the temporary grading folder (logs)")
     parser.add_argument("--rebuild", action="store_true", help="sample: regenerate the sample submissions")
-    parser.add_argument("--check", action="store_true", help="sample: fail when the sample submissions are stale")
+    parser.add_argument("--check", action="store_true", help="sample, settings: fail when the sample submissions "
+                        "or the README's settings tables are stale")
+    parser.add_argument("--write", action="store_true", help="settings: regenerate the README's settings tables")
+    parser.add_argument("--json", action="store_true", help="probe: print the structured result (one JSON object)")
+    parser.add_argument("--imports", default="import", choices=["import", "find"],
+                        help="probe: import what grading imports inside the sandbox (default), or only find the "
+                             "packages on its sys.path (a second, as a grading run's own pre-flight does)")
     args = parser.parse_args(argv)
     overrides = {"workers": args.workers, "cell_timeout": args.cell_timeout,
                  "notebook_timeout": args.notebook_timeout, "sandbox": args.sandbox}
@@ -477,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"STALE {line}")
         print("sample class up to date" if not stale else "run `python -m autograde.pipeline sample --rebuild`")
         return 1 if stale else 0
+    if args.command == "settings":
+        return settings_command(settings, write=args.write, check=args.check)
     if args.command == "prepare":  # `make setup`: the checkpoints the grading kernels load, built once
         try:
             prepare_kernel_files(settings)
@@ -486,41 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         print("[prepare] 评分内核所需的检查点已就绪（the grading kernels' checkpoints are ready）")
         return 0
     if args.command == "probe":
-        base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
-        try:
-            sandbox = choose_sandbox(settings, base, probe_driver=True)
-        except RuntimeError as error:
-            print(error, file=sys.stderr)
-            return 2
-        finally:
-            shutil.rmtree(base, ignore_errors=True)
-        print(f"sandbox: {sandbox.describe()}")
-        for problem in sandbox.problems:
-            print(f"  not available: {problem}")
-        for path, readable in sandbox.probe.get("readable", {}).items():
-            print(f"  {'READABLE' if readable else 'hidden  '}  {path}")
-        forked = " (forked from a zygote)" if sandbox.probe.get("zygote") else ""
-        print(f"  kernel{forked} uid {sandbox.probe.get('uid')}, processes visible {sandbox.probe.get('visible_pids')}, "
-              f"network {'available' if sandbox.probe.get('network') else 'none'}, "
-              f"rest of the file system {'read-only' if sandbox.probe.get('readonly_root') else 'as usual'}, "
-              f"address-space limit {sandbox.probe.get('rlimit_as', 0) / 2**30:.1f} GiB")
-        oracle = sandbox.probe.get("oracle")
-        if oracle:
-            for path, readable in oracle.get("readable", {}).items():
-                print(f"  oracle driver: {'READABLE' if readable else 'hidden  '}  {path}")
-            # (each sandbox unshares one; probed one after the other, two may show the same recycled number)
-            grader = _own_ipc_namespace()
-            own_ipc = all(ns and ns != grader for ns in (oracle.get("ipc_namespace"), sandbox.probe.get("ipc_namespace")))
-            print(f"  oracle driver (beside the kernel{', forked from a zygote' if oracle.get('zygote') else ''}): "
-                  f"uid {oracle.get('uid')}, processes visible {oracle.get('visible_pids')}, "
-                  f"network {'available' if oracle.get('network') else 'none'}, "
-                  f"IPC namespace {'its own' if own_ipc else 'SHARED'}")
-        for who, report in (("kernel", sandbox.probe), ("oracle driver", oracle or {})):
-            if report.get("seed_in_environ"):
-                print(f"  {who}: GRADING SEED VISIBLE in its environment")
-        readable = [*sandbox.probe.get("readable", {}).values(), *(oracle or {}).get("readable", {}).values()]
-        seen = sandbox.probe.get("seed_in_environ") or (oracle or {}).get("seed_in_environ")
-        return 0 if not any(readable) and not seen else 1
+        return probe(settings, as_json=args.json, import_mode=args.imports)
     return 2
 
 

@@ -661,18 +661,12 @@ _CLASS_RUNS: dict = {}
 
 
 def _lesson_imports(assignment: str) -> str:
-    """The top-level import lines of a lesson's released code cells (what its floor notebook imports)."""
-    import nbformat
+    """The top-level import lines of a lesson's released code cells (what its floor notebook imports): the grading
+    pre-flight's own list (autograde/grpo_grader/probe.py)."""
+    from autograde.grpo_grader.probe import lesson_import_lines
 
-    nb = nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
-    lines = []
-    for cell in nb.cells:
-        if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade_id") == "bootstrap":
-            continue
-        for line in cell.source.splitlines():
-            if re.match(r"^(import |from \S+ import )", line) and not line.rstrip().endswith(("(", "\\")):
-                lines.append(line)
-    return "\n".join(dict.fromkeys(lines)) or "pass"
+    lines = lesson_import_lines(ROOT / "notebooks" / assignment / f"{assignment}.ipynb")
+    return "\n".join(lines) or "pass"
 
 
 def _class_run(tiny: bool) -> dict:
@@ -682,7 +676,7 @@ def _class_run(tiny: bool) -> dict:
     learner, nb01 only. The floors (kernel start + each lesson's imports) are measured in the same run."""
     if tiny in _CLASS_RUNS:
         return _CLASS_RUNS[tiny]
-    from autograde.grpo_grader import sample as sample_class
+    from autograde.sample_class import build as sample_class
 
     chain = _chain()
     lessons = sample_class.LESSONS[:1] if tiny else list(sample_class.LESSONS)

@@ -460,79 +460,18 @@ expect_value_error(lambda: compute_group_advantages(torch.tensor([0.0, float("na
 expect_value_error(lambda: compute_group_advantages(r2, ids2, eps=0.0), "eps 为正的有限数")
 expect_value_error(lambda: compute_group_advantages(r2, torch.tensor([0.0, 0.0])), "group_ids 为整数类型")
 print("✅ compute_group_advantages 可见测试通过")
+### BEGIN HIDDEN TESTS
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb01_group_advantages", "test_compute_group_advantages_visible", globals())
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_compute_group_advantages_hidden", "points": 5}
 """隐藏测试：随机的多组输入（多种规模、无序与负组号、float32 与 float64）对照 float64 参考实现；eps 是下限而不是加数；输出随输入变化；输入契约。评分时才会出现测试内容。"""
 ### BEGIN HIDDEN TESTS
-import tools.grading as _h_grading
+from autograde.grpo_grader.oracles import run_in_kernel
 
-# the grader's float64 reference (a loop over groups, exact 0 for constant groups); its oracle uses the same one
-from autograde.grpo_grader.oracles.nb01_group_advantages import course_advantages as _h_reference
-
-assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
-for _h_name in ("assert_close", "expect_value_error"):
-    assert getattr(_h_grading, _h_name).__code__.co_filename.endswith("grading.py"), f"tools.grading.{_h_name} 被替换"
-_h_close = _h_grading.assert_close
-_h_value_error = _h_grading.expect_value_error
-
-
-_h_gen = torch.Generator().manual_seed(20240607)
-for _h_n, _h_k in ((3, 2), (17, 5), (64, 9), (257, 40)):
-    for _h_dtype in (torch.float32, torch.float64):
-        _h_labels = torch.randperm(1000, generator=_h_gen)[:_h_k] - 500  # [K] distinct ids, negatives included
-        _h_ids = _h_labels[torch.randint(0, _h_k, (_h_n,), generator=_h_gen)]  # [N] unsorted
-        _h_r = (torch.randn(_h_n, generator=_h_gen, dtype=torch.float64) * 2.0 + 5.0).to(_h_dtype)  # [N]
-        _h_r_before, _h_ids_before = _h_r.clone(), _h_ids.clone()
-        _h_out = compute_group_advantages(_h_r, _h_ids)
-        assert _h_out.dtype == _h_dtype, f"输出 dtype 应与 rewards 相同：期望 {_h_dtype}，实际 {_h_out.dtype}"
-        assert _h_out.device == _h_r.device, "输出 device 应与 rewards 相同"
-        _h_tol = 1e-9 if _h_dtype == torch.float64 else 2e-5
-        _h_close(_h_out, _h_reference(_h_r, _h_ids, 1e-6), atol=_h_tol, rtol=_h_tol,
-                 what=f"随机输入（N={_h_n}, K={_h_k}, {_h_dtype}）的组内优势")
-        _h_close(_h_r, _h_r_before, atol=0.0, rtol=0.0, what="rewards 不应被原地修改")
-        _h_close(_h_ids, _h_ids_before, atol=0.0, rtol=0.0, what="group_ids 不应被原地修改")
-        # Permutation equivariance: shuffling candidates shuffles the advantages the same way.
-        _h_perm = torch.randperm(_h_n, generator=_h_gen)
-        _h_close(compute_group_advantages(_h_r[_h_perm], _h_ids[_h_perm]), _h_out[_h_perm], atol=_h_tol, rtol=_h_tol,
-                 what="打乱候选顺序后，优势应随之打乱（组成员由 group_ids 决定，而非位置）")
-
-# eps is a floor: groups whose std exceeds eps are standardised exactly, groups below it are divided by eps.
-_h_r = torch.tensor([0.0, 2.0, 1.0, 1.4, 5.0, 5.3, -1.0, 3.0, 7.0], dtype=torch.float64)
-_h_ids = torch.tensor([3, 3, -8, -8, 11, 11, 2, 2, 2])
-_h_close(compute_group_advantages(_h_r, _h_ids, eps=0.5), _h_reference(_h_r, _h_ids, 0.5), atol=1e-9,
-         what="eps=0.5 时：std ≥ eps 的组应精确标准化，std < eps 的组除以 eps（下限，不是 std + eps）")
-
-# Exact zeros for constant groups and singletons, in both dtypes, next to a non-degenerate group.
-for _h_dtype in (torch.float32, torch.float64):
-    _h_r = torch.tensor([0.1] * 8 + [2.2] * 10 + [0.3] * 7 + [0.0, 1.0] + [4.2], dtype=_h_dtype)
-    _h_ids = torch.tensor([-4] * 8 + [9] * 10 + [0] * 7 + [77, 77] + [-100])
-    _h_out = compute_group_advantages(_h_r, _h_ids)
-    _h_zero = _h_out[:25].abs().max().item()
-    assert _h_zero == 0.0 and _h_out[-1].item() == 0.0, (
-        f"全等奖励组与单元素组的优势应严格为 0（{_h_dtype}），实际最大绝对值 {max(_h_zero, abs(_h_out[-1].item())):.3g}"
-    )
-    _h_close(_h_out[25:27], torch.tensor([-1.0, 1.0]), atol=1e-6, what="非退化的两元素组")
-
-# Outputs must depend on the inputs (two different reward vectors, same ids).
-_h_ids = torch.tensor([1, 1, 1, 2, 2, 2])
-_h_a = compute_group_advantages(torch.tensor([0.0, 1.0, 5.0, 2.0, 2.5, 0.0]), _h_ids)
-_h_b = compute_group_advantages(torch.tensor([5.0, 1.0, 0.0, 0.0, 2.5, 2.0]), _h_ids)
-assert _h_grading.max_abs_diff(_h_a, _h_b) > 0.5, "不同的奖励应得到不同的优势：输出似乎与输入无关"
-_h_close(_h_a, _h_reference(torch.tensor([0.0, 1.0, 5.0, 2.0, 2.5, 0.0]), _h_ids, 1e-6), atol=2e-5,
-         what="第二组固定输入的组内优势")
-
-# Input contract, with inputs different from the visible test.
-_h_r, _h_ids = torch.tensor([1.0, 2.0, 4.0]), torch.tensor([-1, -1, 3])
-_h_value_error(lambda: compute_group_advantages(torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.long)), "rewards 必须是一维")
-_h_value_error(lambda: compute_group_advantages(_h_r, torch.tensor([[-1, -1, 3]])), "group_ids 与 rewards 同形状")
-_h_value_error(lambda: compute_group_advantages(torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.int32)), "rewards 非空")
-_h_value_error(lambda: compute_group_advantages(torch.tensor([1.0, float("inf"), 4.0]), _h_ids), "rewards 为有限数（inf）")
-_h_value_error(lambda: compute_group_advantages(torch.tensor([1.0, float("-inf"), 4.0]), _h_ids), "rewards 为有限数（-inf）")
-_h_value_error(lambda: compute_group_advantages(torch.tensor([float("nan"), 2.0, 4.0]), _h_ids), "rewards 为有限数（NaN）")
-for _h_bad_eps in (-1e-3, float("nan"), float("inf")):
-    _h_value_error(lambda: compute_group_advantages(_h_r, _h_ids, eps=_h_bad_eps), f"eps 为正的有限数（{_h_bad_eps}）")
-_h_value_error(lambda: compute_group_advantages(_h_r, torch.tensor([-1.0, -1.0, 3.0])), "group_ids 为整数类型")
-print("✅ compute_group_advantages 隐藏测试通过")
+run_in_kernel("nb01_group_advantages", "test_compute_group_advantages_hidden", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -666,48 +605,18 @@ assert_close(group_relative_advantages(torch.tensor([3.0, -1.0]), 1), torch.zero
 expect_value_error(lambda: group_relative_advantages(flat, 0), "num_generations >= 1")
 expect_value_error(lambda: group_relative_advantages(flat, 4), "长度是 num_generations 的整数倍")
 print("✅ group_relative_advantages 可见测试通过")
+### BEGIN HIDDEN TESTS
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb01_group_advantages", "test_group_relative_advantages_visible", globals())
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_group_relative_advantages_hidden", "points": 3}
 """隐藏测试：随机的 B、G 与 dtype 对照 float64 参考实现；eps 是加数而不是下限；总体标准差；输入契约。评分时才会出现测试内容。"""
 ### BEGIN HIDDEN TESTS
-import tools.grading as _h_grading
+from autograde.grpo_grader.oracles import run_in_kernel
 
-# the grader's float64 reference, one row (prompt) at a time; its oracle uses the same one
-from autograde.grpo_grader.oracles.nb01_group_advantages import minimind_advantages as _h_minimind_reference
-
-assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
-assert _h_grading.assert_close.__code__.co_filename.endswith("grading.py"), "tools.grading.assert_close 被替换"
-_h_close = _h_grading.assert_close
-_h_value_error = _h_grading.expect_value_error
-
-_h_gen = torch.Generator().manual_seed(777)
-for _h_b, _h_g in ((1, 2), (3, 4), (5, 7), (16, 8)):
-    for _h_dtype in (torch.float32, torch.float64):
-        _h_r = (torch.randn(_h_b * _h_g, generator=_h_gen, dtype=torch.float64) * 3.0 - 1.0).to(_h_dtype)
-        _h_out = group_relative_advantages(_h_r, _h_g)
-        assert _h_out.dtype == _h_dtype, f"输出 dtype 应与 rewards 相同：期望 {_h_dtype}，实际 {_h_out.dtype}"
-        _h_tol = 1e-9 if _h_dtype == torch.float64 else 2e-5
-        _h_close(_h_out, _h_minimind_reference(_h_r, _h_g, 1e-4), atol=_h_tol, rtol=_h_tol,
-                 what=f"随机平铺输入（B={_h_b}, G={_h_g}, {_h_dtype}）")
-        # A large eps separates "std + eps" from "max(std, eps)".
-        _h_close(group_relative_advantages(_h_r, _h_g, eps=0.5), _h_minimind_reference(_h_r, _h_g, 0.5),
-                 atol=_h_tol, rtol=_h_tol, what=f"eps=0.5（B={_h_b}, G={_h_g}）：应为 std + eps 而不是 max(std, eps)")
-
-# Constant rows with exactly representable values give exactly 0; G = 1 gives 0.
-_h_out = group_relative_advantages(torch.tensor([0.5, 0.5, 0.5, 2.0, 2.0, 2.0, 1.0, 0.0, 1.0]), 3)
-_h_close(_h_out[:6], torch.zeros(6), atol=0.0, what="全等奖励的行")
-_h_close(group_relative_advantages(torch.tensor([9.0, -4.0, 0.25]), 1), torch.zeros(3), atol=0.0, what="G=1")
-
-# Different inputs, different outputs; the layout is rows of G, not columns.
-_h_r = torch.tensor([0.0, 1.0, 2.0, 3.0, 10.0, 20.0], dtype=torch.float64)
-_h_close(group_relative_advantages(_h_r, 2), _h_minimind_reference(_h_r, 2, 1e-4), atol=1e-9,
-         what="按行（连续的 G 个）分组，而不是按列")
-_h_close(group_relative_advantages(_h_r, 3), _h_minimind_reference(_h_r, 3, 1e-4), atol=1e-9, what="G=3 的分组")
-
-_h_value_error(lambda: group_relative_advantages(torch.ones(6), -2), "num_generations >= 1（负数）")
-_h_value_error(lambda: group_relative_advantages(torch.ones(7), 2), "长度是 num_generations 的整数倍（7 对 2）")
-_h_value_error(lambda: group_relative_advantages(torch.ones(10), 4), "长度是 num_generations 的整数倍（10 对 4）")
-print("✅ group_relative_advantages 隐藏测试通过")
+run_in_kernel("nb01_group_advantages", "test_group_relative_advantages_hidden", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -832,24 +741,32 @@ for name in CONVENTIONS:
 # 一道题采样了 4 个回答，只有最后一个答对：奖励 `[0, 0, 0, 1]`。对 `trl_batch`，假设同一批次里还有另一道题，
 # 它的 4 个回答全对：奖励 `[1, 1, 1, 1]`（所以批次是两组共 8 个奖励）。
 #
-# 实现 `answer_conventions_0001()`，返回一个字典：键是上面 `CONVENTIONS` 的七个键，
-# 值是二元组 `(答错回答的优势, 答对回答的优势)`，都是 Python 数。
-# 你可以手算，也可以调用 `advantages_by_convention` 或你自己的代码——但请先想一想每个数大概是多少，再看结果是否与你的预期一致。
-# 测试按 $10^{-5}$ 的绝对误差比较，手算请至少保留 6 位有效数字。
+# 先对这一组想一想每个数大概是多少，再把答案写成一个函数：实现 `answer_conventions(group, other)`，
+# 其中 `group` 是一道题的 0/1 奖励（形状 `[G]` 的 float64 张量，至少一个 0、一个 1，顺序任意），
+# `other` 是同一批次里另一道题的 0/1 奖励（同样长度，只影响 `trl_batch`）。返回一个字典：键是上面 `CONVENTIONS` 的七个键，
+# 值是二元组 `(答错回答的优势, 答对回答的优势)`，都是 Python 数（同一组里答错的回答优势都相同，答对的也一样）。
+# 本题就是 `answer_conventions(torch.tensor([0., 0., 0., 1.]), torch.tensor([1., 1., 1., 1.]))`；
+# 评分时还会用别的 `G` 和别的 0/1 组检查同一个函数。
+# 你可以用公式写，也可以调用 `advantages_by_convention` 或你自己的代码——但请先想一想每个数大概是多少，再看结果是否与你的预期一致。
+# 测试按 $10^{-5}$ 的绝对误差比较。
 
 # %% nbgrader={"solution": true, "grade_id": "answer_conventions_0001"}
-def answer_conventions_0001():
-    """返回 {约定名: (答错回答的优势, 答对回答的优势)}，组为 [0, 0, 0, 1]；trl_batch 的批次另含一组 [1, 1, 1, 1]。"""
+def answer_conventions(group, other):
+    """返回 {约定名: (答错回答的优势, 答对回答的优势)}：group 是一组 0/1 奖励 [G]（至少一个 0、一个 1）；
+    trl_batch 的批次另含同样长度的一组 other [G]。"""
     ### BEGIN SOLUTION
-    batch = torch.tensor([[0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)  # [2, 4]
+    batch = torch.stack([group, other]).to(torch.float64)  # [2, G]
     table = advantages_by_convention(batch)
-    return {name: (table[name][0, 0].item(), table[name][0, 3].item()) for name in CONVENTIONS}
+    wrong = int((batch[0] == 0).nonzero()[0])  # a wrong answer of the group
+    right = int((batch[0] == 1).nonzero()[0])  # a correct one
+    return {name: (table[name][0, wrong].item(), table[name][0, right].item()) for name in CONVENTIONS}
     ### END SOLUTION
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_conventions_question_visible", "points": 1}
-"""检查计分问题的答案格式：七个键、每个值是两个有限的数，每种约定下组内优势之和为 0；并核对一个已知条目 dr_grpo（可见测试，其余数值由隐藏测试检查）。"""
-answers = answer_conventions_0001()
+"""检查计分问题的答案格式：七个键、每个值是两个有限的数，每种约定下组内优势之和为 0；并核对一个已知条目 dr_grpo（可见测试对 [0, 0, 0, 1]；评分时还用别的 0/1 组检查同样的格式，其余数值由隐藏测试检查）。"""
+answers = answer_conventions(torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=torch.float64),
+                             torch.tensor([1.0, 1.0, 1.0, 1.0], dtype=torch.float64))
 assert isinstance(answers, dict), f"应返回 dict，实际 {type(answers).__name__}"
 missing = sorted(set(CONVENTIONS) - set(answers))
 extra = sorted(set(answers) - set(CONVENTIONS))
@@ -866,35 +783,18 @@ for name, pair in answers.items():
 assert_close(torch.tensor([float(v) for v in answers["dr_grpo"]], dtype=torch.float64),
              torch.tensor([-0.25, 0.75], dtype=torch.float64), atol=1e-5, what="已知条目 dr_grpo：(0 - 0.25, 1 - 0.25)")
 print("✅ 计分问题的答案格式正确，已知条目 dr_grpo 正确（其余数值由隐藏测试检查）")
+### BEGIN HIDDEN TESTS
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb01_group_advantages", "test_conventions_question_visible", globals())
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_conventions_question_hidden", "points": 3}
-"""隐藏测试：七种约定对 [0, 0, 0, 1] 的优势，对照 float64 参考值（误差 1e-5）。评分时才会出现测试内容。"""
+"""隐藏测试：七种约定对 [0, 0, 0, 1] 和评分时抽取的其他 0/1 组的优势，对照 float64 参考值（误差 1e-5）。评分时才会出现测试内容。"""
 ### BEGIN HIDDEN TESTS
-import tools.grading as _h_grading
+from autograde.grpo_grader.oracles import run_in_kernel
 
-assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}"
-_h_answers = answer_conventions_0001()
-_h_mu, _h_n = 0.25, 4
-_h_pop = math.sqrt((3 * 0.25**2 + 0.75**2) / _h_n)                 # 0.4330...
-_h_sample = math.sqrt((3 * 0.25**2 + 0.75**2) / (_h_n - 1))         # 0.5
-_h_batch = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
-_h_bm = sum(_h_batch) / 8
-_h_batch_std = math.sqrt(sum((v - _h_bm) ** 2 for v in _h_batch) / 7)
-_h_expected = {
-    "course": (-0.25 / max(_h_pop, 1e-6), 0.75 / max(_h_pop, 1e-6)),
-    "minimind": (-0.25 / (_h_pop + 1e-4), 0.75 / (_h_pop + 1e-4)),
-    "trl_group": (-0.25 / (_h_sample + 1e-4), 0.75 / (_h_sample + 1e-4)),
-    "trl_batch": (-0.25 / (_h_batch_std + 1e-4), 0.75 / (_h_batch_std + 1e-4)),
-    "trl_none": (-0.25, 0.75),
-    "cs336": (-0.25 / (_h_sample + 1e-6), 0.75 / (_h_sample + 1e-6)),
-    "dr_grpo": (-0.25, 0.75),
-}
-for _h_name, _h_pair in _h_expected.items():
-    assert _h_name in _h_answers, f"缺少约定 {_h_name}"
-    _h_grading.assert_close(torch.tensor([float(v) for v in _h_answers[_h_name]], dtype=torch.float64),
-                            torch.tensor(_h_pair, dtype=torch.float64), atol=1e-5, rtol=0.0,
-                            what=f"约定 {_h_name} 下 (答错, 答对) 的优势")
-print("✅ 计分问题隐藏测试通过")
+run_in_kernel("nb01_group_advantages", "test_conventions_question_hidden", globals())
 ### END HIDDEN TESTS
 
 # %%
@@ -952,3 +852,6 @@ print(f"本笔记从第一个代码单元运行到这里用了 {time.perf_counte
 #
 # 值得注意的两点：样本 std 与总体 std 在 $G=4$ 时相差 $\sqrt{4/3}\approx 1.155$ 倍，这个差别随 $G$ 增大而消失；
 # `trl_batch` 的除数来自整个批次——同批次里那道全对的题虽然自己没有任何信号，却改变了这道题的优势大小。
+#
+# 函数写法对任意 0/1 组都成立：$k$ 个答对、$G-k$ 个答错时 $\mu = k/G$，答错的中心化值 $-\mu$、答对的 $1-\mu$；
+# 总体 std 是 $\sqrt{\mu(1-\mu)}$，样本 std 再乘 $\sqrt{G/(G-1)}$，`trl_batch` 用两组共 $2G$ 个奖励的样本 std。

@@ -239,39 +239,18 @@ assert_close(policy.grad, 1.0 - torch.exp(torch.tensor(d, dtype=torch.float64)),
              what="当前策略的梯度 d/d(policy) [exp(d) - d - 1] = 1 - exp(d)")
 expect_value_error(lambda: token_kl_penalty(torch.zeros(2, 3), torch.zeros(2, 4)), "policy_logps 与 ref_logps 同形状")
 print("✅ token_kl_penalty 可见测试通过")
+### BEGIN HIDDEN TESTS
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb02_grpo_objective", "test_token_kl_penalty_visible", globals())
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_token_kl_penalty_hidden", "points": 2}
 """隐藏测试：随机形状与 dtype 对照 float64 参考值；梯度对照解析式；参考策略不接收梯度；输出随输入变化。评分时才会出现测试内容。"""
 ### BEGIN HIDDEN TESTS
-import tools.grading as _h_grading
+from autograde.grpo_grader.oracles import run_in_kernel
 
-assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
-assert _h_grading.assert_close.__code__.co_filename.endswith("grading.py"), "tools.grading.assert_close 被替换"
-_h_gen = torch.Generator().manual_seed(4242)
-for _h_shape in ((7,), (3, 5), (2, 4, 6)):
-    for _h_dtype in (torch.float32, torch.float64):
-        _h_p = (-torch.rand(_h_shape, generator=_h_gen, dtype=torch.float64) * 4).to(_h_dtype).requires_grad_(True)
-        _h_r = (-torch.rand(_h_shape, generator=_h_gen, dtype=torch.float64) * 4).to(_h_dtype).requires_grad_(True)
-        _h_out = token_kl_penalty(_h_p, _h_r)
-        assert _h_out.dtype == _h_dtype and tuple(_h_out.shape) == _h_shape, (
-            f"输出应与输入同形状、同 dtype：期望 {_h_shape} {_h_dtype}，实际 {tuple(_h_out.shape)} {_h_out.dtype}"
-        )
-        _h_d = _h_r.detach().double() - _h_p.detach().double()
-        _h_tol = 1e-12 if _h_dtype == torch.float64 else 1e-5
-        _h_grading.assert_close(_h_out, torch.exp(_h_d) - _h_d - 1, atol=_h_tol, rtol=_h_tol,
-                                what=f"k3 惩罚（形状 {_h_shape}, {_h_dtype}）")
-        _h_weights = torch.rand(_h_shape, generator=_h_gen, dtype=torch.float64).to(_h_dtype)
-        (_h_out * _h_weights).sum().backward()
-        assert _h_r.grad is None, "参考策略不应接收梯度"
-        _h_grading.assert_close(_h_p.grad, _h_weights.double() * (1 - torch.exp(_h_d)), atol=_h_tol * 10, rtol=_h_tol * 10,
-                                what=f"当前策略的梯度（形状 {_h_shape}, {_h_dtype}）")
-_h_a = token_kl_penalty(torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -0.5]))
-_h_b = token_kl_penalty(torch.tensor([-0.2, -2.0]), torch.tensor([-1.5, -2.5]))
-assert _h_grading.max_abs_diff(_h_a, _h_b) > 0.05, "不同的输入应得到不同的惩罚：输出似乎与输入无关"
-_h_grading.assert_close(token_kl_penalty(torch.tensor([-0.7, -3.0]), torch.tensor([-0.7, -3.0])), torch.zeros(2),
-                        atol=0.0, what="两策略相同时惩罚应严格为 0")
-_h_grading.expect_value_error(lambda: token_kl_penalty(torch.zeros(3), torch.zeros(3, 1)), "同形状（不允许广播）")
-print("✅ token_kl_penalty 隐藏测试通过")
+run_in_kernel("nb02_grpo_objective", "test_token_kl_penalty_hidden", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -698,6 +677,11 @@ assert grad_shared.abs().max().item() > 0, (
 assert_close(grad_shared, torch.tensor([[-0.25, -0.25], [0.25, 0.25]], dtype=torch.float64), atol=1e-12,
              what="比率为 1 时的策略梯度 -A_i / (N |y_i|)")
 print("✅ 组内优势与手算损失值测试通过")
+### BEGIN HIDDEN TESTS
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb02_grpo_objective", "test_grpo_advantages_and_value_visible", globals())
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_grpo_clip_kl_gradient_visible", "points": 2}
 """检查 compute_grpo_loss：参考 KL 只在 beta > 0 时加入（此时必须给出参考策略）、非负且按候选等权汇总；旧策略与参考策略不接收梯度；无效位置上的大数值（800）不影响损失与梯度（可见测试）。"""
@@ -735,6 +719,11 @@ for name, value in (("log_probs_new", 800.0), ("log_probs_old", -800.0), ("log_p
     assert_close(loss_moved, loss_kl.detach(), atol=1e-6, what=f"无效位置上的 {name} 改为 {value} 后的损失（应不变）")
     assert_close(moved_new.grad, base_grad, atol=1e-6, what=f"无效位置上的 {name} 改为 {value} 后的梯度（应不变）")
 print("✅ 裁剪、参考 KL、梯度隔离与无效位置上的大数值测试通过")
+### BEGIN HIDDEN TESTS
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb02_grpo_objective", "test_grpo_clip_kl_gradient_visible", globals())
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_grpo_weighting_contract_visible", "points": 2}
 """检查 compute_grpo_loss：长短不同的候选先各自求均值再等权；response_mask=None 表示全部有效；掩码必须是布尔张量（章节契约，0/1 数值掩码抛出 ValueError）；输入契约（可见测试）。"""
@@ -783,134 +772,18 @@ invalid_calls = {
 for contract, call in invalid_calls.items():
     expect_value_error(call, contract)
 print(f"✅ 候选等权与 {len(invalid_calls)} 条输入契约测试通过")
+### BEGIN HIDDEN TESTS
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb02_grpo_objective", "test_grpo_weighting_contract_visible", globals())
+### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_compute_grpo_loss_hidden", "points": 6}
 """隐藏测试：随机的批次（多种规模、无序与负组号、变长与非前缀掩码、float32 与 float64、不同 clip_range 与 beta）对照 float64 逐词元参考实现；梯度对照解析式与有限差分；旧策略与参考策略不接收梯度；无效位置上的大数值不影响损失与梯度；0/1 数值掩码被拒绝（章节契约）；输入契约。评分时才会出现测试内容。"""
 ### BEGIN HIDDEN TESTS
-import tools.grading as _h_grading
+from autograde.grpo_grader.oracles import run_in_kernel
 
-# The grader's float64 reference, written token by token: (loss, advantages, d loss / d new), and its random
-# batches (unsorted, negative group ids; ragged prefix or holed masks; ratios well outside the clip band). Its
-# oracle checks compute_grpo_loss with the same two functions (one home).
-from autograde.grpo_grader.oracles.nb02_grpo_objective import batch as _h_batch, grpo_reference as _h_reference
-
-assert not _h_grading.tampered(), f"测试辅助函数被改写：{_h_grading.tampered()}；请不要修改 torch / builtins 中的函数"
-for _h_name in ("assert_close", "expect_value_error", "max_abs_diff"):
-    assert getattr(_h_grading, _h_name).__code__.co_filename.endswith("grading.py"), f"tools.grading.{_h_name} 被替换"
-_h_close = _h_grading.assert_close
-
-_h_gen = torch.Generator().manual_seed(9001)
-
-_h_settings = [(6, 5, 2, torch.float64, True, 0.2, 0.0), (9, 7, 4, torch.float32, True, 0.2, 0.04),
-               (13, 4, 5, torch.float64, False, 0.1, 0.3), (24, 9, 6, torch.float32, False, 0.28, 0.0),
-               (7, 3, 7, torch.float64, True, 0.0, 0.1)]
-for _h_n, _h_t, _h_k, _h_dtype, _h_prefix, _h_clip, _h_beta in _h_settings:
-    _h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, _h_n, _h_t, _h_k, _h_dtype, _h_prefix)
-    _h_new.requires_grad_(True)
-    _h_old.requires_grad_(True)
-    _h_ref.requires_grad_(True)
-    _h_loss, _h_adv = compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, clip_range=_h_clip,
-                                        log_probs_ref=_h_ref, beta=_h_beta)
-    _h_ref_loss, _h_ref_adv, _h_ref_grad = _h_reference(_h_new, _h_old, _h_r, _h_ids, _h_mask, _h_clip, 1e-6,
-                                                        _h_ref, _h_beta)
-    _h_tol = 1e-9 if _h_dtype == torch.float64 else 2e-5
-    _h_label = f"N={_h_n}, T={_h_t}, K={_h_k}, {_h_dtype}, clip_range={_h_clip}, beta={_h_beta}"
-    assert torch.is_tensor(_h_loss) and _h_loss.ndim == 0, f"损失应是 0 维张量（{_h_label}）"
-    _h_close(_h_loss, _h_ref_loss, atol=_h_tol, rtol=_h_tol, what=f"随机批次的损失（{_h_label}）")
-    _h_close(_h_adv, _h_ref_adv, atol=_h_tol * 10, rtol=_h_tol * 10, what=f"随机批次的组内优势（{_h_label}）")
-    _h_loss.backward()
-    assert _h_old.grad is None, f"旧策略不应接收梯度（{_h_label}）"
-    assert _h_ref.grad is None, f"参考策略不应接收梯度（{_h_label}）"
-    assert _h_new.grad is not None, f"当前策略应接收梯度（{_h_label}）"
-    _h_close(_h_new.grad, _h_ref_grad, atol=_h_tol * 10, rtol=_h_tol * 10,
-             what=f"对 log_probs_new 的梯度（{_h_label}）")
-    # Values at masked positions must not matter, even large finite ones (C3): loss and gradient unchanged.
-    for _h_scale in (1.0, 700.0):
-        _h_moved = []
-        for _h_x in (_h_new, _h_old, _h_ref):  # independent noise per tensor: the log-ratio and d change too
-            _h_noise = (torch.randn(_h_n, _h_t, generator=_h_gen, dtype=torch.float64).sign() * _h_scale).to(_h_dtype)
-            _h_moved.append(_h_x.detach() + torch.where(_h_mask, 0.0, _h_noise))
-        _h_moved[0].requires_grad_(True)
-        _h_loss2, _ = compute_grpo_loss(_h_moved[0], _h_moved[1], _h_r, _h_ids, _h_mask, clip_range=_h_clip,
-                                        log_probs_ref=_h_moved[2], beta=_h_beta)
-        _h_close(_h_loss2, _h_loss.detach(), atol=_h_tol, rtol=_h_tol,
-                 what=f"无效位置上放入 ±{_h_scale:g} 后的损失（应不变，{_h_label}）")
-        _h_loss2.backward()
-        assert torch.isfinite(_h_moved[0].grad).all().item(), (
-            f"无效位置上放入 ±{_h_scale:g} 后梯度含 NaN/inf：应先在无效位置把对数概率比与 KL 的输入换成 0，再取 exp（{_h_label}）")
-        _h_close(_h_moved[0].grad, _h_ref_grad, atol=_h_tol * 10, rtol=_h_tol * 10,
-                 what=f"无效位置上放入 ±{_h_scale:g} 后的梯度（应不变，{_h_label}）")
-    # The chapter's contract (the exception to C1): a 0/1 mask of another dtype is refused.
-    _h_numeric = _h_mask.to(torch.float64 if _h_n % 2 else torch.int32)
-    _h_grading.expect_value_error(
-        lambda: compute_grpo_loss(_h_new.detach(), _h_old.detach(), _h_r, _h_ids, _h_numeric, clip_range=_h_clip,
-                                  log_probs_ref=_h_ref.detach(), beta=_h_beta),
-        f"response_mask 必须是同形布尔张量（{_h_numeric.dtype} 的 0/1 掩码，{_h_label}）")
-
-# Finite differences on one float64 case (away from the clip boundaries).
-_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, 5, 4, 2, torch.float64, True)
-_h_new.requires_grad_(True)
-_h_loss, _ = compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=0.2)
-(_h_grad,) = torch.autograd.grad(_h_loss, _h_new)
-for _h_i, _h_j in ((0, 0), (2, 0), (4, 0)):
-    _h_step = torch.zeros_like(_h_old)
-    _h_step[_h_i, _h_j] = 1e-6
-    _h_plus = compute_grpo_loss(_h_new.detach() + _h_step, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=0.2)[0]
-    _h_minus = compute_grpo_loss(_h_new.detach() - _h_step, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=0.2)[0]
-    _h_close(_h_grad[_h_i, _h_j], (_h_plus - _h_minus).item() / 2e-6, atol=1e-6, rtol=1e-4,
-             what=f"梯度与有限差分（位置 {(_h_i, _h_j)}）")
-
-# The old policy may share the current graph (TRL reuses per_token_logps when it updates once): still detached.
-_h_param = torch.tensor([[-0.7, -1.1, -0.4], [-0.2, -0.9, -1.6]], dtype=torch.float64, requires_grad=True)
-_h_loss, _ = compute_grpo_loss(_h_param * 1.0, _h_param * 1.0, torch.tensor([0.0, 1.0], dtype=torch.float64),
-                               torch.tensor([-3, -3]))
-(_h_grad,) = torch.autograd.grad(_h_loss, _h_param)
-_h_close(_h_grad, torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]], dtype=torch.float64) / 6, atol=1e-12,
-         what="旧对数概率与当前策略来自同一计算图时，比率的梯度仍应是策略梯度（旧策略必须 detach）")
-
-# Outputs depend on the inputs.
-_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, 8, 5, 3, torch.float64, True)
-_h_l1, _h_a1 = compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask)
-_h_l2, _h_a2 = compute_grpo_loss(_h_new, _h_old, -_h_r, _h_ids, _h_mask)
-_h_l3, _ = compute_grpo_loss(_h_new + 0.1, _h_old, _h_r, _h_ids, _h_mask)
-assert _h_grading.max_abs_diff(_h_a1, _h_a2) > 0.1, "不同的奖励应得到不同的优势：输出似乎与输入无关"
-assert _h_grading.max_abs_diff(_h_l1, _h_l3) > 1e-4, "不同的当前策略应得到不同的损失：输出似乎与输入无关"
-
-# Input contract, each once, with inputs different from the visible test.
-_h_new, _h_old, _h_ref, _h_r, _h_ids, _h_mask = _h_batch(_h_gen, 4, 3, 2, torch.float32, True)
-_h_value_error = _h_grading.expect_value_error
-_h_bad_mask = _h_mask.clone()
-_h_bad_mask[-1] = False
-_h_nan_new = _h_new.clone()
-_h_nan_new[1, 0] = float("nan")
-_h_inf_ref = _h_ref.clone()
-_h_inf_ref[0, 0] = float("inf")
-_h_calls = {
-    "log_probs_new 是二维（三维输入）": lambda: compute_grpo_loss(_h_new[None], _h_old[None], _h_r, _h_ids, _h_mask),
-    "log_probs_new 非空": lambda: compute_grpo_loss(torch.zeros(0, 3), torch.zeros(0, 3), torch.zeros(0), torch.zeros(0, dtype=torch.long)),
-    "新旧对数概率同形状（T 不同）": lambda: compute_grpo_loss(_h_new, _h_old[:, :2], _h_r, _h_ids, _h_mask),
-    "rewards 是一维": lambda: compute_grpo_loss(_h_new, _h_old, _h_r[:, None], _h_ids[:, None], _h_mask),
-    "rewards 长度等于候选数": lambda: compute_grpo_loss(_h_new, _h_old, torch.ones(5), torch.zeros(5, dtype=torch.long), _h_mask),
-    "group_ids 与 rewards 同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids[:2], _h_mask),
-    "clip_range 非负": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, clip_range=-1e-3),
-    "clip_range 有限（NaN）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, clip_range=float("nan")),
-    "beta 有限": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=float("inf")),
-    "beta 非负": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref, beta=-1.0),
-    "eps 为正（负数）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, eps=-1e-6),
-    "rewards 为有限数（inf）": lambda: compute_grpo_loss(_h_new, _h_old, torch.tensor([0.0, float("inf"), 1.0, 2.0]), _h_ids, _h_mask),
-    "当前策略对数概率为有限数": lambda: compute_grpo_loss(_h_nan_new, _h_old, _h_r, _h_ids, _h_mask),
-    "参考策略对数概率为有限数": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_inf_ref, beta=0.1),
-    "参考策略同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref.T, beta=0.1),
-    "response_mask 是布尔张量（值为 2 的整数掩码）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask.long() * 2),
-    "response_mask 是布尔张量（float32 的 0/1 掩码）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask.float()),
-    "beta > 0 时必须给出参考策略（约定卡 C2）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, beta=0.3),
-    "参考策略同形状（beta = 0 时也检查）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask, log_probs_ref=_h_ref[:, :2]),
-    "response_mask 同形状": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_mask[:-1]),
-    "每个候选至少一个有效词元（最后一行）": lambda: compute_grpo_loss(_h_new, _h_old, _h_r, _h_ids, _h_bad_mask),
-}
-for _h_contract, _h_call in _h_calls.items():
-    _h_value_error(_h_call, _h_contract)
-print("✅ compute_grpo_loss 隐藏测试通过")
+run_in_kernel("nb02_grpo_objective", "test_compute_grpo_loss_hidden", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -207,11 +207,6 @@ def grpo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsil
 
 # %% nbgrader={"grade": true, "grade_id": "test_grpo_policy_loss", "points": 4}
 """检查 grpo_policy_loss：手算的裁剪案例、按回答等权的归约、KL 项、全 mask 行、padding 上的极端值、梯度与输入契约（可见测试）。"""
-### BEGIN HIDDEN TESTS
-# The grader's random batch of lesson 3 (policy/old/ref log-probs, advantages, a ragged prefix bool mask),
-# shared by the hidden tests below; the lesson's oracles draw their batches with the same function (one home).
-from autograde.grpo_grader.oracles._policy_losses import batch as _h_case
-### END HIDDEN TESTS
 from tools.grading import assert_close, expect_value_error
 
 # 比率 [1.5, 0.5, 1.1]（相对 old=0），ε=0.2。第 0 条回答 A=+1（3 个有效词元），第 1 条 A=-1（前 2 个有效）。
@@ -265,70 +260,9 @@ expect_value_error(lambda: grpo_policy_loss(_policy, _old, _adv, _mask, beta=0.1
 expect_value_error(lambda: grpo_policy_loss(_policy, _old, _adv, _mask * 2), "mask 里出现了 2")
 print("grpo_policy_loss 可见测试通过")
 ### BEGIN HIDDEN TESTS
-def _h_ref_grpo(policy, old, adv, mask, epsilon, beta, ref):
-    policy, old, adv = policy.double(), old.double(), adv.double()
-    mask = mask.double()
-    ratio = (policy - old).exp()
-    low, high = 1.0 - epsilon, 1.0 + epsilon
-    clipped = torch.where(ratio < low, torch.full_like(ratio, low), torch.where(ratio > high, torch.full_like(ratio, high), ratio))
-    a = adv[:, None]
-    surrogate = torch.where(ratio * a <= clipped * a, ratio * a, clipped * a)
-    loss = -surrogate
-    if beta:
-        d = ref.double() - policy
-        loss = loss + beta * (d.exp() - d - 1.0)
-    rows = []
-    for i in range(policy.shape[0]):
-        n = float(mask[i].sum().item())
-        rows.append((loss[i] * mask[i]).sum() / (n if n >= 1 else 1.0))
-    return torch.stack(rows).mean()
+from autograde.grpo_grader.oracles import run_in_kernel
 
-
-_h_gen = torch.Generator().manual_seed(3003)
-_h_seen = []
-for _h_dtype, _h_n, _h_t, _h_eps, _h_beta, _h_empty, _h_mask_kind in [
-    (torch.float64, 6, 9, 0.2, 0.0, False, "bool"),
-    (torch.float32, 8, 5, 0.2, 0.04, True, "int"),
-    (torch.float64, 12, 17, 0.1, 0.1, False, "float"),
-    (torch.float32, 3, 1, 0.3, 0.0, False, "bool"),
-    (torch.float64, 16, 31, 0.2, 0.02, True, "int"),
-]:
-    _hp, _ho, _ha, _hm, _hr = _h_case(_h_gen, _h_n, _h_t, _h_dtype, empty_row=_h_empty)
-    _hm_in = {"bool": _hm, "int": _hm.long(), "float": _hm.to(_h_dtype)}[_h_mask_kind]
-    _tol = 1e-9 if _h_dtype == torch.float64 else 2e-5
-    _hp_leaf = _hp.clone().requires_grad_(True)
-    _out = grpo_policy_loss(_hp_leaf, _ho, _ha, _hm_in, epsilon=_h_eps, beta=_h_beta, ref_logps=_hr if _h_beta else None)
-    assert _out.dim() == 0, f"grpo_policy_loss 应返回标量，实际形状 {tuple(_out.shape)}"
-    _refp = _hp.double().clone().requires_grad_(True)
-    _expected = _h_ref_grpo(_refp, _ho, _ha, _hm, _h_eps, _h_beta, _hr)
-    assert_close(_out, _expected, atol=_tol, rtol=_tol, what=f"GRPO 损失（{_h_dtype}, {_h_n}x{_h_t}, beta={_h_beta}）")
-    _out.backward()
-    _expected.backward()
-    assert_close(_hp_leaf.grad, _refp.grad, atol=_tol, rtol=_tol, what="GRPO 损失的梯度")
-    _h_seen.append(float(_out.item()))
-    # padded positions must not matter, even with extreme finite values there (C3: mask before exp)
-    for _h_fill in (0.7, 800.0, -800.0):
-        _hp_pad = torch.where(_hm, _hp, _ho + _h_fill).clone().requires_grad_(True)
-        _hr_pad = torch.where(_hm, _hr, _hr - _h_fill)
-        _out_pad = grpo_policy_loss(_hp_pad, _ho, _ha, _hm_in, epsilon=_h_eps, beta=_h_beta, ref_logps=_hr_pad if _h_beta else None)
-        assert_close(_out_pad, _out.detach(), atol=_tol, rtol=_tol, what=f"padding 位置的对数比率为 {_h_fill} 时 GRPO 损失不应变化")
-        _out_pad.backward()
-        assert_close(_hp_pad.grad, _hp_leaf.grad, atol=_tol, rtol=_tol, what=f"padding 位置的对数比率为 {_h_fill} 时梯度不应变化（先 mask 再 exp）")
-assert len(set(round(v, 8) for v in _h_seen)) == len(_h_seen), "不同输入给出了相同的损失：结果必须依赖输入"
-# sequence mean, not token mean: two rows of very different length
-_lp = torch.log(torch.tensor([[1.1, 1.1, 1.1, 1.1], [0.9, 0.9, 0.9, 0.9]], dtype=torch.float64))
-_lm = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]])
-_la = torch.tensor([1.0, 1.0], dtype=torch.float64)
-assert_close(grpo_policy_loss(_lp, torch.zeros(2, 4, dtype=torch.float64), _la, _lm), torch.tensor(-(1.1 + 0.9) / 2, dtype=torch.float64),
-             what="回答等权归约（不是所有词元的均值）")
-_bad = _h_case(_h_gen, 4, 3, torch.float64)
-expect_value_error(lambda: grpo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3][:, :2]), "completion_mask 形状不一致")
-expect_value_error(lambda: grpo_policy_loss(_bad[0], _bad[1], _bad[2][None, :], _bad[3]), "advantages 不是一维")
-expect_value_error(lambda: grpo_policy_loss(_bad[0][0], _bad[1][0], _bad[2], _bad[3][0]), "policy_logps 不是二维")
-expect_value_error(lambda: grpo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3], epsilon=-0.1), "epsilon < 0")
-expect_value_error(lambda: grpo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3], beta=-0.1), "beta < 0")
-expect_value_error(lambda: grpo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3], beta=0.1, ref_logps=_bad[4][:, :1]), "ref_logps 形状不一致")
-expect_value_error(lambda: grpo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3].double() * 0.5), "mask 取值 0.5")
+run_in_kernel("nb03a_cispo_trace_lab", "test_grpo_policy_loss", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -432,62 +366,9 @@ expect_value_error(lambda: cispo_policy_loss(_policy, _old.T, _adv, _mask), "old
 expect_value_error(lambda: cispo_policy_loss(_policy, _old, _adv, _mask, beta=0.1), "beta > 0 但没有 ref_logps")
 print("cispo_policy_loss 可见测试通过")
 ### BEGIN HIDDEN TESTS
-def _h_ref_cispo(policy, old, adv, mask, cap, beta, ref):
-    policy, old, adv, mask = policy.double(), old.double(), adv.double(), mask.double()
-    weight = (policy.detach() - old).exp()
-    weight = torch.where(weight > cap, torch.full_like(weight, cap), weight)
-    loss = -(weight * adv[:, None] * policy)
-    if beta:
-        d = ref.double() - policy
-        loss = loss + beta * (d.exp() - d - 1.0)
-    total = torch.zeros((), dtype=torch.float64)
-    for i in range(policy.shape[0]):
-        n = float(mask[i].sum().item())
-        total = total + (loss[i] * mask[i]).sum() / (n if n >= 1 else 1.0)
-    return total / policy.shape[0]
+from autograde.grpo_grader.oracles import run_in_kernel
 
-
-_h_gen = torch.Generator().manual_seed(3004)
-_h_seen = []
-for _h_dtype, _h_n, _h_t, _h_cap, _h_beta, _h_spread in [
-    (torch.float64, 6, 9, 5.0, 0.0, 2.2),     # log-ratios up to 2.2: ratios between 5 and 6 and above 6
-    (torch.float32, 8, 5, 5.0, 0.04, 2.2),
-    (torch.float64, 10, 13, 1.5, 0.1, 1.2),   # a small cap: 1.5 vs 2.5 if read as 1 + eps_high
-    (torch.float32, 4, 1, 2.0, 0.0, 1.3),
-    (torch.float64, 16, 23, 5.0, 0.02, 1.9),
-]:
-    _hp, _ho, _ha, _hm, _hr = _h_case(_h_gen, _h_n, _h_t, _h_dtype, spread=_h_spread, empty_row=(_h_n == 8))
-    _tol = 1e-9 if _h_dtype == torch.float64 else 2e-5
-    _ratio = (_hp.double() - _ho.double()).exp()
-    assert bool(((_ratio > _h_cap) & _hm).any()), "hidden fixture must exceed the cap"
-    _hp_leaf = _hp.clone().requires_grad_(True)
-    _out = cispo_policy_loss(_hp_leaf, _ho, _ha, _hm, epsilon_high=_h_cap, beta=_h_beta, ref_logps=_hr if _h_beta else None)
-    assert _out.dim() == 0, f"cispo_policy_loss 应返回标量，实际形状 {tuple(_out.shape)}"
-    _refp = _hp.double().clone().requires_grad_(True)
-    _expected = _h_ref_cispo(_refp, _ho, _ha, _hm, _h_cap, _h_beta, _hr)
-    assert_close(_out, _expected, atol=_tol, rtol=_tol, what=f"CISPO 损失（{_h_dtype}, 上限 {_h_cap}）")
-    _out.backward()
-    _expected.backward()
-    assert_close(_hp_leaf.grad, _refp.grad, atol=_tol, rtol=_tol, what="CISPO 损失的梯度（截断比率必须 detach）")
-    _h_seen.append(float(_out.item()))
-    for _h_fill in (800.0, -800.0):  # C3: extreme finite values on masked positions change nothing
-        _hp_pad = torch.where(_hm, _hp, _ho + _h_fill).clone().requires_grad_(True)
-        _out_pad = cispo_policy_loss(_hp_pad, _ho, _ha, _hm.long(), epsilon_high=_h_cap, beta=_h_beta,
-                                     ref_logps=torch.where(_hm, _hr, _hr - _h_fill) if _h_beta else None)
-        assert_close(_out_pad, _out.detach(), atol=_tol, rtol=_tol, what=f"padding 上对数比率为 {_h_fill} 时 CISPO 损失不应变化")
-        _out_pad.backward()
-        assert_close(_hp_pad.grad, _hp_leaf.grad, atol=_tol, rtol=_tol, what=f"padding 上对数比率为 {_h_fill} 时 CISPO 梯度不应变化")
-assert len(set(round(v, 8) for v in _h_seen)) == len(_h_seen), "不同输入给出了相同的损失：结果必须依赖输入"
-# token-mean instead of sequence-mean must fail here
-_lp = torch.tensor([[-1.0, -1.0, -1.0, -1.0], [-0.5, -0.5, -0.5, -0.5]], dtype=torch.float64)
-_lm = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]])
-assert_close(cispo_policy_loss(_lp, _lp, torch.tensor([1.0, 1.0], dtype=torch.float64), _lm),
-             torch.tensor((1.0 + 0.5) / 2, dtype=torch.float64), what="CISPO 的回答等权归约")
-_bad = _h_case(_h_gen, 4, 3, torch.float64)
-expect_value_error(lambda: cispo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3], epsilon_high=-1.0), "epsilon_high < 0")
-expect_value_error(lambda: cispo_policy_loss(_bad[0], _bad[1], _bad[2][:3], _bad[3]), "advantages 长度不是 B*G")
-expect_value_error(lambda: cispo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3], beta=-1.0), "beta < 0")
-expect_value_error(lambda: cispo_policy_loss(_bad[0], _bad[1], _bad[2], _bad[3].long() * 3), "mask 里出现了 3")
+run_in_kernel("nb03a_cispo_trace_lab", "test_cispo_policy_loss", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -538,8 +419,9 @@ for advantage in (1.0, -1.0):
 # 只是 `r > ε_high` 时权重封顶。
 #
 # **计算题（自动评分）。** 对下面 4 个单词元情形（`ε = 0.2`，`ε_high = 5.0`，`β = 0`，批里只有这一条回答），
-# 写出 `∂L/∂ℓ^θ` 的数值，填进 `gradient_answers`：键是情形编号，值是 `(GRPO 的导数, CISPO 的导数)`。
-# 可见测试会先告诉你每个导数的**正负号**（或是否为 0）对不对，具体数值由隐藏测试评分。
+# 写出 `∂L/∂ℓ^θ` 的数值。把答案写成函数 `gradient_answers(advantage, ratio)`，返回 `(GRPO 的导数, CISPO 的导数)`
+# （两个 Python 数）：下表的情形 `"a"` 就是 `gradient_answers(1.0, 1.5)`，评分时还会用别的 `A` 与 `r` 检查同一个函数。
+# 可见测试会先告诉你下表 4 个情形每个导数的**正负号**（或是否为 0）对不对，具体数值由隐藏测试评分。
 #
 # | 情形 | A | r |
 # | --- | --- | --- |
@@ -549,20 +431,24 @@ for advantage in (1.0, -1.0):
 # | `"d"` | +1 | 0.5 |
 
 # %% nbgrader={"solution": true, "grade_id": "gradient_answers"}
-gradient_answers = None  # 例如 {"a": (0.0, -1.0), ...}
-### BEGIN SOLUTION
-gradient_answers = {"a": (0.0, -1.5), "b": (0.0, 0.5), "c": (1.5, 1.5), "d": (-0.5, -0.5)}
-### END SOLUTION
+def gradient_answers(advantage, ratio):
+    """单词元、批里只有这一条回答（ε = 0.2，ε_high = 5.0，β = 0）时 ∂L/∂ℓ^θ：(GRPO 的导数, CISPO 的导数)。"""
+    ### BEGIN SOLUTION
+    epsilon, epsilon_high = 0.2, 5.0
+    # GRPO: min(r A, clip(r) A); the clipped branch (a constant) is chosen on the side A pushes past the range
+    clipped = (advantage > 0 and ratio > 1 + epsilon) or (advantage < 0 and ratio < 1 - epsilon)
+    grpo = 0.0 if clipped else -advantage * ratio  # d(r A)/d log pi = r A
+    cispo = -advantage * min(ratio, epsilon_high)  # the capped weight is detached: only log pi carries the gradient
+    return (float(grpo), float(cispo))
+    ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_gradient_answers", "points": 2}
 """检查“梯度在哪里消失”的计算题：4 个情形的 GRPO / CISPO 导数（可见部分检查格式和每个导数的正负号，数值由隐藏测试评分）。"""
-if gradient_answers is None:
-    raise NotImplementedError("请先填写 gradient_answers")
-assert isinstance(gradient_answers, dict) and set(gradient_answers) == {"a", "b", "c", "d"}, \
-    "gradient_answers 应是键为 'a'、'b'、'c'、'd' 的字典"
-for _key, _pair in gradient_answers.items():
-    assert len(_pair) == 2 and all(isinstance(v, (int, float)) for v in _pair), \
-        f"情形 {_key} 的答案应是两个数 (GRPO 导数, CISPO 导数)"
+_situations = {"a": (1.0, 1.5), "b": (-1.0, 0.5), "c": (-1.0, 1.5), "d": (1.0, 0.5)}  # (A, r) of the table
+_answers = {_key: gradient_answers(*_situation) for _key, _situation in _situations.items()}
+for _key, _pair in _answers.items():
+    assert isinstance(_pair, tuple) and len(_pair) == 2 and all(isinstance(v, (int, float)) for v in _pair), \
+        f"情形 {_key} 的答案应是两个数组成的元组 (GRPO 导数, CISPO 导数)"
 
 
 def _sign(value):
@@ -572,20 +458,16 @@ def _sign(value):
 # 可见信号：每个导数的正负号（0 表示梯度消失）。∂L/∂ℓ = −A·r（未裁剪），所以 A>0 时为负、A<0 时为正
 _expected_signs = {"a": (0, -1), "b": (0, 1), "c": (1, 1), "d": (-1, -1)}
 for _key, (_g_sign, _c_sign) in _expected_signs.items():
-    _got = tuple(_sign(float(v)) for v in gradient_answers[_key])
+    _got = tuple(_sign(float(v)) for v in _answers[_key])
     _names = {0: "0（梯度消失）", 1: "正", -1: "负"}
     assert _got == (_g_sign, _c_sign), (
         f"情形 {_key}：导数的正负号应是 (GRPO {_names[_g_sign]}, CISPO {_names[_c_sign]})，你的答案是 "
         f"(GRPO {_names[_got[0]]}, CISPO {_names[_got[1]]})。提示：看上面的图，以及 min 在哪一侧选中了裁剪分支")
 print("格式与正负号正确；数值由隐藏测试评分")
 ### BEGIN HIDDEN TESTS
-from tools.grading import trusted as _h_trusted
+from autograde.grpo_grader.oracles import run_in_kernel
 
-_h_expected = {"a": (0.0, -1.5), "b": (0.0, 0.5), "c": (1.5, 1.5), "d": (-0.5, -0.5)}
-for _key, (_g, _c) in _h_expected.items():
-    _ans = gradient_answers[_key]
-    assert _h_trusted("abs")(float(_ans[0]) - _g) < 1e-3, f"情形 {_key} 的 GRPO 导数不对"
-    assert _h_trusted("abs")(float(_ans[1]) - _c) < 1e-3, f"情形 {_key} 的 CISPO 导数不对"
+run_in_kernel("nb03a_cispo_trace_lab", "test_gradient_answers", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -655,21 +537,23 @@ trace = trace_grpo_cispo()
 # %% [markdown]
 # **Q2（数值）** 平铺的 `rewards` 用 `rewards.view(-1, G)` 分组，这依赖于同一个提示的回答连续排列。
 # 若 `B = 3`、`G = 4`，第 `i = 1` 个提示的第 `j = 2` 条回答（都从 0 开始数）在平铺张量里的下标是多少？
-# 把整数赋给 `q2_flat_index`。
+# 把答案写成函数 `q2_flat_index(i, j, num_generations)`（返回 Python 整数）：本题就是 `q2_flat_index(1, 2, 4)`，
+# 评分时还会用别的 `i`、`j`、`G` 检查同一个函数。
 
 # %% nbgrader={"solution": true, "grade_id": "q2_answer"}
-q2_flat_index = None
-### BEGIN SOLUTION
-q2_flat_index = 6
-### END SOLUTION
+def q2_flat_index(i, j, num_generations):
+    """第 i 个提示的第 j 条回答（都从 0 开始数）在平铺张量 [B*G] 里的下标。"""
+    ### BEGIN SOLUTION
+    return i * num_generations + j
+    ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_q2", "points": 1}
-"""检查 Q2：平铺布局中 (i=1, j=2) 的下标。"""
-if q2_flat_index is None:
-    raise NotImplementedError("请先回答 Q2")
-assert isinstance(q2_flat_index, int), "q2_flat_index 应是整数"
+"""检查 Q2：平铺布局中第 i 个提示的第 j 条回答的下标（可见部分只检查类型，数值由隐藏测试在别的 i、j、G 上评分）。"""
+assert isinstance(q2_flat_index(1, 2, 4), int), "q2_flat_index 应返回整数"
 ### BEGIN HIDDEN TESTS
-assert q2_flat_index == 1 * 4 + 2, "下标是 i * G + j"
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb03a_cispo_trace_lab", "test_q2", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -693,7 +577,9 @@ if q3_choice is None:
     raise NotImplementedError("请先回答 Q3")
 assert q3_choice in ("A", "B", "C", "D"), "q3_choice 应是 'A'、'B'、'C'、'D' 之一"
 ### BEGIN HIDDEN TESTS
-assert q3_choice == "A", "分子为 0、分母为 eps：优势为 0，不是 NaN"
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb03a_cispo_trace_lab", "test_q3", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"solution": true, "grade": true, "grade_id": "q4_broadcast", "points": 2}
@@ -725,7 +611,9 @@ if q5_choice is None:
     raise NotImplementedError("请先回答 Q5")
 assert q5_choice in ("A", "B", "C", "D"), "q5_choice 应是 'A'、'B'、'C'、'D' 之一"
 ### BEGIN HIDDEN TESTS
-assert q5_choice == "B", "KL 项比较的是 policy 与冻结的 reference"
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb03a_cispo_trace_lab", "test_q5", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"solution": true, "grade": true, "grade_id": "q6_ppo_similarity", "points": 2}
@@ -775,7 +663,9 @@ assert isinstance(q8_unchanged, (set, frozenset)) and q8_unchanged <= set("abcde
 assert "a" in q8_unchanged, "已知的一项：每个 prompt 采样 num_generations 条回答（a）与 loss_type 无关，应在集合里"
 print("格式正确、已知选项 a 正确；其余选项由隐藏测试评分")
 ### BEGIN HIDDEN TESTS
-assert set(q8_unchanged) == set("abcdefh"), "只有策略项（g）变了；MiniMind 两个分支的归约相同"
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb03a_cispo_trace_lab", "test_q8", globals())
 ### END HIDDEN TESTS
 
 # %% nbgrader={"locked": true, "grade_id": "runtime_report"}

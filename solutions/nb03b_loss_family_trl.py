@@ -160,11 +160,6 @@ def reduce_per_token_loss(per_token_loss, completion_mask, loss_type, max_comple
 
 # %% nbgrader={"grade": true, "grade_id": "test_reduce_per_token_loss", "points": 4}
 """检查 reduce_per_token_loss：四种归约在手算例子上的值、cispo 与 dapo 相同、bool 与 0/1 mask、padding 上的 inf、输入契约（可见测试）。"""
-### BEGIN HIDDEN TESTS
-# The grader's random batch of lesson 3 (policy/old/ref log-probs, advantages, a ragged prefix bool mask),
-# shared by the hidden tests below; the lesson's oracles draw their batches with the same function (one home).
-from autograde.grpo_grader.oracles._policy_losses import batch as _h_case
-### END HIDDEN TESTS
 from tools.grading import assert_close, expect_value_error
 
 _ptl = torch.tensor([[1.0, 2.0, 3.0, 100.0], [4.0, 100.0, 100.0, float("inf")]], dtype=torch.float64)  # 100 与 inf 位于 padding
@@ -187,67 +182,9 @@ expect_value_error(lambda: reduce_per_token_loss(_ptl, _m[:, :2], "grpo"), "mask
 expect_value_error(lambda: reduce_per_token_loss(_ptl, _m * 0.5, "grpo"), "mask 取值 0.5")
 print("reduce_per_token_loss 可见测试通过")
 ### BEGIN HIDDEN TESTS
-def _h_ref_reduce(ptl, mask, loss_type, lmax, nitems):
-    ptl, mask = ptl.double(), mask.double()
-    n_rows = ptl.shape[0]
-    total = sum(float((ptl[i] * mask[i]).sum().item()) for i in range(n_rows))
-    if loss_type == "grpo":
-        per_row = []
-        for i in range(n_rows):
-            c = float(mask[i].sum().item())
-            per_row.append(float((ptl[i] * mask[i]).sum().item()) / (c if c >= 1 else 1.0))
-        return sum(per_row) / n_rows
-    if loss_type == "bnpo":
-        c = float(mask.sum().item())
-        return total / (c if c >= 1 else 1.0)
-    if loss_type == "dr_grpo":
-        return total / (n_rows * lmax)
-    return total / (nitems if nitems >= 1 else 1.0)
+from autograde.grpo_grader.oracles import run_in_kernel
 
-
-_h_gen = torch.Generator().manual_seed(3005)
-from tools.loss_types import LOSS_TYPES as _H_LOSS_TYPES
-_h_seen = {lt: [] for lt in _H_LOSS_TYPES}
-for _h_dtype, _h_n, _h_t in [(torch.float64, 5, 7), (torch.float32, 9, 12), (torch.float64, 1, 1), (torch.float32, 16, 30)]:
-    _hptl = (torch.randn(_h_n, _h_t, generator=_h_gen, dtype=torch.float64) * 2.0).to(_h_dtype)
-    _hl = torch.randint(0, _h_t + 1, (_h_n,), generator=_h_gen)
-    _hl[0] = max(1, int(_hl[0]))
-    _hm = torch.arange(_h_t)[None, :] < _hl[:, None]
-    _lmax = _h_t + int(torch.randint(0, 5, (1,), generator=_h_gen))
-    _nitems = int(_hm.sum()) + int(torch.randint(0, 40, (1,), generator=_h_gen))
-    _tol = 1e-9 if _h_dtype == torch.float64 else 2e-5
-    for _lt in _H_LOSS_TYPES:
-        for _nitems_arg in (_nitems, torch.tensor(_nitems)):
-            _leaf = torch.where(_hm, _hptl, torch.full_like(_hptl, 1e30)).requires_grad_(True)  # huge finite padding
-            _got = reduce_per_token_loss(_leaf, _hm.long() if _h_n % 2 else _hm, _lt, max_completion_length=_lmax, num_items_in_batch=_nitems_arg)
-            assert _got.dim() == 0, f"{_lt} 归约应返回标量"
-            assert_close(_got, torch.tensor(_h_ref_reduce(_hptl, _hm, _lt, _lmax, _nitems), dtype=torch.float64),
-                         atol=_tol, rtol=_tol, what=f"loss_type={_lt} 的归约（{_h_dtype}, {_h_n}x{_h_t}，padding 上是 1e30）")
-            _got.backward()
-            _probe = torch.zeros(_h_n, _h_t, dtype=torch.float64)
-            for _i in range(_h_n):
-                for _t in range(_h_t):
-                    if _hm[_i, _t]:
-                        _c = float(_hm[_i].sum())
-                        _probe[_i, _t] = {"grpo": 1.0 / (_h_n * _c), "bnpo": 1.0 / float(_hm.sum()),
-                                          "dr_grpo": 1.0 / (_h_n * _lmax)}.get(_lt, 1.0 / max(_nitems, 1))
-            assert_close(_leaf.grad, _probe, atol=_tol, rtol=_tol, what=f"loss_type={_lt} 下每个词元的梯度权重")
-        _h_seen[_lt].append(float(_got.item()))
-for _lt, _vals in _h_seen.items():
-    assert len(set(round(v, 7) for v in _vals)) == len(_vals), f"{_lt}：不同输入给出了相同的结果"
-# an all-masked batch: every reduction is 0 (counts clamp to 1)
-_z = torch.randn(3, 4, dtype=torch.float64)
-_zm = torch.zeros(3, 4, dtype=torch.bool)
-for _lt in _H_LOSS_TYPES:
-    assert_close(reduce_per_token_loss(_z, _zm, _lt, max_completion_length=4, num_items_in_batch=0), torch.tensor(0.0, dtype=torch.float64),
-                 what=f"全部被 mask 时 {_lt} 的归约")
-expect_value_error(lambda: reduce_per_token_loss(_z, _zm, "dr_grpo", max_completion_length=3), "max_completion_length 小于 T")
-expect_value_error(lambda: reduce_per_token_loss(_z, _zm, "dr_grpo", max_completion_length=0), "max_completion_length 不是正整数")
-expect_value_error(lambda: reduce_per_token_loss(_z, _zm, "cispo"), "cispo 缺少 num_items_in_batch")
-expect_value_error(lambda: reduce_per_token_loss(_z, _zm, "dapo", num_items_in_batch=-1), "num_items_in_batch < 0")
-expect_value_error(lambda: reduce_per_token_loss(_z[0], _zm[0], "grpo"), "per_token_loss 不是二维")
-expect_value_error(lambda: reduce_per_token_loss(_z, _zm, "GRPO"), "loss_type 大小写错误")
-expect_value_error(lambda: reduce_per_token_loss(_z, _zm.long() - 1, "grpo"), "mask 里出现了 -1")
+run_in_kernel("nb03b_loss_family_trl", "test_reduce_per_token_loss", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -445,33 +382,9 @@ expect_value_error(lambda: importance_ratio(_p, _o[:1], _m), "old_logps 形状�
 expect_value_error(lambda: importance_ratio(_p, _o, _m * 2), "mask 里出现了 2")
 print("importance_ratio 可见测试通过")
 ### BEGIN HIDDEN TESTS
-_h_gen = torch.Generator().manual_seed(3006)
-_h_seen = []
-for _h_dtype, _h_n, _h_t in [(torch.float64, 4, 6), (torch.float32, 7, 11), (torch.float64, 3, 1), (torch.float32, 12, 25)]:
-    _hp, _ho, _ha, _hm, _hr = _h_case(_h_gen, _h_n, _h_t, _h_dtype, empty_row=(_h_n == 7))
-    _tol = 1e-9 if _h_dtype == torch.float64 else 2e-5
-    _hp_pad = torch.where(_hm, _hp, _ho + 800.0)  # extreme finite log-ratios on the padding (C3)
-    _tok = importance_ratio(_hp_pad, _ho, _hm, "token")
-    assert tuple(_tok.shape) == (_h_n, _h_t), f"词元级比率形状应为 {(_h_n, _h_t)}"
-    _tok_expected = torch.where(_hm, (_hp.double() - _ho.double()).exp(), torch.ones(_h_n, _h_t, dtype=torch.float64))
-    assert_close(_tok, _tok_expected, atol=_tol, rtol=_tol, what="词元级比率（padding 处为 1）")
-    _leaf = _hp_pad.clone().requires_grad_(True)
-    _seq = importance_ratio(_leaf, _ho, _hm.float() if _h_n % 2 else _hm, "sequence")
-    assert tuple(_seq.shape) == (_h_n, 1), f"序列级比率形状应为 {(_h_n, 1)}，实际 {tuple(_seq.shape)}"
-    _exp_rows = []
-    for _i in range(_h_n):
-        _c = float(_hm[_i].sum())
-        _exp_rows.append(math.exp(float(((_hp[_i].double() - _ho[_i].double()) * _hm[_i].double()).sum()) / (_c if _c >= 1 else 1.0)))
-    _expected = torch.tensor(_exp_rows, dtype=torch.float64).view(_h_n, 1)
-    assert_close(_seq, _expected, atol=_tol, rtol=_tol, what="序列级比率")
-    _seq.sum().backward()
-    _lens = _hm.double().sum(dim=1, keepdim=True).clamp(min=1.0)
-    assert_close(_leaf.grad, _expected * _hm.double() / _lens, atol=_tol, rtol=_tol, what="序列级比率的梯度（padding 处为 0）")
-    _h_seen.append(_seq.detach().sum().item())
-assert len(set(round(v, 7) for v in _h_seen)) == len(_h_seen), "不同输入给出了相同的序列级比率"
-expect_value_error(lambda: importance_ratio(_hp, _ho, _hm[:, :1], "sequence"), "mask 形状不一致")
-expect_value_error(lambda: importance_ratio(_hp[0], _ho[0], _hm[0]), "policy_logps 不是二维")
-expect_value_error(lambda: importance_ratio(_hp, _ho, _hm.double() * 0.3, "sequence"), "mask 取值 0.3")
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb03b_loss_family_trl", "test_importance_ratio", globals())
 ### END HIDDEN TESTS
 
 # %% nbgrader={"solution": true, "grade_id": "per_token_policy_loss"}
@@ -559,69 +472,9 @@ expect_value_error(lambda: per_token_policy_loss(_p, _o, torch.tensor([1.0]), _m
 expect_value_error(lambda: per_token_policy_loss(_p, _o, torch.tensor([1.0]), _m, "cispo", epsilon_high=0.0), "cispo 的 epsilon_high <= 0")
 print("per_token_policy_loss 可见测试通过")
 ### BEGIN HIDDEN TESTS
-def _h_ref_per_token(policy, old, adv, mask, loss_type, el, eh, level, beta, ref):
-    policy, old, adv, maskd = policy.double(), old.double(), adv.double(), mask.double()
-    log_ratio = policy - old
-    if level == "sequence":
-        counts = maskd.sum(dim=1, keepdim=True)
-        counts = torch.where(counts < 1, torch.ones_like(counts), counts)
-        r = ((log_ratio * maskd).sum(dim=1, keepdim=True) / counts).exp().expand_as(policy)
-    else:
-        r = log_ratio.exp()
-    a = adv[:, None].expand_as(policy)
-    if loss_type == "cispo":
-        w = r.detach()
-        w = torch.where(w > eh, torch.full_like(w, eh), w)
-        out = -(w * a * policy)
-    else:
-        c = torch.where(r < 1 - el, torch.full_like(r, 1 - el), torch.where(r > 1 + eh, torch.full_like(r, 1 + eh), r))
-        out = -torch.where(r * a <= c * a, r * a, c * a)
-    if beta:
-        d = ref.double() - policy
-        out = out + beta * (d.exp() - d - 1.0)
-    return out
+from autograde.grpo_grader.oracles import run_in_kernel
 
-
-_h_gen = torch.Generator().manual_seed(3007)
-_h_seen = []
-for _h_dtype, _h_n, _h_t, _lt, _el, _eh, _lvl, _h_beta in [
-    (torch.float64, 6, 8, "dapo", 0.2, 0.28, "token", 0.0),
-    (torch.float32, 8, 5, "grpo", 0.2, 0.28, "token", 0.04),
-    (torch.float64, 5, 9, "cispo", 0.2, 5.0, "token", 0.0),
-    (torch.float32, 6, 7, "cispo", 0.2, 1.5, "token", 0.1),
-    (torch.float64, 7, 10, "grpo", 3e-4, 4e-4, "sequence", 0.0),
-    (torch.float64, 9, 6, "bnpo", 0.2, 0.28, "sequence", 0.05),
-    (torch.float64, 6, 6, "cispo", 0.2, 1.2, "sequence", 0.0),
-    (torch.float32, 10, 12, "dr_grpo", 0.1, 0.3, "token", 0.0),
-]:
-    _hp, _ho, _ha, _hm, _hr = _h_case(_h_gen, _h_n, _h_t, _h_dtype, spread=2.0, empty_row=(_h_n == 6))
-    _tol = 1e-9 if _h_dtype == torch.float64 else 3e-5
-    _leaf = _hp.clone().requires_grad_(True)
-    _got = per_token_policy_loss(_leaf, _ho, _ha, _hm, _lt, epsilon_low=_el, epsilon_high=_eh,
-                                 importance_sampling_level=_lvl, beta=_h_beta, ref_logps=_hr if _h_beta else None)
-    assert tuple(_got.shape) == (_h_n, _h_t), f"per_token_policy_loss 应返回 {(_h_n, _h_t)}，实际 {tuple(_got.shape)}"
-    _refp = _hp.double().clone().requires_grad_(True)
-    _exp = _h_ref_per_token(_refp, _ho, _ha, _hm, _lt, _el, _eh, _lvl, _h_beta, _hr)
-    assert_close(_got * _hm, _exp * _hm, atol=_tol, rtol=_tol, what=f"{_lt}/{_lvl} 的逐 token 损失")
-    _wgt = torch.rand(_h_n, _h_t, generator=_h_gen, dtype=torch.float64) * _hm
-    (_got.double() * _wgt).sum().backward()
-    (_exp * _wgt).sum().backward()
-    assert_close(_leaf.grad, _refp.grad, atol=_tol, rtol=_tol, what=f"{_lt}/{_lvl} 的逐 token 损失的梯度")
-    _h_seen.append((_got.detach() * _hm).sum().item())
-    _leaf_pad = torch.where(_hm, _hp, _ho + 800.0).clone().requires_grad_(True)  # C3: extreme padding changes nothing
-    _got_pad = per_token_policy_loss(_leaf_pad, _ho, _ha, _hm.long(), _lt, epsilon_low=_el, epsilon_high=_eh,
-                                     importance_sampling_level=_lvl, beta=_h_beta,
-                                     ref_logps=torch.where(_hm, _hr, _hr - 800.0) if _h_beta else None)
-    assert bool(torch.isfinite(_got_pad).all()), f"{_lt}/{_lvl}：padding 上对数比率为 800 时逐词元损失不应出现 inf/nan"
-    assert_close(_got_pad * _hm, _got.detach() * _hm, atol=_tol, rtol=_tol, what=f"{_lt}/{_lvl}：padding 上对数比率为 800 时的逐词元损失")
-    (_got_pad.double() * _wgt).sum().backward()
-    assert_close(_leaf_pad.grad, _leaf.grad, atol=_tol, rtol=_tol, what=f"{_lt}/{_lvl}：padding 上对数比率为 800 时的梯度")
-assert len(set(round(v, 6) for v in _h_seen)) == len(_h_seen), "不同输入给出了相同的结果"
-expect_value_error(lambda: per_token_policy_loss(_hp, _ho, _ha, _hm, "grpo", importance_sampling_level="seq"), "未知 importance_sampling_level")
-expect_value_error(lambda: per_token_policy_loss(_hp, _ho, _ha, _hm, "grpo", epsilon_high=-0.1), "epsilon_high < 0")
-expect_value_error(lambda: per_token_policy_loss(_hp, _ho, _ha, _hm, "grpo", epsilon_low=-0.1), "epsilon_low < 0")
-expect_value_error(lambda: per_token_policy_loss(_hp, _ho, _ha[:-1], _hm, "grpo"), "advantages 长度不是 B*G")
-expect_value_error(lambda: per_token_policy_loss(_hp, _ho, _ha, _hm, "grpo", beta=0.1), "beta > 0 但没有 ref_logps")
+run_in_kernel("nb03b_loss_family_trl", "test_per_token_policy_loss", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -961,24 +814,24 @@ print(f"同一组 [1, 0, 1, 0]：MiniMind（总体 std）{_minimind.tolist()}，
 # %% [markdown]
 # **Q9（数值，本课补充）** 一个批里有一条 3 词元和一条 30 词元的回答，每个词元的损失相同，没有梯度累积。
 # 30 词元回答里**单个词元** 的梯度权重是 3 词元回答里单个词元的多少倍？分别给出 `loss_type="grpo"`
-# 与 `loss_type="dapo"` 的答案，赋给 `q9_ratio = {"grpo": ..., "dapo": ...}`。
+# 与 `loss_type="dapo"` 的答案。把答案写成函数 `q9_ratio(short_len, long_len)`，返回 `{"grpo": ..., "dapo": ...}`：
+# 本题就是 `q9_ratio(3, 30)`，评分时还会用别的长度检查同一个函数。
 
 # %% nbgrader={"solution": true, "grade_id": "q9_answer"}
-q9_ratio = None
-### BEGIN SOLUTION
-q9_ratio = {"grpo": 0.1, "dapo": 1.0}
-### END SOLUTION
+def q9_ratio(short_len, long_len):
+    """长回答里单个词元的梯度权重是短回答里单个词元的多少倍：{"grpo": ..., "dapo": ...}。"""
+    ### BEGIN SOLUTION
+    return {"grpo": short_len / long_len, "dapo": 1.0}  # grpo: 1/len per answer; dapo: 1/(all tokens) for each
+    ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_q9", "points": 1}
 """检查 Q9：grpo 与 dapo 归约下长短回答的单 token 权重之比。"""
-if q9_ratio is None:
-    raise NotImplementedError("请先回答 Q9")
-assert isinstance(q9_ratio, dict) and set(q9_ratio) == {"grpo", "dapo"}, "q9_ratio 应是键为 'grpo'、'dapo' 的字典"
+_q9 = q9_ratio(3, 30)
+assert isinstance(_q9, dict) and set(_q9) == {"grpo", "dapo"}, "q9_ratio 应返回键为 'grpo'、'dapo' 的字典"
 ### BEGIN HIDDEN TESTS
-from tools.grading import trusted as _h_trusted
+from autograde.grpo_grader.oracles import run_in_kernel
 
-assert _h_trusted("abs")(float(q9_ratio["grpo"]) - 0.1) < 1e-6, "grpo：每条回答总权重相同，单 token 权重与长度成反比（3/30）"
-assert _h_trusted("abs")(float(q9_ratio["dapo"]) - 1.0) < 1e-6, "dapo：全局 token 均值，每个 token 权重相同"
+run_in_kernel("nb03b_loss_family_trl", "test_q9", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]

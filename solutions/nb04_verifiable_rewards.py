@@ -181,96 +181,9 @@ expect_value_error(lambda: verify_integer_response("4", 4, correctness_weight=-1
 expect_value_error(lambda: verify_integer_response("4", 4, format_weight=float("nan")), "权重不是有限数")
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
-import random as _random
+from autograde.grpo_grader.oracles import run_in_kernel
 
-from tools.grading import trusted as _trusted
-
-_isinstance = _trusted("isinstance")
-_expected_keys = {"verifier_id", "status", "parsed_answer", "correctness", "format_pass", "total_reward"}
-
-
-def _scan_integers(text):
-    """Reference scanner, written without regular expressions: non-overlapping `-?[0-9]+` pieces, left to right."""
-    pieces, i = [], 0
-    while i < len(text):
-        if text[i] == "-" and i + 1 < len(text) and text[i + 1] in "0123456789":
-            j = i + 1
-        elif text[i] in "0123456789":
-            j = i
-        else:
-            i += 1
-            continue
-        k = j
-        while k < len(text) and text[k] in "0123456789":
-            k += 1
-        pieces.append(text[i:k])
-        i = k
-    return pieces
-
-
-def _reference(response, expected, cw, fw):
-    stripped = response.strip(" \t\n\r")
-    pieces = _scan_integers(stripped)
-    parsed = int(pieces[-1]) if pieces else None
-    correct = 1.0 if parsed is not None and parsed == expected else 0.0
-    body = stripped[1:] if stripped.startswith("-") else stripped
-    fmt = 1.0 if body != "" and all(ch in "0123456789" for ch in body) else 0.0
-    return {"status": "ok" if parsed is not None else "unjudgeable", "parsed_answer": parsed,
-            "correctness": correct, "format_pass": fmt, "total_reward": cw * correct + fw * fmt}
-
-
-_rng = _random.Random(20240404)
-_words = ["the", "answer", "is", "so", "=", "+", "x", ".", ",", "step", "final:", "not", "-", "--", "e", "Answer"]
-_seen_totals = set()
-for _case in range(300):
-    _expected = _rng.randint(-60, 60)
-    _kind = _rng.randrange(6)
-    if _kind == 0:  # only an integer, possibly the expected one, with surrounding whitespace
-        _value = _expected if _rng.random() < 0.5 else _rng.randint(-60, 60)
-        _text = _rng.choice(["", " ", "\n", "\t "]) + str(_value) + _rng.choice(["", " ", "\n", " \t"])
-    elif _kind == 1:  # several integers: the last one decides
-        _numbers = [_rng.randint(-60, 60) for _ in range(_rng.randint(2, 5))]
-        if _rng.random() < 0.5:
-            _numbers[-1] = _expected
-        else:
-            _numbers[0] = _expected
-        _text = " ".join(f"{_rng.choice(_words)} {n}" for n in _numbers)
-    elif _kind == 2:  # no digits at all
-        _text = " ".join(_rng.choice(_words) for _ in range(_rng.randint(0, 6)))
-    elif _kind == 3:  # glued signs and leading zeros
-        _text = _rng.choice(["--", "+", "", "0", "00", "a-"]) + str(abs(_expected)) + _rng.choice(["", "-3", ".0", "x"])
-    elif _kind == 4:  # the expected answer followed by a wrong one
-        _text = f"{_expected} or maybe {_expected + _rng.choice([-2, -1, 1, 2])}"
-    else:  # random mix of words and integers
-        _tokens = [_rng.choice(_words) if _rng.random() < 0.6 else str(_rng.randint(-99, 99)) for _ in range(_rng.randint(1, 8))]
-        _text = _rng.choice(["", " "]).join(_tokens)
-    _cw = _rng.choice([1.0, 0.5, 2.0, 0.0, round(_rng.uniform(0, 3), 3)])
-    _fw = _rng.choice([0.1, 0.0, 1.0, round(_rng.uniform(0, 1), 3)])
-    _want = _reference(_text, _expected, _cw, _fw)
-    _got = verify_integer_response(_text, _expected, correctness_weight=_cw, format_weight=_fw)
-    assert set(_got) == _expected_keys, f"返回的键不对：{sorted(_got)}"
-    assert _got["verifier_id"] == "integer-answer-v1"
-    assert _got["status"] == _want["status"], f"回答 {_text!r}：status 期望 {_want['status']}，实际 {_got['status']}"
-    if _want["parsed_answer"] is None:
-        assert _got["parsed_answer"] is None, f"回答 {_text!r}：parsed_answer 应为 None"
-    else:
-        assert _isinstance(_got["parsed_answer"], int) and not _isinstance(_got["parsed_answer"], bool), \
-            f"回答 {_text!r}：parsed_answer 应为 int"
-        assert _got["parsed_answer"] == _want["parsed_answer"], \
-            f"回答 {_text!r}：parsed_answer 期望 {_want['parsed_answer']}（最后一个整数），实际 {_got['parsed_answer']}"
-    for _key in ("correctness", "format_pass", "total_reward"):
-        assert_close(_got[_key], _want[_key], atol=1e-9, what=f"回答 {_text!r} 的 {_key}")
-    _seen_totals.add(round(_want["total_reward"], 6))
-assert len(_seen_totals) > 5  # the random cases really exercise different rewards
-
-for _bad in [None, 4, 4.0, b"4", ["4"]]:
-    expect_value_error(lambda: verify_integer_response(_bad, 4), f"response={_bad!r}")
-for _bad in [4.0, "4", None, False, True, 4.5]:
-    expect_value_error(lambda: verify_integer_response("4", _bad), f"expected_answer={_bad!r}")
-for _bad in [-0.5, float("inf"), float("-inf"), float("nan"), "1", None, True]:
-    expect_value_error(lambda: verify_integer_response("4", 4, correctness_weight=_bad), f"correctness_weight={_bad!r}")
-    expect_value_error(lambda: verify_integer_response("4", 4, format_weight=_bad), f"format_weight={_bad!r}")
-print("隐藏测试通过")
+run_in_kernel("nb04_verifiable_rewards", "test_verify_integer_response_visible", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -519,27 +432,9 @@ expect_value_error(lambda: rewards_per_func_from_lists([[1.0, "x"]]), "元素不
 expect_value_error(lambda: rewards_per_func_from_lists([[1.0, float("nan")]]), "元素是 NaN")
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
-import random as _random
+from autograde.grpo_grader.oracles import run_in_kernel
 
-_rng = _random.Random(404)
-for _trial in range(40):
-    _n, _f = _rng.randint(1, 9), _rng.randint(1, 4)
-    _dtype = _rng.choice([torch.float32, torch.float64])
-    _outputs = [[None if _rng.random() < 0.3 else _rng.choice([_rng.uniform(-3, 3), _rng.randint(-2, 2)])
-                 for _ in range(_n)] for _ in range(_f)]
-    if _rng.random() < 0.5:
-        _outputs = tuple(tuple(column) for column in _outputs)
-    _got = rewards_per_func_from_lists(_outputs, dtype=_dtype)
-    assert tuple(_got.shape) == (_n, _f), f"N={_n}, F={_f}：形状应为 {(_n, _f)}，实际 {tuple(_got.shape)}"
-    assert _got.dtype == _dtype, f"dtype 应为 {_dtype}，实际 {_got.dtype}"
-    _want = [[float("nan") if _outputs[j][i] is None else float(_outputs[j][i]) for j in range(_f)] for i in range(_n)]
-    assert_close(_got, _want, atol=1e-6 if _dtype == torch.float32 else 1e-12, what=f"N={_n}, F={_f} 的 rewards_per_func")
-
-for _bad in [[], (), None, [1.0, 2.0], [[]], [[1.0], [None, 2.0]], [[True, 1.0]], [[1.0, float("inf")]],
-             [[1.0, float("-inf")]], [[None, "0.5"]], [[1.0], None]]:
-    expect_value_error(lambda: rewards_per_func_from_lists(_bad), f"outputs={_bad!r}")
-expect_value_error(lambda: rewards_per_func_from_lists([[1.0]], dtype=torch.int64), "dtype 为整数类型")
-print("隐藏测试通过")
+run_in_kernel("nb04_verifiable_rewards", "test_rewards_per_func_from_lists_visible", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -591,47 +486,9 @@ expect_value_error(lambda: combine_rewards(_table[0], [1.0, 1.0]), "rewards_per_
 expect_value_error(lambda: combine_rewards(torch.ones(2, 2, dtype=torch.int64), [1.0, 1.0]), "rewards_per_func 不是浮点")
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
-from tools.grading import trusted as _trusted
+from autograde.grpo_grader.oracles import run_in_kernel
 
-_isnan = torch.isnan
-_generator = torch.Generator().manual_seed(4040)
-_previous = None
-for _n, _f in [(1, 1), (5, 1), (6, 3), (17, 4), (33, 2)]:
-    for _dtype in (torch.float32, torch.float64):
-        _values = torch.randn(_n, _f, generator=_generator, dtype=torch.float64) * 2  # [N, F]
-        _holes = torch.rand(_n, _f, generator=_generator) < 0.35
-        _holes[0] = True             # a row that no function can score
-        if _n > 1:
-            _holes[1] = False        # a row that every function scores
-        _values[_holes] = float("nan")
-        _weights = (torch.randn(_f, generator=_generator, dtype=torch.float64) * 1.5).tolist()
-        _input = _values.to(_dtype)
-        _copy = _input.clone()
-        _as_tensor_weights = len(_weights) % 2 == 0
-        _got = combine_rewards(_input, torch.tensor(_weights, dtype=torch.float64) if _as_tensor_weights else _weights)
-        assert tuple(_got.shape) == (_n,), f"N={_n}, F={_f}：形状应为 ({_n},)，实际 {tuple(_got.shape)}"
-        assert _got.dtype == _dtype, f"dtype 应保持 {_dtype}，实际 {_got.dtype}"
-        assert _trusted("torch.equal")(_isnan(_input), _isnan(_copy)) and \
-            _trusted("torch.allclose")(_input.nan_to_num(0.0), _copy.nan_to_num(0.0)), "不能修改传入的 rewards_per_func"
-        _want = []
-        _reference = _input.double()
-        for _i in range(_n):
-            _terms = [_weights[_j] * _reference[_i, _j].item() for _j in range(_f) if not math.isnan(_reference[_i, _j].item())]
-            _want.append(sum(_terms) if _terms else float("nan"))
-        _tol = 1e-5 if _dtype == torch.float32 else 1e-10
-        assert_close(_got, _want, atol=_tol, rtol=_tol, what=f"N={_n}, F={_f}, {_dtype} 的加权奖励")
-        if _previous is not None and _previous.shape == _got.shape and not _isnan(_got).all():
-            assert not _trusted("torch.allclose")(_previous.double().nan_to_num(0.0), _got.double().nan_to_num(0.0)), \
-                "两组不同的输入给出了相同的结果：输出必须依赖输入"
-        _previous = _got
-
-_table = torch.tensor([[1.0, float("nan")], [float("nan"), float("nan")]])
-for _bad_weights in [[1.0], [1.0, 2.0, 3.0], [[1.0, 2.0]], [1.0, float("nan")], [float("inf"), 1.0]]:
-    expect_value_error(lambda: combine_rewards(_table, _bad_weights), f"weights={_bad_weights!r}")
-for _bad_table in [[[1.0, 2.0]], torch.ones(3), torch.ones(2, 0), torch.ones(2, 2, 2), torch.tensor([[1.0, float("inf")]]),
-                   torch.ones(2, 2, dtype=torch.int32)]:
-    expect_value_error(lambda: combine_rewards(_bad_table, [1.0, 1.0]), "rewards_per_func 不合法")
-print("隐藏测试通过")
+run_in_kernel("nb04_verifiable_rewards", "test_combine_rewards_visible", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -157,83 +157,9 @@ expect_value_error(lambda: completion_mask_from_eos(_ids, _E, _pad.float() * 0.5
 expect_value_error(lambda: completion_mask_from_eos(_ids, "9"), "eos_token_id 不是 int")
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
-from tools.grading import trusted as _trusted
+from autograde.grpo_grader.oracles import run_in_kernel
 
-_equal = _trusted("torch.equal")
-
-
-def _reference_mask(ids, eos, pad):
-    rows = []
-    for b in range(ids.shape[0]):
-        row, stopped = [], False
-        for t in range(ids.shape[1]):
-            real = bool(pad[b, t])
-            row.append(real and not stopped)
-            if real and int(ids[b, t]) == eos:
-                stopped = True
-        rows.append(row)
-    return torch.tensor(rows, dtype=torch.bool).reshape(ids.shape)
-
-
-_generator = torch.Generator().manual_seed(5050)
-_outputs = []
-for _b, _t, _vocab in [(1, 1, 3), (2, 7, 4), (5, 12, 6), (8, 9, 3), (16, 33, 5), (3, 64, 40)]:
-    for _layout in ("none", "right", "left", "holes"):
-        _ids = torch.randint(0, _vocab, (_b, _t), generator=_generator)  # [B, T] small vocab: many EOS
-        _eos = int(torch.randint(0, _vocab, (1,), generator=_generator))
-        _lengths = torch.randint(0, _t + 1, (_b,), generator=_generator)
-        _positions = torch.arange(_t).unsqueeze(0)  # [1, T]
-        if _layout == "none":
-            _pad = None
-        elif _layout == "right":
-            _pad = _positions < _lengths.unsqueeze(1)  # [B, T]
-        elif _layout == "left":
-            _pad = _positions >= (_t - _lengths).unsqueeze(1)  # [B, T]
-        else:
-            _pad = torch.rand(_b, _t, generator=_generator) < 0.7  # [B, T]
-        if _pad is not None:
-            _ids = torch.where(_pad, _ids, torch.full_like(_ids, _eos))  # padding carries the EOS id
-            if _b > 1:
-                _ids[0] = torch.where(_pad[0], torch.full_like(_ids[0], (_eos + 1) % _vocab), _ids[0])  # no real EOS
-        _dtype = [torch.int64, torch.int32, torch.int16][len(_outputs) % 3]
-        _ids = _ids.to(_dtype)
-        _pad_arg = _pad if (_pad is None or len(_outputs) % 2) else _pad.to(torch.int64)
-        _ids_copy = _ids.clone()
-        _got = completion_mask_from_eos(_ids, _eos, _pad_arg)
-        _want = _reference_mask(_ids, _eos, _pad if _pad is not None else torch.ones(_b, _t, dtype=torch.bool))
-        assert _got.dtype == torch.bool, f"返回值应为布尔张量，实际 {_got.dtype}"
-        assert tuple(_got.shape) == (_b, _t), f"形状应为 {(_b, _t)}，实际 {tuple(_got.shape)}"
-        assert _equal(_got.cpu(), _want), (
-            f"B={_b}, T={_t}, 布局 {_layout}：掩码不对\ncompletion_ids={_ids.tolist()}\neos={_eos}\n"
-            f"pad_mask={None if _pad is None else _pad.long().tolist()}\n期望={_want.long().tolist()}\n实际={_got.long().tolist()}")
-        assert _equal(_ids, _ids_copy), "不能修改传入的 completion_ids"
-        _outputs.append(_got)
-assert len({tuple(o.flatten().tolist()) for o in _outputs if o.numel() > 20}) > 10  # outputs depend on inputs
-
-_ids = torch.tensor([[1, 2, 3]])
-for _bad_call, _contract in [
-    (lambda: completion_mask_from_eos([[1, 2, 3]], 3), "completion_ids 不是张量"),
-    (lambda: completion_mask_from_eos(torch.ones(2, 3, 4, dtype=torch.long), 3), "completion_ids 是三维"),
-    (lambda: completion_mask_from_eos(_ids.bool(), 1), "completion_ids 是布尔"),
-    (lambda: completion_mask_from_eos(_ids.double(), 3), "completion_ids 是浮点"),
-    (lambda: completion_mask_from_eos(_ids, 3.0), "eos_token_id 是浮点"),
-    (lambda: completion_mask_from_eos(_ids, True), "eos_token_id 是 bool"),
-    (lambda: completion_mask_from_eos(_ids, torch.tensor(3)), "eos_token_id 是张量"),
-    (lambda: completion_mask_from_eos(_ids, 3, torch.ones(1, 4, dtype=torch.bool)), "pad_mask 形状不一致"),
-    (lambda: completion_mask_from_eos(_ids, 3, torch.ones(3, dtype=torch.bool)), "pad_mask 是一维"),
-    (lambda: completion_mask_from_eos(_ids, 3, torch.tensor([[1, 2, 1]])), "pad_mask 含 0/1 以外的值"),
-    (lambda: completion_mask_from_eos(_ids, 3, torch.tensor([[1.0, 0.25, 1.0]])), "pad_mask 含 0/1 以外的浮点值"),
-    (lambda: completion_mask_from_eos(_ids, 3, torch.tensor([[1.0, float("nan"), 1.0]])), "pad_mask 含 NaN"),
-    (lambda: completion_mask_from_eos(_ids, 3, [[1, 1, 1]]), "pad_mask 不是张量"),
-]:
-    expect_value_error(_bad_call, _contract)
-for _dtype in (torch.float32, torch.float64, torch.int8):
-    _pad_numeric = torch.tensor([[1, 1, 0], [0, 1, 1]], dtype=_dtype)
-    _ids2 = torch.tensor([[3, 5, 3], [3, 3, 7]])
-    _want = completion_mask_from_eos(_ids2, 3, _pad_numeric.bool())
-    _got = completion_mask_from_eos(_ids2, 3, _pad_numeric)
-    assert _got.dtype == torch.bool and _got.equal(_want), f"{_dtype} 的 0/1 pad_mask 应与布尔掩码结果相同（约定卡 C1）"
-print("隐藏测试通过")
+run_in_kernel("nb05_logprobs_masks", "test_completion_mask_from_eos_visible", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -385,53 +311,9 @@ expect_value_error(lambda: shifted_token_logps(logits[:, :1], input_ids[:, :1]),
 expect_value_error(lambda: shifted_token_logps(logits, input_ids.float()), "input_ids 不是整数")
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
-from tools.grading import trusted as _trusted
+from autograde.grpo_grader.oracles import run_in_kernel
 
-_generator = torch.Generator().manual_seed(5151)
-_previous = None
-for _b, _t, _vocab in [(1, 2, 2), (2, 5, 7), (3, 9, 31), (4, 16, 50), (2, 33, 5)]:
-    for _dtype in (torch.float32, torch.float64):
-        _raw = torch.randn(_b, _t, _vocab, generator=_generator, dtype=torch.float64) * 3  # [B, T, V]
-        _ids = torch.randint(0, _vocab, (_b, _t), generator=_generator)  # [B, T]
-        _ids_arg = _ids.to(torch.int32) if _dtype == torch.float32 else _ids
-        _input = _raw.to(_dtype).requires_grad_(True)
-        _got = shifted_token_logps(_input, _ids_arg)
-        assert tuple(_got.shape) == (_b, _t - 1), f"形状应为 {(_b, _t - 1)}，实际 {tuple(_got.shape)}"
-        assert _got.dtype == _dtype, f"dtype 应与 logits 相同（{_dtype}），实际 {_got.dtype}"
-        _reference_input = _input.detach().double().requires_grad_(True)
-        _want = torch.empty(_b, _t - 1, dtype=torch.float64)
-        _reference_rows = []
-        for _i in range(_b):
-            for _j in range(_t - 1):
-                _row = _reference_input[_i, _j]  # the distribution that predicts token j + 1
-                _reference_rows.append(_row[int(_ids[_i, _j + 1])] - torch.logsumexp(_row, dim=0))
-        _want = torch.stack(_reference_rows).reshape(_b, _t - 1)
-        _tol = 1e-5 if _dtype == torch.float32 else 1e-10
-        assert_close(_got, _want, atol=_tol, rtol=_tol, what=f"B={_b}, T={_t}, V={_vocab}, {_dtype} 的词元对数概率")
-        _weights = torch.randn(_b, _t - 1, generator=_generator, dtype=torch.float64)
-        (_got.double() * _weights).sum().backward()
-        (_want * _weights).sum().backward()
-        assert _input.grad is not None, "结果必须能对 logits 反向传播"
-        assert_close(_input.grad, _reference_input.grad, atol=_tol * 10, rtol=_tol * 10, what="对 logits 的梯度")
-        if _previous is not None and _previous.shape == _got.shape:
-            assert not _trusted("torch.allclose")(_previous.double(), _got.detach().double())
-        _previous = _got.detach()
-
-_logits = torch.randn(2, 4, 6)
-_ids = torch.randint(0, 6, (2, 4))
-for _bad_call, _contract in [
-    (lambda: shifted_token_logps(_logits[0], _ids[0]), "logits 不是三维"),
-    (lambda: shifted_token_logps(_logits.long(), _ids), "logits 不是浮点"),
-    (lambda: shifted_token_logps(_logits, _ids.double()), "input_ids 是浮点"),
-    (lambda: shifted_token_logps(_logits, _ids[:1]), "B 不一致"),
-    (lambda: shifted_token_logps(_logits, _ids.unsqueeze(-1)), "input_ids 是三维"),
-    (lambda: shifted_token_logps(_logits[:, :1], _ids[:, :1]), "T = 1"),
-    (lambda: shifted_token_logps(_logits, _ids + 6), "词元越界"),
-    (lambda: shifted_token_logps(_logits, _ids - 6), "词元为负"),
-    (lambda: shifted_token_logps(_logits.tolist(), _ids), "logits 不是张量"),
-]:
-    expect_value_error(_bad_call, _contract)
-print("隐藏测试通过")
+run_in_kernel("nb05_logprobs_masks", "test_shifted_token_logps_visible", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]

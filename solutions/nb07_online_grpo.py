@@ -245,52 +245,9 @@ expect_value_error(lambda: sample_group(policy, tokenizer, _prompts, 4, top_p=1.
 print("示例回答：", _roll["completions"][:8])
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
-# Temperature enters the recorded log-probs, the sampled distribution is the model's (top_k off, do_sample on),
-# the reference model's log-probs are recorded, different seeds give different samples, contracts.
-_hp = [p["prompt"] for p in TRAIN_PROBLEMS[5:9]]
-_hr = sample_group(policy, tokenizer, _hp, 3, temperature=1.7, max_new_tokens=5, seed=11)
-assert _hr["prompt_ids"].shape[0] == 12 and _hr["group_ids"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
-_henc = og.encode_prompts(tokenizer, _hp)
-assert _hr["prompt_ids"].tolist() == _henc["input_ids"].repeat_interleave(3, 0).tolist(), "prompt_ids 应为每个提示重复 G 次"
-_heos = _hr["completion_ids"] == tokenizer.eos_token_id
-assert _hr["completion_mask"].tolist() == ((torch.cumsum(_heos.long(), 1) - _heos.long()) == 0).tolist()
-with torch.no_grad():
-    _h_t = og.completion_logps(policy, _hr["prompt_ids"], _hr["prompt_mask"], _hr["completion_ids"],
-                               _hr["completion_mask"], temperature=1.7).masked_fill(~_hr["completion_mask"], 0.0)
-assert_close(_hr["old_per_token_logps"], _h_t, atol=1e-5, what="temperature=1.7 时的 old_per_token_logps（logits 要除以温度）")
-for _row, _keep, _text in zip(_hr["completion_ids"], _hr["completion_mask"], _hr["completions"]):
-    assert _text == tokenizer.decode(_row[_keep].tolist(), skip_special_tokens=True), "completions 应为掩码内词元的解码"
-_hs = [sample_group(policy, tokenizer, _hp, 3, temperature=1.7, max_new_tokens=5, seed=s)["completion_ids"].tolist()
-       for s in (1, 2)]
-assert _hs[0] != _hs[1], "不同的 seed 应得到不同的样本（是否用了 do_sample=True？）"
-# the empirical first-token distribution follows the model's softmax at temperature 1 (no top-k, no greedy)
-_one = sample_group(policy, tokenizer, [HELDOUT_PROBLEMS[0]["prompt"]] * 50, 8, temperature=1.0, max_new_tokens=1,
-                    seed=5)
-with torch.no_grad():
-    _enc1 = og.encode_prompts(tokenizer, [HELDOUT_PROBLEMS[0]["prompt"]])
-    _probs = torch.softmax(policy(**{k: v.to(DEVICE) for k, v in _enc1.items()}).logits[0, -1].float(), -1)  # [V]
-_first = _one["completion_ids"][:, 0]
-_top = int(_probs.argmax())
-_freq = float((_first == _top).float().mean())
-assert abs(_freq - float(_probs[_top])) < 0.1, f"首词元的采样频率 {_freq:.3f} 应接近模型概率 {float(_probs[_top]):.3f}"
-_rare = int((_probs > 1e-4).sum())
-assert len(set(_first.tolist())) >= min(3, _rare), "采样应覆盖多个词元"
-_ref = copy.deepcopy(policy)
-with torch.no_grad():
-    for _p in _ref.parameters():
-        _p.mul_(0.9)
-_rr = sample_group(policy, tokenizer, _hp[:2], 2, max_new_tokens=4, seed=3, ref_model=_ref)
-with torch.no_grad():
-    _h_ref = og.completion_logps(_ref, _rr["prompt_ids"], _rr["prompt_mask"], _rr["completion_ids"],
-                                 _rr["completion_mask"], temperature=1.0).masked_fill(~_rr["completion_mask"], 0.0)
-assert _rr["ref_per_token_logps"] is not None
-assert_close(_rr["ref_per_token_logps"], _h_ref, atol=1e-5, what="ref_per_token_logps")
-del _ref
-expect_value_error(lambda: sample_group(policy, tokenizer, "3+5=", 4), "prompts 不是列表")
-expect_value_error(lambda: sample_group(policy, tokenizer, _hp, True), "num_generations 是 bool")
-expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, temperature=float("inf")), "temperature 为 inf")
-expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, top_p=0.0), "top_p 为 0")
-expect_value_error(lambda: sample_group(policy, tokenizer, _hp, 4, max_new_tokens=0), "max_new_tokens 为 0")
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb07_online_grpo", "test_sample_group_visible", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -493,58 +450,9 @@ expect_value_error(lambda: grpo_step(_m3, _opt3, dict(_vr, completion_mask=_vr["
 print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in _out.items() if k != "losses"})
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
-# the grader's float64 re-derivation of one update: its oracle checks grpo_step with the same function (one home)
-from autograde.grpo_grader.oracles.nb07_online_grpo import reference_step as _h_reference_step
-from tools.grading import trusted as _trusted
+from autograde.grpo_grader.oracles import run_in_kernel
 
-_h_tensor_equal = _trusted("torch.equal")
-
-_hroll = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[10:13]], 4, max_new_tokens=6, seed=33,
-                      ref_model=policy)
-# a row with a fully masked completion (C5) and a big masked log-ratio (C3)
-_hroll["completion_mask"] = _hroll["completion_mask"].clone()
-_hroll["completion_mask"][5] = False
-_hroll["old_per_token_logps"] = _hroll["old_per_token_logps"].clone()
-_hroll["old_per_token_logps"][5] = -800.0
-_hadv = torch.randn(12, generator=torch.Generator().manual_seed(4))
-_cases = [
-    dict(num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0, loss_type="grpo"),
-    dict(num_iterations=3, epsilon=0.05, epsilon_high=0.1, beta=0.0, loss_type="dapo"),
-    dict(num_iterations=2, epsilon=0.1, epsilon_high=0.3, beta=0.2, loss_type="dr_grpo"),
-    dict(num_iterations=2, epsilon=0.1, epsilon_high=None, beta=0.0, loss_type="bnpo"),
-    dict(num_iterations=2, epsilon=0.1, epsilon_high=None, beta=0.3, loss_type="grpo", use_bias_correction_kl=False),
-]
-for _case in _cases:
-    _mm = copy.deepcopy(policy).double()
-    _ro = dict(_hroll, old_per_token_logps=_hroll["old_per_token_logps"].double(),
-               ref_per_token_logps=_hroll["ref_per_token_logps"].double())
-    _o = grpo_step(_mm, torch.optim.AdamW(_mm.parameters(), lr=2e-3), _ro, _hadv.double(), max_grad_norm=0.5,
-                   temperature=1.0, **_case)
-    _rl, _rp, _rlow, _rhigh, _rkl = _h_reference_step(policy, _ro, _hadv, 2e-3, max_grad_norm=0.5, temperature=1.0,
-                                                      **_case)
-    assert_close(_o["losses"], _rl, atol=1e-6, what=f"{_case} 的逐轮次损失")
-    assert all(math.isfinite(v) for v in _o["losses"]), "被掩码的大对数比率不应产生 inf/NaN（先掩码再取指数）"
-    assert_close(_o["clip_ratio_low"], sum(_rlow) / len(_rlow), atol=1e-6, what=f"{_case} 的 clip_ratio_low")
-    assert_close(_o["clip_ratio_high"], sum(_rhigh) / len(_rhigh), atol=1e-6, what=f"{_case} 的 clip_ratio_high")
-    assert_close(_o["approx_kl"], sum(_rkl) / len(_rkl), atol=1e-6, what=f"{_case} 的 approx_kl")
-    for _a, _b in zip(_mm.parameters(), _rp):
-        assert_close(_a.detach(), _b, atol=1e-6, what=f"{_case} 更新后的参数")
-    assert (_o["kl_ref"] is None) == (_case["beta"] == 0), "kl_ref 只在 beta > 0 时有值"
-# 0/1 float mask gives the same update as the bool mask (C1); beta == 0 ignores a given reference (C2)
-_ma, _mb = copy.deepcopy(policy), copy.deepcopy(policy)
-_oa = grpo_step(_ma, torch.optim.AdamW(_ma.parameters(), lr=1e-3), _hroll, _hadv, num_iterations=2, epsilon=0.05)
-_ob = grpo_step(_mb, torch.optim.AdamW(_mb.parameters(), lr=1e-3),
-                dict(_hroll, completion_mask=_hroll["completion_mask"].to(torch.float16), ref_per_token_logps=None),
-                _hadv, num_iterations=2, epsilon=0.05)
-assert_close(_oa["losses"], _ob["losses"], atol=1e-6, what="bool 掩码与 0/1 掩码的损失")
-for _a, _b in zip(_ma.parameters(), _mb.parameters()):
-    assert _h_tensor_equal(_a, _b), "bool 掩码与 0/1 掩码应给出完全相同的更新"
-expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv, num_iterations=0), "num_iterations 为 0")
-expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv, epsilon=-0.1), "epsilon 为负")
-expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv, beta=-1.0), "beta 为负")
-expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), _hroll, _hadv.clone().fill_(float("nan"))), "advantages 含 NaN")
-expect_value_error(lambda: grpo_step(_ma, torch.optim.AdamW(_ma.parameters()), dict(_hroll, ref_per_token_logps=None), _hadv, beta=0.1), "beta > 0 无参考")
-_ma = _mb = _mm = None  # free the copies (no `del`: the lambdas above read _ma)
+run_in_kernel("nb07_online_grpo", "test_grpo_step_visible", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -625,34 +533,9 @@ expect_value_error(lambda: log_step_metrics(0, _rw[:7], 4, _msk[:7], _upd, [1] *
 expect_value_error(lambda: log_step_metrics(0, _rw, 4, _msk.float() * 3, _upd, [1] * 8), "掩码含 0/1 之外的值")
 print("可见测试通过")
 ### BEGIN HIDDEN TESTS
-_hg = torch.Generator().manual_seed(9)
-for _hn, _hgsize, _hdt in ((12, 3, torch.float64), (16, 8, torch.float32), (10, 2, torch.float32)):
-    _hrw = torch.randint(0, 3, (_hn,), generator=_hg).to(_hdt) * 0.55  # [N] ties are common
-    _hrw[:_hgsize] = 0.1  # one equal-reward group of float32 0.1's
-    _hm = torch.rand((_hn, 5), generator=_hg) > 0.3  # [N, C]
-    _hc = torch.randint(0, 2, (_hn,), generator=_hg).tolist()
-    _hu = {"loss": float(torch.rand(1, generator=_hg)), "clip_ratio_low": 0.125, "clip_ratio_high": 0.0625,
-           "approx_kl": 0.003, "kl_ref": 0.02, "entropy": 0.7, "grad_norm": 1.25}
-    _hrow = log_step_metrics(7, _hrw, _hgsize, _hm.to(torch.int64), _hu, _hc, seconds=1.5)
-    _hv = [float(x) for x in _hrw.tolist()]
-    _hmean = sum(_hv) / _hn
-    _hstd = math.sqrt(sum((x - _hmean) ** 2 for x in _hv) / (_hn - 1))
-    _hgroups = [_hv[i:i + _hgsize] for i in range(0, _hn, _hgsize)]
-    _hzero = sum(1 for g in _hgroups if max(g) == min(g)) / len(_hgroups)
-    assert_close(_hrow["reward_mean"], _hmean, atol=1e-6, what="reward_mean")
-    assert_close(_hrow["reward_std"], _hstd, atol=1e-6, what="reward_std")
-    assert_close(_hrow["frac_reward_zero_std"], _hzero, atol=1e-12, what="frac_reward_zero_std")
-    assert_close(_hrow["completion_length"], sum(sum(r) for r in _hm.long().tolist()) / _hn, atol=1e-9, what="completion_length")
-    assert_close(_hrow["strict_accuracy"], sum(_hc) / _hn, atol=1e-9, what="strict_accuracy")
-    for _k in ("loss", "clip_ratio_low", "clip_ratio_high", "approx_kl", "kl_ref", "entropy", "grad_norm"):
-        assert_close(_hrow[_k], _hu[_k], atol=1e-12, what=_k)
-    assert _hrow["seconds"] == 1.5 and _hrow["step"] == 7
-    assert all(isinstance(v, (int, float)) for v in _hrow.values()), "所有值都应是 Python 数字"
-    json.dumps(_hrow)
-expect_value_error(lambda: log_step_metrics(0, torch.tensor([1.0, float("nan")]), 2, torch.ones(2, 3), _upd, [0, 0]), "奖励含 NaN")
-expect_value_error(lambda: log_step_metrics(0, torch.tensor([1, 0]), 2, torch.ones(2, 3), _upd, [0, 0]), "奖励不是浮点")
-expect_value_error(lambda: log_step_metrics(0, torch.tensor([1.0, 0.0]), 2, torch.ones(3, 3), _upd, [0, 0]), "掩码行数不对")
-expect_value_error(lambda: log_step_metrics(0, torch.tensor([1.0, 0.0]), 2, torch.ones(2, 3), _upd, [0]), "strict_correct 长度不对")
+from autograde.grpo_grader.oracles import run_in_kernel
+
+run_in_kernel("nb07_online_grpo", "test_log_step_metrics_visible", globals())
 ### END HIDDEN TESTS
 
 # %% [markdown]

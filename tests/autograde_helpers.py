@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autograde.grpo_grader import sample as sample_class
 from autograde.grpo_grader.course import venv_env
+from autograde.sample_class import build as sample_class
 
 ROOT = Path(__file__).resolve().parents[1]
 AUTOGRADE = ROOT / "autograde"
@@ -37,3 +37,23 @@ def run_pipeline(*args: str, timeout: int = 1500, seed: str | None = None) -> su
     )
     print(done.stdout[-6000:])
     return done
+
+
+def run_probe(*args: str, seed: str, timeout: int = 300) -> tuple[dict, subprocess.CompletedProcess]:
+    """``python -m autograde.pipeline probe --json ARGS``: its JSON result (stdout holds only that) and the process;
+    the exit status agrees with the result's ``ok``."""
+    import json
+
+    env = {**pipeline_env(), "GRPO_GRADING_SEED": seed}
+    done = subprocess.run(
+        [sys.executable, "-m", "autograde.pipeline", "probe", "--json", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
+    print(done.stderr[-3000:])
+    result = json.loads(done.stdout)
+    assert (done.returncode == 0) == result["ok"], (done.returncode, result)
+    return result, done

@@ -70,6 +70,9 @@ import tools.chain.notebooks as chain
 # its short RUN_MODE and writes its record under a scratch label (tests/test_nb07_online.py removes it).
 os.environ.setdefault("GRPO_ONLINE_RUN_MODE", "smoke")
 os.environ.setdefault("GRPO_ONLINE_RUN_LABEL", "pytest-scratch")
+# The lessons' hidden tests (oracles.run_in_kernel) draw their cases from fresh entropy; the test session's kernels
+# draw them from this public seed instead, so that a wrong answer fails on the same case in every run.
+os.environ.setdefault("GRPO_KERNEL_CASES_SEED", "lesson-tests")
 
 # Under pytest-xdist every worker (and each kernel or subprocess it starts) gets 1 torch/OpenMP thread: the workers
 # already keep the cores busy, and N workers x `nproc` threads each only oversubscribe them (OpenMP threads spin while

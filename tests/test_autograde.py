@@ -16,13 +16,13 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline  # tests/autograde_helpers.py
+from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline, run_probe  # tests/autograde_helpers.py
 from nbformat.notebooknode import NotebookNode
 
-from autograde.grpo_grader import sample as sample_class
 from autograde.grpo_grader.course import load_settings
+from autograde.grpo_grader.learner_grading import check_notebook_file, compare_with_release, pick_files, summarise
 from autograde.grpo_grader.preprocessors import HideHiddenTests, SafeExecute, is_demo_cell
-from autograde.grpo_grader.run import check_notebook_file, compare_with_release, pick_files, summarise
+from autograde.sample_class import build as sample_class
 
 
 # ----------------------------------------------------------------------------- fast checks
@@ -62,15 +62,15 @@ def test_file_picking_and_checks(tmp_path):
 def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
     """What a run counts before it starts nbgrader's forkserver and the zygotes: the notebooks that pass the file
     checks (a renamed single notebook counts, invalid JSON and a missing file do not); counting stops at ``enough``."""
-    from autograde.grpo_grader.course import Settings
-    from autograde.grpo_grader.run import runnable_notebooks
+    from autograde.grpo_grader.course import GradingPipeline
+    from autograde.grpo_grader.learner_grading import runnable_notebooks
 
     info = {a: {"notebooks": [a]} for a in ASSIGNMENTS}
 
     def work(learner, assignments):
         return (learner, [(a, sample_class.SUBMITTED / learner / a, "") for a in assignments])
 
-    settings = Settings(course=tmp_path)
+    settings = GradingPipeline(course=tmp_path)
     invalid = [work("s14_invalid_json", [ASSIGNMENTS[0]]), work("m3_deeply_nested_json", [ASSIGNMENTS[0]]),
                work("s15_wrong_file_name", [ASSIGNMENTS[0]])]  # s15 submitted nb02 only: no nb01 file
     assert runnable_notebooks(settings, info, invalid) == 0
@@ -252,32 +252,37 @@ def test_every_formula_of_the_course_converts_to_mathml():
 
 @pytest.mark.slow
 def test_sandbox_hides_the_course_sources():
-    """The kernel sandbox (pipeline.py probe): solutions, gradebook, sources, .git unreadable from a kernel."""
-    done = run_pipeline("probe", timeout=120, seed="probe-seed-" + secrets.token_hex(4))
-    assert "GRADING SEED VISIBLE" not in done.stdout, "the grading seed reached a sandboxed process's environment"
-    assert "READABLE" not in done.stdout, (
+    """The kernel sandbox (`pipeline.py probe --json`): solutions, gradebook, sources, .git unreadable from a kernel or
+    the oracle's driver; both find what grading imports inside it (``--imports find``, a grading run's own pre-flight:
+    importing it all costs ~10-30 s here, done by the integration tests, tests/test_probe.py)."""
+    result, _done = run_probe("--imports", "find", seed="probe-seed-" + secrets.token_hex(4), timeout=300)
+    assert result["problems"] == [] and result["ok"], result["problems"]
+    assert not result["seed_visible"], "the grading seed reached a sandboxed process's environment"
+    assert result["readable"] == [], (
         "a grading kernel can read answers or hidden tests: bubblewrap's view must hold only its allow-list "
-        "(autograde/README.md)")
-    assert done.returncode == 0 and "address-space limit" in done.stdout
-    # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, as root its own uid, no view
-    # of the kernel's socket folder (checked as a READABLE line above)
-    oracle = re.search(r"oracle driver \(beside the kernel[^)]*\): uid (\d+),.* IPC namespace (its own|SHARED)", done.stdout)
-    kernel = re.search(r"kernel(?: \(forked from a zygote\))? uid (\d+),", done.stdout)
-    assert oracle and kernel, done.stdout
-    assert oracle.group(2) == "its own", "the two sandboxes (and the grader) must not share an IPC namespace"
-    assert "sandbox: bwrap" in done.stdout, "auto picks bubblewrap"
+        "(autograde/README.md)"
+    )
+    kernel, oracle = result["kernel"], result["oracle"]
+    assert kernel["readable"] and oracle["readable"] and kernel["rlimit_as"] > 0
+    for report in (kernel, oracle):
+        assert report["import_mode"] == "find" and set(report["imports"].values()) == {"ok"}, report["imports"]
+    assert {"torch", "ipykernel", "nbformat"} <= set(kernel["imports"]) and "torch" in oracle["imports"]
+    # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, as root its own uid, no view of
+    # the kernel's socket folder (a path of oracle["readable"], checked above)
+    assert result["ipc_own"], "the two sandboxes (and the grader) must not share an IPC namespace"
+    assert not kernel["network"] and not oracle["network"]
+    assert result["sandbox"] == "bwrap", "auto picks bubblewrap"
     if os.geteuid() == 0:
-        assert oracle.group(1) != kernel.group(1), "as root the oracle's driver runs as a uid of its own"
-        assert "forked from a zygote" in done.stdout, "as root the probe checks a job of the driver's zygote"
-        assert "kernel (forked from a zygote)" in done.stdout, "as root the probe checks a kernel zygote's job"
+        assert oracle["uid"] != kernel["uid"], "as root the oracle's driver runs as a uid of its own"
+        assert oracle["zygote"], "as root the probe checks a job of the driver's zygote"
+        assert kernel["zygote"], "as root the probe checks a kernel zygote's job"
 
 
 # ----------------------------------------------------------------------------- oracles (trusted side, fast)
 from autograde.grpo_grader import oracle as oracle_lib  # noqa: E402
 from autograde.grpo_grader.submission import read_notebook, rebuild_metadata  # noqa: E402
 
-ORACLES = ["nb01_group_advantages", "nb02_grpo_objective", "nb03a_cispo_trace_lab", "nb03b_loss_family_trl",
-           "nb04_verifiable_rewards", "nb05_logprobs_masks", "nb07_online_grpo"]
+ORACLES = oracle_lib.oracle_assignments()
 
 
 def _test_cells(assignment: str) -> set[str]:
@@ -363,7 +368,7 @@ def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
 
 def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, str], tmp_path: Path) -> dict:
     """Run the driver (no sandbox: a plain subprocess) once for several oracles of one notebook."""
-    from autograde.grpo_grader.oracle_run import DRIVER, job_cells
+    from autograde.grpo_grader.oracle_job import DRIVER, job_cells
 
     release = nbformat.read(ROOT / "notebooks" / notebook / f"{notebook}.ipynb", as_version=4)
     sub = nbformat.reads(nbformat.writes(release), as_version=4)
@@ -499,10 +504,10 @@ def test_submission_metadata_is_rebuilt_from_the_release():
 
 def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     """`make autograde` without submissions says so and prints the expected layout (no gradebook needed)."""
-    from autograde.grpo_grader.course import Settings
+    from autograde.grpo_grader.course import GradingPipeline
     from autograde.pipeline import SUBMITTED_LAYOUT, _no_submissions
 
-    settings = Settings(course=tmp_path)
+    settings = GradingPipeline(course=tmp_path)
     assert _no_submissions(settings, {"nb01_group_advantages": {}})
     (tmp_path / "submitted").mkdir()
     assert _no_submissions(settings, {"nb01_group_advantages": {}})

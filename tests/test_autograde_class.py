@@ -24,7 +24,7 @@ import nbformat
 import pytest
 from autograde_helpers import ASSIGNMENTS, AUTOGRADE, ROOT, run_pipeline  # tests/autograde_helpers.py
 
-from autograde.grpo_grader import sample as sample_class
+from autograde.sample_class import build as sample_class
 from tools.chain.cells import load_settings
 
 COURSE_ID = load_settings(ROOT)["id"]

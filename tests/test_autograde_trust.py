@@ -138,9 +138,14 @@ def test_each_learner_gets_cases_of_their_own(assignment):
 
 
 # ----------------------------------------------------------------------------- the bwrap sandbox (slow)
-def _probe_says_all_hidden(stdout: str) -> None:
-    assert "READABLE" not in stdout and "GRADING SEED VISIBLE" not in stdout, stdout
-    assert "sandbox: bwrap" in stdout and "network none" in stdout and "IPC namespace its own" in stdout, stdout
+def _probe_says_all_hidden(result: dict) -> None:
+    """A `pipeline probe --json` result: bwrap, nothing of the secrets readable, no network, IPC of their own, and
+    what grading imports loads inside the sandbox."""
+    assert result["ok"] and not result["readable"] and not result["seed_visible"], result
+    assert result["sandbox"] == "bwrap" and result["ipc_own"], result
+    for report in (result["kernel"], result["oracle"]):
+        assert report["readable"] and not report["network"], report
+        assert report["imports"] and set(report["imports"].values()) == {"ok"}, report["imports"]
 
 
 @pytest.mark.slow
@@ -148,19 +153,14 @@ def test_bwrap_sandbox_shows_only_its_allow_list():
     """`pipeline probe --sandbox bwrap` as this user (root in CI: kernel and driver are jobs of their zygotes, each
     dropped to a leased uid of its own): the course sources, gradebook, oracles and the other sandbox's sockets are
     absent, no network."""
-    import re
+    from autograde_helpers import run_probe
 
-    from autograde_helpers import run_pipeline
-
-    done = run_pipeline("probe", "--sandbox", "bwrap", timeout=120, seed="probe-seed-" + os.urandom(4).hex())
-    assert done.returncode == 0, done.stdout
-    _probe_says_all_hidden(done.stdout)
-    kernel = re.search(r"kernel(?: \(forked from a zygote\))? uid (\d+),", done.stdout)
-    oracle = re.search(r"oracle driver \(beside the kernel(?:, forked from a zygote)?\): uid (\d+),", done.stdout)
-    assert kernel and oracle
+    result, _done = run_probe("--sandbox", "bwrap", "--imports", "find", seed="probe-seed-" + os.urandom(4).hex())
+    _probe_says_all_hidden(result)
+    kernel, oracle = result["kernel"]["uid"], result["oracle"]["uid"]
     if os.geteuid() == 0:  # as root the probe checks a job of each zygote: the view grading uses
-        assert kernel.group(1) != oracle.group(1) and int(kernel.group(1)) >= 61000
-        assert "kernel (forked from a zygote)" in done.stdout and "forked from a zygote):" in done.stdout
+        assert kernel != oracle and kernel >= 61000
+        assert result["kernel"]["zygote"] and result["oracle"]["zygote"]
 
 
 UNPRIVILEGED = "grpo-grader-test"
@@ -213,7 +213,7 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
 
     from autograde_helpers import ROOT, pipeline_env
 
-    from autograde.grpo_grader import sample as sample_class
+    from autograde.sample_class import build as sample_class
 
     uid, gid = _unprivileged_user()
     base = Path(tempfile.mkdtemp(prefix="grpo-unprivileged-"))
@@ -263,10 +263,19 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
                 print(done.stdout[-4000:])
                 return done
 
-            probe = pipeline("probe")
-            assert probe.returncode == 0, probe.stdout
-            _probe_says_all_hidden(probe.stdout)
-            assert f"kernel uid {uid}," in probe.stdout
+            probe = subprocess.run(
+                [*become, sys.executable, "-m", "autograde.pipeline", "probe", "--json", "--sandbox", "bwrap"]
+                + ["--course", str(course)],
+                cwd=ROOT,
+                env=env,
+                text=True,
+                capture_output=True,
+                timeout=600,
+            )
+            assert probe.returncode == 0, probe.stderr[-4000:]
+            result = json.loads(probe.stdout)
+            _probe_says_all_hidden(result)
+            assert result["kernel"]["uid"] == uid
             graded = pipeline("autograde", "--sample", *[a for learner in learners for a in ("--learner", learner)])
             assert graded.returncode == 0, graded.stdout
             expected = sample_class.expected()

@@ -9,9 +9,9 @@ import shutil
 import pytest
 from nbgrader.api import Gradebook
 
-from autograde.grpo_grader.course import Settings
+from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.gradebook import grade_reason, manual_points_of
-from autograde.grpo_grader.run import NotebookResult, note_markdown
+from autograde.grpo_grader.learner_grading import NotebookResult, note_markdown
 from autograde.pipeline import score_text
 
 
@@ -19,16 +19,16 @@ from autograde.pipeline import score_text
 def template_db(tmp_path_factory):
     """The empty course gradebook, made once (nbgrader's alembic migrations take seconds)."""
     folder = tmp_path_factory.mktemp("gradebook")
-    with Gradebook(Settings(course=folder).db_url, Settings(course=folder).course_id):
+    with Gradebook(GradingPipeline(course=folder).db_url, GradingPipeline(course=folder).course_id):
         pass
-    return Settings(course=folder).db_path
+    return GradingPipeline(course=folder).db_path
 
 
 @pytest.fixture()
 def gradebook(template_db, tmp_path):
     """Two assignments: 'mixed' (a 14-point test cell and an 8-point markdown answer), 'none' (no graded cell)."""
-    shutil.copy(template_db, Settings(course=tmp_path).db_path)
-    with Gradebook(Settings(course=tmp_path).db_url, Settings(course=tmp_path).course_id) as gb:
+    shutil.copy(template_db, GradingPipeline(course=tmp_path).db_path)
+    with Gradebook(GradingPipeline(course=tmp_path).db_url, GradingPipeline(course=tmp_path).course_id) as gb:
         gb.add_assignment("mixed")
         gb.add_notebook("mixed", "mixed")
         gb.add_grade_cell("test_cell", "mixed", "mixed", max_score=14, cell_type="code")
@@ -101,7 +101,7 @@ def test_grades_command_prints_the_status(gradebook, tmp_path, capsys):
     grade = gradebook.find_grade("test_cell", "mixed", "mixed", "alice")
     grade.auto_score = 14
     gradebook.db.commit()
-    assert grades(Settings(course=tmp_path)) == 0
+    assert grades(GradingPipeline(course=tmp_path)) == 0
     printed = capsys.readouterr().out
     assert "待人工评分 8 分" in printed and "无自动评分" in printed and "0/0" not in printed, printed
     with open(tmp_path / "grades.csv", encoding="utf-8") as handle:

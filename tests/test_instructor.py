@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import collections
+import re
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ def test_a_typo_in_a_grading_pipeline_option_is_named(tmp_path, capsys):
     from autograde import pipeline
     from autograde.grpo_grader.course import load_settings
 
-    assert load_settings().sandbox in ("auto", "bwrap", "none")
+    assert load_settings().sandbox == "auto"
     course = _course_with_config(tmp_path, '\nc.GradingPipeline.sandbx = "none"\nc.GradingPipeline.workerz = 3\n')
     with pytest.raises(ValueError) as error:
         load_settings(course)
@@ -84,3 +86,62 @@ def test_formgrader_guard_takes_the_grading_routes_and_names_the_fix():
     assert taken == {"AutogradeHandler", "GenerateAllFeedbackHandler", "GenerateFeedbackHandler", "CollectHandler"}
     answer = guard.autograde_refusal("alice")
     assert answer["success"] is False and 'make autograde ARGS="--learner alice"' in answer["log"]
+
+
+def test_settings_are_defined_once_and_the_readme_tables_are_generated(tmp_path):
+    """Each grading setting is a traitlets trait of GradingPipeline (or SafeExecute) with an English help and a
+    Chinese ``zh`` text; nbgrader_config.py sets none of them to its default (one home for each default); the
+    README's two settings tables are what ``pipeline settings --write`` generates, and a changed help text makes
+    them stale (the check can fail)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograde import pipeline
+    from autograde.grpo_grader.course import GradingPipeline, load_settings
+    from autograde.grpo_grader.preprocessors import SafeExecute
+
+    traits = {
+        **GradingPipeline.class_traits(config=True),
+        **{n: t for n, t in SafeExecute.class_traits(config=True).items() if n in SafeExecute.__dict__},
+    }
+    assert {"notebook_timeout", "sandbox", "kernel_files", "demo_cells"} <= set(traits)
+    for name, trait in traits.items():
+        assert trait.help.strip() and trait.metadata.get("zh", "").strip(), f"{name}: help and zh text needed"
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT / "autograde")).load_config()
+    for section, cls in (("GradingPipeline", GradingPipeline), ("SafeExecute", SafeExecute)):
+        for name, value in config.get(section, {}).items():
+            assert value != cls.class_traits()[name].default(), f"c.{section}.{name} repeats its default"
+    settings = load_settings()
+    assert not hasattr(settings, "grading_seed"), "the seed is run state, not a setting"
+    readme = pipeline.README.read_text(encoding="utf-8")
+    assert pipeline.readme_with_settings_tables(readme, settings) == readme, "run `make release`"
+    assert "`c.GradingPipeline.notebook_timeout` | `900`" in readme and "`c.Execute.timeout` | `180`" in readme
+    original = GradingPipeline.class_traits()["workers"].help
+    try:
+        GradingPipeline.class_traits()["workers"].help = original + " (changed)"
+        assert pipeline.readme_with_settings_tables(readme, settings) != readme
+    finally:
+        GradingPipeline.class_traits()["workers"].help = original
+    assert load_settings(workers=3, cell_timeout=7).workers == 3 and load_settings(cell_timeout=7).cell_timeout == 7
+
+
+def _figures(text: str) -> collections.Counter:
+    """The measured figures of a README half: numbers with a unit (s/秒, GiB, MiB, GB, %, x/倍), outside code spans
+    and the generated settings tables."""
+    text = re.sub(r"<!-- settings-table:\w+ \(generated\) -->.*?<!-- /settings-table:\w+ -->", "", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", "", text)
+    units = {"秒": "s", "倍": "x"}
+    return collections.Counter(
+        number + units.get(unit, unit)
+        for number, unit in re.findall(r"(?<![\w.\-/])(\d+(?:\.\d+)?)\s?(s\b|秒|GiB|MiB|GB|%|x\b|倍)", text)
+    )
+
+
+def test_the_chinese_and_english_grader_readmes_state_the_same_figures():
+    """autograde/README.md is written twice (Chinese, then English): every figure with a unit appears in both halves
+    as often, so the two cannot disagree on a limit or a measurement; a changed figure in one half fails."""
+    text = (ROOT / "autograde" / "README.md").read_text(encoding="utf-8")
+    zh, en = text.split("## A term, step by step", 1)
+    assert _figures(zh) and _figures(zh) == _figures(en), (_figures(zh) - _figures(en), _figures(en) - _figures(zh))
+    first = re.search(r"(?<![\w.\-/`])(\d+(?:\.\d+)?)\s?(?:s\b|GiB|MiB|GB|%|x\b)", en)
+    changed = en[: first.start(1)] + "987654" + en[first.end(1) :]
+    assert _figures(zh) != _figures(changed)

@@ -17,7 +17,7 @@ import pytest
 import warm_kernel  # tests/warm_kernel.py
 
 import tools.chain.notebooks as chain
-from autograde.grpo_grader import sample as sample_class
+from autograde.sample_class import build as sample_class
 
 NB3A = "nb03a_cispo_trace_lab"
 NB3B = "nb03b_loss_family_trl"
@@ -130,13 +130,14 @@ def test_grade_ids_and_points_survive_the_split():
     assert {"gradient_figure", "trace_lab", "shared_helpers"} <= ids_a
 
 
-def test_hidden_batches_come_from_the_grader_and_no_copied_helpers():
-    """Both halves' hidden tests draw their batches with the grader's ``_policy_losses.batch`` (imported once per
-    lesson, defined in neither) and neither half copies an earlier lesson's graded function."""
+def test_hidden_tests_are_the_oracles_and_no_copied_helpers():
+    """Both halves' hidden tests are calls of their oracle's cases (which draw the batches with the grader's
+    ``_policy_losses.batch``; tests/test_one_home.py checks every lesson), neither defines a batch helper of its
+    own, and neither copies an earlier lesson's graded function."""
     for assignment in (NB3A, NB3B):
         source = (chain.SOLUTIONS / f"{assignment}.py").read_text(encoding="utf-8")
         assert "def _h_case(" not in source, assignment
-        assert source.count("from autograde.grpo_grader.oracles._policy_losses import batch as _h_case") == 1, assignment
+        assert source.count(f'run_in_kernel("{assignment}", ') == len(TEST_CELLS[assignment]), assignment
         assert "def token_kl_penalty" not in source and "def group_relative_advantages" not in source, assignment
 
 

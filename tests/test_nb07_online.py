@@ -25,7 +25,7 @@ import jsonschema
 import pytest
 
 import tools.chain.notebooks as chain
-from autograde.grpo_grader import sample as sample_class
+from autograde.sample_class import build as sample_class
 from tools import online_grpo as og
 from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 

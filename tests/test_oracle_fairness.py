@@ -16,7 +16,7 @@ import torch
 from autograde.grpo_grader import oracle as oracle_lib
 from autograde.grpo_grader.driver import make_codec
 from autograde.grpo_grader.oracle import Close, Mismatch, Number, Raises, close_number, close_tensor
-from autograde.grpo_grader.sample import LESSONS
+from autograde.sample_class.build import LESSONS
 
 ENCODE, _ = make_codec(torch)
 NAN = float("nan")
@@ -60,7 +60,8 @@ DICT_KEYS = {
         "kl_ref",
     ),
     "verify_integer_response": ("verifier_id", "status", "parsed_answer", "correctness", "format_pass", "total_reward"),
-    "answer_conventions_0001": ("course", "minimind", "trl_group", "trl_batch", "trl_none", "cs336", "dr_grpo"),
+    "answer_conventions": ("course", "minimind", "trl_group", "trl_batch", "trl_none", "cs336", "dr_grpo"),
+    "q9_ratio": ("grpo", "dapo"),
 }
 # what a function of nb07 receives from the oracle's harness, and the harness's name for it
 HARNESS = {"_oracle_sample": "sample_group", "_oracle_sample_seeds": "sample_group", "_oracle_step": "grpo_step"}
@@ -126,7 +127,7 @@ def trivial_answers(lesson: str, name: str) -> dict:
     if name in DICT_KEYS:
         for label, fill in (("dict of zeros", 0.0), ("dict of NaN", NAN), ("dict of None", None)):
             answers[label] = lambda *a, _f=fill, **k: dict.fromkeys(DICT_KEYS[name], _f)
-        if name == "answer_conventions_0001":
+        if name == "answer_conventions":
             answers["(0, 0) pairs"] = lambda *a, **k: {key: (0.0, 0.0) for key in DICT_KEYS[name]}
             answers["(nan, nan) pairs"] = lambda *a, **k: {key: (NAN, NAN) for key in DICT_KEYS[name]}
     return answers
@@ -282,141 +283,10 @@ def test_raises_cases_alone_never_make_a_test_cell(lesson):
 
 
 # ----------------------------------------------------------------------------- every case comes from the lesson
-# {lesson: [(regex over a case's ``what``, the lesson line it comes from)]}: the line is quoted from what the
-# learner sees (the released notebook: TODO text, docstrings, provided checks, visible tests). A case whose ``what``
-# no family matches is an orphan: a check the lesson never states (issue 25, item 2).
-CASE_SOURCES = {
-    "nb01_group_advantages": [
-        (r"^多组|^随机输入|^eps=.*精确标准化|^近零方差组", r"每组 $(r-\mu_g)/\max(\sigma_g,\varepsilon)$，总体标准差"),
-        (r"^全等奖励组", "单元素组和全等奖励组的优势**严格为 0**"),
-        (r"^rewards 不是一维$|^二维 rewards$", "`rewards` 不是一维"),
-        (r"^group_ids 与 rewards 形状不同$", "两者形状不同"),
-        (r"^rewards 为空$", "`rewards` 为空"),
-        (r"^rewards 含 (NaN|inf|-inf)$", "`rewards` 含 NaN 或 inf"),
-        (r"^eps = ", "`eps` 不是正的有限数"),
-        (r"^group_ids 不是整数$", "`group_ids` 不是整数类型"),
-        (
-            r"^平铺布局|^随机平铺输入|^eps=.*应为 std \+ eps|^按行（连续的 G 个）分组|^全等奖励的行",
-            r"$(r-\mu)/(\sigma+\varepsilon)$，$\sigma$ 是**总体**标准差",
-        ),
-        (r"^G=1 时优势应为 0$", "G=1 与输入契约"),
-        (r"^num_generations (= 0|为负|不是整数|是 bool)$", "必须是不小于 1 的整数"),
-        (r"整数倍$", "的长度不是 `num_generations` 的整数倍"),
-        (r"^计分问题的答案格式$|^七种约定对 \[0, 0, 0, 1\] 的优势$", "同一组 [0, 0, 0, 1]，七种约定各给出什么？"),
-    ],
-    "nb02_grpo_objective": [
-        (r"^k3 惩罚|^两策略相同时惩罚应严格为 0", "k3 的数值、非负、两策略相同时为 0"),
-        (
-            r"形状不同（不允许广播）$|^policy_logps 与 ref_logps 形状不同$",
-            "两个输入形状不同时抛出中文说明的 `ValueError`（不要依赖广播）",
-        ),
-        (r"^两个候选、比率|^多组且含单元素组", "组内优势与一个可以手算的损失值"),
-        (r"^beta=0 时忽略给出的参考策略|^参考 KL", "`beta == 0` 时不计算 KL"),
-        (r"^长短候选先各自|^response_mask=None", "长短不同的候选先各自求均值再等权；response_mask=None 表示全部有效"),
-        (
-            r"^随机批次|^改变无效位置的值不应改变结果|^新旧策略是同一个张量的值时",
-            "旧策略不接收梯度（`detach`）。**先用掩码把无效位置的对数概率比换成 0，再取 `exp`**",
-        ),
-        (r"^某个候选没有有效 token$", "某个候选一个有效词元都没有"),
-        (r"^(beta|clip_range|eps) (<|为 inf|=)", "必须是有限的实数"),
-        (r"^log_probs_new 不是二维$", "log_probs_new 必须是非空的二维张量 [N, T]"),
-        (r"^新旧对数概率形状不同$", "log_probs_old 必须与 log_probs_new 同形状 [N, T]"),
-        (r"^rewards 长度不等于候选数$", "rewards 必须是长度为候选数"),
-        (r"^group_ids 与 rewards 形状不同$", "group_ids 必须与 rewards 同形状 [N]"),
-        (r"^rewards 含 NaN$", "rewards 必须是浮点张量，且全部是有限数"),
-        (r"^对数概率含 -inf$", "无效位置请填 0，而不是 -inf"),
-        (r"^参考策略形状不同", "给出的 `log_probs_ref` 即使 `beta == 0` 也要与 `log_probs_new` 同形状"),
-        (r"的 0/1 掩码（章节契约", "response_mask 必须是同形布尔张量"),
-        (r"^response_mask 形状不同$", "response_mask 必须是与 log_probs_new 同形状 [N, T] 的布尔张量"),
-        (r"^response_mask 含 0/1 以外的值$", "response_mask 必须是同形布尔张量"),
-        (r"^beta > 0 却没有参考策略$", "`beta > 0` 却没有给 `log_probs_ref`"),
-        (r"^无效位置的对数比为 800", "无效位置上的大数值不影响损失与梯度"),
-    ],
-    "nb03a_cispo_trace_lab": [
-        (
-            r"^手算规模的例子|^随机批次|^回答等权归约|^全被 mask 的回答|^带参考 KL|^beta=0 时忽略给出的 ref_logps",
-            "手算的裁剪案例、按回答等权的归约、KL 项、全 mask 行、padding 上的极端值",
-        ),
-        (r"^改变 padding 位置的数值后损失不应变化|^无效位置的对数比为 800", "padding 上的极端值"),
-        (r"^policy_logps 不是二维$", "policy_logps 必须是形状为 [B*G, T] 的二维浮点张量"),
-        (r"^old_logps 形状不一致$", "old_logps 的形状必须与 policy_logps 相同"),
-        (r"^advantages (不是一维|长度不是 B\*G)$", "advantages 必须是长度为 B*G="),
-        (r"^completion_mask (形状不一致|含 0/1 以外的值)$", "的形状必须是"),
-        (r"^beta < 0$", "beta 必须 >= 0"),
-        (r"^beta > 0 但没有 ref_logps$", "beta > 0 时必须给出 ref_logps"),
-        (r"^ref_logps 形状不一致$", "ref_logps 的形状必须与 policy_logps 相同"),
-        (r"^epsilon (< 0|不在 \[0, 1\))$", "再检查 `0 <= epsilon < 1`"),
-        (r"^epsilon_high (= 0|< 0)$", "再检查 `epsilon_high > 0`"),
-        (r"^“梯度在哪里消失”", "梯度在哪里消失"),
-        (r"^Q[2358]$", "检查 Q"),
-    ],
-    "nb03b_loss_family_trl": [
-        (r"^loss_type=\w+ 的归约|^全部被 mask 时", "全被掩码掉的回答贡献 0"),
-        (r"^per_token_loss 不是二维$|^mask 形状不一致$", "`per_token_loss` 是二维张量，`completion_mask` 形状与它相同"),
-        (
-            r"^未知 loss_type$|^loss_type 大小写错误$",
-            '`loss_type` 是 `"grpo"`、`"bnpo"`、`"dr_grpo"`、`"dapo"`、`"cispo"` 之一',
-        ),
-        (
-            r"^dr_grpo 缺少 max_completion_length$|^max_completion_length (不是正整数|小于 T)$",
-            "`dr_grpo` 需要正整数 `max_completion_length`，且不小于 `T`",
-        ),
-        (
-            r"^(dapo|cispo) 缺少 num_items_in_batch$|^num_items_in_batch < 0$",
-            "`dapo` / `cispo` 需要 `num_items_in_batch`",
-        ),
-        (r"^token 级比率|^序列级比率|^默认 importance_sampling_level", "**TODO 2 `importance_ratio`**"),
-        (r"^policy_logps 不是二维$|^old_logps 形状不一致$", "三个张量形状必须相同"),
-        (r"^未知 importance_sampling_level$", "未知 `loss_type` 或 `importance_sampling_level` 抛出 `ValueError`"),
-        (r"的逐 token 损失", "**TODO 3 `per_token_policy_loss`**"),
-        (r"^advantages 长度不是 B\*G$|^beta > 0 但没有 ref_logps$", "契约：`check_policy_inputs(...)`"),
-        (r"^epsilon_low (< 0|不在 \[0, 1\))$", "`0 <= epsilon_low < 1`"),
-        (r"^epsilon_high < 0$|^cispo 的 epsilon_high <= 0$", "`epsilon_high >= 0`（`cispo` 时 `> 0`）"),
-        (r"^mask 含 0/1 以外的值$|^completion_mask 含 0/1 以外的值$", "取值是 bool 或 0/1"),
-        (r"^Q9$", "检查 Q9"),
-    ],
-    "nb04_verifiable_rewards": [
-        (r"^回答 ", "integer-answer-v1 的解析（最后一个整数）、状态、正确性、格式分与加权总分"),
-        (r"^response=", "`response` 必须是 `str`"),
-        (r"^expected_answer=", "`expected_answer` 必须是 `int`"),
-        (r"^(correctness|format)_weight=", "两个权重必须是有限、非负的实数（同样拒绝 `bool`）"),
-        (r"的 rewards_per_func（None -> NaN）$", "`None` 的位置是 `NaN`"),
-        (r"^outputs=|^dtype 为整数类型$", "输入契约（`ValueError`）：`outputs` 为空、不是列表/元组"),
-        (r"的加权奖励（跳过 NaN 列，全 NaN 行保持 NaN）$", "加权和跳过 NaN 列、全 NaN 行保持 NaN"),
-        (r"^rewards_per_func 不合法$", "`rewards_per_func` 不是浮点张量或不是二维"),
-        (r"^weights=", "权重个数与 `F` 不一致、不是一维、含有 NaN/inf"),
-    ],
-    "nb05_logprobs_masks": [
-        (
-            r"的掩码（保留到第一个真实 EOS，含 EOS）$|^0/1 浮点 pad_mask",
-            "保留到第一个 EOS（含）、无 EOS 保留整个 pad_mask、填充位上的 EOS 不算数",
-        ),
-        (r"^completion_ids |^eos_token_id |^pad_mask ", "形状或 dtype 不对时抛出带中文说明的 `ValueError`"),
-        (
-            r"的词元对数概率（logits\[:, :-1\] 预测 input_ids\[:, 1:\]）$",
-            "第 `t` 列是 `log p(input_ids[:, t+1] | 前文)`，dtype 与 `logits` 相同，并且能对 `logits` 反向传播",
-        ),
-        (
-            r"^(B 不一致|T = 1|T 不一致|input_ids 是三维|input_ids 是浮点|logits 不是(三维|张量|浮点)|词元(越界|为负))$",
-            "输入不合法（维度、dtype、形状不匹配、`T < 2`、词元越界）时抛出 `ValueError`",
-        ),
-    ],
-    "nb07_online_grpo": [
-        (r"个提示 × G=", "sample_group 的形状与排列、EOS 掩码、旧对数概率与重算一致"),
-        (r"^采样分布|下的采样分布$", "给定 `seed` 时，在调用 `generate` 之前 `torch.manual_seed(seed)`"),
-        (r"^同一 seed 可复现、不同 seed 得到不同的样本$", "同一个种子得到同样的样本"),
-        (
-            r"^num_generations < 2$|^prompts 为空$|^temperature 为 0$|^top_p > 1$|^max_new_tokens 为 0$",
-            "输入契约（`ValueError`）：`prompts` 为空或不是字符串列表",
-        ),
-        (r"^loss_type=\w+，μ=", "返回这次更新的指标"),
-        (r"^beta > 0 而没有参考对数概率$", "β > 0 却没有 `ref_per_token_logps` → `ValueError`"),
-        (r"^未知的 loss_type$|^num_iterations 为 0$|^epsilon 为负$", "其余输入契约"),
-        (r"^completion_mask 含 0/1 之外的值$", "`completion_mask` 接受 bool 或任意实数 dtype 的 0/1 张量"),
-        (r"的指标$", "所有值都是 Python 的 `int` / `float`（`kl_ref` 可以是 `None`），可以直接写进 JSON"),
-        (r"^奖励含 NaN$|^N 不是 G 的整数倍$|^掩码含 0/1 之外的值$", "`rewards` 是一维有限浮点张量"),
-    ],
-}
+# Each oracle module's ``CASE_SOURCES`` lists its case families: [(regex over a case's ``what``, the lesson line it
+# comes from)]; the line is quoted from what the learner sees (the released notebook: TODO text, docstrings, provided
+# checks, visible tests). A case whose ``what`` no family matches is an orphan: a check the lesson never states
+# (issue 25, item 2).
 
 
 def _orphans(lesson: str, cases) -> tuple[list[str], list[str]]:
@@ -429,7 +299,7 @@ def _orphans(lesson: str, cases) -> tuple[list[str], list[str]]:
 
     nb = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
     text = "\n".join(cell.source for cell in nb.cells)
-    families = CASE_SOURCES.get(lesson, [])
+    families = oracle_lib.load_oracle(lesson).module.CASE_SOURCES
     orphans = sorted({c.what for c in cases if not any(re.search(rx, c.what) for rx, _ in families)})
     unstated = [quote for _, quote in families if quote not in text]
     return orphans, unstated
@@ -459,11 +329,12 @@ def test_an_orphan_case_is_reported():
 
     orphan = Case("test_compute_group_advantages_hidden", "compute_group_advantages", what="整数 rewards")
     assert _orphans("nb01_group_advantages", [orphan])[0] == ["整数 rewards"]
-    CASE_SOURCES["nb01_group_advantages"].append((r"^never$", "这句话不在笔记本里"))
+    sources = oracle_lib.load_oracle("nb01_group_advantages").module.CASE_SOURCES
+    sources.append((r"^never$", "这句话不在笔记本里"))
     try:
         assert _orphans("nb01_group_advantages", [])[1] == ["这句话不在笔记本里"]
     finally:
-        CASE_SOURCES["nb01_group_advantages"].pop()
+        sources.pop()
 
 
 # ----------------------------------------------------------------------------- the submission as written
@@ -474,7 +345,7 @@ def test_the_driver_runs_the_learners_notebook_as_written():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT, load_settings
-    from autograde.grpo_grader.oracle_run import job_cells
+    from autograde.grpo_grader.oracle_job import job_cells
     from autograde.grpo_grader.submission import rebuild_metadata
 
     lesson = "nb01_group_advantages"
@@ -513,7 +384,7 @@ def test_the_driver_runs_the_learners_notebook_as_written():
 
 
 @pytest.mark.slow  # builds every lesson's notebook from its source (~8 s)
-def test_copies_of_the_reference_are_found_and_independent_answers_are_not():
+def test_copies_of_the_reference_are_found_and_independent_answers_are_not(released_course):
     """Fingerprints over every lesson: the worked answer with renamed names, comments and a dead assignment keeps
     >= 80% of its fingerprint in the reference; every answer of s02 (written independently) stays below 80% of both
     the reference and s01's answer (the flags' threshold)."""
@@ -522,16 +393,16 @@ def test_copies_of_the_reference_are_found_and_independent_answers_are_not():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.run import COPY_THRESHOLD, reference_fingerprints
-    from autograde.grpo_grader.sample import load_cases, worked_answers
+    from autograde.grpo_grader.learner_grading import COPY_THRESHOLD, reference_fingerprints
     from autograde.grpo_grader.submission import MIN_PRINTS, answer_sources, containment, fingerprints, similarity
+    from autograde.sample_class.build import load_cases, worked_answers
 
     independent = load_cases()["s02_independent_answers"]
     checked = 0
     for lesson in LESSONS:
         release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
         stubs = {gid: fingerprints(source) for gid, source in answer_sources(release).items()}
-        reference = reference_fingerprints(lesson)
+        reference = reference_fingerprints(lesson, released_course["course"])
         for gid, source in worked_answers(lesson).items():
             if gid not in stubs:  # a markdown answer
                 continue
@@ -558,7 +429,7 @@ def test_review_flags_read_only_the_lines_the_learner_wrote():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.run import compare_with_release, scan_flags
+    from autograde.grpo_grader.learner_grading import compare_with_release, scan_flags
 
     lesson = "nb04_verifiable_rewards"
     release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
@@ -569,3 +440,76 @@ def test_review_flags_read_only_the_lines_the_learner_wrote():
     assert scan_flags(compare_with_release(sub, release)[2]) == []
     imports.source += "\nsubprocess.run(['ls', '/'])\n"
     assert scan_flags(compare_with_release(sub, release)[2]) == ["processes"]
+
+
+# ----------------------------------------------------------------------------- one specification per check
+def _nb01_answers() -> dict:
+    """A notebook namespace holding s02's independently written nb01 answers."""
+    from autograde.sample_class.build import load_cases
+
+    namespace = {"torch": torch, "math": math}
+    for source in load_cases()["s02_independent_answers"]["nb01_group_advantages"]["cells"].values():
+        exec(source, namespace)  # noqa: S102
+    return namespace
+
+
+def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
+    """The hidden tests' call (plain nbgrader, formgrader): ``run_in_kernel`` runs the oracle's cases of one test
+    cell on the notebook's namespace, passes honest answers, and fails zeros with the oracle's Chinese message - the
+    same verdict the pipeline's ``oracle.verdicts`` gives on the same records; its cases come from fresh entropy,
+    never from the instructor's seed (two runs call the function on different inputs)."""
+    from autograde.grpo_grader.oracles import run_in_kernel
+
+    lesson = "nb01_group_advantages"
+    namespace = _nb01_answers()
+    for test in oracle_lib.load_oracle(lesson).tests:
+        assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
+    monkeypatch.delenv("GRPO_KERNEL_CASES_SEED", raising=False)  # the test session's public seed
+    seen = []
+    honest = namespace["answer_conventions"]
+    namespace["answer_conventions"] = lambda group, other: seen.append(group.tolist()) or honest(group, other)
+    run_in_kernel(lesson, "test_conventions_question_visible", namespace)
+    run_in_kernel(lesson, "test_conventions_question_visible", namespace)
+    assert seen[:2] != seen[2:], "fresh draws for every in-kernel run"
+    namespace["compute_group_advantages"] = lambda rewards, ids, eps=1e-6: torch.zeros_like(rewards)
+    with pytest.raises(AssertionError) as caught:
+        run_in_kernel(lesson, "test_compute_group_advantages_hidden", namespace, seed="in-kernel-test")
+    oracle = oracle_lib.load_oracle(lesson)
+    cases = [c for c in oracle.cases("in-kernel-test") if c.test == "test_compute_group_advantages_hidden"]
+    records = {c.id: _record(c, namespace) for c in cases}
+    want = oracle_lib.verdicts(oracle, cases, records, "not run")["test_compute_group_advantages_hidden"]
+    assert not want.passed and str(caught.value) == want.message and "第" in want.message
+    with pytest.raises(ValueError):
+        run_in_kernel(lesson, "test_no_such_cell", namespace)
+
+
+def test_nb07_rejects_an_over_long_sample_before_any_model_work(monkeypatch):
+    """README open item 12: lesson 7's sample check reruns the model over the tokens a learner returns; a return
+    wider than ``max_new_tokens`` (here a million tokens a row) is rejected by its shape alone, before the policy is
+    built or a log-prob computed. The check can fail: a return of allowed width does reach the model."""
+    from autograde.grpo_grader.oracles import nb07_online_grpo as nb07
+
+    def model_work(*_args, **_kwargs):
+        raise AssertionError("model work")
+
+    monkeypatch.setattr(nb07, "_policy", model_work)
+    monkeypatch.setattr(nb07, "_logps", model_work)
+    check = nb07._sample_check(["1+1=", "2+3="], 2, 1.0, False, 4)
+
+    def answer(width):
+        ids = torch.ones(4, width, dtype=torch.long)
+        return {
+            "prompt_ids": torch.ones(4, 3, dtype=torch.long),
+            "prompt_mask": torch.ones(4, 3, dtype=torch.long),
+            "completion_ids": ids,
+            "completion_mask": torch.ones(4, width, dtype=torch.bool),
+            "old_per_token_logps": torch.zeros(4, width),
+            "ref_per_token_logps": None,
+            "completions": [""] * 4,
+            "group_ids": torch.tensor([0, 0, 1, 1]),
+        }
+
+    message = check(answer(10**6))
+    assert "max_new_tokens=4" in message and "1000000" in message, message
+    with pytest.raises(AssertionError, match="model work"):
+        check(answer(4))

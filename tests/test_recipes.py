@@ -3,7 +3,11 @@
 autograde/recipes/kubernetes-indexed-job.yaml (an Indexed Job, one shard per pod) and
 autograde/recipes/github-actions-shards.yml (a CI matrix of shards and a merge job): the shard count in the command
 equals the Job's completions / the matrix, the shard index comes from the platform's variable, the seed comes from a
-secret, and the Kubernetes container has the rights the grading sandbox needs to build its namespaces.
+secret, and the Kubernetes container has the rights the grading sandbox needs to build its namespaces - exactly the
+securityContext the grading pre-flight names (autograde/grpo_grader/probe.py) for root without CAP_SYS_ADMIN.
+autograde/recipes/jupyterhub-grader.yaml (cloud-init user-data for a JupyterHub host grading without root) installs
+bubblewrap and the AppArmor profile with the commands the pre-flight names, and runs the pre-flight. Every recipe is
+read with a YAML loader.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from autograde.grpo_grader import probe
 
 RECIPES = Path(__file__).resolve().parents[1] / "autograde" / "recipes"
 
@@ -41,6 +47,8 @@ def kubernetes_problems(job: dict) -> list[str]:
     if "secretKeyRef" not in env.get("GRPO_GRADING_SEED", {}).get("valueFrom", {}):
         problems.append("GRPO_GRADING_SEED does not come from a Secret")
     security = container.get("securityContext", {})
+    if security != yaml.safe_load(probe.KUBERNETES_SECURITY_CONTEXT):
+        problems.append(f"the securityContext is not the one the pre-flight names: {probe.KUBERNETES_SECURITY_CONTEXT}")
     if "SYS_ADMIN" not in security.get("capabilities", {}).get("add", []):
         problems.append("the sandbox needs CAP_SYS_ADMIN (securityContext.capabilities.add)")
     if security.get("seccompProfile", {}).get("type") != "Unconfined":
@@ -72,6 +80,45 @@ def actions_problems(workflow: dict) -> list[str]:
     return problems
 
 
+def jupyterhub_problems(config: dict) -> list[str]:
+    problems = []
+    if "bubblewrap" not in config.get("packages", []):
+        problems.append("bubblewrap is not installed")
+    steps = [step if isinstance(step, str) else " ".join(step) for step in config.get("runcmd", [])]
+    install = probe.apparmor_install("/srv/grpo-course/environments/apparmor-bwrap")
+    if not any(install in step for step in steps):
+        problems.append(f"the AppArmor profile is not installed as the pre-flight says: {install}")
+    probe_steps = [s for s in steps if "autograde.pipeline probe" in s]
+    if not probe_steps or not probe_steps[-1].startswith("sudo -u "):
+        problems.append("the pre-flight does not run as the (non-root) instructor")
+    return problems
+
+
+def test_every_recipe_is_yaml():
+    names = sorted(p.name for p in RECIPES.iterdir() if p.suffix in (".yaml", ".yml"))
+    assert names == ["github-actions-shards.yml", "jupyterhub-grader.yaml", "kubernetes-indexed-job.yaml"], names
+    for name in names:
+        _load(name)
+
+
+def test_jupyterhub_recipe():
+    assert jupyterhub_problems(_load("jupyterhub-grader.yaml")) == []
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda c: c["packages"].remove("bubblewrap"), "bubblewrap"),
+        (lambda c: c.update(runcmd=[s for s in c["runcmd"] if "apparmor_parser" not in s]), "AppArmor"),
+        (lambda c: c.update(runcmd=[s for s in c["runcmd"] if "autograde.pipeline probe" not in s]), "pre-flight"),
+    ],
+)
+def test_the_jupyterhub_check_can_fail(edit, problem):
+    config = _load("jupyterhub-grader.yaml")
+    edit(config)
+    assert any(problem in p for p in jupyterhub_problems(config))
+
+
 def test_kubernetes_indexed_job_recipe():
     assert kubernetes_problems(_load("kubernetes-indexed-job.yaml")) == []
 
@@ -86,6 +133,7 @@ def test_ci_matrix_recipe():
         (lambda c, s: s.update(completions=4), "completions = 4"),
         (lambda c, s: c["securityContext"].pop("capabilities"), "CAP_SYS_ADMIN"),
         (lambda c, s: c["securityContext"].update(seccompProfile={"type": "RuntimeDefault"}), "seccomp"),
+        (lambda c, s: c["securityContext"].pop("appArmorProfile"), "the pre-flight names"),
         (lambda c, s: c.update(env=[]), "Secret"),
     ],
 )

@@ -28,11 +28,7 @@ KNOWN_RUNTIME_IMPORTS_OF_LESSONS = {
     # gx.group_advantages without passing them in yet.
     "tools/grpo_experiment.py",
 }
-KNOWN_GRADER_IMPORTS_OF_CHAIN = {
-    # The grader is being rewritten on other branches; these two go when that work lands:
-    "autograde/grpo_grader/course.py",  # venv_env from tools.chain.notebooks (the kernels' environment)
-    "autograde/grpo_grader/sample.py",  # build_notebook from tools.chain.notebooks (sample-class fixtures)
-}
+KNOWN_GRADER_IMPORTS_OF_CHAIN: set[str] = set()  # the sample class's builder (fixtures) is not the grader
 
 
 def imported_modules(path: Path, package: tuple[str, ...] | None = None) -> set[str]:

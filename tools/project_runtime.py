@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 MARKER = "course.toml"
@@ -79,3 +81,15 @@ def record_relative_path(kind: str, stem: str, label: str, reference_labels) -> 
     git-ignored ``benchmarks/results/local/{kind}/``. The caller checks that ``label`` is a safe file-name part."""
     folder = RESULTS_RELATIVE_DIR if label in tuple(reference_labels) else LOCAL_RESULTS_RELATIVE_DIR
     return folder / kind / f"{stem}_{label}.json"
+
+
+def venv_env(extra: dict[str, str] | None = None, pythonpath: list[Path] | tuple[Path, ...] = ()) -> dict[str, str]:
+    """The environment for a subprocess of this interpreter (the one definition: the build chain and the grader use
+    it): this interpreter's bin folder first on PATH (nbgrader shells out to `alembic`), the ``pythonpath`` folders
+    first on PYTHONPATH, then ``extra``."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [*map(str, pythonpath), env.get("PYTHONPATH", "")] if p)
+    env.update(extra or {})
+    return env

@@ -110,32 +110,22 @@ def make_codec(torch):
     return encode, decode
 
 
-def main(job_dir, results_fd=None):
-    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
-        job = json.load(handle)
-    if results_fd is None:
-        out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
-    else:
-        out = os.fdopen(int(results_fd), "w", encoding="utf-8")
+def error_record(error):
+    return {"type": type(error).__name__, "mro": [c.__name__ for c in type(error).__mro__],
+            "message": str(error)[:300]}
 
-    def emit(record):
-        try:
-            line = _dumps(record, ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError) as error:
-            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
-                          | {"status": "raised", "type": "EncodeError", "mro": [], "message": str(error)[:200]})
-        if len(line) > _MAX_LINE:
-            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
-                          | {"status": "raised", "type": "OutputTooLarge", "mro": [], "message": "返回值过大"})
-        out.write(line + "\n")
-        out.flush()
 
-    import torch
-    from IPython.core.interactiveshell import InteractiveShell
-
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+def make_case_runner(torch, namespace, cell_errors=None, case_timeout=None, sink=None):
+    """``run_case(case) -> record``: one case of the job format called on the function ``namespace`` holds (or the
+    variable it names, for a ``read`` case), its value, gradients and written-into arguments as plain data - the one
+    runner of a case, used by this driver and by the in-kernel run of a test cell (``oracles.run_in_kernel``).
+    ``cell_errors`` ({cell id: message}) explains a missing function; ``case_timeout`` (seconds, SIGALRM) stops a
+    call that hangs, and its function's later cases are not run; ``sink`` takes stdout/stderr back after a call."""
     tensor_type = torch.Tensor
     encode, decode = make_codec(torch)
+    cell_errors = {} if cell_errors is None else cell_errors
+    hanging = set()   # functions that ran past the case time limit: their later cases are not run
+    missing = object()
 
     def same(a, b):
         """Equal values (NaN where NaN), shape and dtype: the argument was not written into."""
@@ -146,29 +136,6 @@ def main(job_dir, results_fd=None):
             holes = torch.isnan(b)
             return torch.equal(torch.isnan(a), holes) and torch.equal(a.masked_fill(holes, 0), b.masked_fill(holes, 0))
         return torch.equal(a, b)
-
-    def error_record(error):
-        return {"type": type(error).__name__, "mro": [c.__name__ for c in type(error).__mro__],
-                "message": str(error)[:300]}
-
-    sink = _Sink()
-    real_stdout, real_stderr = sys.stdout, sys.stderr
-    sys.stdout = sys.stderr = sink
-    signal.signal(signal.SIGALRM, _alarm)
-
-    class Shell(InteractiveShell):  # no GUI: `%matplotlib inline` and friends become no-ops
-        def enable_gui(self, gui=None):
-            return None
-
-        def enable_matplotlib(self, gui=None):
-            return "agg", "agg"
-
-    shell = Shell.instance()
-    namespace = shell.user_ns
-    cell_errors = {}
-    hanging = set()   # functions that ran past the case time limit: their later cases are not run
-    missing = object()
-    case_timeout = int(job.get("case_timeout", 15))
 
     def run_case(case):
         name = case["call"]
@@ -184,7 +151,8 @@ def main(job_dir, results_fd=None):
         if name in hanging:
             return {"case": case["id"], "status": "raised", "type": "CellTimeout", "mro": ["CellTimeout"],
                     "message": "此前的用例已超时，未再运行（an earlier case timed out）"}
-        signal.alarm(case_timeout)
+        if case_timeout:
+            signal.alarm(case_timeout)
         try:
             args = [decode(a) for a in case["args"]]
             kwargs = {k: decode(v) for k, v in case["kwargs"].items()}
@@ -224,8 +192,55 @@ def main(job_dir, results_fd=None):
                 hanging.add(name)
             return {"case": case["id"], "status": "raised", **error_record(error)}
         finally:
-            signal.alarm(0)
-            sys.stdout = sys.stderr = sink
+            if case_timeout:
+                signal.alarm(0)
+            if sink is not None:
+                sys.stdout = sys.stderr = sink
+
+    return run_case
+
+
+
+def main(job_dir, results_fd=None):
+    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
+        job = json.load(handle)
+    if results_fd is None:
+        out = open(os.path.join(job_dir, "results.jsonl"), "a", encoding="utf-8")
+    else:
+        out = os.fdopen(int(results_fd), "w", encoding="utf-8")
+
+    def emit(record):
+        try:
+            line = _dumps(record, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError) as error:
+            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
+                          | {"status": "raised", "type": "EncodeError", "mro": [], "message": str(error)[:200]})
+        if len(line) > _MAX_LINE:
+            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
+                          | {"status": "raised", "type": "OutputTooLarge", "mro": [], "message": "返回值过大"})
+        out.write(line + "\n")
+        out.flush()
+
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    sink = _Sink()
+    real_stdout, real_stderr = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = sink
+    signal.signal(signal.SIGALRM, _alarm)
+
+    class Shell(InteractiveShell):  # no GUI: `%matplotlib inline` and friends become no-ops
+        def enable_gui(self, gui=None):
+            return None
+
+        def enable_matplotlib(self, gui=None):
+            return "agg", "agg"
+
+    shell = Shell.instance()
+    namespace = shell.user_ns
+    cell_errors = {}
+    run_case = make_case_runner(torch, namespace, cell_errors, int(job.get("case_timeout", 15)), sink)
 
     cell_ids = {cell["id"] for cell in job["cells"]}
     pending = {}

@@ -11,12 +11,12 @@ from pathlib import Path
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
-from .course import ROOT, Settings
+from .course import ROOT, GradingPipeline
+from .learner_grading import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 from .roster import name_learners
-from .run import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 
 
-def load_course_info(settings: Settings) -> dict:
+def load_course_info(settings: GradingPipeline) -> dict:
     """{assignment: {"notebooks": {nb: {"cells": {grade_id: {"max_score", "kind"}}}}, "locked", "checksums"}}"""
     info: dict = {}
     with Gradebook(settings.db_url, settings.course_id) as gb:
@@ -41,7 +41,7 @@ def is_manual(cell_type: str, name: str, notebook) -> bool:
     return cell_type == "markdown" or any(s.name == name for s in notebook.solution_cells)
 
 
-def _cell_order(settings: Settings, assignment: str, notebook: str) -> dict[str, int]:
+def _cell_order(settings: GradingPipeline, assignment: str, notebook: str) -> dict[str, int]:
     for path in (settings.course / "release" / assignment / f"{notebook}.ipynb",
                  ROOT / "notebooks" / assignment / f"{notebook}.ipynb"):
         if path.exists():
@@ -51,7 +51,7 @@ def _cell_order(settings: Settings, assignment: str, notebook: str) -> dict[str,
     return {}
 
 
-def make_template(settings: Settings, target: Path) -> Path:
+def make_template(settings: GradingPipeline, target: Path) -> Path:
     """A copy of the course gradebook without learners: what every slot's nbgrader starts from."""
     shutil.copy2(settings.db_path, target)
     with Gradebook(f"sqlite:///{target}", settings.course_id) as gb:
@@ -60,7 +60,7 @@ def make_template(settings: Settings, target: Path) -> Path:
     return target
 
 
-def merge(settings: Settings, results: list[AssignmentResult]) -> None:
+def merge(settings: GradingPipeline, results: list[AssignmentResult]) -> None:
     """Write one learner's results into the course gradebook and move the autograded notebooks in place.
 
     Called by the main process only (one writer). Re-grading updates the same rows: nbgrader's
@@ -107,7 +107,7 @@ def _make_writable(folder: Path) -> None:
             os.chmod(os.path.join(dirpath, name), 0o644)
 
 
-def read_report(settings: Settings, learner: str, assignment: str) -> dict | None:
+def read_report(settings: GradingPipeline, learner: str, assignment: str) -> dict | None:
     path = settings.dir("autograded") / learner / assignment / "grading_report.json"
     try:
         return json.loads(path.read_text())
@@ -119,7 +119,7 @@ def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, st
     """{(learner, assignment): [(other learner of the batch, similarity)]} for answer cells whose winnowed
     fingerprints mostly agree (``submission.similarity`` >= ``run.COPY_THRESHOLD``: renamed variables, comments,
     layout, dead code and reordered statements do not hide a copy); the highest similarity per pair."""
-    from .run import COPY_THRESHOLD
+    from .learner_grading import COPY_THRESHOLD
     from .submission import similarity
 
     answers: dict[tuple[str, str], dict[str, list[str]]] = {}
@@ -177,7 +177,7 @@ def grade_reason(reason: str, score: float, points: dict[str, float], penalty: f
     return "；".join(p for p in parts if p)
 
 
-def export_rows(settings: Settings) -> tuple[list[dict], list[dict]]:
+def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
     """Rows of grades.csv (learner x assignment) and grades_by_test.csv (learner x test cell)."""
     rows, test_rows = [], []
     with Gradebook(settings.db_url, settings.course_id) as gb:

@@ -1,10 +1,11 @@
 """The trusted side of grading: cases drawn from a secret seed, expected values, verdicts.
 
 A lesson's oracle is a module ``autograde/grpo_grader/oracles/<assignment>.py`` (see "Writing an oracle for
-a lesson" in autograde/README.md). It never enters a learner kernel: the grader process imports it, asks it
-for cases, sends only the cases' *inputs* (plain JSON) to a sandboxed driver process that runs the learner's
+a lesson" in autograde/README.md). In the pipeline it never enters a learner kernel: the grader process imports it,
+asks it for cases, sends only the cases' *inputs* (plain JSON) to a sandboxed driver process that runs the learner's
 notebook as written (``driver.py``), and compares what comes back (plain JSON, parsed without executing anything)
-with the expectations that stayed here.
+with the expectations that stayed here. Outside the pipeline, the lessons' hidden tests run the same cases in the
+kernel (``oracles.run_in_kernel``, fresh draws): one specification per check.
 
 The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
 
@@ -366,9 +367,16 @@ class Oracle:
         return dict(self.module.TESTS)
 
     @property
+    def harness(self) -> Path | None:
+        """The oracle's learner-side harness (``HARNESS``: a module file next to the oracle), or None."""
+        path = getattr(self.module, "HARNESS", None)
+        return None if path is None else Path(path)
+
+    @property
     def prelude(self) -> str:
-        """Code the driver runs before the notebook's cells (imports that skipped setup cells would provide)."""
-        return getattr(self.module, "PRELUDE", "")
+        """The harness's source: the driver runs it before the notebook's cells, in the notebook's namespace (calls
+        of the learner's functions that cannot travel as plain data, imports that skipped setup cells provide)."""
+        return "" if self.harness is None else self.harness.read_text(encoding="utf-8")
 
     def skip_setup(self, grade_id: str | None) -> bool:
         """Whether the driver leaves out this locked setup cell: its release grade_id is in ``SKIP_SETUP``
@@ -385,6 +393,15 @@ class Oracle:
             case.id = f"{case.test}#{index}"
             case.after = case.test  # the driver runs it where the learner's notebook has this test cell
         return cases
+
+
+ORACLES = Path(__file__).resolve().parent / "oracles"
+
+
+def oracle_assignments() -> list[str]:
+    """Every assignment with an oracle module (``oracles/<assignment>.py``; ``_*.py`` are the oracles' helpers):
+    the graded lessons, found where a new lesson's oracle is added."""
+    return sorted(path.stem for path in ORACLES.glob("*.py") if not path.stem.startswith("_"))
 
 
 def load_oracle(assignment: str) -> Oracle | None:

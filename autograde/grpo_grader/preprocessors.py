@@ -181,14 +181,16 @@ class SafeExecute(Execute):
 
     max_output_bytes = Integer(
         2_000_000, help="bytes of output a cell may keep while it runs; the rest is dropped (errors are kept)"
-    ).tag(config=True)
+    ).tag(config=True, zh="一个单元运行时最多保留的输出字节数，其余丢弃（错误信息保留）")
 
     demo_cells = Dict(
         {}, help="{assignment: [grade_id, ...]}: locked setup/demo code cells (never answer or test cells) that "
                  "the grading kernel and the oracle's driver do not run: slow demonstrations that no later cell and "
                  "no point depends on (tests/test_autograde.py checks that no later cell reads a name they define); "
                  "matched by the release's grade_id only, so a cell the learner added always runs"
-    ).tag(config=True)
+    ).tag(config=True, zh="{作业: [grade_id, ...]}：评分内核和 oracle 的驱动进程都不运行的锁定设置/演示单元（从不是答案或测试单元）："
+                          "不计分，之后的单元也不读取它们定义的名字（`tests/test_autograde.py` 逐课检查）；只按发布版本的 grade_id "
+                          "匹配，学员自己加的单元永远运行；反馈里这些单元的输出写明“评分时没有运行”")
 
     def _is_demo(self, cell, resources) -> bool:
         return is_demo_cell(cell, self.demo_cells.get(resources.get("nbgrader", {}).get("assignment", ""), ()))

@@ -31,8 +31,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import warm
-from .course import AUTOGRADE, ROOT, Settings, prepare_kernel_files, venv_env
+from . import nbgrader_forkserver
+from . import probe as preflight
+from .course import AUTOGRADE, ROOT, GradingPipeline, prepare_kernel_files, venv_env
 from .sandbox import _environment, zygote_command
 from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, BoundedPipe, DriverRun, pump, read_capped
 
@@ -44,47 +45,6 @@ WORKDIR_SIZE = "256m"   # the kernel's private working folder (and HOME), a tmpf
 def visible_lessons(assignment: str) -> list[str]:
     """The saved lesson modules a grading kernel of ``assignment`` may import: those of earlier lessons (by name)."""
     return sorted(path.stem for path in (ROOT / "tools" / "lessons").glob("nb*.py") if path.stem < assignment)
-
-
-PROBE_CODE = r"""
-import json, os, resource, sys
-paths = json.loads(sys.argv[1])
-out = {"uid": os.getuid(), "cwd": os.getcwd(), "home": os.environ.get("HOME"),
-       "readonly_root": os.environ.get("GRPO_GRADING_READONLY_ROOT") == "1",
-       "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0],
-       "visible_pids": len([p for p in os.listdir("/proc") if p.isdigit()]), "readable": {}}
-for path in paths:
-    try:
-        if os.path.isdir(path):
-            os.listdir(path)
-        else:
-            with open(path, "rb") as handle:
-                handle.read(1)
-        out["readable"][path] = True
-    except OSError:
-        out["readable"][path] = False
-try:
-    with open("/proc/self/environ", "rb") as handle:
-        out["seed_in_environ"] = b"GRPO_GRADING_SEED" in handle.read() or "GRPO_GRADING_SEED" in os.environ
-except OSError:
-    out["seed_in_environ"] = "GRPO_GRADING_SEED" in os.environ
-try:
-    out["ipc_namespace"] = os.readlink("/proc/self/ns/ipc")
-except OSError:
-    out["ipc_namespace"] = ""
-import socket
-# a network namespace of its own holds only its loopback (up under bwrap, down otherwise): any other interface
-# is a way out
-out["network"] = sorted(name for _index, name in socket.if_nameindex() if name != "lo")
-if len(sys.argv) < 3:  # where the kernel's `import tools.grading` resolves (found, not run: no torch import)
-    try:
-        import importlib.util
-        found = importlib.util.find_spec("tools.grading")
-        out["tools"] = found.origin if found is not None else "tools.grading not found"
-    except Exception as error:
-        out["tools"] = repr(error)
-print("PROBE " + json.dumps(out))
-"""
 
 
 def _git(args: list[str]) -> list[str]:
@@ -102,7 +62,7 @@ def _checkout_of(path: Path) -> Path | None:
     return None
 
 
-def secret_probe_paths(settings: Settings, slot_db: Path) -> list[str]:
+def secret_probe_paths(settings: GradingPipeline, slot_db: Path) -> list[str]:
     """Paths a sandboxed kernel must not be able to read (checked by the probe)."""
     paths = [ROOT / "solutions", settings.course / "gradebook.db", settings.course / "source",
              settings.course / "autograded", settings.course / "submitted", AUTOGRADE / "sample_class", slot_db,
@@ -176,6 +136,9 @@ class Sandbox:
     probe: dict = field(default_factory=dict)      # what a kernel sees; "oracle": what the driver beside it sees
     problems: list[str] = field(default_factory=list)
     leases: list = field(default_factory=list)      # open lock files holding the uids
+    # folders outside the virtual environment the interpreter's sys.path needs (probe.interpreter_paths): bound
+    # read-only into every sandbox ("bind"), the ones a kernel does not find itself on its PYTHONPATH ("pythonpath")
+    paths: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.mode == "bwrap":
@@ -186,7 +149,7 @@ class Sandbox:
 
 
 class Slot:
-    def __init__(self, base: Path, name: str, settings: Settings, sandbox: Sandbox, uid: int | None = None,
+    def __init__(self, base: Path, name: str, settings: GradingPipeline, sandbox: Sandbox, uid: int | None = None,
                  threads: int = 1, ipc: Path | None = None, oracle_uid: int | None = None, zygotes: bool = True):
         self.settings = settings
         self.zygotes = zygotes  # False: no zygote for this slot even where the settings allow one (one kernel only)
@@ -269,6 +232,7 @@ class Slot:
         base_prefix = str(Path(sys.base_prefix).resolve())
         if base_prefix not in ("/usr", "/usr/local") and base_prefix != keep[0][0] and os.access(base_prefix, os.X_OK):
             keep.append([base_prefix, "ro"])
+        keep += [[path, "ro"] for path in self.sandbox.paths.get("bind", [])]
         keep += [[str(self.kernel), "ro"], [str(self.ipc), "rw"]]
         limits = {"AS": self.settings.memory_limit_bytes(), "FSIZE": 1 << 30, "CORE": 0}
         if self.uid is not None:
@@ -280,6 +244,8 @@ class Slot:
             "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
             "bwrap": shutil.which("bwrap") or "/usr/bin/bwrap", "setpriv": shutil.which("setpriv") or "setpriv",
         }
+        if self.sandbox.paths.get("pythonpath"):
+            spec["env"]["PYTHONPATH"] = os.pathsep.join([str(self.kernel), *self.sandbox.paths["pythonpath"]])
         if self.kernel_zygote_enabled:  # the launcher asks the slot's kernel zygote for the kernel (sandbox.py)
             spec["zygote_socket"] = str(self.sockets / "kernel")
         self.spec_path.write_text(json.dumps(spec, indent=1))
@@ -383,8 +349,8 @@ class Slot:
         arguments = ["autograde", assignment, f"--student={learner}", f"--notebook={notebook}", "--force",
                      "--log-level=INFO"]
         started = time.monotonic()
-        if warm.available():  # forked from a process that has imported nbgrader already (warm.py)
-            process = self.process = warm.start(arguments, str(self.nbgrader), self.env(), str(log))
+        if nbgrader_forkserver.available():  # forked from a process that has imported nbgrader (nbgrader_forkserver.py)
+            process = self.process = nbgrader_forkserver.start(arguments, str(self.nbgrader), self.env(), str(log))
         else:
             with open(log, "wb") as handle:
                 process = self.process = subprocess.Popen(
@@ -623,29 +589,31 @@ class Slot:
         finally:
             self.kill_oracle() if oracle else self.kill_kernels()
 
-    def probe(self, paths: list[str], oracle: bool = False, zygote: bool = True) -> dict:
-        """Start the sandbox with a probe instead of a kernel (``oracle``: the oracle driver's sandbox, without the
-        import check; ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else
-        a fresh bubblewrap of the same view); report what it can read."""
+    def probe(self, paths: list[str], oracle: bool = False, zygote: bool = True, imports: list[str] = (),
+              import_mode: str = "find") -> dict:
+        """Start the sandbox with the probe (probe.py) instead of a kernel (``oracle``: the oracle driver's sandbox;
+        ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else a fresh
+        bubblewrap of the same view); report what it can read and whether ``imports`` load (``import_mode``)."""
+        request = json.dumps({"paths": paths, "oracle": oracle, "imports": list(imports), "import_mode": import_mode})
         if oracle and self.zygote_enabled and zygote:  # a job of the zygote: the view the driver really gets
             job = self.oracle_job_dir()
             (job / "driver.py").write_text(
-                "import json, os, sys\n"
+                "import os, sys\n"
                 "sys.stdout = os.fdopen(int(sys.argv[2]), 'w')\n"
-                f"sys.argv = ['probe', {json.dumps(paths)!r}, 'oracle']\n" + PROBE_CODE + "sys.stdout.flush()\n")
-            run = self._run_in_zygote(job, 120, warm=False)
+                f"sys.argv = ['probe', {request!r}]\n" + preflight.source() + "sys.stdout.flush()\n")
+            run = self._run_in_zygote(job, 120 if import_mode == "find" else 300, warm=False)
             self._stop_oracle_zygote()
             self.oracle_job_dir()
-            for line in run.results.decode(errors="replace").splitlines():
-                if line.startswith("PROBE "):
-                    return {**json.loads(line[6:]), "zygote": True}
+            report = preflight.parse_output(run.results.decode(errors="replace"))
+            if report is not None:
+                return {**report, "zygote": True}
             raise RuntimeError(f"sandbox probe (zygote job) failed (exit {run.code}): {run.stderr.strip()[-800:]}")
-        done = self.run_sandboxed_code(PROBE_CODE, [json.dumps(paths)] + (["oracle"] if oracle else []), oracle,
-                                       zygote, warm=False)
+        done = self.run_sandboxed_code(preflight.source(), [request], oracle, zygote, warm=False,
+                                       timeout=60 if import_mode == "find" else 300)
         self.reset_work()
-        for line in done.stdout.splitlines():
-            if line.startswith("PROBE "):
-                return {**json.loads(line[6:]), "zygote": self.kernel_zygote_enabled and zygote and not oracle}
+        report = preflight.parse_output(done.stdout)
+        if report is not None:
+            return {**report, "zygote": self.kernel_zygote_enabled and zygote and not oracle}
         raise RuntimeError(f"sandbox probe failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
 
 
@@ -700,40 +668,56 @@ def _stop(process: subprocess.Popen | None) -> None:
 
 
 SANDBOX_MODES = ("bwrap", "none")
-APPARMOR_PROFILE = ROOT / "environments" / "apparmor-bwrap"
 
 
 def check_bwrap() -> None:
-    """Raise with the exact fix when bubblewrap cannot build a sandbox here: not installed, or (not root)
-    unprivileged user namespaces blocked by the kernel or by AppArmor (Ubuntu 24.04's default)."""
-    if not shutil.which("bwrap"):
-        raise RuntimeError("bubblewrap is not installed: `apt-get install -y bubblewrap` (Debian/Ubuntu; `make setup` "
-                           "does it as root)")
-    if os.geteuid() == 0:
-        return
-    done = subprocess.run(["bwrap", "--unshare-user", "--ro-bind", "/", "/", "true"], capture_output=True, text=True,
-                          timeout=30)
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"bubblewrap cannot create a user namespace here ({done.stderr.strip()[-200:]}). Allow unprivileged user "
-            "namespaces: `sudo sysctl -w kernel.unprivileged_userns_clone=1` (Debian) or "
-            "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (Ubuntu 24.04), or keep the restriction "
-            f"and allow bwrap only: `sudo install -m 644 {APPARMOR_PROFILE} /etc/apparmor.d/bwrap && "
-            "sudo apparmor_parser -r /etc/apparmor.d/bwrap`; or grade as root")
+    """Raise ``probe.ProbeFailure`` naming the cause and the exact fix when bubblewrap cannot build a grading sandbox
+    here: not installed; root without CAP_SYS_ADMIN or under a container's seccomp/AppArmor profile; not root where
+    user namespaces are blocked (sysctl, Ubuntu 24.04's AppArmor restriction, a container)."""
+    problems = preflight.namespace_problems(str(ROOT))
+    if problems:
+        raise preflight.ProbeFailure(problems, "bwrap")
 
 
-def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver: bool = False) -> Sandbox:
+def _never_bound(settings: GradingPipeline, base: Path) -> list[str]:
+    """Folders no sandbox may show, whatever ``sys.path`` or ``extra_readonly_paths`` says: this checkout, the course,
+    the run's folder, the git object store, the checkout holding the virtual environment (probe.refusal)."""
+    found = {ROOT, settings.course, base}
+    found.update(Path(line.strip()) for line in _git(["rev-parse", "--path-format=absolute", "--git-common-dir"]))
+    venv_checkout = _checkout_of(Path(sys.prefix).resolve())
+    if venv_checkout:
+        found.add(venv_checkout)
+    return sorted({str(path.resolve()) for path in found})
+
+
+def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_driver: bool = False,
+                   import_mode: str = "find") -> Sandbox:
     """The configured sandbox (``auto``: bubblewrap, root or not; ``none`` only when asked for), probed
     (``probe_driver``: the oracle driver's view too, and as root each through a job of its zygote - `pipeline.py
     probe` does; a grading run probes the kernel's view in a fresh bubblewrap, which the zygotes' jobs share).
 
     The kernel files are built first when missing (the tiny checkpoint, lesson 7's warm start): every slot, the
-    probe's included, copies them into its read-only course copy."""
+    probe's included, copies them into its read-only course copy.
+
+    The probe also tries what grading needs (probe.py): torch, ipykernel, nbformat and the graded lessons' imports
+    (``import_mode`` ``find``: their top-level packages found on ``sys.path``, a grading run's cheap check;
+    ``import``: each imported, `pipeline.py probe`); a failure raises ``probe.ProbeFailure`` naming cause and fix
+    before any notebook is graded. The folders outside the virtual environment the interpreter's ``sys.path`` needs
+    are bound read-only into the sandbox (``Sandbox.paths``)."""
     prepare_kernel_files(settings)
+    homes = [str(Path.home().resolve()), "/root"]
+    shown = [str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve()), "/usr"]
+    paths = preflight.interpreter_paths(shown, _never_bound(settings, base) + homes, homes,
+                                        [str(p) for p in settings.extra_readonly_paths])
+    imports = preflight.probe_imports(ROOT, top_level=import_mode == "find")
+    failures: list[preflight.Problem] = [
+        preflight.Problem("extra-path-refused", f"c.GradingPipeline.extra_readonly_paths 里的 {path} 不能放进沙箱："
+                          f"{why}（refused）", "只列出装有 Python 包的目录（如某个 site-packages），不要列课程目录或它的上级目录")
+        for path, why in paths["refused"].items() if path in settings.extra_readonly_paths]
     mode = "bwrap" if settings.sandbox == "auto" else settings.sandbox
     if mode not in SANDBOX_MODES:
         raise ValueError(f"GradingPipeline.sandbox must be auto or one of {', '.join(SANDBOX_MODES)}, not {mode!r}")
-    sandbox = Sandbox(mode=mode)
+    sandbox = Sandbox(mode=mode, paths=paths)
     slot = None
     try:
         if mode == "bwrap":
@@ -744,10 +728,16 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver:
                     oracle_uid=sandbox.uids[1] if sandbox.uids else None)
         decoy = slot.nbgrader / "gradebook.db"
         decoy.write_text("decoy")
-        report = slot.probe(secret_probe_paths(settings, decoy), zygote=probe_driver)
+        report = slot.probe(secret_probe_paths(settings, decoy), zygote=probe_driver, imports=imports,
+                            import_mode=import_mode)
         if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
             (slot.ipc / "kernel-socket").write_text("")
-            report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True)
+            report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True,
+                                          imports=preflight.ALWAYS_IMPORTED[:1], import_mode=import_mode)
+    except preflight.ProbeFailure as failure:  # the machine does not allow bubblewrap: the cause and the fix
+        for handle in sandbox.leases:
+            handle.close()
+        raise preflight.ProbeFailure(failures + failure.problems, mode) from None
     except Exception as error:
         for handle in sandbox.leases:
             handle.close()
@@ -759,8 +749,19 @@ def choose_sandbox(settings: Settings, base: Path, slots: int = 1, probe_driver:
         if slot is not None:
             slot.stop_zygote()
         shutil.rmtree(base / "probe", ignore_errors=True)
+    problems = []
     if not str(report.get("tools", "")).startswith(str(base)) and mode != "none":
-        raise RuntimeError(f"no usable kernel sandbox ({mode}: the kernel's course copy is not importable: "
-                           f"{report.get('tools')})")
+        problems.append(f"the kernel's course copy is not importable ({report.get('tools')})")
+    missing = preflight.import_problems(report, "评分内核（kernel）", paths, str(settings.config_file))
+    missing += preflight.import_problems(report.get("oracle", {}), "oracle 进程（oracle driver）", paths,
+                                         str(settings.config_file))
+    if missing or failures:
+        for handle in sandbox.leases:
+            handle.close()
+        raise preflight.ProbeFailure(failures + missing, mode)
+    if problems:
+        for handle in sandbox.leases:
+            handle.close()
+        raise RuntimeError(f"no usable kernel sandbox ({mode}: {problems[0]})")
     sandbox.probe = report
     return sandbox

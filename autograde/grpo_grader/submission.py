@@ -146,6 +146,20 @@ def answer_sources(nb: nbformat.NotebookNode) -> dict[str, str]:
     return out
 
 
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def worked_answers(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """{grade_id: source} of every answer cell of a lesson's source notebook (the course's worked answers: nbgrader's
+    ``source/`` version, or the notebook the build chain makes from ``solutions/``), solution markers removed."""
+    answers = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution"):
+            answers[meta["grade_id"]] = "\n".join(l for l in cell.source.splitlines() if l.strip() not in SOLUTION_MARKERS)
+    return answers
+
+
 _KNOWN = {"torch", "math", "numbers", "np", "numpy", "F", "nn", "self", "True", "False", "None"}
 
 

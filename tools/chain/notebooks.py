@@ -16,6 +16,7 @@ Commands (``python -m tools.chain.notebooks <command>``):
 The module also holds the small harness the tests use to grade alternative answers without nbgrader:
 ``substitute_answers``, ``execute``, ``cell_results``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,17 +33,27 @@ from pathlib import Path
 import nbformat
 
 from tools.project_runtime import course_settings as _course_settings
-from tools.project_runtime import resolve_project_root
+from tools.project_runtime import (
+    resolve_project_root,
+    venv_env,  # noqa: F401  (re-exported: the chain's callers use chain.venv_env)
+)
 
 ROOT = resolve_project_root(Path(__file__))  # the checkout this chain belongs to (build-time root)
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "autograde"
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTION_ONLY_TAG = "solution-only"
-MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
-           "BEGIN MARK SCHEME", "END MARK SCHEME")
-_REGION = re.compile(r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n(.*?)^[ \t]*### END \1[ \t]*$",
-                     re.MULTILINE | re.DOTALL)
+MARKERS = (
+    "BEGIN SOLUTION",
+    "END SOLUTION",
+    "BEGIN HIDDEN TESTS",
+    "END HIDDEN TESTS",
+    "BEGIN MARK SCHEME",
+    "END MARK SCHEME",
+)
+_REGION = re.compile(
+    r"^[ \t]*### BEGIN (SOLUTION|HIDDEN TESTS)[ \t]*\n(.*?)^[ \t]*### END \1[ \t]*$", re.MULTILINE | re.DOTALL
+)
 
 
 # ----------------------------------------------------------------------------- discovery & settings
@@ -74,8 +85,13 @@ def _complete_nbgrader(meta: dict, cell_type: str, where: str) -> dict:
     if cell_type == "markdown" and solution and not grade:
         raise ValueError(f"{where}: a markdown answer cell must be graded (manual grading)")
     meta.setdefault("locked", not solution)
-    full = {"grade": grade, "grade_id": meta["grade_id"], "locked": bool(meta["locked"]),
-            "schema_version": 3, "solution": solution}
+    full = {
+        "grade": grade,
+        "grade_id": meta["grade_id"],
+        "locked": bool(meta["locked"]),
+        "schema_version": 3,
+        "solution": solution,
+    }
     if grade:
         full["points"] = meta["points"]
     return full
@@ -97,8 +113,18 @@ def build_notebook(assignment: str, settings: dict | None = None) -> nbformat.No
     stamp = release_stamp(assignment, ROOT)
     cells = [
         nbformat.v4.new_markdown_cell(badge_markdown(assignment, settings)),
-        nbformat.v4.new_code_cell(bootstrap_source(profile, settings, assignment, stamp), metadata={"nbgrader": {
-            "grade": False, "grade_id": "bootstrap", "locked": True, "schema_version": 3, "solution": False}}),
+        nbformat.v4.new_code_cell(
+            bootstrap_source(profile, settings, assignment, stamp),
+            metadata={
+                "nbgrader": {
+                    "grade": False,
+                    "grade_id": "bootstrap",
+                    "locked": True,
+                    "schema_version": 3,
+                    "solution": False,
+                }
+            },
+        ),
     ]
     cells[0].metadata["tags"] = ["course-badges"]
     # The bootstrap is long and the same everywhere: collapse its source (JupyterLab and Colab honour
@@ -161,18 +187,6 @@ def build(names: list[str] | None = None, course: Path = COURSE) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- release
-def venv_env(extra: dict[str, str] | None = None, pythonpath: list[Path] | tuple[Path, ...] = ()) -> dict[str, str]:
-    """The environment for a subprocess of this interpreter (the one definition: the grader uses it too): this
-    interpreter's bin folder first on PATH (nbgrader shells out to `alembic`), the ``pythonpath`` folders first
-    on PYTHONPATH, then ``extra``."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    if pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [*map(str, pythonpath), env.get("PYTHONPATH", "")] if p)
-    env.update(extra or {})
-    return env
-
-
 @functools.lru_cache(maxsize=1)
 def alembic_head() -> str:
     """The alembic revision nbgrader stamps into a new gradebook, read from nbgrader's migration scripts in this
@@ -205,8 +219,9 @@ def _generate_assignment(course: Path, assignment: str) -> None:
     finally:
         nbgrader.api.get_alembic_version = subprocess_version
     if not result["success"]:
-        raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{result.get('error') or ''}"
-                           f"{result.get('log') or ''}")
+        raise RuntimeError(
+            f"nbgrader generate_assignment {assignment} failed:\n{result.get('error') or ''}{result.get('log') or ''}"
+        )
 
 
 def learner_version(released: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -296,8 +311,9 @@ def check(names: list[str] | None = None, released: tuple[Path, Path] | None = N
     """
     from tools.chain import saved
 
-    failures = list(saved.problems(assignments(names), complete=not names, solutions=SOLUTIONS,
-                                   lessons=ROOT / "tools" / "lessons"))
+    failures = list(
+        saved.problems(assignments(names), complete=not names, solutions=SOLUTIONS, lessons=ROOT / "tools" / "lessons")
+    )
     with tempfile.TemporaryDirectory(prefix="grpo-release-check-") as tmp:
         if released is not None:
             course, out = Path(released[0]), Path(released[1])
@@ -314,13 +330,17 @@ def check(names: list[str] | None = None, released: tuple[Path, Path] | None = N
             if not committed.exists():
                 failures.append(f"{committed.relative_to(ROOT)} is missing: run `make release`")
             elif committed.read_bytes() != path.read_bytes():
-                failures.append(f"{committed.relative_to(ROOT)} is stale against solutions/{assignment}.py: run `make release`")
+                failures.append(
+                    f"{committed.relative_to(ROOT)} is stale against solutions/{assignment}.py: run `make release`"
+                )
             source_nb = nbformat.read(course / "source" / assignment / f"{assignment}.ipynb", as_version=4)
             if committed.exists():
                 try:
                     learner_nb = nbformat.read(committed, as_version=4)
                 except Exception as error:  # not valid notebook JSON: already reported as stale
-                    failures.append(f"{committed.relative_to(ROOT)} is not a valid notebook: {error.__class__.__name__}")
+                    failures.append(
+                        f"{committed.relative_to(ROOT)} is not a valid notebook: {error.__class__.__name__}"
+                    )
                     continue
                 for problem in leaks(source_nb, learner_nb):
                     failures.append(f"{committed.relative_to(ROOT)} leaks {problem}")
@@ -390,10 +410,16 @@ def _progress_wanted(progress: bool | None) -> bool:
     return sys.stderr.isatty()
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120,
-            env: dict[str, str] | None = None, progress: bool | None = None,
-            desc: str | None = None, kernel_name: str = "python3",
-            parameters: dict[str, object] | None = None) -> nbformat.NotebookNode:
+def execute(
+    nb: nbformat.NotebookNode,
+    cwd: Path,
+    timeout: int = 120,
+    env: dict[str, str] | None = None,
+    progress: bool | None = None,
+    desc: str | None = None,
+    kernel_name: str = "python3",
+    parameters: dict[str, object] | None = None,
+) -> nbformat.NotebookNode:
     """Execute a copy of ``nb`` with nbclient in ``cwd``; errors are recorded in outputs, not raised.
 
     ``parameters``: papermill-injected values for the notebook's ``parameters`` cell (:func:`parameterize`).
@@ -424,9 +450,17 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 120,
         os.environ.update(env or {})
         # "immediate": the kernel is killed once the last cell has replied (its outputs are in); a graceful
         # shutdown request costs 0.3-0.9 s per notebook for nothing
-        client = NotebookClient(out, timeout=timeout, kernel_name=kernel_name, allow_errors=True,
-                                resources={"metadata": {"path": str(cwd)}}, config=config, shutdown_kernel="immediate")
+        client = NotebookClient(
+            out,
+            timeout=timeout,
+            kernel_name=kernel_name,
+            allow_errors=True,
+            resources={"metadata": {"path": str(cwd)}},
+            config=config,
+            shutdown_kernel="immediate",
+        )
         if bar is not None:
+
             def cell_done(cell, cell_index, execute_reply):
                 if cell.cell_type == "code":
                     failed = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
@@ -452,8 +486,14 @@ def cell_errors(nb: nbformat.NotebookNode) -> list[tuple[int, str | None, str, s
             continue
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error":
-                found.append((index, cell.metadata.get("nbgrader", {}).get("grade_id"),
-                              output.get("ename", ""), output.get("evalue", "")))
+                found.append(
+                    (
+                        index,
+                        cell.metadata.get("nbgrader", {}).get("grade_id"),
+                        output.get("ename", ""),
+                        output.get("evalue", ""),
+                    )
+                )
     return found
 
 
@@ -486,8 +526,11 @@ def execute_learner(assignment: str, timeout: int = 300) -> tuple[nbformat.Noteb
 
 def learner_problems(nb: nbformat.NotebookNode) -> list[str]:
     """A learner version must fail only with NotImplementedError, and must fail at each graded TODO."""
-    problems = [f"cell {i} ({gid}): {ename}: {evalue[:200]}" for i, gid, ename, evalue in cell_errors(nb)
-                if ename != "NotImplementedError"]
+    problems = [
+        f"cell {i} ({gid}): {ename}: {evalue[:200]}"
+        for i, gid, ename, evalue in cell_errors(nb)
+        if ename != "NotImplementedError"
+    ]
     has_todo = any(c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code" for c in nb.cells)
     if has_todo and not cell_errors(nb):
         problems.append("no cell raised NotImplementedError although the notebook has TODO cells")

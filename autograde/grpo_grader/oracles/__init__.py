@@ -1,2 +1,65 @@
 """One trusted oracle module per graded assignment, named like the assignment (see autograde/README.md,
-"Writing an oracle for a lesson"). These modules run in the grader's process only; no kernel sees them."""
+"Writing an oracle for a lesson"). The pipeline imports them in the grader's process only: no sandboxed kernel
+sees them (its hidden tests are stripped before execution).
+
+``run_in_kernel`` is the other way the same cases are run: the hidden-test block of every graded test cell of a
+lesson is one call of it, so that plain ``nbgrader autograde`` (and formgrader's Autograde button, where it is
+enabled) grade a test cell with the oracle's own cases and verdicts - one specification per check. It draws the
+cases from fresh entropy, never from the instructor's seed: the kernel runs learner code."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+
+# a public seed for reproducible in-kernel runs (the test suite sets it); unset, every run draws fresh cases
+KERNEL_SEED_ENV = "GRPO_KERNEL_CASES_SEED"
+
+
+def run_in_kernel(
+    assignment: str, test: str, namespace: dict, seed: str | None = None, flags: dict | None = None
+) -> int:
+    """Run the oracle's cases of the test cell ``test`` of ``assignment`` on the functions in ``namespace`` (the
+    notebook's ``globals()``), in this process, as the pipeline's driver runs them (``driver.make_case_runner``, the
+    same plain-data round trip, the same ``oracle.verdicts``). Raises ``AssertionError`` with the oracle's Chinese
+    message when a case fails; returns the number of cases. ``flags``: the oracle's case families switched on (default:
+    the course config's ``c.GradingPipeline.oracle_flags``, as the pipeline); ``seed``: for tests (default: the public
+    ``GRPO_KERNEL_CASES_SEED`` if set, else fresh entropy; never the instructor's grading seed)."""
+    import torch
+
+    from ..course import load_settings
+    from ..driver import make_case_runner
+    from ..oracle import load_oracle, verdicts
+
+    oracle = load_oracle(assignment)
+    if oracle is None or test not in oracle.tests:
+        raise ValueError(f"run_in_kernel: no oracle test {test!r} for {assignment!r}")
+    if oracle.prelude:  # the oracle's learner-side harness (lesson 7), defined in the notebook's namespace
+        exec(compile(oracle.prelude, str(oracle.harness), "exec"), namespace)  # noqa: S102
+    if flags is None:
+        flags = load_settings().oracle_flags.get(assignment, {})
+    cases = [
+        case
+        for case in oracle.cases(seed or os.environ.get(KERNEL_SEED_ENV) or secrets.token_hex(16), flags)
+        if case.test == test
+    ]
+    run_case = make_case_runner(torch, namespace)
+    results = {}
+    for case in cases:
+        record = run_case(json.loads(json.dumps(case.wire())))
+        try:
+            results[case.id] = json.loads(json.dumps(record, ensure_ascii=False))
+        except (TypeError, ValueError, RecursionError) as error:
+            results[case.id] = {
+                "case": case.id,
+                "status": "raised",
+                "type": "EncodeError",
+                "mro": [],
+                "message": str(error)[:200],
+            }
+    verdict = verdicts(oracle, cases, results, "没有结果（no result）")[test]
+    if not verdict.passed:
+        raise AssertionError(verdict.message)
+    print(f"✅ {test}：{verdict.cases} 个用例全部通过")
+    return verdict.cases

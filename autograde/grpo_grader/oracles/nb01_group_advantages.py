@@ -1,14 +1,16 @@
-"""Oracle of lesson 1 (nb01_group_advantages): group advantages, the MiniMind layout, the conventions question.
+"""Oracle of lesson 1 (nb01_group_advantages): group advantages, the MiniMind layout, the conventions question
+(a function of the group, checked on the lesson's [0, 0, 0, 1] and on 0/1 groups drawn from the seed).
 
 The references below are the grader's own (plain float64 loops with math.fsum), not the lesson's answers.
 """
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import torch
 
-from ..oracle import Case, Close, Each, Mismatch, Raises, Satisfies
+from ..oracle import Case, Close, Each, Mismatch, Raises, Satisfies, close_number
 from ._common import choice, distinct_ids, group_ids, normal, randint, uniform
 
 # test-cell grade_id -> the answer cell it grades (its comment carries the verdicts)
@@ -17,9 +19,30 @@ TESTS = {
     "test_compute_group_advantages_hidden": "compute_group_advantages",
     "test_group_relative_advantages_visible": "group_relative_advantages",
     "test_group_relative_advantages_hidden": "group_relative_advantages",
-    "test_conventions_question_visible": "answer_conventions_0001",
+    "test_conventions_question_visible": "answer_conventions_0001",   # the answer cell defines answer_conventions
     "test_conventions_question_hidden": "answer_conventions_0001",
 }
+# where each case family comes from: (regex over a case's ``what``, the line of the released notebook - TODO
+# text, docstring, provided check or visible test - that states it); a case no family matches is an orphan
+CASE_SOURCES = [
+    (r"^多组|^随机输入|^eps=.*精确标准化|^近零方差组", r"每组 $(r-\mu_g)/\max(\sigma_g,\varepsilon)$，总体标准差"),
+    (r"^全等奖励组", "单元素组和全等奖励组的优势**严格为 0**"),
+    (r"^rewards 不是一维$|^二维 rewards$", "`rewards` 不是一维"),
+    (r"^group_ids 与 rewards 形状不同$", "两者形状不同"),
+    (r"^rewards 为空$", "`rewards` 为空"),
+    (r"^rewards 含 (NaN|inf|-inf)$", "`rewards` 含 NaN 或 inf"),
+    (r"^eps = ", "`eps` 不是正的有限数"),
+    (r"^group_ids 不是整数$", "`group_ids` 不是整数类型"),
+    (
+        r"^平铺布局|^随机平铺输入|^eps=.*应为 std \+ eps|^按行（连续的 G 个）分组|^全等奖励的行",
+        r"$(r-\mu)/(\sigma+\varepsilon)$，$\sigma$ 是**总体**标准差",
+    ),
+    (r"^G=1 时优势应为 0$", "G=1 与输入契约"),
+    (r"^num_generations (= 0|为负|不是整数|是 bool)$", "必须是不小于 1 的整数"),
+    (r"整数倍$", "的长度不是 `num_generations` 的整数倍"),
+    (r"^计分问题的答案格式|^七种约定对 \[0, 0, 0, 1\] 的优势$", "同一组 [0, 0, 0, 1]，七种约定各给出什么？"),
+    (r"^七种约定对一组 0/1 奖励", "评分时还会用别的 `G` 和别的 0/1 组检查同一个函数"),
+]
 # setup cells (not answers, not tests) that the oracle run does not need: the timing cells
 SKIP_SETUP: tuple = ()   # its demonstrations (SafeExecute.demo_cells) are all the driver leaves out
 FLAGS: dict = {}
@@ -158,11 +181,28 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
                        ((torch.ones(6), 2.0), "num_generations 不是整数"), ((torch.ones(6), True), "num_generations 是 bool")]:
         out.append(Case(hid, "group_relative_advantages", args, {}, Raises("ValueError"), what=what))
 
-    # --- the conventions question: a fixed question, so fixed values; checked here, never in the kernel
-    out.append(Case("test_conventions_question_visible", "answer_conventions_0001", (), {},
-                    Satisfies(_conventions_format), what="计分问题的答案格式"))
-    out.append(Case("test_conventions_question_hidden", "answer_conventions_0001", (), {},
-                    Satisfies(_conventions_values), what="七种约定对 [0, 0, 0, 1] 的优势"))
+    # --- the conventions question: the learner's function, on the lesson's group and on groups drawn here
+    def conventions_case(test, check, group, other, what):
+        group, other = torch.tensor(group, dtype=torch.float64), torch.tensor(other, dtype=torch.float64)
+        return Case(test, "answer_conventions", (group, other), {}, Satisfies(check(group.tolist(), other.tolist())),
+                    what=what)
+
+    means = {Fraction(1, 4)}  # the lesson's own group; the drawn ones differ from it and from each other
+    while len(means) < 3:  # so no one constant answer (a memorised table) fits two groups
+        size = randint(gen, 3, 8)
+        correct = randint(gen, 1, size - 1)
+        if Fraction(correct, size) in means:
+            continue
+        means.add(Fraction(correct, size))
+        group = [1.0] * correct + [0.0] * (size - correct)
+        group = [group[i] for i in torch.randperm(size, generator=gen).tolist()]
+        other = (torch.rand(size, generator=gen) < uniform(gen, 0.0, 1.0)).double().tolist()
+        out.append(conventions_case("test_conventions_question_visible", _conventions_format, group, other,
+                                    f"计分问题的答案格式（G={size}，{correct} 个答对）"))
+        out.append(conventions_case("test_conventions_question_hidden", _conventions_values, group, other,
+                                    f"七种约定对一组 0/1 奖励（G={size}，{correct} 个答对）的优势"))
+    out.append(conventions_case("test_conventions_question_hidden", _conventions_values, [0.0, 0.0, 0.0, 1.0],
+                                [1.0, 1.0, 1.0, 1.0], "七种约定对 [0, 0, 0, 1] 的优势"))
     for case in out:  # as in the notebook, only the hidden tests check that inputs are left alone
         case.inputs_unchanged = case.test.endswith("_hidden")
     return out
@@ -193,28 +233,54 @@ def _pairs(answers) -> dict:
     return out
 
 
-def _conventions_format(answers) -> str | None:
-    for name, (wrong, right) in _pairs(answers).items():
-        if abs(3 * wrong + right) >= 1e-4:
-            return f"{name}：三个答错与一个答对的优势之和应为 0，实际 3×{wrong:.6g} + {right:.6g}"
-        if not right > 0 > wrong:
-            return f"{name}：答对的优势应为正、答错的应为负，实际 ({wrong:.6g}, {right:.6g})"
-    return None
-
-
-def _conventions_values(answers) -> str | None:
-    population = math.sqrt(3 / 16)
-    sample = 0.5
-    batch = [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
-    mean = sum(batch) / 8
-    batch_std = math.sqrt(sum((v - mean) ** 2 for v in batch) / 7)
+def conventions_reference(group: list[float], other: list[float]) -> dict[str, tuple[float, float]]:
+    """{convention: (advantage of a wrong answer, of a correct one)} for the 0/1 rewards ``group``, with ``other``
+    as the rest of the batch for trl_batch (float64 sums)."""
+    size = len(group)
+    mean = math.fsum(group) / size
+    squares = math.fsum((v - mean) ** 2 for v in group)
+    population, sample = math.sqrt(squares / size), math.sqrt(squares / (size - 1))
+    batch = list(group) + list(other)
+    batch_mean = math.fsum(batch) / len(batch)
+    batch_std = math.sqrt(math.fsum((v - batch_mean) ** 2 for v in batch) / (len(batch) - 1))
     scales = {"course": max(population, 1e-6), "minimind": population + 1e-4, "trl_group": sample + 1e-4,
               "trl_batch": batch_std + 1e-4, "trl_none": 1.0, "cs336": sample + 1e-6, "dr_grpo": 1.0}
-    for name, (wrong, right) in _pairs(answers).items():
-        want = (-0.25 / scales[name], 0.75 / scales[name])
-        if abs(wrong - want[0]) > 1e-5 or abs(right - want[1]) > 1e-5:
-            return f"约定 {name}：期望 ({want[0]:.6f}, {want[1]:.6f})，实际 ({wrong:.6f}, {right:.6f})"
-    return None
+    return {name: ((0.0 - mean) / scale, (1.0 - mean) / scale) for name, scale in scales.items()}
+
+
+def _conventions_format(group: list[float], other: list[float]):
+    """The visible test's checks on a drawn group: every convention's advantages sum to 0 over the group, correct
+    answers above the mean, wrong ones below, and the one known entry (Dr. GRPO only subtracts the mean)."""
+    correct = sum(1 for v in group if v == 1.0)
+    wrong_count = len(group) - correct
+    known = conventions_reference(group, other)["dr_grpo"]
+
+    def check(answers) -> str | None:
+        for name, (wrong, right) in _pairs(answers).items():
+            if not close_number(wrong_count * wrong + correct * right, 0.0, 1e-4):
+                return (f"{name}：{wrong_count} 个答错与 {correct} 个答对的优势之和应为 0，"
+                        f"实际 {wrong_count}×{wrong:.6g} + {correct}×{right:.6g}")
+            if not right > 0 > wrong:
+                return f"{name}：答对的优势应为正、答错的应为负，实际 ({wrong:.6g}, {right:.6g})"
+        got = _pairs(answers)["dr_grpo"]
+        if not all(close_number(g, w, 1e-5) for g, w in zip(got, known)):
+            return f"已知条目 dr_grpo：期望 ({known[0]:.6f}, {known[1]:.6f})，实际 ({got[0]:.6f}, {got[1]:.6f})"
+        return None
+
+    return check
+
+
+def _conventions_values(group: list[float], other: list[float]):
+    expected = conventions_reference(group, other)
+
+    def check(answers) -> str | None:
+        for name, (wrong, right) in _pairs(answers).items():
+            want = expected[name]
+            if not (close_number(wrong, want[0], 1e-5) and close_number(right, want[1], 1e-5)):
+                return f"约定 {name}：期望 ({want[0]:.6f}, {want[1]:.6f})，实际 ({wrong:.6f}, {right:.6f})"
+        return None
+
+    return check
 
 
 __all__ = ["TESTS", "SKIP_SETUP", "FLAGS", "cases", "course_advantages", "minimind_advantages", "Each"]

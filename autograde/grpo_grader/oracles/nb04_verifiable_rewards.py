@@ -17,6 +17,19 @@ TESTS = {
     "test_rewards_per_func_from_lists_visible": "rewards_per_func_from_lists",
     "test_combine_rewards_visible": "combine_rewards",
 }
+# where each case family comes from: (regex over a case's ``what``, the line of the released notebook - TODO
+# text, docstring, provided check or visible test - that states it); a case no family matches is an orphan
+CASE_SOURCES = [
+    (r"^回答 ", "integer-answer-v1 的解析（最后一个整数）、状态、正确性、格式分与加权总分"),
+    (r"^response=", "`response` 必须是 `str`"),
+    (r"^expected_answer=", "`expected_answer` 必须是 `int`"),
+    (r"^(correctness|format)_weight=", "两个权重必须是有限、非负的实数（同样拒绝 `bool`）"),
+    (r"的 rewards_per_func（None -> NaN）$", "`None` 的位置是 `NaN`"),
+    (r"^outputs=|^dtype 为整数类型$", "输入契约（`ValueError`）：`outputs` 为空、不是列表/元组"),
+    (r"的加权奖励（跳过 NaN 列，全 NaN 行保持 NaN）$", "加权和跳过 NaN 列、全 NaN 行保持 NaN"),
+    (r"^rewards_per_func 不合法$", "`rewards_per_func` 不是浮点张量或不是二维"),
+    (r"^weights=", "权重个数与 `F` 不一致、不是一维、含有 NaN/inf"),
+]
 SKIP_SETUP = ("demo_code_verifier",)   # grade_ids: the subprocess demo of a code verifier
 FLAGS: dict = {}
 KEYS = {"verifier_id", "status", "parsed_answer", "correctness", "format_pass", "total_reward"}

@@ -14,6 +14,23 @@ TESTS = {
     "test_completion_mask_from_eos_visible": "completion_mask_from_eos",
     "test_shifted_token_logps_visible": "shifted_token_logps",
 }
+# where each case family comes from: (regex over a case's ``what``, the line of the released notebook - TODO
+# text, docstring, provided check or visible test - that states it); a case no family matches is an orphan
+CASE_SOURCES = [
+    (
+        r"的掩码（保留到第一个真实 EOS，含 EOS）$|^0/1 浮点 pad_mask",
+        "保留到第一个 EOS（含）、无 EOS 保留整个 pad_mask、填充位上的 EOS 不算数",
+    ),
+    (r"^completion_ids |^eos_token_id |^pad_mask ", "形状或 dtype 不对时抛出带中文说明的 `ValueError`"),
+    (
+        r"的词元对数概率（logits\[:, :-1\] 预测 input_ids\[:, 1:\]）$",
+        "第 `t` 列是 `log p(input_ids[:, t+1] | 前文)`，dtype 与 `logits` 相同，并且能对 `logits` 反向传播",
+    ),
+    (
+        r"^(B 不一致|T = 1|T 不一致|input_ids 是三维|input_ids 是浮点|logits 不是(三维|张量|浮点)|词元(越界|为负))$",
+        "输入不合法（维度、dtype、形状不匹配、`T < 2`、词元越界）时抛出 `ValueError`",
+    ),
+]
 # the driver runs the learner's setup cells as written (the tiny checkpoint loads in well under a second), so
 # an answer may use any name they define (selective_log_softmax, EOS_ID, ...); the memory probe is a demonstration
 SKIP_SETUP: tuple = ()

@@ -46,7 +46,7 @@ def _without_checks(source):
 
 
 def _load_worked():
-    from autograde.grpo_grader.sample import worked_answers
+    from autograde.sample_class.build import worked_answers
 
     return worked_answers("nb01_group_advantages")
 
@@ -60,8 +60,8 @@ CASE = {
                            "    group_ids = group_ids.to(rewards.device)\n"
                            "    rewards = rewards if rewards.is_floating_point() else rewards.double()\n")},
         "edit": {
-            "answer_conventions_0001": [("(table[name][0, 0].item(), table[name][0, 3].item())",
-                                         "(table[name][0, 0].numpy(), np.float64(table[name][0, 3].numpy()))")],
+            "answer_conventions_0001": [("(table[name][0, wrong].item(), table[name][0, right].item())",
+                                         "(table[name][0, wrong].numpy(), np.float64(table[name][0, right].numpy()))")],
             "group_relative_advantages": [("unbiased=False", "unbiased=True")],
         },
         "edit_setup": [("import matplotlib.pyplot", "import math\n", "import math\n\nimport numpy as np\n")],

@@ -19,7 +19,7 @@ def _disguise(source):
 
 
 def _cells():
-    from autograde.grpo_grader.sample import worked_answers
+    from autograde.sample_class.build import worked_answers
 
     answers = worked_answers("nb01_group_advantages")
     return {gid: _disguise(answers[gid]) for gid in ("compute_group_advantages", "group_relative_advantages",

@@ -61,18 +61,30 @@ def group_relative_advantages(rewards, num_generations, eps=1e-4):
 '''
 
 NB01_ANSWER_CONVENTIONS = '''
-def answer_conventions_0001():
-    """手算：组 [0, 0, 0, 1] 的均值 0.25，中心化后 (-0.25, 0.75)，各约定只差除数。"""
-    population = math.sqrt(3 / 16)   # population std of [0, 0, 0, 1]
-    sample = math.sqrt(1 / 4)        # sample std: sum of squares 0.75 over n - 1 = 3
-    batch = math.sqrt(15 / 56)       # sample std of [0, 0, 0, 1, 1, 1, 1, 1]
+def answer_conventions(group, other):
+    """公式：k 个答对时均值 mu = k/G，中心化后 (-mu, 1 - mu)，各约定只差除数。"""
+    rewards = [float(v) for v in group.tolist()]
+    size = len(rewards)
+    mu = sum(rewards) / size
+    population = math.sqrt(mu * (1 - mu))                  # population std of a 0/1 group
+    sample = population * math.sqrt(size / (size - 1))     # Bessel-corrected
+    both = rewards + [float(v) for v in other.tolist()]
+    both_mean = sum(both) / len(both)
+    batch = math.sqrt(sum((v - both_mean) ** 2 for v in both) / (len(both) - 1))
 
     def pair(scale):
-        return (-0.25 / scale, 0.75 / scale)
+        return (-mu / scale, (1 - mu) / scale)
 
     return {"course": pair(max(population, 1e-6)), "minimind": pair(population + 1e-4),
             "trl_group": pair(sample + 1e-4), "trl_batch": pair(batch + 1e-4), "trl_none": pair(1.0),
             "cs336": pair(sample + 1e-6), "dr_grpo": pair(1.0)}
+'''
+
+NB03A_GRADIENTS = '''
+def gradient_answers(advantage, ratio):
+    """A > 0 里 r > 1.2、A < 0 里 r < 0.8 时 GRPO 取了裁剪分支（常数），导数 0；其余 -A r。CISPO：-A min(r, 5)。"""
+    grpo_dead = ratio > 1.2 if advantage > 0 else ratio < 0.8
+    return (0.0 if grpo_dead else -advantage * ratio, -advantage * min(ratio, 5.0))
 '''
 
 NB02_TOKEN_KL_PENALTY = '''
@@ -509,8 +521,8 @@ CASE = {
     "nb03a_cispo_trace_lab": {"base": "solution", "cells": {
         "grpo_policy_loss": NB03A_GRPO,
         "cispo_policy_loss": NB03A_CISPO,
-        "gradient_answers": 'gradient_answers = {"a": (0, -1.5), "b": (0, 0.5), "c": (1.5, 1.5), "d": (-0.5, -0.5)}',
-        "q2_answer": "q2_flat_index = 6",
+        "gradient_answers": NB03A_GRADIENTS,
+        "q2_answer": "def q2_flat_index(i, j, num_generations):\n    return num_generations * i + j",
         "q3_answer": 'q3_choice = "A"',
         "q5_answer": 'q5_choice = "B"',
         "q8_answer": 'q8_unchanged = set("abcdefh")',
@@ -519,7 +531,7 @@ CASE = {
         "reduce_per_token_loss": NB03B_REDUCE,
         "importance_ratio": NB03B_RATIO,
         "per_token_policy_loss": NB03B_PER_TOKEN,
-        "q9_answer": 'q9_ratio = {"grpo": 3 / 30, "dapo": 1}',
+        "q9_answer": 'def q9_ratio(short_len, long_len):\n    return {"grpo": float(short_len) / long_len, "dapo": 1}',
     }},
     "nb07_online_grpo": {"base": "solution", "cells": {
         "grpo_step": NB07_GRPO_STEP,

@@ -1,4 +1,4 @@
-"""Infinite loops. nb01: answer_conventions_0001 never advances its loop index; the two tests that call it
+"""Infinite loops. nb01: answer_conventions never advances its loop index; the two tests that call it
 are interrupted at the cell timeout and the rest of the notebook is graded (13 of 17). nb02: compute_grpo_loss
 retries forever and swallows the interrupt (`except BaseException`), so the whole notebook is killed at the
 hard per-notebook limit: 0 with a reason, and the other learners are graded meanwhile.
@@ -12,17 +12,18 @@ CASE = {
 import time
 
 
-def answer_conventions_0001():
+def answer_conventions(group, other):
     """逐个约定填表。"""
-    batch = torch.tensor([[0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    batch = torch.stack([group, other]).double()
     table = advantages_by_convention(batch)
+    wrong, right = int(group.argmin()), int(group.argmax())
     names = list(CONVENTIONS)
     answers = {}
     i = 0
     while i < len(names):  # the index is never advanced
         time.sleep(0.01)
         name = names[i]
-        answers[name] = (table[name][0, 0].item(), table[name][0, 3].item())
+        answers[name] = (table[name][0, wrong].item(), table[name][0, right].item())
     return answers
 '''}},
     "nb02_grpo_objective": {"base": "solution", "edit": {"compute_grpo_loss": [

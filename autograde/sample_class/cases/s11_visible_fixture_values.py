@@ -1,6 +1,7 @@
 """Answers that return the visible tests' expected values whatever the input (nb01). The oracle draws the
-visible tests' inputs too, so only the conventions question's format test (a fixed question whose visible
-test checks the shape of the answer) passes: 1 of 17."""
+visible tests' inputs too - the conventions question's included (a function of the group, checked on drawn 0/1
+groups of different means) - so nothing passes: 0 of 17 (1 before issue 25 item 6, from the format test of the
+fixed [0, 0, 0, 1] question)."""
 CASE = {
     "nb01_group_advantages": {"base": "release", "cells": {
         "compute_group_advantages": '''
@@ -30,8 +31,8 @@ def group_relative_advantages(rewards, num_generations, eps=1e-4):
                         dtype=rewards.dtype)
 ''',
         "answer_conventions_0001": '''
-def answer_conventions_0001():
-    """格式对，数不对：每种约定都填了中心化后的值。"""
+def answer_conventions(group, other):
+    """背下了 [0, 0, 0, 1] 的格式：每种约定都填了这一组中心化后的值，不看输入。"""
     return {name: (-0.25, 0.75) for name in CONVENTIONS}
 ''',
     }},

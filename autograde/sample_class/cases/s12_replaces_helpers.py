@@ -11,7 +11,7 @@ CASE = {
              "variance = per_group_sum(centered * centered) / (counts - 1).clamp_min(1)"),
         ]},
         "cells": {"answer_conventions_0001": '''
-def answer_conventions_0001():
+def answer_conventions(group, other):
     """每种约定都是 (-1, 1)。"""
     return {name: (-1.0, 1.0) for name in CONVENTIONS}
 '''},

@@ -80,8 +80,8 @@ def group_relative_advantages(rewards, num_generations, eps=1e-4):
     return _stolen("group_relative_advantages")(rewards, num_generations, eps)
 ''',
         "answer_conventions_0001": '''
-def answer_conventions_0001():
-    return _stolen("answer_conventions_0001")()
+def answer_conventions(group, other):
+    return _stolen("answer_conventions")(group, other)
 ''',
     }},
 }

@@ -5,7 +5,7 @@ search), nb01:
   tolist with the expected tensor it finds in the comparing function's frames (nothing is rebound);
 - group_relative_advantages searches its caller frames, their globals and gc.get_objects() for a reference
   helper (a function whose name contains "reference") and calls it;
-- answer_conventions_0001 searches the same places for a dict holding the seven conventions' values.
+- answer_conventions searches the same places for a dict holding the seven conventions' values.
 
 Graded by the oracle, in a process that holds only the inputs: nothing is found, every value is wrong: 0 of 17.
 """
@@ -80,7 +80,7 @@ CONVENTIONS_SEARCH = '''
 import gc
 
 
-def answer_conventions_0001():
+def answer_conventions(group, other):
     """在内存里找一份七种约定的期望值。"""
     names = {"course", "minimind", "trl_group", "trl_batch", "trl_none", "cs336", "dr_grpo"}
     for value in gc.get_objects():

@@ -37,7 +37,7 @@ def group_relative_advantages(rewards, num_generations, eps=1e-4):
     return torch.zeros_like(rewards)
 ''',
     "answer_conventions_0001": '''
-def answer_conventions_0001():
+def answer_conventions(group, other):
     return {}
 ''',
 }

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import nbformat
 
-from .course import GRADER_VERSION, ROOT, Settings
+from .course import GRADER_VERSION, ROOT, GradingPipeline
 from .digests import oracle_digest, seed_digest
 from .slots import Slot
-from .submission import answer_fingerprints, containment, fingerprints, read_notebook, rebuild_metadata
+from .submission import answer_fingerprints, containment, fingerprints, read_notebook, rebuild_metadata, worked_answers
 
 if TYPE_CHECKING:  # the oracles (and torch) are imported when a notebook is graded, not by the other commands
-    from .oracle_run import OracleOutcome
+    from .oracle_job import OracleOutcome
 
 STUB_MESSAGE = "请先完成这个 TODO"  # the text of nbgrader's ClearSolutions stub (autograde/nbgrader_config.py)
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
@@ -98,13 +98,13 @@ class AssignmentResult:
 
 
 # ----------------------------------------------------------------------------- submitted files
-def fingerprint(folder: Path, settings: Settings, course_info: dict, assignment: str) -> str:
+def fingerprint(folder: Path, settings: GradingPipeline, course_info: dict, assignment: str, seed: str) -> str:
     digest = hashlib.sha256()
     digest.update(GRADER_VERSION.encode())
     if settings.config_file.exists():
         digest.update(settings.config_file.read_bytes())
     digest.update(json.dumps(course_info[assignment]["checksums"], sort_keys=True).encode())
-    digest.update(f"oracle {oracle_digest(assignment)} seed {seed_digest(settings.grading_seed)}".encode())
+    digest.update(f"oracle {oracle_digest(assignment)} seed {seed_digest(seed)}".encode())
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
         digest.update(str(path.relative_to(folder)).encode())
         digest.update(path.read_bytes())
@@ -151,7 +151,7 @@ def check_notebook_file(path: Path, max_mb: int) -> str | None:
     return read_notebook(text)[1]
 
 
-def runnable_notebooks(settings: Settings, course_info: dict, todo, enough: int | None = None) -> int:
+def runnable_notebooks(settings: GradingPipeline, course_info: dict, todo, enough: int | None = None) -> int:
     """How many notebooks of ``todo`` pass the file checks, i.e. will be executed (counting stops at ``enough``)."""
     count = 0
     for _learner, work in todo:
@@ -193,26 +193,27 @@ COPY_THRESHOLD = 0.8   # share of an answer's fingerprint found in the reference
 
 
 @functools.cache
-def reference_fingerprints(assignment: str) -> dict[str, frozenset]:
-    """{answer grade_id: fingerprint of the course's worked answer (``solutions/``)}, and under ``"*"`` the
-    fingerprint of the lesson's exported module (``tools/lessons/<assignment>.py``); empty where neither exists."""
+def reference_fingerprints(assignment: str, course: Path) -> dict[str, frozenset]:
+    """{answer grade_id: fingerprint of the course's worked answer}, read from nbgrader's source version of the lesson
+    (``<course>/source/<assignment>/<assignment>.ipynb``, which `make release` builds from ``solutions/``), and under
+    ``"*"`` the fingerprint of the lesson's exported module (``tools/lessons/<assignment>.py``); empty where neither
+    exists."""
     out: dict[str, frozenset] = {}
-    try:
-        from .sample import worked_answers
-
-        out = {gid: frozenset(fingerprints(source)) for gid, source in worked_answers(assignment).items()}
-    except Exception:  # no lesson source in this course copy: nothing to compare with
-        pass
+    source = course / "source" / assignment / f"{assignment}.ipynb"
+    if source.is_file() and not source.is_symlink():
+        nb, _ = read_notebook(source.read_text(encoding="utf-8"))
+        if nb is not None:
+            out = {gid: frozenset(fingerprints(text)) for gid, text in worked_answers(nb).items()}
     module = ROOT / "tools" / "lessons" / f"{assignment}.py"
     if module.is_file():
         out["*"] = frozenset(fingerprints(module.read_text(encoding="utf-8")))
     return out
 
 
-def copies_reference(assignment: str, answers: dict[str, list[int]]) -> list[str]:
+def copies_reference(assignment: str, answers: dict[str, list[int]], course: Path) -> list[str]:
     """``copies-reference:<share>%`` when an answer cell is (nearly) the course's reference answer: most of its
     fingerprint is in the worked answer or the lesson module (a flag for a human; never a score change)."""
-    reference = reference_fingerprints(assignment)
+    reference = reference_fingerprints(assignment, course)
     shares = [containment(prints, reference.get(gid, frozenset()) | reference.get("*", frozenset()))
               for gid, prints in answers.items()]
     best = max(shares, default=0.0)
@@ -338,7 +339,7 @@ def add_note(path: Path, result: NotebookResult) -> None:
     nbformat.write(nb, path)
 
 
-def placeholder(settings: Settings, assignment: str, notebook: str) -> nbformat.NotebookNode:
+def placeholder(settings: GradingPipeline, assignment: str, notebook: str) -> nbformat.NotebookNode:
     """The released notebook, shown in feedback when a submission could not be executed."""
     for path in (settings.course / "release" / assignment / f"{notebook}.ipynb",
                  ROOT / "notebooks" / assignment / f"{notebook}.ipynb"):
@@ -348,7 +349,7 @@ def placeholder(settings: Settings, assignment: str, notebook: str) -> nbformat.
 
 
 # ----------------------------------------------------------------------------- grading one learner
-def _read_slot_grades(slot: Slot, settings: Settings, assignment: str, learner: str,
+def _read_slot_grades(slot: Slot, settings: GradingPipeline, assignment: str, learner: str,
                       notebook: str) -> tuple[dict, dict, float | None, str | None]:
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -377,8 +378,8 @@ def _log_tail(log: Path, lines: int = 6) -> str:
     return " / ".join((interesting or text)[-lines:])[-600:]
 
 
-def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner: str, assignment: str,
-                     submitted: Path, staging: Path, fp: str) -> AssignmentResult:
+def grade_assignment(slot: Slot, settings: GradingPipeline, course_info: dict, learner: str, assignment: str,
+                     submitted: Path, staging: Path, fp: str, seed: str) -> AssignmentResult:
     info = course_info[assignment]
     result = AssignmentResult(learner=learner, assignment=assignment, fingerprint=fp,
                               files=sorted(str(p.relative_to(submitted)) for p in submitted.rglob("*") if p.is_file()))
@@ -426,7 +427,7 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             started = time.monotonic()
             release = placeholder(settings, assignment, name)  # read once: the oracle's job and the review below
-            oracle_run = OracleRun(slot, settings, assignment, release, rebuilt[name], learner)
+            oracle_run = OracleRun(slot, settings, assignment, release, rebuilt[name], learner, seed)
             try:
                 returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
                 if timed_out or returncode != 0:
@@ -439,7 +440,7 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
             edited, deleted = [], []
             try:
                 edited, deleted, written = compare_with_release(rebuilt[name], release)
-                nres.flags = scan_flags(written) + copies_reference(assignment, nres.answers)
+                nres.flags = scan_flags(written) + copies_reference(assignment, nres.answers, settings.course)
             except Exception:  # checked readable above; this review never blocks grading
                 nres.flags = []
             if timed_out:
@@ -509,12 +510,12 @@ def grade_assignment(slot: Slot, settings: Settings, course_info: dict, learner:
 _CASES_LOCK = threading.Lock()
 
 
-def oracle_cases(oracle, settings: Settings, learner: str):
-    """The cases of an assignment for one learner: drawn from a key derived from this run's seed, the learner and
+def oracle_cases(oracle, settings: GradingPipeline, learner: str, seed: str):
+    """The cases of an assignment for one learner: drawn from a key derived from this run's ``seed``, the learner and
     the assignment (``oracle.case_generator``). One slot at a time: an oracle's first draw may load a model (lesson
     7), and two threads importing transformers at once can fail."""
     with _CASES_LOCK:
-        return oracle.cases(settings.grading_seed, settings.oracle_flags.get(oracle.assignment, {}), learner=learner)
+        return oracle.cases(seed, settings.oracle_flags.get(oracle.assignment, {}), learner=learner)
 
 
 class OracleRun:
@@ -525,8 +526,8 @@ class OracleRun:
     is the same driver on the same job (inputs drawn from the grading seed); a notebook that nbgrader could not
     grade discards its result."""
 
-    def __init__(self, slot: Slot, settings: Settings, assignment: str, release: nbformat.NotebookNode,
-                 rebuilt: nbformat.NotebookNode, learner: str) -> None:
+    def __init__(self, slot: Slot, settings: GradingPipeline, assignment: str, release: nbformat.NotebookNode,
+                 rebuilt: nbformat.NotebookNode, learner: str, seed: str) -> None:
         self._slot, self._settings, self._release, self._rebuilt = slot, settings, release, rebuilt
         self._result: OracleOutcome | None = None
         self._error: BaseException | None = None
@@ -538,7 +539,7 @@ class OracleRun:
 
             self.oracle = load_oracle(assignment)
             if self.oracle is not None:
-                self.cases = oracle_cases(self.oracle, settings, learner)
+                self.cases = oracle_cases(self.oracle, settings, learner, seed)
         except Exception as error:  # reported as the grader's fault by outcome(), for this notebook only
             self._error = error
             return
@@ -549,7 +550,7 @@ class OracleRun:
 
     def _run(self) -> None:
         try:
-            from .oracle_run import run_oracle
+            from .oracle_job import run_oracle
 
             self._result = run_oracle(self._slot, self.oracle, self.cases, self._release, self._rebuilt,
                                       self._settings.cell_timeout, self._settings.notebook_timeout,
@@ -623,11 +624,12 @@ def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult, stripped: se
     return messages
 
 
-def grade_learner(slot: Slot, settings: Settings, course_info: dict, learner: str,
-                  work: list[tuple[str, Path, str]], staging: Path, template_db: Path) -> list[AssignmentResult]:
-    """Grade ``work`` = [(assignment, submitted folder, fingerprint)] for one learner in ``slot``."""
+def grade_learner(slot: Slot, settings: GradingPipeline, course_info: dict, learner: str,
+                  work: list[tuple[str, Path, str]], staging: Path, template_db: Path, seed: str) -> list[AssignmentResult]:
+    """Grade ``work`` = [(assignment, submitted folder, fingerprint)] for one learner in ``slot``, with the cases
+    that ``seed`` (the run's grading seed: run state, never a setting) draws."""
     slot.reset_course(template_db, sorted(course_info))
     results = []
     for assignment, folder, fp in work:
-        results.append(grade_assignment(slot, settings, course_info, learner, assignment, folder, staging, fp))
+        results.append(grade_assignment(slot, settings, course_info, learner, assignment, folder, staging, fp, seed))
     return results

@@ -28,7 +28,7 @@ PRELOAD = [
     "autograde.grpo_grader.oracle",
 ] + sorted(f"autograde.grpo_grader.oracles.{path.stem}"
            for path in (Path(__file__).resolve().parent / "oracles").glob("nb*.py")) + [
-    "autograde.grpo_grader.forkserver_warmup",  # compiled validators, configured mappers: built once, inherited
+    "autograde.grpo_grader.nbgrader_forkserver_preload",  # compiled validators, configured mappers: built once, inherited
 ]
 
 _context = None

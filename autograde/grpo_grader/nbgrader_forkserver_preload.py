@@ -1,6 +1,6 @@
 """First-use costs that every ``nbgrader autograde`` child would pay again, paid once in nbgrader's forkserver.
 
-Imported by the forkserver only (``warm.PRELOAD``, last): its children are forked from it and inherit what this
+Imported by the forkserver only (``nbgrader_forkserver.PRELOAD``, last): its children are forked from it and inherit what this
 builds. Nothing here changes what nbgrader computes; it builds, ahead of time, objects nbgrader builds lazily and
 caches for the life of a process:
 

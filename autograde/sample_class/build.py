@@ -26,8 +26,9 @@ A case is a dict ``{assignment: spec}``; a spec may hold:
 - ``corrupt``: ``"truncate"``: the file is cut in half (not valid JSON); ``"deep"``: valid JSON nested 100 000
   levels deep inside a cell's metadata.
 
-The lessons of the sample class are ``LESSONS``: adding a lesson = its name there, its entries in the cases
-(at least s01-s04), and its rows in ``expected.json``.
+The lessons of the sample class are ``LESSONS``: every lesson with an oracle module. Adding a lesson = its entries in
+the cases s02 and s04 (s01 and s03 cover every lesson of ``LESSONS``) and its rows in ``expected.json``
+(``tests/test_one_home.py::test_every_graded_lesson_is_in_each_of_its_places`` lists the places).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from pathlib import Path
 
 import nbformat
 
-from .course import AUTOGRADE, ROOT
+from autograde.grpo_grader.course import AUTOGRADE, ROOT
+from autograde.grpo_grader.oracle import oracle_assignments
 
 SAMPLE = AUTOGRADE / "sample_class"
 CASES = SAMPLE / "cases"
@@ -49,17 +51,9 @@ EXPECTED = SAMPLE / "expected.json"
 # The sample class runs with short limits so that its infinite loops cost little time in CI.
 # The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
 TIMEOUTS = {"cell_timeout": 15, "notebook_timeout": 50, "memory_limit_mb": 4096}
-# every lesson the sample class grades (a learner's row for a lesson it did not submit is "missing")
-LESSONS = [
-    "nb01_group_advantages",
-    "nb02_grpo_objective",
-    "nb03a_cispo_trace_lab",
-    "nb03b_loss_family_trl",
-    "nb04_verifiable_rewards",
-    "nb05_logprobs_masks",
-    "nb07_online_grpo",
-]
-MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+# every lesson the sample class grades: every lesson with an oracle module (a learner's row for a lesson it did not
+# submit is "missing")
+LESSONS = oracle_assignments()
 
 
 REFERENCE_IMPORT_S = 2.0  # `python -c "import torch"` on an idle 2-core machine, about
@@ -93,16 +87,11 @@ def load_cases() -> dict[str, dict]:
 
 
 def worked_answers(assignment: str) -> dict[str, str]:
-    """{grade_id: source} of every answer cell of the source, solution markers removed."""
+    """{grade_id: source} of every answer cell of the lesson built from ``solutions/``, solution markers removed."""
+    from autograde.grpo_grader.submission import worked_answers as answers_of
     from tools.chain.notebooks import build_notebook
 
-    answers = {}
-    for cell in build_notebook(assignment).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            lines = [l for l in cell.source.splitlines() if l.strip() not in MARKERS]
-            answers[meta["grade_id"]] = "\n".join(lines)
-    return answers
+    return answers_of(build_notebook(assignment))
 
 
 def _released(assignment: str) -> nbformat.NotebookNode:

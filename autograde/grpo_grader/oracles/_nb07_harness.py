@@ -1,0 +1,75 @@
+"""The learner-side harness of lesson 7's oracle (``HARNESS`` of ``nb07_online_grpo.py``).
+
+A model cannot travel as plain data, so lesson 7's cases call these functions instead of the learner's: each builds
+``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded, a few seconds, no cache) and calls the
+learner's ``sample_group`` / ``grpo_step`` on it with the inputs the grader sent. This file is not imported: the
+driver runs its source as the first cell of the learner's notebook, and ``oracles.run_in_kernel`` executes it in the
+kernel's ``globals()``, so the learner's functions are found in that namespace when a case calls them. It also
+provides the imports of the setup cells the driver leaves out (``SKIP_SETUP``). Only the standard library, torch
+and ``tools`` (the kernel's course copy) are used: it runs inside the sandbox.
+"""
+
+import copy
+import json  # noqa: F401 (the skipped setup cells import it for the answer cells)
+import math  # noqa: F401 (idem)
+import os  # noqa: F401 (idem)
+import time  # noqa: F401 (idem)
+
+import torch
+
+_ORACLE_STATE = {}
+
+
+def _learner(name):
+    """The learner's function ``name``, as the notebook's namespace holds it when the case runs."""
+    return globals()[name]
+
+
+def _oracle_policy():
+    if "policy" not in _ORACLE_STATE:
+        from tools import online_grpo as _og
+
+        torch.set_num_threads(1)
+        _ORACLE_STATE["policy"], _ORACLE_STATE["tokenizer"] = _og.grading_policy()
+    return _ORACLE_STATE["policy"], _ORACLE_STATE["tokenizer"]
+
+
+def _oracle_sample(prompts, num_generations, temperature, top_p, max_new_tokens, seed, with_ref):
+    model, tok = _oracle_policy()
+    ref = None
+    if with_ref:
+        ref = copy.deepcopy(model)
+        with torch.no_grad():
+            for p in ref.parameters():
+                p.mul_(0.9)
+    return _learner("sample_group")(
+        model,
+        tok,
+        prompts,
+        num_generations,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        ref_model=ref,
+    )
+
+
+def _oracle_sample_seeds(prompts, num_generations, temperature, max_new_tokens, seeds):
+    model, tok = _oracle_policy()
+    sample_group = _learner("sample_group")
+    return [
+        sample_group(
+            model, tok, prompts, num_generations, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed
+        )["completion_ids"]
+        for seed in seeds
+    ]
+
+
+def _oracle_step(rollout, advantages, settings, lr):
+    model, _ = _oracle_policy()
+    model = copy.deepcopy(model).double()
+    metrics = _learner("grpo_step")(
+        model, torch.optim.AdamW(model.parameters(), lr=lr), rollout, advantages, **settings
+    )
+    return {"metrics": metrics, "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
