@@ -248,7 +248,7 @@ def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | 
             return 2
         template = make_template(settings, base / "template.db")
         sockets = base / "sockets"
-        if sandbox.mode in ("isolated", "bwrap") and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
+        if sandbox.mode == "bwrap" and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[2 * k] if sandbox.uids else None,

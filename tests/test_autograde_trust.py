@@ -150,15 +150,17 @@ def _probe_says_all_hidden(result: dict) -> None:
 
 @pytest.mark.slow
 def test_bwrap_sandbox_shows_only_its_allow_list():
-    """`pipeline probe --sandbox bwrap` as this user (root in CI: kernel and driver each drop to a leased uid of its
-    own): the course sources, gradebook, oracles and the other sandbox's sockets are absent, no network."""
+    """`pipeline probe --sandbox bwrap` as this user (root in CI: kernel and driver are jobs of their zygotes, each
+    dropped to a leased uid of its own): the course sources, gradebook, oracles and the other sandbox's sockets are
+    absent, no network."""
     from autograde_helpers import run_probe
 
     result, _done = run_probe("--sandbox", "bwrap", "--imports", "find", seed="probe-seed-" + os.urandom(4).hex())
     _probe_says_all_hidden(result)
     kernel, oracle = result["kernel"]["uid"], result["oracle"]["uid"]
-    if os.geteuid() == 0:
+    if os.geteuid() == 0:  # as root the probe checks a job of each zygote: the view grading uses
         assert kernel != oracle and kernel >= 61000
+        assert result["kernel"]["zygote"] and result["oracle"]["zygote"]
 
 
 UNPRIVILEGED = "grpo-grader-test"

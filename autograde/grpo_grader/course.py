@@ -52,13 +52,13 @@ class GradingPipeline(Configurable):
         25, help="a larger submitted notebook scores 0 (status `invalid`)",
     ).tag(config=True, zh="更大的提交记 0 分（`invalid`）")
     sandbox = Unicode(
-        "auto", help="how kernels and oracle drivers are isolated: `auto` or one of the modes of the kernel sandbox "
-                     "section (`none` only when asked for)",
-    ).tag(config=True, zh="内核与 oracle 进程的隔离方式：`auto` 或“内核沙箱”一节的某个模式（`none` 只在明确要求时使用）")
+        "auto", help="how kernels and oracle drivers are isolated: `auto` (= `bwrap`, root or not) or `none` (only when "
+                     "asked for); see the kernel sandbox section",
+    ).tag(config=True, zh="内核与 oracle 进程的隔离方式：`auto`（即 `bwrap`，root 与非 root 都是）或 `none`（只在明确要求时使用）；见“内核沙箱”一节")
     sandbox_uid_base = Integer(
-        61000, help="as root: kernels and drivers run as free uids from here on, one per slot (locked per run, so "
+        61000, help="as root: kernels and drivers run as free uids from here on, two per slot (locked per run, so "
                     "concurrent runs never share one)",
-    ).tag(config=True, zh="以 root 评分时，内核与 oracle 进程从这个 uid 起各用一个空闲 uid（每个槽位一个，按运行加锁，并发的评分不会共用）")
+    ).tag(config=True, zh="以 root 评分时，内核与 oracle 进程从这个 uid 起各用一个空闲 uid（每个槽位两个，按运行加锁，并发的评分不会共用）")
     kernel_files = List(
         Unicode(), default_value=["course.toml", "pyproject.toml", "tools", "environments",
                                   ".cache/tiny-qwen2-seed0", ".cache/online-sft-seed0"],
@@ -67,9 +67,6 @@ class GradingPipeline(Configurable):
              "before grading when missing; `tools/lessons/<assignment>.py` is hidden while that lesson is graded",
     ).tag(config=True, zh="内核能读到的课程文件（复制到每个槽位的只读课程副本，内核的 uid 可读）；微型检查点（第 5 课）和第 7 课的 SFT "
                           "起点缺失时评分前先构建；`tools/lessons/<作业>.py` 在评这一课时对内核隐藏，其他课的模块保留")
-    hidden_paths = List(
-        Unicode(), help="more folders to hide from kernels (other clones of the course, data holding answers)",
-    ).tag(config=True, zh="还要对内核隐藏的目录（别处的课程副本、含答案的数据）")
     extra_readonly_paths = List(
         Unicode(), help="folders outside the virtual environment holding packages the kernels import, bound read-only "
                         "into the sandbox; those on the interpreter's `sys.path` (a `.pth`, `PYTHONPATH`, the user "
@@ -87,15 +84,15 @@ class GradingPipeline(Configurable):
              "holds (the sandbox passes on only a few); lesson 7 reads this one and runs its short experiment",
     ).tag(config=True, zh="每个评分内核和 oracle 进程的环境变量（沙箱只保留少数变量，其余都不传入）；第 7 课据此运行它的短实验")
     oracle_zygote = Bool(
-        True, help="fork the oracle's driver from each slot's zygote, which imported torch, IPython, matplotlib and "
+        True, help="as root, fork the oracle's driver from each slot's zygote inside bubblewrap, which imported torch, IPython, matplotlib and "
                    "transformers once (saves an interpreter start and those imports per notebook); False starts a "
                    "fresh process each time",
-    ).tag(config=True, zh="oracle 进程从每个槽位的 zygote 派生（它一次性导入 torch、IPython、matplotlib 和 transformers；"
+    ).tag(config=True, zh="以 root 评分时 oracle 进程从每个槽位在 bubblewrap 里的 zygote 派生（它一次性导入 torch、IPython、matplotlib 和 transformers；"
                           "省掉每本笔记本一次解释器启动和这些导入）；`False` 则每次启动一个新进程")
     kernel_zygote = Bool(
-        True, help="fork nbgrader's kernels from each slot's kernel zygote, which imported ipykernel, torch, "
+        True, help="as root, fork nbgrader's kernels from each slot's kernel zygote inside bubblewrap, which imported ipykernel, torch, "
                    "matplotlib and transformers once; False starts each kernel as a fresh process",
-    ).tag(config=True, zh="nbgrader 的内核从每个槽位的内核 zygote 派生（它一次性导入 ipykernel、torch、matplotlib 和 transformers）；"
+    ).tag(config=True, zh="以 root 评分时 nbgrader 的内核从每个槽位在 bubblewrap 里的内核 zygote 派生（它一次性导入 ipykernel、torch、matplotlib 和 transformers）；"
                           "`False` 则每个内核是一个新进程")
 
     def __init__(self, course: Path | None = None, cell_timeout: int | None = None, course_id: str | None = None,

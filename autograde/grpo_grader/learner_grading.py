@@ -520,7 +520,7 @@ def oracle_cases(oracle, settings: GradingPipeline, learner: str, seed: str):
 
 class OracleRun:
     """The oracle's driver for one notebook. Where the slot allows it (``Slot.concurrent_oracle``), it starts at
-    once and runs beside nbgrader's execution, in a sandbox of its own (its own uid in isolated mode): both
+    once and runs beside nbgrader's execution, in a sandbox of its own (its own uid as root): both
     mostly wait on their interpreters and torch's import, so the notebook takes about as long as the slower of
     the two. Otherwise it runs when ``outcome()`` is first asked for, after nbgrader, as before. Either way it
     is the same driver on the same job (inputs drawn from the grading seed); a notebook that nbgrader could not

@@ -4,14 +4,16 @@ A slot is a folder under the run's temporary base folder::
 
     slotK/nbgrader/    nbgrader course root: nbgrader_config.py (loads the course's), gradebook.db (a copy
                        of the course gradebook without learners), submitted/<learner>/, autograded/<learner>/
-    slotK/kernel/      what the kernel may read: course.toml + tools/ (copied from the checkout); read-only
-                       for the kernel
-    slotK/kernel/work/ the kernel's working folder and HOME, fresh for every notebook
+    slotK/kernel/      what the kernel may read: course.toml + tools/ + checkpoints (copied from the checkout);
+                       read-only for the kernel
     slotK/jupyter/     kernels/python3/kernel.json -> sandbox.py (JUPYTER_PATH points here)
-    slotK/runtime/     connection files, the sandbox spec and the kernel's pid file
+    slotK/runtime/     connection files, the sandbox specs, the launchers' pid files, the zygotes' stderr
+    slotK/oracle/      the oracle's job (driver.py, job.json), written by the grader, sent to the driver
 
-Each slot grades one learner at a time with ``nbgrader autograde`` in its own course, so slots never
-share a SQLite file; the pipeline merges the results into the course gradebook, one learner at a time.
+Each slot grades one learner at a time with ``nbgrader autograde`` in its own course, so slots never share a SQLite
+file; the pipeline merges the results into the course gradebook, one learner at a time. As root each slot has two
+leased uids (nbgrader's kernel, the oracle's driver beside it) and, where it grades more than one notebook, two
+zygotes (sandbox.py): bubblewrap sandboxes started once that fork every kernel and every driver warm.
 """
 from __future__ import annotations
 
@@ -32,20 +34,19 @@ from pathlib import Path
 from . import nbgrader_forkserver
 from . import probe as preflight
 from .course import AUTOGRADE, ROOT, GradingPipeline, prepare_kernel_files, venv_env
+from .sandbox import _environment, zygote_command
 from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, BoundedPipe, DriverRun, pump, read_capped
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
 SCRATCH = [["/tmp", "256m"], ["/var/tmp", "16m"], ["/dev/shm", "64m"]]
 WORKDIR_SIZE = "256m"   # the kernel's private working folder (and HOME), a tmpfs of its own
-NEVER_HIDE = {"/", "/usr", "/usr/local", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev",
-              "/var", "/opt", "/tmp", "/run", "/boot", "/srv", "/mnt", "/media", "/home"}
+
 
 def visible_lessons(assignment: str) -> list[str]:
     """The saved lesson modules a grading kernel of ``assignment`` may import: those of earlier lessons (by name)."""
     return sorted(path.stem for path in (ROOT / "tools" / "lessons").glob("nb*.py") if path.stem < assignment)
 
 
-# ----------------------------------------------------------------------------- what to hide
 def _git(args: list[str]) -> list[str]:
     try:
         done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=20)
@@ -59,65 +60,6 @@ def _checkout_of(path: Path) -> Path | None:
         if (folder / "course.toml").is_file():
             return folder
     return None
-
-
-SYSTEM_TOP = {"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys", "/dev",
-              "/var", "/run", "/boot", "/tmp"}
-PRUNE = {".git", ".venv", "venv", "node_modules", "site-packages", "__pycache__", ".cache", "proc"}
-
-
-def other_checkouts(max_depth: int = 4) -> set[Path]:
-    """Other copies of the course on this machine (a folder holding ``course.toml``), found by a shallow
-    walk of the non-system top-level folders and the home folder: a clone the grader does not know of
-    (another checkout, a CI clone, a download) would otherwise expose its solutions to the kernel."""
-    found: set[Path] = set()
-    roots = {str(Path.home())}
-    try:
-        roots.update(entry.path for entry in os.scandir("/") if entry.is_dir(follow_symlinks=False)
-                     and entry.path not in SYSTEM_TOP)
-    except OSError:
-        pass
-    for root in sorted(roots):
-        base_depth = root.rstrip("/").count("/")
-        for folder, dirs, files in os.walk(root, onerror=lambda _error: None):
-            if "course.toml" in files:
-                found.add(Path(folder))
-                dirs[:] = []
-                continue
-            if folder.count("/") - base_depth >= max_depth:
-                dirs[:] = []
-            else:
-                dirs[:] = [d for d in dirs if d not in PRUNE]
-    return found
-
-
-def hidden_paths(settings: GradingPipeline, base: Path) -> list[str]:
-    """Folders covered by an empty tmpfs in the kernel's view.
-
-    Every course checkout the grader can find (this one, its git worktrees, the one holding the
-    virtual environment), the git object store, the nbgrader course (gradebook, sources, other learners'
-    work), the run's grading folder, the home folders, and ``hidden_paths`` from the config.
-    """
-    found = {ROOT, settings.course, base, Path.home(), Path("/root")}
-    for line in _git(["worktree", "list", "--porcelain"]):
-        if line.startswith("worktree "):
-            found.add(Path(line.split(" ", 1)[1]))
-    for line in _git(["rev-parse", "--path-format=absolute", "--git-common-dir"]):
-        found.add(Path(line.strip()))
-    venv_checkout = _checkout_of(Path(sys.prefix).resolve())
-    if venv_checkout:
-        found.add(venv_checkout)
-    found.update(other_checkouts())
-    found.update(Path(p) for p in settings.hidden_paths)
-    out = set()
-    for path in found:
-        try:
-            real = str(path.resolve())
-        except OSError:
-            continue
-        if real not in NEVER_HIDE and os.path.isdir(real):
-            out.add(real)
-    return sorted(out)
 
 
 def secret_probe_paths(settings: GradingPipeline, slot_db: Path) -> list[str]:
@@ -134,29 +76,7 @@ def secret_probe_paths(settings: GradingPipeline, slot_db: Path) -> list[str]:
     return [str(p) for p in paths if p.exists()]
 
 
-# ----------------------------------------------------------------------------- processes
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _session_members(sid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 3 and int(fields[3]) == sid:
-            members.append(int(entry))
-    return members
-
-
+# ----------------------------------------------------------------------------- uids
 UID_LOCKS = Path(tempfile.gettempdir()) / "grpo-grading-uids"
 
 
@@ -211,9 +131,8 @@ def lease_uids(start: int, count: int) -> tuple[list[int], list]:
 # ----------------------------------------------------------------------------- a slot
 @dataclass
 class Sandbox:
-    mode: str                     # bwrap | isolated | userns | none
-    hide: list[str]
-    uids: list[int] = field(default_factory=list)   # isolated: one leased uid per slot
+    mode: str                     # bwrap | none
+    uids: list[int] = field(default_factory=list)   # root: two leased uids per slot (kernel, oracle driver)
     probe: dict = field(default_factory=dict)      # what a kernel sees; "oracle": what the driver beside it sees
     problems: list[str] = field(default_factory=list)
     leases: list = field(default_factory=list)      # open lock files holding the uids
@@ -226,12 +145,6 @@ class Sandbox:
             who = f"uid {', '.join(map(str, self.uids))}" if self.uids else "the grader's uid in a user namespace"
             return (f"bwrap: kernels run as {who} in bubblewrap's allow-list view (interpreter, virtual environment, "
                     f"course copy, private tmpfs), private mount/PID/IPC/network namespaces")
-        if self.mode == "isolated":
-            return (f"isolated: kernels run as uid {', '.join(map(str, self.uids))} in private mount/PID namespaces; "
-                    f"{len(self.hide)} folders hidden (checkouts, gradebook, sources, homes)")
-        if self.mode == "userns":
-            return (f"userns: kernels run in private user/mount/PID namespaces without capabilities; "
-                    f"{len(self.hide)} folders hidden (checkouts, gradebook, sources, homes)")
         return "none: kernels run as the grader's own user and can read whatever it can read"
 
 
@@ -252,16 +165,15 @@ class Slot:
         self.pidfile = self.runtime / "kernel.pid"
         self.oracle_pidfile = self.runtime / "oracle.pid"
         self.uid = uid
-        # isolated mode: the oracle's driver runs as a uid of its own, so that it can run while nbgrader's kernel
-        # does (run_oracle) and each can be killed without touching the other
+        # the oracle's driver runs as a uid of its own (root), so that it can run while nbgrader's kernel does
         self.oracle_uid = oracle_uid if oracle_uid is not None else uid
         self.oracle_process = None
-        self.zygote: subprocess.Popen | None = None
-        self.zygote_channel = None  # the grader's end of the zygote's request socket
-        self.kernel_zygote: subprocess.Popen | None = None
-        self.kernel_socket = self.runtime / "kernel-zygote.sock"
-        if len(os.fsencode(self.kernel_socket)) > 100:  # AF_UNIX paths are short: a private folder of its own
-            self.kernel_socket = Path(tempfile.mkdtemp(prefix="grpo-kz-")) / "kernel-zygote.sock"
+        self.zygote: subprocess.Popen | None = None         # the oracle drivers'
+        self.kernel_zygote: subprocess.Popen | None = None  # nbgrader's kernels'
+        self.alive_pipes: dict[str, int] = {}  # kind -> the grader's end of the pipe its zygote watches
+        self.sockets = self.runtime  # the zygotes' sockets; AF_UNIX paths are short: else a private folder of their own
+        if len(os.fsencode(self.runtime / "kernel")) > 100:
+            self.sockets = Path(tempfile.mkdtemp(prefix="grpo-z-"))
         self.threads = threads
         self.process: subprocess.Popen | None = None
         self.stopped = False
@@ -289,6 +201,7 @@ class Slot:
             for name in files:
                 path = os.path.join(folder, name)
                 os.chmod(path, os.stat(path).st_mode & 0o777 | 0o444)
+        self.work.mkdir()
 
     def stage_lessons(self, assignment: str) -> list[str]:
         """Give the kernel the ``#@save`` modules (tools/lessons/) of the lessons before ``assignment`` only: a lesson
@@ -310,9 +223,6 @@ class Slot:
                        self.dir / "logs"):
             folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
-        if self.uid is not None:
-            self.kill_kernels()  # nothing of an earlier, crashed run may still run under these uids
-            self.kill_oracle()
         self._copy_kernel_files()
         self.reset_work()
         python = str(Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name)
@@ -325,21 +235,19 @@ class Slot:
         keep += [[path, "ro"] for path in self.sandbox.paths.get("bind", [])]
         keep += [[str(self.kernel), "ro"], [str(self.ipc), "rw"]]
         limits = {"AS": self.settings.memory_limit_bytes(), "FSIZE": 1 << 30, "CORE": 0}
-        if self.sandbox.mode == "isolated" or (self.sandbox.mode == "bwrap" and self.uid is not None):
+        if self.uid is not None:
             limits["NPROC"] = 512
         spec = {
-            "mode": self.sandbox.mode, "python": python, "uid": self.uid, "gid": self.uid,
-            "hide": self.sandbox.hide, "scratch": SCRATCH, "keep": keep,
-            "course": str(self.kernel), "workdir": str(self.work), "pidfile": str(self.pidfile),
-            "rlimits": limits, "threads": self.threads, "isolate_network": self.sandbox.mode != "none",
-            "workdir_size": WORKDIR_SIZE, "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
+            "mode": self.sandbox.mode, "python": python, "uid": self.uid, "gid": self.uid, "scratch": SCRATCH,
+            "keep": keep, "course": str(self.kernel), "workdir": str(self.work), "pidfile": str(self.pidfile),
+            "rlimits": limits, "threads": self.threads, "workdir_size": WORKDIR_SIZE,
+            "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
+            "bwrap": shutil.which("bwrap") or "/usr/bin/bwrap", "setpriv": shutil.which("setpriv") or "setpriv",
         }
         if self.sandbox.paths.get("pythonpath"):
             spec["env"]["PYTHONPATH"] = os.pathsep.join([str(self.kernel), *self.sandbox.paths["pythonpath"]])
-        if self.sandbox.mode == "bwrap":
-            spec.update(bwrap=shutil.which("bwrap") or "/usr/bin/bwrap", setpriv=shutil.which("setpriv") or "setpriv")
         if self.kernel_zygote_enabled:  # the launcher asks the slot's kernel zygote for the kernel (sandbox.py)
-            spec["kernel_zygote"] = str(self.kernel_socket)
+            spec["zygote_socket"] = str(self.sockets / "kernel")
         self.spec_path.write_text(json.dumps(spec, indent=1))
         kernel_json = {
             "argv": [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(self.spec_path),
@@ -371,15 +279,14 @@ class Slot:
         shutil.copy2(template_db, self.nbgrader / "gradebook.db")
 
     def reset_work(self) -> None:
-        """A fresh working folder (in the namespace modes only a mount point for the kernel's own tmpfs)
-        and an empty socket folder."""
+        """An empty socket folder (the kernel's uid's); without a sandbox also a fresh course copy and working folder
+        (bubblewrap gives every kernel a tmpfs of its own there)."""
         if self.sandbox.mode == "none":
             self._copy_kernel_files()  # the kernel could have written into its course copy
-        for folder in (self.work, self.ipc):
-            _empty_folder(folder)  # emptied, not replaced: a running kernel zygote's view binds the socket folder
-            if self.uid is not None:
-                os.chown(folder, self.uid, self.uid)
-            os.chmod(folder, 0o700)
+        _empty_folder(self.ipc)  # emptied, not replaced: a running kernel zygote's view binds the socket folder
+        if self.uid is not None:
+            os.chown(self.ipc, self.uid, self.uid)
+        os.chmod(self.ipc, 0o700)
 
     # -- processes
     def env(self) -> dict[str, str]:
@@ -394,36 +301,32 @@ class Slot:
 
     @property
     def concurrent_oracle(self) -> bool:
-        """Whether the oracle's driver may run while nbgrader's kernel runs: in the namespace modes each has its
-        own private working folder, /tmp and IPC namespace, and (isolated) its own uid; without a sandbox both
-        would share the slot's working folder."""
+        """Whether the oracle's driver may run while nbgrader's kernel runs: under bubblewrap each has its own view,
+        working folder, /tmp, IPC namespace and (root) uid; without a sandbox both would share the working folder."""
         return self.sandbox.mode != "none" and (self.uid is None or self.oracle_uid != self.uid)
 
     def kill_kernels(self) -> None:
-        """Kill what the last kernel left behind: the launcher, the kernel (and so its PID namespace)."""
-        self._kill_sandboxed(self.pidfile, self.uid)
+        """Kill what the last kernel left behind: its launcher (a zygote then kills the kernel and cleans up; a fresh
+        bubblewrap takes its namespaces down with it)."""
+        self._kill_launcher(self.pidfile)
 
     def kill_oracle(self) -> None:
         """The same for the oracle's driver."""
-        self._kill_sandboxed(self.oracle_pidfile, self.oracle_uid)
+        self._kill_launcher(self.oracle_pidfile)
 
-    def _kill_sandboxed(self, pidfile: Path, uid: int | None) -> None:
-        pids: set[int] = set()
+    def _kill_launcher(self, pidfile: Path) -> None:
         try:
-            record = json.loads(pidfile.read_text())
-            pids = {int(record["supervisor"]), int(record["init"])}
-        except (OSError, ValueError, KeyError):
+            pid = int(json.loads(pidfile.read_text())["supervisor"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        try:
+            if str(self.dir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                _kill_group(pid) if self.sandbox.mode == "none" else _kill(pid)
+        except OSError:
             pass
-        for pid in sorted(pids):
-            if str(self.dir) in _cmdline(pid):
-                if self.sandbox.mode == "none":
-                    for member in _session_members(pid):
-                        _kill(member)
-                _kill(pid)
         pidfile.unlink(missing_ok=True)
-        kill_uid_processes(uid)
 
-    def _wait_or_kill(self, process: subprocess.Popen, timeout: float, cleanup=None) -> bool:
+    def _wait_or_kill(self, process, timeout: float) -> bool:
         """Wait for ``process`` (a session leader); at ``timeout`` kill its whole process group. Either way the
         kernels it left are killed afterwards. Returns whether it was killed at the limit."""
         timed_out = False
@@ -434,7 +337,7 @@ class Slot:
             _kill_group(process.pid)
             process.wait()
         finally:
-            (cleanup or self.kill_kernels)()
+            self.kill_kernels()
         return timed_out
 
     def run_nbgrader(self, assignment: str, learner: str, notebook: str, log: Path) -> tuple[int, bool, float]:
@@ -446,15 +349,14 @@ class Slot:
         arguments = ["autograde", assignment, f"--student={learner}", f"--notebook={notebook}", "--force",
                      "--log-level=INFO"]
         started = time.monotonic()
-        if nbgrader_forkserver.available():  # forked from a process that has imported nbgrader already (nbgrader_forkserver.py)
+        if nbgrader_forkserver.available():  # forked from a process that has imported nbgrader (nbgrader_forkserver.py)
             process = self.process = nbgrader_forkserver.start(arguments, str(self.nbgrader), self.env(), str(log))
-            timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
         else:
             with open(log, "wb") as handle:
                 process = self.process = subprocess.Popen(
                     [sys.executable, "-m", "nbgrader", *arguments], cwd=self.nbgrader, env=self.env(),
                     stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-                timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
+        timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
         return process.returncode, timed_out, time.monotonic() - started
 
     def stop_oracle(self) -> None:
@@ -473,43 +375,26 @@ class Slot:
         self.kill_oracle()
 
     def _oracle_spec(self, extra_keep: list[list[str]]) -> dict:
-        """The kernel's sandbox spec for the oracle's driver: its own uid and pid file, and the kernel's view
-        without the kernel's socket folder (the driver needs none, and shares nothing with a kernel that may run
-        at the same time), plus ``extra_keep``."""
+        """The kernel's sandbox spec for the oracle's driver: its own uid and pid file, the kernel's view without the
+        kernel's socket folder (it shares nothing with a kernel that may run at the same time), plus ``extra_keep``;
+        a smaller file-size limit and a non-interactive plot backend."""
         spec = json.loads(self.spec_path.read_text())
-        spec.pop("kernel_zygote", None)
+        spec.pop("zygote_socket", None)
         spec["keep"] = [k for k in spec["keep"] if k[0] != str(self.ipc)] + extra_keep
         spec["uid"] = spec["gid"] = self.oracle_uid
         spec["pidfile"] = str(self.oracle_pidfile)
-        return spec
-
-    def _driver_spec(self, job_dir: Path) -> dict:
-        spec = self._oracle_spec([[str(job_dir), "ro"]])  # the driver writes only to its private tmpfs folders
         spec["rlimits"] = {**spec["rlimits"], "FSIZE": 128 * 2**20}
         spec["env"] = {**spec.get("env", {}), "MPLBACKEND": "Agg"}
         return spec
 
-    def _hand_over(self, job_dir: Path) -> None:
-        """The job folder readable by the oracle's uid only (where there is one); the driver cannot write it."""
-        if self.oracle_uid is not None:
-            os.chown(job_dir, self.oracle_uid, self.oracle_uid)
-        os.chmod(job_dir, 0o500)
-
     def oracle_job_dir(self) -> Path:
-        """The oracle's job folder, emptied and the grader's again; the folder itself stays (a running zygote's view
-        binds it)."""
+        """The oracle's job folder, emptied and the grader's again."""
         folder = self.dir / "oracle"
         if folder.exists():
             os.chown(folder, os.getuid(), os.getgid())
             os.chmod(folder, 0o700)
         _empty_folder(folder)
         return folder
-
-    # -- the zygote (isolated mode): the driver forked per job from a sandboxed process that imported torch once
-    @property
-    def zygote_enabled(self) -> bool:
-        return (self.zygotes and self.sandbox.mode == "isolated" and self.settings.oracle_zygote
-                and self.oracle_uid is not None)
 
     def _launcher(self, name: str, spec: dict) -> list[str]:
         """The sandbox launcher's command line for ``spec``, written as ``runtime/<name>.json`` with an empty
@@ -520,140 +405,151 @@ class Slot:
         connection.write_text("{}")
         return [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(spec_path), "-f", str(connection)]
 
-    def _zygote_start(self, job_dir: Path, warm: bool = True) -> None:
-        """The zygote reads one request per message on a socket only the grader holds the other end of; each request
-        carries the job's results and stderr pipes (SCM_RIGHTS), and the answer (the job's exit code) comes back
-        on the same socket."""
+    # -- the zygotes (root): kernels and drivers forked from a bubblewrap sandbox that imported torch & co once
+    @property
+    def zygote_enabled(self) -> bool:
+        return self.zygotes and self.sandbox.mode == "bwrap" and self.settings.oracle_zygote and self.uid is not None
+
+    @property
+    def kernel_zygote_enabled(self) -> bool:
+        return self.zygotes and self.sandbox.mode == "bwrap" and self.settings.kernel_zygote and self.uid is not None
+
+    def _start_zygote(self, kind: str, spec: dict, warm: bool) -> subprocess.Popen:
+        """bubblewrap running the ``kind`` zygote of ``spec``, listening on ``<sockets>/<kind>`` (0600, the grader's)."""
         import socket
 
-        spec = self._driver_spec(job_dir)
-        spec["zygote"] = True
-        spec["warm"] = warm
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        alive, self.alive_pipes[kind] = os.pipe()  # the zygote's sign that the grader's process lives
+        spec = {**spec, "zygote": kind, "warm": warm, "grader_fd": alive}
+        spec.pop("zygote_socket", None)
+        path = self.sockets / kind
+        path.unlink(missing_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            with open(self.runtime / "zygote-stderr.txt", "wb") as errors:
-                self.zygote = self.oracle_process = subprocess.Popen(
-                    self._launcher("zygote", spec), cwd=self.runtime, env=self.env(), stdin=theirs.fileno(),
-                    stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
-        except BaseException:
-            ours.close()
-            raise
+            listener.bind(str(path))
+            os.chmod(path, 0o600)
+            listener.listen(16)
+            with open(self.runtime / f"{kind}-zygote-stderr.txt", "wb") as errors:
+                return subprocess.Popen(zygote_command(spec), cwd=self.runtime, env=_environment(spec),
+                                        stdin=listener.fileno(), stdout=subprocess.DEVNULL, stderr=errors,
+                                        pass_fds=(alive,), start_new_session=True)
         finally:
-            theirs.close()
-        self.zygote_channel = ours
+            listener.close()  # the zygote holds it: when it dies, a connect fails at once
+            os.close(alive)
+
+    def ensure_kernel_zygote(self, warm: bool = True) -> None:
+        """Start the kernel zygote unless it runs and answers (once per slot; a dead one, or one that could not clean
+        up after the last kernel, is replaced). Its answer also means the last kernel is gone and cleaned up.
+        ``warm``: False for a probe, whose zygote builds the same view but imports nothing."""
+        if self.kernel_zygote_enabled and not (self.kernel_zygote is not None and self._answers(self.kernel_zygote)):
+            _stop(self.kernel_zygote)
+            self._close_alive("kernel")
+            self.kernel_zygote = self._start_zygote("kernel", json.loads(self.spec_path.read_text()), warm)
+
+    def _answers(self, zygote: subprocess.Popen, timeout: float = 60) -> bool:
+        import socket
+
+        if zygote.poll() is not None:
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as channel:
+            try:
+                channel.settimeout(timeout)
+                channel.connect(str(self.sockets / "kernel"))
+                channel.send(json.dumps({"ping": True}).encode())
+                return channel.recv(64) == b'{"pong": true}'
+            except OSError:
+                return False
 
     def stop_zygote(self) -> None:
         """Stop both zygotes (the oracle's and the kernels')."""
+        _stop(self.kernel_zygote)
+        self.kernel_zygote = None
+        self._close_alive("kernel")
         self._stop_oracle_zygote()
-        self.stop_kernel_zygote()
+        for kind in ("kernel", "oracle"):
+            (self.sockets / kind).unlink(missing_ok=True)
+        if self.sockets.name.startswith("grpo-z-"):
+            shutil.rmtree(self.sockets, ignore_errors=True)
 
     def _stop_oracle_zygote(self) -> None:
         _stop(self.zygote)
         self.zygote = None
-        if self.zygote_channel is not None:
-            self.zygote_channel.close()
-            self.zygote_channel = None
-        self.kill_oracle()
+        self._close_alive("oracle")
+
+    def _close_alive(self, kind: str) -> None:
+        if kind in self.alive_pipes:
+            os.close(self.alive_pipes.pop(kind))
 
     def _run_in_zygote(self, job_dir: Path, timeout: float, warm: bool = True) -> DriverRun:
-        """One job in the zygote; at ``timeout`` (or when it died) the zygote is killed with the job, and the next
-        job starts a fresh one. Every process of the oracle's uid is killed after the job."""
+        """One driver job in the oracle zygote: its source and job.json go in as a memfd, its results and stderr come
+        back over pipes. At ``timeout`` (or when it died) the zygote is stopped with the job, and the next job starts
+        a fresh one; after each job the zygote has killed every process of the oracle's uid and removed its files."""
         import socket
 
         started = time.monotonic()
-        deadline = started + timeout
         if self.zygote is None or self.zygote.poll() is not None:
             self._stop_oracle_zygote()
-            self._zygote_start(job_dir, warm)
-        self._hand_over(job_dir)
+            self.zygote = self.oracle_process = self._start_zygote("oracle", self._oracle_spec([]), warm)
+        job = {name: (job_dir / name).read_text(encoding="utf-8") if (job_dir / name).is_file() else ""
+               for name in ("driver.py", "job.json")}
+        memfd = os.memfd_create("job")
+        os.write(memfd, json.dumps(job).encode())
+        os.lseek(memfd, 0, os.SEEK_SET)
         results, errors = BoundedPipe(MAX_RESULTS_BYTES), BoundedPipe(STDERR_TAIL_BYTES, tail=True)
+        devnull = os.open(os.devnull, os.O_RDWR)
         answer, timed_out = b"", False
+        channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            try:
-                socket.send_fds(self.zygote_channel, [json.dumps({"job": str(job_dir)}).encode()],
-                                [results.write_fd, errors.write_fd])
-            finally:
-                results.close_writer()
-                errors.close_writer()
-            channel = self.zygote_channel.fileno()
-            if pump([results, errors], deadline, stop_fd=channel):
-                answer = self.zygote_channel.recv(4096)
+            channel.settimeout(120)  # a warm zygote takes the connection once it has imported (first job: seconds)
+            channel.connect(str(self.sockets / "oracle"))
+            socket.send_fds(channel, [json.dumps({"driver": True}).encode()],
+                            [devnull, devnull, errors.write_fd, results.write_fd, memfd])
+            results.close_writer()  # only the job holds them now: the pipes close when it is gone
+            errors.close_writer()
+            if pump([results, errors], started + timeout, stop_fd=channel.fileno()):
+                answer = channel.recv(4096)
             else:
                 timed_out = True
         except OSError:
             pass
-        code = -1
+        finally:
+            channel.close()
+            results.close_writer()
+            errors.close_writer()
+            for fd in (devnull, memfd):
+                os.close(fd)
+        code, clean = -1, False
         try:
-            code = int(json.loads(answer)["exit"])
+            reply = json.loads(answer)
+            code, clean = int(reply["exit"]), reply.get("clean") is True
         except (ValueError, KeyError, TypeError):
+            pass
+        if not clean:  # dead, timed out, or it could not clean up after the job: the next job gets a fresh zygote
             self._stop_oracle_zygote()
-        else:
-            kill_uid_processes(self.oracle_uid)  # the zygote has cleared its PID namespace; and anything else of the uid
         pump([results, errors], time.monotonic() + DRAIN_SECONDS)
         results.close()
         errors.close()
         tail = errors.text()
         if code == -1 and not timed_out:
-            tail += read_capped(self.runtime / "zygote-stderr.txt", STDERR_TAIL_BYTES)
+            tail += read_capped(self.runtime / "oracle-zygote-stderr.txt", STDERR_TAIL_BYTES)
         return DriverRun(code, timed_out, time.monotonic() - started, tail, bytes(results.data), results.dropped)
 
-    # -- the kernel zygote (isolated mode): nbgrader's kernels forked from a sandboxed process that imported
-    # ipykernel, torch, matplotlib and transformers once; the kernel spec's launcher asks it over a unix socket
-    @property
-    def kernel_zygote_enabled(self) -> bool:
-        return (self.zygotes and self.sandbox.mode == "isolated" and self.settings.kernel_zygote
-                and self.uid is not None)
-
-    def ensure_kernel_zygote(self, warm: bool = True) -> None:
-        """Start the kernel zygote unless it runs (it is started once per slot; a dead one is replaced). ``warm``:
-        False for a probe, whose zygote builds the same view but imports nothing."""
-        if not self.kernel_zygote_enabled:
-            return
-        if self.kernel_zygote is not None and self.kernel_zygote.poll() is None:
-            return
-        self.stop_kernel_zygote()
-        import socket
-
-        spec = json.loads(self.spec_path.read_text())
-        spec.pop("kernel_zygote")
-        spec["zygote"] = "kernel"
-        spec["warm"] = warm
-        spec["pidfile"] = str(self.runtime / "kernel-zygote.pid")
-        self.kernel_socket.unlink(missing_ok=True)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            listener.bind(str(self.kernel_socket))
-            os.chmod(self.kernel_socket, 0o600)
-            listener.listen(16)
-            with open(self.runtime / "kernel-zygote-stderr.txt", "wb") as errors:
-                self.kernel_zygote = subprocess.Popen(
-                    self._launcher("kernel-zygote", spec), cwd=self.runtime, env=self.env(),
-                    stdin=listener.fileno(), stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
-        finally:
-            listener.close()  # the zygote holds it: when it dies, a launcher's connect fails at once
-
-    def stop_kernel_zygote(self) -> None:
-        _stop(self.kernel_zygote)
-        self.kernel_zygote = None
-        self.kernel_socket.unlink(missing_ok=True)
-        if self.kernel_socket.parent.name.startswith("grpo-kz-"):
-            shutil.rmtree(self.kernel_socket.parent, ignore_errors=True)
-
     def run_oracle(self, job_dir: Path, timeout: float) -> DriverRun:
-        """Run ``driver.py`` on ``job_dir`` in this slot's sandbox (the kernel's view, with ``job_dir`` bound
-        read-only and a smaller file-size limit); killed as a whole after ``timeout`` seconds. Its results and stderr
-        come back over pipes the grader opened (never a file the sandbox could have replaced), read with a size
-        limit and a deadline."""
+        """Run ``driver.py`` on ``job_dir`` in this slot's oracle sandbox (a zygote's job, or a fresh bubblewrap with
+        ``job_dir`` bound read-only); killed as a whole after ``timeout`` seconds. Its results and stderr come back
+        over pipes the grader opened (never a file the sandbox could have replaced), read with a size limit and a
+        deadline."""
         if self.stopped:
             raise RuntimeError("grading was stopped")
         if self.zygote_enabled:
             return self._run_in_zygote(job_dir, timeout)
         results, errors = BoundedPipe(MAX_RESULTS_BYTES), BoundedPipe(STDERR_TAIL_BYTES, tail=True)
-        spec = self._driver_spec(job_dir)
+        spec = self._oracle_spec([[str(job_dir), "ro"]])
         spec["command"] = [spec["python"], "-X", "utf8", str(job_dir / "driver.py"), str(job_dir),
                            str(results.write_fd)]
         command = self._launcher("oracle", spec)
-        self._hand_over(job_dir)
+        if self.oracle_uid is not None:  # the job folder readable by the oracle's uid only; the driver cannot write it
+            os.chown(job_dir, self.oracle_uid, self.oracle_uid)
+        os.chmod(job_dir, 0o500)
         started = time.monotonic()
         try:
             process = self.oracle_process = subprocess.Popen(
@@ -680,36 +576,32 @@ class Slot:
     def run_sandboxed_code(self, code: str, args: list[str], oracle: bool = False, zygote: bool = True,
                            timeout: float = 60, warm: bool = True) -> subprocess.CompletedProcess:
         """``python -c code args`` in this slot's kernel sandbox (a job of the kernel zygote where there is one and
-        ``zygote``; else the launcher builds the same view itself), or in the oracle driver's (``oracle``: started
-        afresh, not from its zygote); what it leaves is killed after."""
+        ``zygote``; else a fresh bubblewrap), or in the oracle driver's (``oracle``: a fresh one)."""
         spec = self._oracle_spec([]) if oracle else json.loads(self.spec_path.read_text())
         if oracle or not zygote:
-            spec.pop("kernel_zygote", None)
-        elif "kernel_zygote" in spec:
+            spec.pop("zygote_socket", None)
+        elif "zygote_socket" in spec:
             self.ensure_kernel_zygote(warm)
         spec["command"] = [spec["python"], "-c", code, *args]
         try:
             return subprocess.run(self._launcher("probe", spec), capture_output=True, text=True, timeout=timeout,
                                   cwd=self.runtime, env=self.env())
         finally:
-            if oracle:
-                self.kill_oracle()
-            else:
-                self.kill_kernels()
+            self.kill_oracle() if oracle else self.kill_kernels()
 
     def probe(self, paths: list[str], oracle: bool = False, zygote: bool = True, imports: list[str] = (),
               import_mode: str = "find") -> dict:
         """Start the sandbox with the probe (probe.py) instead of a kernel (``oracle``: the oracle driver's sandbox;
-        ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else the view the
-        zygote's is built on); report what it can read and whether ``imports`` load (``import_mode``)."""
+        ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else a fresh
+        bubblewrap of the same view); report what it can read and whether ``imports`` load (``import_mode``)."""
         request = json.dumps({"paths": paths, "oracle": oracle, "imports": list(imports), "import_mode": import_mode})
-        if oracle and self.zygote_enabled:  # a job of the zygote: the view the driver really gets
+        if oracle and self.zygote_enabled and zygote:  # a job of the zygote: the view the driver really gets
             job = self.oracle_job_dir()
             (job / "driver.py").write_text(
                 "import os, sys\n"
                 "sys.stdout = os.fdopen(int(sys.argv[2]), 'w')\n"
                 f"sys.argv = ['probe', {request!r}]\n" + preflight.source() + "sys.stdout.flush()\n")
-            run = self._run_in_zygote(job, 120, warm=False)
+            run = self._run_in_zygote(job, 120 if import_mode == "find" else 300, warm=False)
             self._stop_oracle_zygote()
             self.oracle_job_dir()
             report = preflight.parse_output(run.results.decode(errors="replace"))
@@ -736,49 +628,16 @@ def _empty_folder(folder: Path) -> None:
 
 
 def mount_socket_tmpfs(folder: Path) -> bool:
-    """isolated mode: the kernels' socket folders live on one small tmpfs for the run, so that the only
-    place on disk a kernel may write to cannot fill the disk. Returns whether it was mounted."""
-    from .sandbox import MS_NODEV, MS_NOSUID, mount
-
+    """Root: the kernels' socket folders live on one small tmpfs for the run, so that the only host folder a kernel
+    may write to cannot fill the disk (util-linux ``mount``). Returns whether it was mounted."""
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        mount("tmpfs", str(folder), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=8m")
-    except OSError:
-        return False
-    return True
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=8m,nosuid,nodev", "tmpfs", str(folder)],
+                          capture_output=True, timeout=30)
+    return done.returncode == 0
 
 
 def unmount(folder: Path) -> None:
-    from .sandbox import _enc, _libc
-
-    _libc.umount2(_enc(str(folder)), 2)  # MNT_DETACH
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid``, and ``pid`` itself (it may not lead its group yet)."""
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _stop(process: subprocess.Popen | None) -> None:
-    """Kill a zygote's launcher and its process group, and reap it (its PID namespace dies with it)."""
-    if process is None:
-        return
-    _kill_group(process.pid)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def kill_uid_processes(uid: int | None) -> None:
-    """Kill every process of ``uid`` (a leased sandbox uid; None: nothing to do), in a helper that drops to it."""
-    if uid is not None:
-        subprocess.run([os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), "--kill-uid", str(uid), str(uid)],
-                       timeout=30, check=False)
+    subprocess.run(["umount", "--lazy", str(folder)], capture_output=True, timeout=30)
 
 
 def _kill(pid: int) -> None:
@@ -788,7 +647,27 @@ def _kill(pid: int) -> None:
         pass
 
 
-SANDBOX_MODES = ("bwrap", "isolated", "userns", "none")
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid``, and ``pid`` itself (it may not lead its group yet)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _kill(pid)
+
+
+def _stop(process: subprocess.Popen | None) -> None:
+    """Kill a zygote's bubblewrap and its process group, and reap it (its PID namespace dies with it)."""
+    if process is None:
+        return
+    _kill_group(process.pid)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+SANDBOX_MODES = ("bwrap", "none")
 
 
 def check_bwrap() -> None:
@@ -800,11 +679,22 @@ def check_bwrap() -> None:
         raise preflight.ProbeFailure(problems, "bwrap")
 
 
+def _never_bound(settings: GradingPipeline, base: Path) -> list[str]:
+    """Folders no sandbox may show, whatever ``sys.path`` or ``extra_readonly_paths`` says: this checkout, the course,
+    the run's folder, the git object store, the checkout holding the virtual environment (probe.refusal)."""
+    found = {ROOT, settings.course, base}
+    found.update(Path(line.strip()) for line in _git(["rev-parse", "--path-format=absolute", "--git-common-dir"]))
+    venv_checkout = _checkout_of(Path(sys.prefix).resolve())
+    if venv_checkout:
+        found.add(venv_checkout)
+    return sorted({str(path.resolve()) for path in found})
+
+
 def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_driver: bool = False,
                    import_mode: str = "find") -> Sandbox:
-    """Try the strongest sandbox this machine allows (or the configured one) and probe it (``probe_driver``: the
-    oracle driver's view too, and in isolated mode each through a job of its zygote - `pipeline.py probe` does; a
-    grading run only probes the kernel's view as the launcher builds it, which the zygotes' jobs are built on).
+    """The configured sandbox (``auto``: bubblewrap, root or not; ``none`` only when asked for), probed
+    (``probe_driver``: the oracle driver's view too, and as root each through a job of its zygote - `pipeline.py
+    probe` does; a grading run probes the kernel's view in a fresh bubblewrap, which the zygotes' jobs share).
 
     The kernel files are built first when missing (the tiny checkpoint, lesson 7's warm start): every slot, the
     probe's included, copies them into its read-only course copy.
@@ -815,79 +705,63 @@ def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_
     before any notebook is graded. The folders outside the virtual environment the interpreter's ``sys.path`` needs
     are bound read-only into the sandbox (``Sandbox.paths``)."""
     prepare_kernel_files(settings)
-    hide = hidden_paths(settings, base)
     homes = [str(Path.home().resolve()), "/root"]
     shown = [str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve()), "/usr"]
-    paths = preflight.interpreter_paths(shown, hide, homes, [str(p) for p in settings.extra_readonly_paths])
+    paths = preflight.interpreter_paths(shown, _never_bound(settings, base) + homes, homes,
+                                        [str(p) for p in settings.extra_readonly_paths])
     imports = preflight.probe_imports(ROOT, top_level=import_mode == "find")
     failures: list[preflight.Problem] = [
         preflight.Problem("extra-path-refused", f"c.GradingPipeline.extra_readonly_paths 里的 {path} 不能放进沙箱："
                           f"{why}（refused）", "只列出装有 Python 包的目录（如某个 site-packages），不要列课程目录或它的上级目录")
         for path, why in paths["refused"].items() if path in settings.extra_readonly_paths]
-    wanted = settings.sandbox
-    if wanted == "auto":  # never falls back to "none" by itself: that must be asked for
-        modes = ["isolated"] if os.geteuid() == 0 else ["userns"]
-    elif wanted in SANDBOX_MODES:
-        modes = [wanted]
-    else:
-        raise ValueError(f"GradingPipeline.sandbox must be auto or one of {', '.join(SANDBOX_MODES)}, not {wanted!r}")
-    problems = []
-    for mode in modes:
-        sandbox = Sandbox(mode=mode, hide=[] if mode == "bwrap" else hide, paths=paths)  # bwrap: an allow-list
-        probe_dir = base / "probe"
-        slot = None
-        try:
-            if mode == "bwrap" or (mode == "userns" and shutil.which("bwrap")):  # userns: the same namespaces
-                check_bwrap()
-            if mode == "isolated" or (mode == "bwrap" and os.geteuid() == 0):
-                # two per slot: nbgrader's kernel and the oracle's driver, which run side by side
+    mode = "bwrap" if settings.sandbox == "auto" else settings.sandbox
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"GradingPipeline.sandbox must be auto or one of {', '.join(SANDBOX_MODES)}, not {mode!r}")
+    sandbox = Sandbox(mode=mode, paths=paths)
+    slot = None
+    try:
+        if mode == "bwrap":
+            check_bwrap()
+            if os.geteuid() == 0:  # two per slot: nbgrader's kernel and the oracle's driver, which run side by side
                 sandbox.uids, sandbox.leases = lease_uids(settings.sandbox_uid_base, 2 * slots)
-            slot = Slot(base, "probe", settings, sandbox, uid=sandbox.uids[0] if sandbox.uids else None,
-                        oracle_uid=sandbox.uids[1] if sandbox.uids else None)
-            decoy = slot.nbgrader / "gradebook.db"
-            decoy.write_text("decoy")
-            # a grading run probes the view the zygotes' jobs are built on (their imports would cost seconds here)
-            report = slot.probe(secret_probe_paths(settings, decoy), zygote=probe_driver, imports=imports,
-                                import_mode=import_mode)
-            if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
-                (slot.ipc / "kernel-socket").write_text("")
-                report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True,
-                                              imports=preflight.ALWAYS_IMPORTED[:1], import_mode=import_mode)
-        except preflight.ProbeFailure as failure:  # the machine does not allow this mode: the cause and the fix
-            failures += failure.problems
-            problems.append(f"{mode}: " + "; ".join(problem.code for problem in failure.problems))
-            for handle in sandbox.leases:
-                handle.close()
-            continue
-        except Exception as error:  # this mode is not available here: try the next one
-            problems.append(f"{mode}: {error}")
-            for handle in sandbox.leases:
-                handle.close()
-            continue
-        finally:
-            if slot is not None:
-                slot.stop_zygote()
-            shutil.rmtree(probe_dir, ignore_errors=True)
-        if not str(report.get("tools", "")).startswith(str(base)) and mode != "none":
-            problems.append(f"{mode}: the kernel's course copy is not importable ({report.get('tools')})")
-            continue
-        missing = preflight.import_problems(report, "评分内核（kernel）", paths, str(settings.config_file))
-        missing += preflight.import_problems(report.get("oracle", {}), "oracle 进程（oracle driver）", paths,
-                                             str(settings.config_file))
-        if missing or failures:
-            for handle in sandbox.leases:
-                handle.close()
-            raise preflight.ProbeFailure(failures + missing, mode)
-        sandbox.probe = report
-        sandbox.problems = problems
-        return sandbox
-    if not failures and shutil.which("bwrap"):  # isolated/userns failed: name the machine's cause where there is one
-        failures = preflight.namespace_problems(str(ROOT))
-    if failures:
-        raise preflight.ProbeFailure(failures, ", ".join(modes))
-    where = ("where unprivileged user namespaces are allowed" if os.geteuid() == 0 else
-             "as root (sudo -E make autograde) or where unprivileged user namespaces are allowed")
-    raise RuntimeError(
-        "no usable kernel sandbox (" + "; ".join(problems) + f"). Grade {where}; to grade without isolation anyway, "
-        "pass --sandbox none or set c.GradingPipeline.sandbox = 'none' (kernels can then read the answers): "
-        "see autograde/README.md")
+        slot = Slot(base, "probe", settings, sandbox, uid=sandbox.uids[0] if sandbox.uids else None,
+                    oracle_uid=sandbox.uids[1] if sandbox.uids else None)
+        decoy = slot.nbgrader / "gradebook.db"
+        decoy.write_text("decoy")
+        report = slot.probe(secret_probe_paths(settings, decoy), zygote=probe_driver, imports=imports,
+                            import_mode=import_mode)
+        if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
+            (slot.ipc / "kernel-socket").write_text("")
+            report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True,
+                                          imports=preflight.ALWAYS_IMPORTED[:1], import_mode=import_mode)
+    except preflight.ProbeFailure as failure:  # the machine does not allow bubblewrap: the cause and the fix
+        for handle in sandbox.leases:
+            handle.close()
+        raise preflight.ProbeFailure(failures + failure.problems, mode) from None
+    except Exception as error:
+        for handle in sandbox.leases:
+            handle.close()
+        raise RuntimeError(
+            f"no usable kernel sandbox ({mode}: {error}); to grade without isolation anyway, pass --sandbox none or "
+            "set c.GradingPipeline.sandbox = 'none' (kernels can then read the answers): see autograde/README.md"
+        ) from error
+    finally:
+        if slot is not None:
+            slot.stop_zygote()
+        shutil.rmtree(base / "probe", ignore_errors=True)
+    problems = []
+    if not str(report.get("tools", "")).startswith(str(base)) and mode != "none":
+        problems.append(f"the kernel's course copy is not importable ({report.get('tools')})")
+    missing = preflight.import_problems(report, "评分内核（kernel）", paths, str(settings.config_file))
+    missing += preflight.import_problems(report.get("oracle", {}), "oracle 进程（oracle driver）", paths,
+                                         str(settings.config_file))
+    if missing or failures:
+        for handle in sandbox.leases:
+            handle.close()
+        raise preflight.ProbeFailure(failures + missing, mode)
+    if problems:
+        for handle in sandbox.leases:
+            handle.close()
+        raise RuntimeError(f"no usable kernel sandbox ({mode}: {problems[0]})")
+    sandbox.probe = report
+    return sandbox
