@@ -180,6 +180,10 @@ def main(argv=None) -> int:
     )
     for kind, stat in summary.get("gain_by_outcome", {}).items():
         print(f"  share of {kind} completions: {stat['mean']:+.3f} [{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]")
+    for key in ("scratchpad_share_before", "scratchpad_share_after", "mean_completion_chars_change"):
+        if key in summary:
+            stat = summary[key]
+            print(f"  {key}: {stat['mean']:+.3f} [{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]")
     for name, stat in summary.get("gain_by_heldout_subset", {}).items():
         print(
             f"  held-out subset {name} ({stat['prompts']} prompts): gain {stat['mean']:+.3f} "
@@ -195,6 +199,16 @@ def _print_headline(record) -> None:
         f"held-out pass@1: {head['pass_at_1_before']:.3f} -> {head['pass_at_1_after']:.3f} "
         f"(gain {head['gain']:+.3f}); greedy {head['greedy_before']:.2f} -> {head['greedy_after']:.2f}"
     )
+    before, after = record["eval"]["before"], record["eval"]["after"]
+    if "kinds" in before and "kinds" in after:
+        print(
+            "completions that show their work: "
+            + " -> ".join(f"{ev['kinds']['scratchpad']['share']:.3f}" for ev in (before, after))
+            + "; right when shown / direct, before: "
+            + " / ".join("-" if v["accuracy"] is None else f"{v['accuracy']:.3f}" for v in before["kinds"].values())
+            + ", after: "
+            + " / ".join("-" if v["accuracy"] is None else f"{v['accuracy']:.3f}" for v in after["kinds"].values())
+        )
     print(
         f"wall {head['wall_seconds']:.1f} s (train {head['train_seconds']:.1f} s), load average "
         f"{head['load_average_before']} -> {head['load_average_after']} on {head['cpu_count']} cores",
