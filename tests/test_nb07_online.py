@@ -167,22 +167,23 @@ def test_sft_list_warm_start_lists_the_answer_but_never_last():
 
 
 def test_sft_mixes_shown_work_and_bare_answers():
-    """The warm start's data: about SFT_SCRATCH_FRACTION of the four-addend problems answered with the running-sum
-    scratchpad (whose last integer is the answer), the rest bare, plus every two-operand step."""
+    """The warm start's data: about SFT_SCRATCH_FRACTION of the SFT pool's problems answered with the running-sum
+    scratchpad (whose last integer is the answer), the rest bare; every step a held-out scratchpad takes is a step
+    some SFT scratchpad takes (the held-out problems are new as problems, not as steps)."""
     examples = og.sft_examples(0)
     four = [e for e in examples if len(og.addends_of(e["prompt"])) == og.ADDENDS]
+    assert len(examples) == len(four) + og.SFT_FACT_COPIES * len(og.two_operand_facts())
     shown = [e for e in four if "+" in e["completion"]]
     assert abs(len(shown) / len(four) - og.SFT_SCRATCH_FRACTION) < 0.03
     for e in shown:
+        assert e["completion"] == og.scratchpad(og.addends_of(e["prompt"]))
         assert verify_integer_response(e["completion"], sum(og.addends_of(e["prompt"])))["correctness"] == 1.0
     assert og.scratchpad((6, 7, 9, 4)) == "6+7=13, 13+9=22, 22+4=26"
-    facts = {e["prompt"] for e in examples if len(og.addends_of(e["prompt"])) == 2}
-    steps = {
-        s.split("=")[0] + "="
-        for p in og.task_pools()["heldout"]
-        for s in og.scratchpad(og.addends_of(p["prompt"])).split(", ")
+    trained_steps = {step for e in shown for step in e["completion"].split(", ")}
+    heldout_steps = {
+        step for p in og.task_pools()["heldout"] for step in og.scratchpad(og.addends_of(p["prompt"])).split(", ")
     }
-    assert steps <= facts, "every step of a held-out scratchpad is a two-operand fact the SFT saw"
+    assert heldout_steps <= trained_steps
 
 
 def test_reward_hacking_records_share_their_start():
@@ -609,7 +610,9 @@ def test_trl_seeds_summary_uses_the_same_start_settings_and_evaluation():
     trl = og.load_seeds_summary(ROOT, online_trl.TRL_SEEDS_LABEL)
     assert trl is not None and trl["trainer"].startswith("trl.GRPOTrainer") and "trainer" not in ours
     assert trl["config"] == ours["config"]
-    assert [e["seed"] for e in trl["seeds"]] == [0, 1, 2] and all(e["train_steps"] == 50 for e in trl["seeds"])
+    assert [e["seed"] for e in trl["seeds"]] == [0, 1, 2] and all(
+        e["train_steps"] == og.OnlineConfig().num_steps for e in trl["seeds"]
+    )
     assert {e["warm_start_hash"] for e in trl["seeds"]} == {e["warm_start_hash"] for e in ours["seeds"]}
     assert [e["pass_at_1_before"] for e in trl["seeds"]] == [e["pass_at_1_before"] for e in ours["seeds"]]
     assert trl["gain_pass_at_1"]["ci95"] is not None and set(trl["gain_by_heldout_subset"]) == {"new"}

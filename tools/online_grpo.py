@@ -56,13 +56,14 @@ OUTCOMES = ("right", "wrong", "unparseable")  # what a held-out sample is (evalu
 # step, but it can add two numbers at a time: the scratchpad (scratchpad()) writes the running sum,
 # "6+7=13, 13+9=22, 22+4=26".
 # SFT warm start: every order of the SFT pool's problems, a fraction SFT_SCRATCH_FRACTION of them answered with the
-# scratchpad and the rest with the bare answer, plus every two-operand step (two_operand_facts()); so the warm start
+# scratchpad and the rest with the bare answer (plus SFT_FACT_COPIES of every two-operand step); so the warm start
 # sometimes shows its work and sometimes answers at once (which it does more often wrongly on new problems: the
 # lesson measures both). SFT_STEPS optimizer steps of SFT_BATCH examples.
 ADDENDS = 4
 RL_MULTISETS = 160
-SFT_SCRATCH_FRACTION = 0.25
-SFT_FACT_COPIES = 4  # each two-operand step this many times: the steps are learnt well, the mode stays rare
+SFT_SCRATCH_FRACTION = 0.5
+SFT_FACT_COPIES = 0  # two-operand steps as problems of their own: 4 copies made the bare answers as accurate as
+# the scratchpads (measured on seed 0 while designing the task), so the steps are learnt inside the scratchpads only
 # Warm starts: "sft" (the lesson's) and "sft-list", the same data where a fraction SFT_LIST_FRACTION of the bare
 # answers list three numbers, the answer first or second ("7 12 3"): a completion that contains the answer but that
 # integer-answer-v1 (which parses the last integer) judges wrong. The reward-hacking ablation starts there, so that
@@ -625,7 +626,7 @@ class OnlineConfig:
     command line's flags are these fields (``--num-steps`` ...), with the help texts below. Checked once, when built
     (``check_config``); frozen, so a built config stays valid (``dataclasses.replace`` makes a changed copy)."""
 
-    num_steps: int = _setting(50, "rollout -> update rounds")
+    num_steps: int = _setting(100, "rollout -> update rounds")
     prompts_per_step: int = _setting(16, "training prompts per rollout batch")
     num_generations: int = _setting(8, "G completions per prompt (TRL num_generations)")
     num_iterations: int = _setting(1, "mu: optimisation epochs per rollout batch (TRL num_iterations)")
@@ -638,7 +639,7 @@ class OnlineConfig:
     max_new_tokens: int = _setting(
         25, "completion length limit (TRL max_completion_length; the longest scratchpad and its EOS take 25)"
     )
-    learning_rate: float = _setting(3e-4, "AdamW learning rate")
+    learning_rate: float = _setting(6e-4, "AdamW learning rate")
     max_grad_norm: float = _setting(1.0, "gradient clipping (TRL max_grad_norm)")
     seed: int = _setting(0, "sampling and batch-order seed (overridden by --seeds)")
     reward: str = _setting(
@@ -1230,6 +1231,17 @@ def load_seeds_summary(root, label: str):
     return summary
 
 
+# The headline goal the course set itself (issue 27): mean held-out pass@1 gain over seeds 0-2 at least GOAL_MEAN_GAIN
+# with the lower end of its 95 % interval at least GOAL_CI_LOW.
+GOAL_MEAN_GAIN = 0.30
+GOAL_CI_LOW = 0.20
+
+
+def goal_met(summary: dict) -> bool:
+    gain = summary["gain_pass_at_1"]
+    return gain["ci95"] is not None and gain["mean"] >= GOAL_MEAN_GAIN and gain["ci95"][0] >= GOAL_CI_LOW
+
+
 def _interval(stat: dict) -> str:
     if stat["ci95"] is None:
         return f"{stat['mean']:+.3f}（只有一个种子，没有区间）"
@@ -1249,7 +1261,12 @@ def seeds_table(summary: dict) -> str:
             f"| {e['seed']} | {e['pass_at_1_before']:.3f} | {e['pass_at_1_after']:.3f} | {e['gain']:+.3f} | "
             f"{e['wall_seconds']:.1f} | `{e['warm_start_hash'][:12]}` |"
         )
-    lines += ["", f"平均提高 {_interval(summary['gain_pass_at_1'])}（{summary['gain_pass_at_1']['method']}）。"]
+    lines += [
+        "",
+        f"平均提高 {_interval(summary['gain_pass_at_1'])}（{summary['gain_pass_at_1']['method']}）。"
+        f"课程定的目标（平均 ≥ {GOAL_MEAN_GAIN:+.2f} 且区间下端 ≥ {GOAL_CI_LOW:+.2f}）："
+        + ("**达到**。" if goal_met(summary) else "**没有达到**。"),
+    ]
     for kind, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析")):
         if kind in summary.get("gain_by_outcome", {}):
             lines.append(f"- {name}的比例变化：{_interval(summary['gain_by_outcome'][kind])}")
