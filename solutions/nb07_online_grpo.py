@@ -796,6 +796,8 @@ else:
 #
 # 最后是课程提交的 3 个种子的汇总（`make online SEEDS=3 RUN_LABEL=reference`，均值与 95% t 区间）：提高的区间、
 # 写算式的比例在训练前后的区间、回答平均长度变化的区间。导读里的预测（准确率与长度一起上涨）是否成立，只按这些区间判断。
+# 课程给这个实验定过两个要求：3 个种子的平均提高不低于 `og.GOAL_MEAN_GAIN`、区间下端不低于 `og.GOAL_CI_LOW`；热启动的
+# pass@1 落在 `og.START_RANGE` 之内（模型“有时对”）。表格下面的两行由记录判断它们是否满足——不满足时照实写出来。
 
 # %% nbgrader={"locked": true, "grade_id": "demo_pass_maj"}
 if RECORD is None:
