@@ -842,7 +842,7 @@ else:
 # （命令见表格），课程提交的参考记录存放在 `benchmarks/results/online/`。下面的单元格**读取这些文件并作图**；
 # 文件不存在时只打印运行命令。
 #
-# **这些记录能证明什么。** 每个对照都有 3 个种子（0、1、2）的记录，同一个热启动、同一个任务
+# **这些记录能证明什么。** 每个对照有 3 个种子（0、1、2）的记录（还没有在当前任务上重跑的对照，单元格会先列出来），同一个热启动、同一个任务
 # （`make online SEEDS=3 RUN_LABEL=<标签> ONLINE_ARGS="..."`）。下面每一条先写教科书的**预测**，再由最后两张表按区间判断：
 # 两个 95% 区间不重叠才说“看得到”，重叠就说“这一规模上看不出”（这不证明没有效应，只说明 3 个种子分辨不出来）。
 # 本节的文字里没有实测数字；数字都在表格里，由单元格从记录算出。
@@ -866,6 +866,9 @@ else:
 
 # %% nbgrader={"locked": true, "grade_id": "demo_ablations"}
 ABLATIONS = og.ABLATIONS
+if og.NOT_YET_RERUN:
+    display(Markdown("**还没有在当前任务上重跑的对照**（任务换过，旧任务的记录已删除；它们的预测在这里没有检验）："
+                     + "、".join(f"`{label}`" for label in sorted(og.NOT_YET_RERUN))))
 display(Markdown("| 对照 | 命令 | 种子 0 的记录 | 多种子汇总 |\n| --- | --- | --- | --- |\n" + "\n".join(
     f"| {name} | `make online SEEDS=3 RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
     f"{'有' if og.load_records(REPO_ROOT, [label]) else '没有'} | "

@@ -885,6 +885,10 @@ ABLATIONS = [
 # under RESULTS_DIR.
 SEEDS_REFERENCE_LABEL = "reference"
 REFERENCE_LABELS = frozenset(label for _, label, _ in ABLATIONS) | {SEEDS_REFERENCE_LABEL, "trl"}
+# The committed labels whose 3-seed records have not been rerun on TASK_ID yet (the task changed; their runs did not fit
+# the session that changed it): they have no records, the lesson lists them as missing, and the tests accept a missing
+# record for these labels only.
+NOT_YET_RERUN = frozenset({"PLACEHOLDER"})
 
 
 def print_progress(row: dict) -> None:
