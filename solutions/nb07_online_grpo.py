@@ -928,6 +928,7 @@ display(Markdown("每条预测与区间的对照（`og.ABLATION_COMPARISONS`；�
 # %% nbgrader={"locked": true, "grade_id": "demo_trl"}
 from tools import online_trl
 
+online_trl.quiet()  # no progress bars or library FutureWarnings in this cell's output
 if RECORD is None:
     print("先完成上面的 TODO，再做 TRL 对照。")
 else:

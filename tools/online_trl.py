@@ -36,7 +36,9 @@ TRL_METRIC_NAMES = {
 }
 
 
-def _quiet():
+def quiet():
+    """No progress bars from transformers, no FutureWarning / UserWarning from the libraries (the lesson's TRL cell
+    calls it first: loading checkpoints and building a GRPOConfig would print them)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -52,6 +54,7 @@ def grpo_config(config=None, **overrides):
 
     from tools.online_grpo import OnlineConfig
 
+    quiet()
     config = config or OnlineConfig()
     base = dict(
         output_dir=os.path.join(tempfile.gettempdir(), "grpo-course-online-trl"),
@@ -124,7 +127,7 @@ def make_trainer(model, tokenizer, problems, args, reward, peft_config=None):
     model in that adapter and train the adapter only."""
     from trl import GRPOTrainer
 
-    _quiet()
+    quiet()
     tokenizer = copy.deepcopy(tokenizer)
     tokenizer.padding_side = "left"
     from transformers import PrinterCallback
@@ -474,7 +477,7 @@ def train_with_trl(model_path, config, problems, verify, max_steps: int = 30, mo
 
     from tools import online_grpo as og
 
-    _quiet()
+    quiet()
     local = Path(str(model_path)).is_dir()
     dtype = og.preset_dtype(mode)
     tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=local)
@@ -518,7 +521,7 @@ def trl_seed_entry(config, verify, root=None) -> dict:
 
     from tools import online_grpo as og
 
-    _quiet()
+    quiet()
     started = time.perf_counter()
     root = Path(root) if root is not None else og.resolve_root()
     path, _, _ = og.sft_checkpoint_path(seed=0, root=root)
