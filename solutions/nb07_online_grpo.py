@@ -138,7 +138,7 @@ if RUN_MODE == "real_gpu":
     WARM_START = {"path": MODEL_PATH, "cached": True, "build_seconds": None}
 else:
     started = time.perf_counter()
-    sft_path, was_cached, build_seconds = og.sft_checkpoint_path(seed=0)  # built once (<= 60 s), then cached
+    sft_path, was_cached, build_seconds = og.sft_checkpoint_path(seed=0)  # built once (75-90 s measured on one thread), then cached
     policy, tokenizer = og.load_policy(sft_path)
     WARM_START = {"path": str(sft_path.relative_to(REPO_ROOT)), "cached": was_cached, "build_seconds": build_seconds}
     print(f"SFT 热启动：{WARM_START['path']}（{'缓存' if was_cached else f'刚刚构建，{build_seconds:.1f} s'}）")
