@@ -25,23 +25,30 @@
 # `log_step_metrics`。其余（任务、热启动、评测、循环本身）由课程提供。最后用 TRL 的 `GRPOTrainer` 跑同一个任务，
 # 逐项对照参数名和指标，并在同一批数据上核对损失与梯度；再讲同一份配置怎样放到多张 GPU 上。
 #
-# **任务**：一位数加法 `"3+5="`，回答一个整数。课程的微型 Qwen2 模型（2 层、隐藏维 64）先做一次很短的监督微调
-# （SFT，热启动），数据里 60% 的回答是“I do not know.”——所以热启动后的策略**只是有时候回答**，
-# 在留出的提示上 pass@1 只有一到两成（预测；下面实测）。强化学习要做的，是从验证器的奖励里学会“该回答就回答”。
+# **任务**：四个一位数相加，`"6+7+9+4="`，回答一个整数。课程的微型 Qwen2 模型（2 层、隐藏维 64）先做一次监督微调
+# （SFT，热启动）。SFT 数据里同一类题有两种答法：一小部分**写出算式**（草稿，scratchpad），一次只加两个数——
+# `"6+7=13, 13+9=22, 22+4=26"`；其余**直接给出**答案 `"26"`。SFT 还见过每一个“两数相加”的步骤（`"13+9="` → `"22"`）。
+# 于是热启动后的模型有时写算式、有时直接答。直接答要一步算出四个数的和，对这么小的模型很难；写算式只需要一连串
+# 它练过的两数相加。奖励只看最后一个整数对不对。**预测**：写算式的回答更常得分，策略会越来越多地写算式，
+# 留出集上的准确率和回答长度一起上涨（DeepSeek-R1-Zero 里“回答越来越长”的缩影）。第 7 步的表格给出实测：
+# 两种答法在训练前后各占多少、各自答对多少。
 #
-# 先说清楚这个任务**能**说明什么、**不能**说明什么。`integer-answer-v1` 给任何一个整数 0.1 的格式分，所以“总是作答”
-# 比“不知道”划算：训练后的提高有一部分只是**不再拒答**，不是加法变好了。第 7 步把留出集的回答分成
-# “答对 / 答错的整数 / 无法解析（含拒答）”三类，分别给出前后的比例，你可以自己看提高来自哪一类。
-# 留出集与训练集的**提示**不相交，但一位数加法只有 100 道题：留出集里的 `b+a` 常常是训练集里某道 `a+b` 的交换形式，
-# 所以留出集并不是结构上全新的题目（第 1 步的单元格数出有多少道）。第 7 步把留出集的提高再分成两部分：
-# 交换形式训练过的题，和两种写法都没训练过的题。
+# 两个设计上的选择，先说清楚：
+#
+# - **留出题在结构上是新题。** 四个数的组合（不计顺序）共 715 种，按固定种子打乱：40 种留作评测（每种取一个固定的顺序），
+#   160 种（所有顺序）作强化学习的训练提示，其余的所有顺序用于 SFT（第 1 步的单元格数出每一部分）。规则是：**任何留出题，以及它的任何换序形式，
+#   都不出现在 SFT 或强化学习的数据里**（`og.check_heldout_rule`；测试 `test_heldout_problems_are_structurally_new`
+#   还检查这个核对在泄漏一个换序形式时会失败）。留出题拆开后的每一步两数相加，SFT 都见过：模型要学的是把会的步骤组合起来。
+# - **训练奖励不给格式分。** 第 4 课的 `integer-answer-v1` 给“恰好一个整数”的回答 0.1 的格式分，写算式的回答永远拿不到它：
+#   格式分等于对“展示过程”收税。所以本课训练时用 `format_weight = 0`（`og.OnlineConfig` 的设置），奖励就是正确性；
+#   评测用的也只是正确性。
 
 # %% [markdown]
 # ## 运行环境
 #
 # - Profile：**PT-CPU**（torch + transformers；TRL 对照一节需要 trl 1.16）。不需要 GPU，不下载任何权重。
 # - 第一次运行会在课程目录的 `.cache/` 下构建微型检查点和 SFT 热启动（所用时间由那个单元格打印），之后直接复用。
-# - `RUN_MODE`（下面的单元格，或环境变量 `GRPO_ONLINE_RUN_MODE`）：
+# - `RUN_MODE`（下面带 `parameters` 标签的单元格；评分内核用环境变量 `GRPO_ONLINE_RUN_MODE` 覆盖它）：
 #   - `tiny_cpu`（默认）：完整的主实验（每次运行的用时、机器负载写在结果里，并由第 7 步打印）；
 #   - `smoke`：只跑 3 步、少量评测，用于测试与评分；
 #   - `real_gpu`：一张 CUDA 卡，`Qwen/Qwen2.5-0.5B-Instruct`（或 `GRPO_MODEL_ID` 指向的本地文件夹），
@@ -83,8 +90,16 @@ from tools.project_runtime import resolve_project_root
 torch.set_num_threads(1)  # one thread: on a busy 2-core machine more threads than free cores slow torch down
 REPO_ROOT = resolve_project_root()
 
+# %% [markdown]
+# 下面两个值是你需要改的地方。这个单元格带 `parameters` 标签（与第 6 课相同）：无界面运行时 papermill 在它后面注入新值
+# （`papermill nb07_online_grpo.ipynb out.ipynb -p RUN_MODE smoke`）；`RUN_MODE` 的取值只有 `og.RUN_PRESETS` 里的三种，
+# 写错直接抛出 `ValueError`。评分系统在它的内核里设置环境变量 `GRPO_ONLINE_RUN_MODE=smoke`，它优先于这里的值。
+
+# %% tags=["parameters"]
 RUN_MODE = "tiny_cpu"  # "tiny_cpu" | "smoke" | "real_gpu"
 RUN_LABEL = "notebook"  # 结果写到 benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json（不进 git）
+
+# %%
 RUN_MODE = og.check_run_mode(os.environ.get("GRPO_ONLINE_RUN_MODE", RUN_MODE))
 RUN_LABEL = og.check_run_label(os.environ.get("GRPO_ONLINE_RUN_LABEL", RUN_LABEL))
 DEVICE = torch.device("cuda" if RUN_MODE == "real_gpu" else "cpu")
@@ -95,18 +110,25 @@ print(f"RUN_MODE = {RUN_MODE}   RUN_LABEL = {RUN_LABEL}   device = {DEVICE}   to
 # %% [markdown]
 # ## 第 1 步　任务、留出集与 SFT 热启动
 #
-# 100 道一位数加法题按固定种子打乱，前 25 道留作评测（**留出集与训练提示不相交**），其余 75 道用于 SFT 和强化学习。
-# 交换形式（`b+a` 对 `a+b`）不算新题：下面的单元格数出留出集里有多少道题的交换形式在训练集里。
+# 题目分成三个互不相交的池子（`og.task_pools`）：SFT 数据、强化学习的训练提示、留出集。下面的单元格数出每个池子的大小，
+# 用 `og.check_heldout_rule` 核对“留出题及其换序形式不在 SFT 或强化学习数据里”，并给出一道留出题的算式写法。
 # 提示按 ChatML 渲染成一个用户轮次，再打开助手轮次：
 
 # %% nbgrader={"locked": true, "grade_id": "setup_warm_start"}
-TRAIN_PROBLEMS, HELDOUT_PROBLEMS = og.split_problems()
-print(f"训练提示 {len(TRAIN_PROBLEMS)} 个，留出提示 {len(HELDOUT_PROBLEMS)} 个，交集 "
-      f"{len({p['prompt'] for p in TRAIN_PROBLEMS} & {p['prompt'] for p in HELDOUT_PROBLEMS})} 个")
-print("留出的前 5 题：", [p["prompt"] for p in HELDOUT_PROBLEMS[:5]])
-_subsets = og.heldout_subsets(TRAIN_PROBLEMS, HELDOUT_PROBLEMS)
-print(f"留出集里有 {len(_subsets['commuted_in_train'])} / {len(HELDOUT_PROBLEMS)} 道题的交换形式（b+a）在训练集里，"
-      f"例如 {_subsets['commuted_in_train'][:3]}；两种写法都没训练过的 {len(_subsets['new'])} 道：{_subsets['new']}")
+POOLS = og.task_pools()
+TRAIN_PROBLEMS, HELDOUT_PROBLEMS = og.split_problems()  # the RL prompts and the held-out problems
+og.check_heldout_rule(HELDOUT_PROBLEMS, TRAIN_PROBLEMS, og.sft_examples(0))  # raises ValueError on a leak
+_sft = og.sft_examples(0)
+_four = [e for e in _sft if len(og.addends_of(e["prompt"])) == og.ADDENDS]
+print(f"组合（不计顺序）：留出 {len({og.equivalent_key(p['prompt']) for p in HELDOUT_PROBLEMS})} 种，"
+      f"强化学习 {len({og.equivalent_key(p['prompt']) for p in TRAIN_PROBLEMS})} 种，"
+      f"SFT {len({og.equivalent_key(p['prompt']) for p in POOLS['sft']})} 种")
+print(f"提示：留出 {len(HELDOUT_PROBLEMS)} 个，强化学习 {len(TRAIN_PROBLEMS)} 个；SFT 样本 {len(_sft)} 个，其中"
+      f" {og.ADDENDS} 个数相加的 {len(_four)} 个（写算式的占 {sum('+' in e['completion'] for e in _four) / len(_four):.0%}），"
+      f"两数相加的步骤 {len(_sft) - len(_four)} 个")
+print("留出题与训练数据（任何顺序）的交集：", og.heldout_subsets(TRAIN_PROBLEMS + POOLS["sft"], HELDOUT_PROBLEMS)["equivalent_in_training"])
+print("留出的前 5 题：", [p["prompt"] for p in HELDOUT_PROBLEMS[:5]], "  第一题的算式写法：",
+      og.scratchpad(og.addends_of(HELDOUT_PROBLEMS[0]["prompt"])))
 
 if RUN_MODE == "real_gpu":
     MODEL_PATH = os.environ.get("GRPO_MODEL_ID", og.REAL_GPU_MODEL_ID)  # no SFT warm start: an instruct model
@@ -116,7 +138,7 @@ if RUN_MODE == "real_gpu":
     WARM_START = {"path": MODEL_PATH, "cached": True, "build_seconds": None}
 else:
     started = time.perf_counter()
-    sft_path, was_cached, build_seconds = og.sft_checkpoint_path(seed=0)  # built once (<= 60 s), then cached
+    sft_path, was_cached, build_seconds = og.sft_checkpoint_path(seed=0)  # built once (75-90 s measured on one thread), then cached
     policy, tokenizer = og.load_policy(sft_path)
     WARM_START = {"path": str(sft_path.relative_to(REPO_ROOT)), "cached": was_cached, "build_seconds": build_seconds}
     print(f"SFT 热启动：{WARM_START['path']}（{'缓存' if was_cached else f'刚刚构建，{build_seconds:.1f} s'}）")
@@ -253,10 +275,10 @@ run_in_kernel("nb07_online_grpo", "test_sample_group_visible", globals())
 # %% [markdown]
 # ## 第 3 步　验证器奖励与组内优势
 #
-# 奖励来自第 4 课的 `integer-answer-v1`（正确 1.0，格式恰好是一个整数再加 0.1），优势来自第 1 课的
-# `compute_group_advantages`——两个函数都是从 `tools.lessons` 导入的课程参考版本（接口与你在那两课写的相同）。
-# 全组奖励相同的组（全答对、全部“不知道”）优势恰为 0：这组不提供学习信号。热启动常常整组都说“不知道”，
-# 所以下面的单元格从种子 0 开始，取第一个至少有一组奖励不全相同的种子（每次运行都是同一个），并打印它。
+# 奖励来自第 4 课的 `integer-answer-v1`（正确 1.0；“恰好一个整数”的格式分按 `format_weight` 给，本课训练用 0），
+# 优势来自第 1 课的 `compute_group_advantages`——两个函数都是从 `tools.lessons` 导入的课程参考版本（接口与你在那两课写的相同）。
+# 全组奖励相同的组（全答对或全答错）优势恰为 0：这组不提供学习信号。下面的单元格从种子 0 开始，取第一个至少有一组
+# 奖励不全相同的种子（每次运行都是同一个），并打印它。
 
 # %% nbgrader={"locked": true, "grade_id": "demo_sample_group"}
 from tools.lessons.nb01_group_advantages import compute_group_advantages
@@ -264,13 +286,14 @@ from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
 demo_answers = [p["answer"] for p in TRAIN_PROBLEMS[:2] for _ in range(8)]
 for demo_seed in range(20):  # the first seed whose batch has a group with different rewards (fixed: the same each run)
-    demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8, max_new_tokens=6,
-                        seed=demo_seed)
-    demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers, verify_integer_response), dtype=torch.float32)  # [N]
+    demo = sample_group(policy, tokenizer, [p["prompt"] for p in TRAIN_PROBLEMS[:2]], 8,
+                        max_new_tokens=og.OnlineConfig().max_new_tokens, seed=demo_seed)
+    demo_rewards = torch.tensor(og.strict_rewards(demo["completions"], demo_answers, verify_integer_response,
+                                                  format_weight=og.OnlineConfig().format_weight), dtype=torch.float32)  # [N]
     demo_advantages = compute_group_advantages(demo_rewards, demo["group_ids"].cpu())  # [N]
     if bool((demo_advantages != 0).any()):
         break
-assert bool((demo_advantages != 0).any()), "20 个种子里没有一组奖励不全相同：热启动几乎总是拒答？"
+assert bool((demo_advantages != 0).any()), "20 个种子里没有一组奖励不全相同"
 print(f"种子 {demo_seed}：非零优势 {int((demo_advantages != 0).sum())} 个 / {demo_advantages.numel()}"
       f"（更小的种子两组奖励都全同，优势全为 0）" if demo_seed else f"种子 0：非零优势 {int((demo_advantages != 0).sum())} 个")
 display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
@@ -560,7 +583,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
     """Online GRPO: sample -> verify -> group advantages -> grpo_step, config.num_steps times; returns the log."""
     optimizer = make_optimizer(model, config.learning_rate) if optimizer is None else optimizer
     rng = random.Random(config.seed)
-    reward_fn = reward_function(config.reward, verify_integer_response)
+    reward_fn = reward_function(config.reward, verify_integer_response, config.format_weight)
     history = []
     for step in range(config.num_steps):
         started = time.perf_counter()
@@ -589,8 +612,8 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
 # %% [markdown]
 # ### 主实验
 #
-# `tiny_cpu` 用课程的默认配置（`og.OnlineConfig()`：16 个提示 × G = 8、μ = 1、`loss_type="grpo"`、ε = 0.2、β = 0、
-# 温度 1.0、学习率 1e-3、50 步）。训练前后各在 25 个留出提示上评测一次：每个提示采样 16 次，pass@1 是采样正确率的平均。
+# `tiny_cpu` 用课程的默认配置（`og.OnlineConfig()`，下面的单元格打印它：每步 16 个提示 × G = 8、μ = 1、`loss_type="grpo"`、
+# β = 0、温度 1.0、`format_weight = 0`）。训练前后各在留出集上评测一次：每个提示采样 16 次，pass@1 是采样正确率的平均。
 # 这是**一个种子**的一次运行；它的提高有多大的随机波动，要看多个种子（`make online SEEDS=3`，第 7 步读它的汇总）。
 # `og.run_online_experiment` 负责加载、评测、计时、记录机器负载，并把记录校验后原子地写出；训练本身用的是上面的
 # `train_online_grpo`（也就是你写的三个函数）。
@@ -608,13 +631,13 @@ print(og.headline(RECORD))
 # ### 曲线
 #
 # 每一步的指标都画在这里（全部来自刚才的运行）。读图顺序：奖励均值在涨吗？零方差组的比例（没有学习信号的组）怎样变化？
-# 回答长度——热启动的“I do not know.”要 6 个词元，一个数字大约 2 个——在变短吗？
+# 回答长度——直接作答只有一两个词元，写算式要二十个左右——是变长还是变短？它告诉你策略在往哪种答法上移。
 # μ = 1 时两条裁剪比例恒为 0，approx_kl 也恒为 0：这不是 bug，见第 4 步。
 #
 # **熵的曲线要小心读。** `entropy` 是这一步所有回答词元的**平均**逐词元熵，它既取决于每个位置有多确定，也取决于
-# 采样到的是哪种回答。“I do not know.”只有第一个词元在做选择，后面几个词元几乎是确定的；一个数字回答的两个词元里，
-# 第一个就是“写哪个数”。所以拒答消失、回答变短时，平均熵可能先**上升**，之后随着答案变确定才下降。
-# 曲线下面的单元格用数据检查这个解释：在热启动和训练后的模型上，分别量“拒答”和“正确答案”两种回答的逐词元熵，
+# 采样到的是哪种回答：算式里有很多几乎确定的词元（`+`、`=`、照抄的数字），直接作答的那一两个词元里却要“一步算出和”。
+# 所以两种答法的比例一变，平均熵就会变，即使每个位置的确定程度不变。曲线下面的单元格用数据把两件事分开：在热启动和
+# 训练后的模型上，分别量“正确的直接作答”和“正确的算式”两种回答的逐词元熵（以及第一个词元——选哪种答法的地方——的熵），
 # 并打印熵曲线的峰值出现在哪一步、那时回答长度是多少。
 
 # %% nbgrader={"locked": true, "grade_id": "demo_plot_steps"}
@@ -627,13 +650,13 @@ else:
 if RECORD is None:
     print("先完成上面的 TODO，再运行主实验。")
 elif RUN_MODE == "real_gpu":
-    print("real_gpu 没有 SFT 热启动（没有“I do not know.”这种回答），这里不做拆分。")
+    print("real_gpu 没有 SFT 热启动，这里不做两种答法的拆分。")
 else:
     _kinds = {"热启动": og.entropy_by_kind(og.load_policy(og.sft_checkpoint_path(seed=0)[0])[0], tokenizer,
                                          HELDOUT_PROBLEMS),
               "训练后": og.entropy_by_kind(policy, tokenizer, HELDOUT_PROBLEMS)}
     display(Markdown("| 模型 | 回答 | 词元数 | 平均逐词元熵 | 第一个词元的熵 |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
-        f"| {name} | {'“I do not know.”' if kind == 'hedge' else '正确答案'} | {v['tokens']:.2f} | {v['mean']:.3f} | "
+        f"| {name} | {'直接作答' if kind == 'direct' else '写出算式'} | {v['tokens']:.2f} | {v['mean']:.3f} | "
         f"{v['first_token']:.3f} |" for name, kinds in _kinds.items() for kind, v in kinds.items())))
     _steps = RECORD["steps"]
     _peak = max(_steps, key=lambda r: r["entropy"])
@@ -645,16 +668,19 @@ else:
 # ## 第 7 步　训练前后：pass@1、pass@k 与 maj@k
 #
 # pass@k：k 次采样里**至少一次**答对的概率（无偏估计）。maj@k：k 个样本投票，得票最多的答案对不对。规则：
-# 每个提示的 16 个样本分成 16/k 组互不重叠的 k 个，每组投一次票再取平均；**无法解析的回答**（包括“I do not know.”）
+# 每个提示的 16 个样本分成 16/k 组互不重叠的 k 个，每组投一次票再取平均；**无法解析的回答**
 # 投给“不作答”，它永远算错；并列第一时若正确答案在其中，记 1/并列数（等于随机打破平局的期望）。
 # 这样 maj@1 就是“一个样本对不对”，与 pass@1 完全相等（`og.MAJ_RULE`，测试 `test_maj_at_1_equals_pass_at_1`）。
 # DeepSeekMath 的观察是：RL 之后 maj@k 和 pass@1 明显上升，而 k 较大时的 pass@k 提高得少得多——RL 主要是把模型
 # **已经会**的答案变得更可能被采到，而不是教会新答案。下表和图给出本次运行的实测值，最后一行把“pass@1 的提高”
-# 与“最大 k 处 pass@k 的提高”直接放在一起比较；再下一张表把留出集的回答分成三类，看提高来自哪里。
+# 与“最大 k 处 pass@k 的提高”直接放在一起比较（DeepSeekMath 的说法在这里是否成立，看这一行）。再下面两张表把留出集的
+# 回答分成三类（答对 / 答错的整数 / 无法解析）和两种答法（写出算式 / 直接作答：回答里有没有 `+`，`og.completion_kind`），
+# 看提高来自哪里：是每种答法都更准了，还是策略换成了更准的那种答法？
 #
-# 最后是课程提交的 3 个种子的汇总（`make online SEEDS=3 RUN_LABEL=reference`，均值与 95% t 区间）。读它的最后几行：
-# “无法解析”的比例降了多少，“答错的整数”升了多少？两种写法都没训练过的留出题提高了多少，与交换形式训练过的题相比呢？
-# 如果前者远小于后者，这个任务主要测到的是“敢于作答、说出训练时见过的答案”，而不是“学会了加法”。
+# 最后是课程提交的 3 个种子的汇总（`make online SEEDS=3 RUN_LABEL=reference`，均值与 95% t 区间）：提高的区间、
+# 写算式的比例在训练前后的区间、回答平均长度变化的区间。导读里的预测（准确率与长度一起上涨）是否成立，只按这些区间判断。
+# 课程给这个实验定过两个要求：3 个种子的平均提高不低于 `og.GOAL_MEAN_GAIN`、区间下端不低于 `og.GOAL_CI_LOW`；热启动的
+# pass@1 落在 `og.START_RANGE` 之内（模型“有时对”）。表格下面的两行由记录判断它们是否满足——不满足时照实写出来。
 
 # %% nbgrader={"locked": true, "grade_id": "demo_pass_maj"}
 if RECORD is None:
@@ -678,11 +704,14 @@ else:
     display(Markdown("| 留出集回答 | 训练前 | 训练后 | 变化 |\n| --- | --- | --- | --- |\n" + "\n".join(
         f"| {name} | {before['outcomes'][key]:.3f} | {after['outcomes'][key]:.3f} | "
         f"{after['outcomes'][key] - before['outcomes'][key]:+.3f} |"
-        for key, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析（含拒答）")))))
-    for key, name in (("commuted_in_train", "交换形式训练过的留出题"), ("new", "两种写法都没训练过的留出题")):
-        if key in RECORD["eval"].get("subsets", {}):
-            sub = RECORD["eval"]["subsets"][key]
-            print(f"{name}（{sub['prompts']} 道）：pass@1 {sub['before']:.3f} → {sub['after']:.3f}")
+        for key, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析")))))
+    display(Markdown("| 留出集回答的答法 | 训练前占比 | 训练前答对率 | 训练后占比 | 训练后答对率 |\n| --- | --- | --- | --- | --- |\n"
+                     + "\n".join(f"| {'写出算式' if kind == 'scratchpad' else '直接作答'} | {before['kinds'][kind]['share']:.3f} | "
+                                 f"{'—' if before['kinds'][kind]['accuracy'] is None else format(before['kinds'][kind]['accuracy'], '.3f')} | "
+                                 f"{after['kinds'][kind]['share']:.3f} | "
+                                 f"{'—' if after['kinds'][kind]['accuracy'] is None else format(after['kinds'][kind]['accuracy'], '.3f')} |"
+                                 for kind in og.COMPLETION_KINDS)))
+    print(f"留出集回答的平均长度：{before['mean_completion_chars']:.1f} → {after['mean_completion_chars']:.1f} 个字符")
     _seeds = og.load_seeds_summary(REPO_ROOT, og.SEEDS_REFERENCE_LABEL)
     if _seeds is None:
         print("还没有多种子汇总：make online SEEDS=3 RUN_LABEL=reference")
@@ -696,38 +725,36 @@ else:
 # （命令见表格），课程提交的参考记录存放在 `benchmarks/results/online/`。下面的单元格**读取这些文件并作图**；
 # 文件不存在时只打印运行命令。
 #
-# **先说这些记录能证明什么。** 每个对照目前只有**一个种子**的一次运行，没有置信区间。课程维护者换种子 0、1、2
-# 重跑同样的配置时，单次记录里的几个现象**没有稳定复现**：clip-higher 对熵的影响、奖励投机里留出集“包含答案”与
-# 严格 pass@1 的差距、pass@16 的提高，换种子后都明显变小或反向。所以下面每一条只是**预测**，表格里的数是一次运行的
-# 观测，不是结论。课程为每个对照提交了 3 个种子的记录（`make online SEEDS=3 RUN_LABEL=<标签> ONLINE_ARGS="..."`），
-# 下面最后两张表按区间判断每条预测：区间不重叠才说“看得到”，重叠就说“这一规模上看不出”。
+# **这些记录能证明什么。** 每个对照有 3 个种子（0、1、2）的记录（还没有在当前任务上重跑的对照，单元格会先列出来），同一个热启动、同一个任务
+# （`make online SEEDS=3 RUN_LABEL=<标签> ONLINE_ARGS="..."`）。下面每一条先写教科书的**预测**，再由最后两张表按区间判断：
+# 两个 95% 区间不重叠才说“看得到”，重叠就说“这一规模上看不出”（这不证明没有效应，只说明 3 个种子分辨不出来）。
+# 本节的文字里没有实测数字；数字都在表格里，由单元格从记录算出。
 #
-# - **β = 0 对 β = 0.04**（`--beta 0.04`，新增）：参考模型是训练开始前的热启动，KL 把策略往回拉；预测是回答长度、
-#   训练奖励离热启动更近（β = 0 时没有这一项，`kl_ref` 不记录）。
-#
-# - **μ = 1 对 μ = 4**（`--num-iterations 4`）：本课的循环里 μ = 1 时裁剪从不触发（第 4 步）；μ = 4 时后面的轮次
-#   已经离策略，裁剪比例与 approx_kl 随之变大——这一条由构造保证，记录里的数量级是一次运行的观测。
-# - **`loss_type`**（`--loss-type grpo|dr_grpo|dapo`）：看回答长度的漂移。`grpo` 每行先按长度平均，长回答里每个词元的权重更小；
-#   `dr_grpo` 与 `dapo` 按词元计。这个任务的回答最长只有 6 个词元，三者的差别预计很小（预测）——读表格里的实测值。
+# - **μ = 1 对 μ = 4**（`--num-iterations 4`）：本课的循环里 μ = 1 时裁剪从不触发（第 4 步，由构造保证）；μ = 4 时后面的轮次
+#   已经离策略。预测：μ = 4 的裁剪比例与 approx_kl 更大。
+# - **`loss_type`**（`--loss-type grpo|dr_grpo|dapo`）：`grpo` 每行先按长度平均，长回答里每个词元的权重更小；
+#   `dr_grpo` 与 `dapo` 按词元计。这个任务的两种答法长度差十倍，预测：三者的回答长度走向不同。
 # - **ε_high 0.2 对 0.28**（DAPO 的 clip-higher）：μ = 1 时裁剪从不触发，ε_high 改了也**完全没有作用**；所以这一对照放在
-#   μ = 4 上（`--num-iterations 4 --epsilon-high 0.28`，与 `mu4` 比）。上界放宽，正优势的低概率词元能涨得更多，
-#   DAPO 报告熵因此下降得更慢（预测）。对照表格里 `mu4_clip_higher` 与 `mu4` 的“末 10 步熵”：在这个任务上单次记录
-#   并不支持这个预测，换种子重跑两者也相差无几。一个可能的原因（未经检验）：回答只有两三个词元，熵主要由“选哪个数”决定。
+#   μ = 4 上（`--num-iterations 4 --epsilon-high 0.28`，与 `mu4` 比）。预测（DAPO 的报告）：上界放宽后 clip high 更少、
+#   熵下降得更慢。
+# - **β = 0 对 β = 0.04**（`--beta 0.04`）：参考模型是训练开始前的热启动，KL 把策略往回拉。预测：回答长度离热启动更近。
 # - **奖励投机**（`--reward contains-answer-loophole`）：第 4 课的“包含即得分”验证器只看答案的数字是否出现在回答里。
-#   钻空子的回答必须先能被**采样到**：本课的热启动只会写一个数或“I do not know.”，漏洞够不着。所以这一对照换一个起点
-#   `--warm-start sft-list`：同样的 SFT 数据，其中一部分回答改成三个数的列表、答案在第一或第二个（例如 `7 12 3`）——
-#   包含答案，但严格验证器取最后一个整数，判为错。两条记录从同一个起点出发，只差奖励函数：
-#   `loophole`（漏洞验证器）与 `loophole_fixed`（修复后的严格验证器）。要读的是：漏洞那一条的训练奖励继续上涨时，
-#   训练中的 `strict` 是否不涨反跌、回答是否变长；留出集上“包含答案”的比例与严格 pass@1 是否分开。
-#   下面的曲线和表格给出一次运行的实测值（换种子时差距明显变小，见上）；留出集的例子在记录的 `eval.after.examples` 里。
+#   钻空子的回答必须先能被**采样到**，所以这一对照换一个起点 `--warm-start sft-list`：同样的 SFT 数据，其中一部分直接作答
+#   改成三个数的列表、答案在第一或第二个（例如 `7 12 3`）——包含答案，但严格验证器取最后一个整数，判为错。
+#   两条记录从同一个起点出发，只差奖励函数：`loophole`（漏洞验证器）与 `loophole_fixed`（严格验证器）。
+#   预测：漏洞那一条训练中的 `strict` 更低、回答更长。留出集的例子在记录的 `eval.after.examples` 里。
 #
-# 表格只写记录里的数：训练奖励、`strict`（严格验证器判对的比例）、长度、熵都是最后 10 步的平均；“包含答案”是留出集采样回答里含有答案数字的比例，也就是漏洞验证器会接受的比例。
+# 第一张图和表是每个对照种子 0 的一次运行（曲线形状），之后是跨种子的区间与判断。表格只写记录里的数：训练奖励、
+# `strict`（严格验证器判对的比例）、长度、熵都是最后 10 步的平均；“包含答案”是留出集采样回答里含有答案数字的比例。
 
 # %% nbgrader={"locked": true, "grade_id": "demo_ablations"}
 ABLATIONS = og.ABLATIONS
-display(Markdown("| 对照 | 命令 | 单次记录 | 多种子汇总 |\n| --- | --- | --- | --- |\n" + "\n".join(
+if og.NOT_YET_RERUN:
+    display(Markdown("**还没有在当前任务上重跑的对照**（任务换过，旧任务的记录已删除；它们的预测在这里没有检验）："
+                     + "、".join(f"`{label}`" for label in sorted(og.NOT_YET_RERUN))))
+display(Markdown("| 对照 | 命令 | 种子 0 的记录 | 多种子汇总 |\n| --- | --- | --- | --- |\n" + "\n".join(
     f"| {name} | `make online SEEDS=3 RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
-    f"{'有' if (REPO_ROOT / og.output_relative_path(label)).exists() else '没有'} | "
+    f"{'有' if og.load_records(REPO_ROOT, [label]) else '没有'} | "
     f"{'有' if (REPO_ROOT / og.seeds_summary_path(label)).exists() else '没有（先运行命令）'} |"
     for name, label, args in ABLATIONS)))
 _records = og.load_records(REPO_ROOT, [label for _, label, _ in ABLATIONS])
@@ -784,6 +811,7 @@ display(Markdown("每条预测与区间的对照（`og.ABLATION_COMPARISONS`；�
 # %% nbgrader={"locked": true, "grade_id": "demo_trl"}
 from tools import online_trl
 
+online_trl.quiet()  # no progress bars or library FutureWarnings in this cell's output
 if RECORD is None:
     print("先完成上面的 TODO，再做 TRL 对照。")
 else:
@@ -800,7 +828,9 @@ else:
         assert all(row["agree"] for row in agreement), "本课 grpo_step 与 TRL 的损失或梯度相对差超过 1e-5"
         assert all(c["detected"] for row in agreement for c in row["sensitivity"].values()), "改掉一项后核对应当失败"
     trl_run = online_trl.train_with_trl(og.sft_checkpoint_path(seed=0)[0] if RUN_MODE != "real_gpu" else MODEL_PATH,
-                                        CONFIG, TRAIN_PROBLEMS, verify_integer_response, max_steps=2 if RUN_MODE == "smoke" else 30)
+                                        CONFIG, TRAIN_PROBLEMS, verify_integer_response, max_steps=2 if RUN_MODE == "smoke" else 30,
+                                        mode=RUN_MODE)  # real_gpu: the preset's LoRA adapter as TRL's peft_config
+    print(f"TRL 训练的参数：{trl_run['trainable_parameters']:,} / {trl_run['total_parameters']:,}")
     display(Markdown(online_trl.comparison_table(trl_run, RECORD)))
     display(Image(online_trl.plot_comparison(trl_run, RECORD)))
     _ours = og.load_seeds_summary(REPO_ROOT, og.SEEDS_REFERENCE_LABEL)
@@ -869,8 +899,8 @@ print(online_trl.describe_vllm_config())
 #
 # 你写的三个函数就是在线 GRPO 的全部“新”零件：采样时记下旧策略的对数概率与 EOS 掩码，在同一批 rollout 上做 μ 轮裁剪更新，
 # 并把每一步该看的数记下来。奖励、优势、对数概率与掩码的规则来自前几课，用的是 `tools.lessons` 里课程的参考版本。
-# 主实验里读第 7 步：pass@1 的提高与最大 k 处 pass@k 的提高相比如何，三类回答的比例怎样变化？提高里“无法解析”
-# 减少的部分越大，越说明 RL 主要是把概率质量从“I do not know.”挪到了模型本来就会写的整数上，而不是教会了它新的加法。
+# 主实验里读第 7 步：pass@1 的提高来自哪种答法——写算式的比例变了多少，每种答法的答对率各变了多少？
+# 回答长度与准确率是否一起变化，只按多种子的区间下结论。
 #
 # ### TODO 1　`sample_group`
 #

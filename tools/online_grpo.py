@@ -23,6 +23,7 @@ them live in the lesson and are saved (``#@save``) into ``tools/lessons/nb07_onl
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import os
@@ -38,71 +39,131 @@ from pathlib import Path
 
 from tools.loss_types import CLIPPED_LOSS_TYPES as LOSS_TYPES  # the --loss-type values (lesson 7's grpo_step)
 
-TASK_ID = "single-digit-addition-v1"
+TASK_ID = "four-digit-sum-scratchpad-v1"
 SCHEMA_VERSION = "online-grpo/v1"
 WORKLOAD_ID = "online-grpo"
 SEEDS_SCHEMA_VERSION = "online-grpo-seeds/v1"
 SEEDS_WORKLOAD_ID = "online-grpo-seeds"
 RESULTS_KIND = "online"  # benchmarks/results/online/ (reference labels) or benchmarks/results/local/online/ (others)
 RESULTS_DIR = Path("benchmarks") / "results" / RESULTS_KIND
-SFT_BUILDER_VERSION = 1
+SFT_BUILDER_VERSION = 2
 SFT_MARKER = "online_sft.json"
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 REWARDS = ("integer-answer-v1", "contains-answer-loophole")
 OUTCOMES = ("right", "wrong", "unparseable")  # what a held-out sample is (evaluate()'s "outcomes")
 
-# SFT warm start: 600 generated examples (8 per training prompt); in 60 % of them the assistant hedges with
-# HEDGE instead of answering, so the warm-started policy answers only sometimes (a prediction the lesson
-# measures: held-out pass@1 about 0.1). SFT_STEPS optimizer steps of SFT_BATCH examples.
-HEDGE = "I do not know."
-SFT_COPIES = 8
-SFT_HEDGE_FRACTION = 0.6
-# Warm starts: "sft" (the lesson's; answers one integer or hedges) and "sft-list", the same data where a fraction
-# SFT_LIST_FRACTION of the answering examples list three numbers, the answer first or second ("7 12 3"): a
-# completion that contains the answer but that integer-answer-v1 (which parses the last integer) judges wrong.
-# The reward-hacking ablation starts there, so that the loophole verifier's blind spot is within sampling reach.
+# The task: the sum of ADDENDS single digits, "6+7+9+4=". The tiny model does not add four digits reliably in one
+# step, but it can add two numbers at a time: the scratchpad (scratchpad()) writes the running sum,
+# "6+7=13, 13+9=22, 22+4=26".
+# SFT warm start: every order of the SFT pool's problems, a fraction SFT_SCRATCH_FRACTION of them answered with the
+# scratchpad and the rest with the bare answer (plus SFT_FACT_COPIES of every two-operand step); so the warm start
+# sometimes shows its work and sometimes answers at once (which it does more often wrongly on new problems: the
+# lesson measures both). SFT_STEPS optimizer steps of SFT_BATCH examples.
+ADDENDS = 4
+RL_MULTISETS = 160
+SFT_SCRATCH_FRACTION = 0.5
+SFT_FACT_COPIES = 0  # two-operand steps as problems of their own: 4 copies made the bare answers as accurate as
+# the scratchpads (measured on seed 0 while designing the task), so the steps are learnt inside the scratchpads only
+# Warm starts: "sft" (the lesson's) and "sft-list", the same data where a fraction SFT_LIST_FRACTION of the bare
+# answers list three numbers, the answer first or second ("7 12 3"): a completion that contains the answer but that
+# integer-answer-v1 (which parses the last integer) judges wrong. The reward-hacking ablation starts there, so that
+# the loophole verifier's blind spot is within sampling reach.
 WARM_STARTS = ("sft", "sft-list")
 SFT_LIST_FRACTION = 0.3
-SFT_STEPS = 800
+SFT_STEPS = 1600
 SFT_BATCH = 32
 SFT_LEARNING_RATE = 3e-3
 # The SFT runs on one torch thread whatever the caller set: float sums in another order give other weights, and the
 # records' warm-start hash must be the one any fresh build gives (tested). (Not in the marker: the hash covers the
 # marker file, and the committed records were built on one thread.)
 SFT_THREADS = 1
-HELDOUT_SIZE = 25
+HELDOUT_SIZE = 40
 SPLIT_SEED = 0
 
 
 # ----------------------------------------------------------------------------------------------- task
-def arithmetic_problems() -> list[dict]:
-    """All 100 problems ``a+b=`` with single digits a, b (answers 0..18), in a fixed order."""
-    return [{"prompt": f"{a}+{b}=", "answer": a + b} for a in range(10) for b in range(10)]
+def addends_of(prompt: str) -> tuple[int, ...]:
+    """``"3+5+9+1="`` -> ``(3, 5, 9, 1)``."""
+    return tuple(int(x) for x in prompt.rstrip("=").split("+"))
 
 
-def commuted(prompt: str) -> str:
-    """``"a+b="`` -> ``"b+a="``: the same problem written the other way round."""
-    a, b = prompt[:-1].split("+")
-    return f"{b}+{a}="
+def equivalent_key(prompt: str) -> tuple[int, ...]:
+    """What makes two prompts the same problem: their addends as a multiset (sorted). ``"9+3+5+1="`` and ``"1+3+5+9="``
+    are the same problem written in another order (commuted); the held-out rule is stated on this key."""
+    return tuple(sorted(addends_of(prompt)))
 
 
-def heldout_subsets(train, heldout) -> dict:
-    """The held-out prompts split by whether the training prompts hold their commuted form: ``commuted_in_train``
-    (the SFT saw ``b+a`` with its answer) and ``new`` (neither form was trained on)."""
-    seen = {p["prompt"] for p in train}
+def problem(addends) -> dict:
+    return {"prompt": "+".join(str(int(a)) for a in addends) + "=", "answer": int(sum(addends))}
+
+
+def scratchpad(addends) -> str:
+    """The worked answer: a running sum, one addition per step, ``"6+7=13, 13+9=22"``; its last integer is the
+    answer, so integer-answer-v1 parses it (and gives it no format bonus: it is not one integer alone)."""
+    total, steps = int(addends[0]), []
+    for a in addends[1:]:
+        steps.append(f"{total}+{int(a)}={total + int(a)}")
+        total += int(a)
+    return ", ".join(steps)
+
+
+def task_pools(seed: int = SPLIT_SEED) -> dict:
+    """The three disjoint pools of problems (multisets of ADDENDS digits, a fixed shuffle):
+
+    * ``heldout``: HELDOUT_SIZE multisets, each asked in one fixed order - evaluation only;
+    * ``rl``: RL_MULTISETS multisets, every order of each - the RL training prompts;
+    * ``sft``: the remaining multisets, every order - the SFT warm start's data.
+
+    No held-out problem, nor any reordering of it, is in the SFT or RL data (``check_heldout_rule``)."""
+    multisets = sorted({tuple(sorted(t)) for t in itertools.product(range(10), repeat=ADDENDS)})
+    rng = random.Random(seed)
+    rng.shuffle(multisets)
+    held, rl, sft = (
+        multisets[:HELDOUT_SIZE],
+        multisets[HELDOUT_SIZE : HELDOUT_SIZE + RL_MULTISETS],
+        multisets[HELDOUT_SIZE + RL_MULTISETS :],
+    )
+
+    def orders(m):
+        return sorted(set(itertools.permutations(m)))
+
     return {
-        "commuted_in_train": [p["prompt"] for p in heldout if commuted(p["prompt"]) in seen],
-        "new": [p["prompt"] for p in heldout if commuted(p["prompt"]) not in seen],
+        "heldout": [problem(rng.choice(orders(m))) for m in held],
+        "rl": [problem(t) for m in rl for t in orders(m)],
+        "sft": [problem(t) for m in sft for t in orders(m)],
     }
 
 
-def split_problems(heldout_size: int = HELDOUT_SIZE, seed: int = SPLIT_SEED) -> tuple[list[dict], list[dict]]:
-    """(train, heldout): a fixed shuffle of the 100 problems; the first ``heldout_size`` are held out."""
-    problems = arithmetic_problems()
-    random.Random(seed).shuffle(problems)
-    heldout, train = problems[:heldout_size], problems[heldout_size:]
-    assert not {p["prompt"] for p in heldout} & {p["prompt"] for p in train}
-    return train, heldout
+def two_operand_facts() -> list[dict]:
+    """Every single step a scratchpad takes, as a problem of its own: ``x+y=`` for a running total x
+    (0..9*(ADDENDS-1)) and a digit y. Part of the SFT data; none has ADDENDS addends, so none is a held-out problem."""
+    return [problem((x, y)) for x in range(9 * (ADDENDS - 1) + 1) for y in range(10)]
+
+
+def check_heldout_rule(heldout, *training_sets) -> None:
+    """Raise ValueError when a held-out problem, or any reordering of it, is in one of the training sets."""
+    held = {equivalent_key(p["prompt"]) for p in heldout}
+    for data in training_sets:
+        leaked = held & {equivalent_key(p["prompt"]) for p in data}
+        if leaked:
+            raise ValueError(f"留出题（或它的交换形式）出现在训练数据里：{sorted(leaked)[:5]}")
+
+
+def heldout_subsets(train, heldout) -> dict:
+    """The held-out prompts split by whether a reordering of them is in ``train``: ``equivalent_in_training``
+    (should be empty: ``check_heldout_rule``) and ``new``."""
+    seen = {equivalent_key(p["prompt"]) for p in train}
+    return {
+        "equivalent_in_training": [p["prompt"] for p in heldout if equivalent_key(p["prompt"]) in seen],
+        "new": [p["prompt"] for p in heldout if equivalent_key(p["prompt"]) not in seen],
+    }
+
+
+def split_problems(seed: int = SPLIT_SEED) -> tuple[list[dict], list[dict]]:
+    """(train, heldout): the RL training problems and the held-out ones (``task_pools``)."""
+    pools = task_pools(seed)
+    check_heldout_rule(pools["heldout"], pools["rl"], pools["sft"])
+    return pools["rl"], pools["heldout"]
 
 
 def chat_prompt(tokenizer, prompt: str) -> str:
@@ -150,10 +211,11 @@ def loophole_rewards(completions, answers) -> list[float]:
     return [1.0 if str(int(answer)) in text else 0.0 for text, answer in zip(completions, answers)]
 
 
-def reward_function(name: str, verify):
-    """The reward ``name`` (REWARDS) as ``fn(completions, answers) -> list[float]``; ``verify`` is nb04's verifier."""
+def reward_function(name: str, verify, format_weight: float = 0.1):
+    """The reward ``name`` (REWARDS) as ``fn(completions, answers) -> list[float]``; ``verify`` is nb04's verifier,
+    ``format_weight`` its format bonus (integer-answer-v1 only: OnlineConfig.format_weight)."""
     if name == "integer-answer-v1":
-        return functools.partial(strict_rewards, verify=verify)
+        return functools.partial(strict_rewards, verify=verify, format_weight=format_weight)
     if name == "contains-answer-loophole":
         return loophole_rewards
     raise ValueError(f"reward 必须是 {REWARDS} 之一，收到 {name!r}")
@@ -210,9 +272,10 @@ def _sft_marker(seed: int, variant: str = "sft") -> dict:
         "task": TASK_ID,
         "seed": seed,
         "steps": SFT_STEPS,
-        "copies": SFT_COPIES,
-        "hedge": HEDGE,
-        "hedge_fraction": SFT_HEDGE_FRACTION,
+        "addends": ADDENDS,
+        "rl_multisets": RL_MULTISETS,
+        "scratch_fraction": SFT_SCRATCH_FRACTION,
+        "fact_copies": SFT_FACT_COPIES,
         "batch": SFT_BATCH,
         "learning_rate": SFT_LEARNING_RATE,
         "heldout_size": HELDOUT_SIZE,
@@ -227,31 +290,38 @@ def _sft_marker(seed: int, variant: str = "sft") -> dict:
 
 
 def sft_examples(seed: int = 0, variant: str = "sft") -> list[dict]:
-    """The SFT data set: SFT_COPIES examples per training prompt, a fixed SFT_HEDGE_FRACTION of them hedging.
+    """The SFT data set: every problem of the SFT pool (``task_pools``), answered with the scratchpad with
+    probability SFT_SCRATCH_FRACTION and with the bare answer otherwise, then every two-operand step
+    (``two_operand_facts``) with its bare answer. Never a held-out problem nor a reordering of one.
 
-    ``variant="sft-list"``: the same draws, and then SFT_LIST_FRACTION of the answering examples become a list of
-    three different numbers with the answer first or second, never last (extra draws from a second generator,
-    so "sft" is unchanged)."""
+    ``variant="sft-list"``: the same draws, and then SFT_LIST_FRACTION of the bare answers of the SFT pool become a
+    list of three different numbers with the answer first or second, never last (extra draws from a second
+    generator, so "sft" is unchanged)."""
     listing = check_warm_start(variant) == "sft-list"
-    train, _ = split_problems()
     rng = random.Random(seed)
     extra = random.Random(seed + 7919)
     examples = []
-    for problem in train:
-        for _ in range(SFT_COPIES):
-            hedge = rng.random() < SFT_HEDGE_FRACTION
-            completion = HEDGE if hedge else str(problem["answer"])
-            if listing and not hedge and extra.random() < SFT_LIST_FRACTION:
-                others = extra.sample([n for n in range(19) if n != problem["answer"]], 2)
-                first = extra.random() < 0.5
-                numbers = [problem["answer"], *others] if first else [others[0], problem["answer"], others[1]]
-                completion = " ".join(map(str, numbers))
-            examples.append({"prompt": problem["prompt"], "completion": completion})
+    for item in task_pools()["sft"]:
+        addends = addends_of(item["prompt"])
+        shown = rng.random() < SFT_SCRATCH_FRACTION
+        completion = scratchpad(addends) if shown else str(item["answer"])
+        if listing and not shown and extra.random() < SFT_LIST_FRACTION:
+            others = extra.sample([n for n in range(9 * ADDENDS + 1) if n != item["answer"]], 2)
+            first = extra.random() < 0.5
+            numbers = [item["answer"], *others] if first else [others[0], item["answer"], others[1]]
+            completion = " ".join(map(str, numbers))
+        examples.append({"prompt": item["prompt"], "completion": completion})
+    examples += [
+        {"prompt": f["prompt"], "completion": str(f["answer"])}
+        for f in two_operand_facts()
+        for _ in range(SFT_FACT_COPIES)
+    ]
     return examples
 
 
 def build_sft_checkpoint(path, seed: int = 0, variant: str = "sft") -> Path:
-    """Supervised warm start on the training prompts (never the held-out ones); deterministic for ``seed``."""
+    """Supervised warm start on the SFT pool and the two-operand steps (never a held-out problem nor a reordering
+    of one, nor an RL prompt); deterministic for ``seed``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -401,6 +471,14 @@ def majority_correct(parsed_answers, answer, k: int) -> float:
     return sum(majority_vote(block, answer) for block in blocks) / len(blocks)
 
 
+COMPLETION_KINDS = ("scratchpad", "direct")
+
+
+def completion_kind(text: str) -> str:
+    """ "scratchpad" when the completion shows a step of work (it writes a "+"), else "direct"."""
+    return "scratchpad" if "+" in text else "direct"
+
+
 def evaluate(
     model,
     tokenizer,
@@ -408,7 +486,7 @@ def evaluate(
     verify,
     samples_per_prompt: int = 16,
     temperature: float = 1.0,
-    max_new_tokens: int = 6,
+    max_new_tokens: int = 25,
     seed: int = 1234,
     ks=(1, 2, 4, 8, 16),
 ) -> dict:
@@ -446,12 +524,16 @@ def evaluate(
     maj_sums = {k: 0.0 for k in ks}
     correct_total = contains_total = unparseable_total = 0.0
     per_prompt = {}
+    kinds = {kind: [0, 0.0] for kind in COMPLETION_KINDS}  # kind -> [samples, right]
     for i, problem in enumerate(problems):
         group = texts[i * n : (i + 1) * n]  # the n samples of this prompt
         records = [verify(t, problem["answer"]) for t in group]
         contains_total += sum(loophole_rewards(group, [problem["answer"]] * n)) / n
         c = int(sum(r["correctness"] for r in records))
         correct_total += c / n
+        for text, r in zip(group, records):
+            kinds[completion_kind(text)][0] += 1
+            kinds[completion_kind(text)][1] += r["correctness"]
         per_prompt[problem["prompt"]] = round(c / n, 6)
         parsed = [r["parsed_answer"] for r in records]
         unparseable_total += sum(a is None for a in parsed) / n
@@ -474,14 +556,24 @@ def evaluate(
             "unparseable": round(unparseable_total / count, 6),
             "wrong": round(max(0.0, 1.0 - (correct_total + unparseable_total) / count), 6),
         },
+        "kinds": {
+            kind: {
+                "share": round(count / (n * count_total), 6),
+                "accuracy": None if count == 0 else round(right / count, 6),
+            }
+            for kind, (count, right) in kinds.items()
+            for count_total in (len(problems),)
+        },
+        "mean_completion_chars": round(sum(len(t) for t in texts) / len(texts), 3),
         "examples": texts[:n],
         "per_prompt_pass_at_1": per_prompt,
     }
 
 
 def entropy_by_kind(model, tokenizer, problems, temperature: float = 1.0) -> dict:
-    """Mean per-token entropy of two teacher-forced completions of each problem: the hedge HEDGE<EOS> and the right
-    answer <answer><EOS>; also the entropy at the first completion token (where the model chooses what to write).
+    """Mean per-token entropy of two teacher-forced completions of each problem: the right bare answer <answer><EOS>
+    and the right scratchpad <scratchpad><EOS>; also the entropy at the first completion token (where the model
+    chooses which of the two to write).
 
     The step log's ``entropy`` is a mean over all completion tokens, so it depends on which completions were sampled
     as well as on how certain each position is; these numbers separate the two (used to read the entropy curve).
@@ -515,7 +607,10 @@ def entropy_by_kind(model, tokenizer, problems, temperature: float = 1.0) -> dic
             "tokens": float(mask.sum(1).mean()),
         }
 
-    return {"hedge": per_token([HEDGE] * len(problems)), "answer": per_token([str(p["answer"]) for p in problems])}
+    return {
+        "direct": per_token([str(p["answer"]) for p in problems]),
+        "scratchpad": per_token([scratchpad(addends_of(p["prompt"])) for p in problems]),
+    }
 
 
 # ----------------------------------------------------------------------------------------------- configuration
@@ -531,7 +626,7 @@ class OnlineConfig:
     command line's flags are these fields (``--num-steps`` ...), with the help texts below. Checked once, when built
     (``check_config``); frozen, so a built config stays valid (``dataclasses.replace`` makes a changed copy)."""
 
-    num_steps: int = _setting(50, "rollout -> update rounds")
+    num_steps: int = _setting(100, "rollout -> update rounds")
     prompts_per_step: int = _setting(16, "training prompts per rollout batch")
     num_generations: int = _setting(8, "G completions per prompt (TRL num_generations)")
     num_iterations: int = _setting(1, "mu: optimisation epochs per rollout batch (TRL num_iterations)")
@@ -541,13 +636,20 @@ class OnlineConfig:
     beta: float = _setting(0.0, "KL coefficient to the frozen reference (TRL beta)")
     temperature: float = _setting(1.0, "sampling temperature (TRL temperature)")
     top_p: float = _setting(1.0, "nucleus sampling (TRL top_p)")
-    max_new_tokens: int = _setting(6, "completion length limit (TRL max_completion_length)")
-    learning_rate: float = _setting(1e-3, "AdamW learning rate")
+    max_new_tokens: int = _setting(
+        25, "completion length limit (TRL max_completion_length; the longest scratchpad and its EOS take 25)"
+    )
+    learning_rate: float = _setting(6e-4, "AdamW learning rate")
     max_grad_norm: float = _setting(1.0, "gradient clipping (TRL max_grad_norm)")
     seed: int = _setting(0, "sampling and batch-order seed (overridden by --seeds)")
     reward: str = _setting(
         "integer-answer-v1",
         f"the training reward: {' | '.join(REWARDS)} (the loophole verifier is the reward-hacking ablation's)",
+    )
+    format_weight: float = _setting(
+        0.0,
+        "integer-answer-v1's format bonus for a completion that is one integer alone (lesson 4's default is 0.1; "
+        "it taxes a scratchpad, so the lesson trains on correctness only)",
     )
     eval_k: int = _setting(16, "samples per held-out prompt for pass@k / maj@k")
     use_bias_correction_kl: bool = _setting(
@@ -581,8 +683,10 @@ def check_config(config: OnlineConfig) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"{name} 必须是正的有限数，收到 {value!r}")
-    if isinstance(config.beta, bool) or not isinstance(config.beta, (int, float)) or not config.beta >= 0:
-        raise ValueError(f"beta 必须是非负数，收到 {config.beta!r}")
+    for name in ("beta", "format_weight"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} 必须是非负的有限数，收到 {value!r}")
     if not isinstance(config.use_bias_correction_kl, bool):
         raise ValueError(f"use_bias_correction_kl 必须是 True 或 False，收到 {config.use_bias_correction_kl!r}")
     if not 0 < config.top_p <= 1:
@@ -606,7 +710,7 @@ RUN_PRESETS = {
     "real_gpu": {
         "config": {
             "learning_rate": 1e-5,
-            "max_new_tokens": 16,
+            "max_new_tokens": 48,
             "prompts_per_step": 8,
             "num_generations": 8,
             "eval_k": 8,
@@ -626,6 +730,23 @@ def check_run_mode(mode: str) -> str:
 def preset_config(mode: str, **overrides) -> OnlineConfig:
     """The OnlineConfig of RUN_MODE ``mode`` (its preset over the defaults, then ``overrides``)."""
     return OnlineConfig(**{**RUN_PRESETS[check_run_mode(mode)]["config"], **overrides})
+
+
+def preset_lora_config(mode: str):
+    """RUN_MODE ``mode``'s LoRA adapter as a peft ``LoraConfig`` (what TRL's ``peft_config`` takes), or None."""
+    lora = RUN_PRESETS[check_run_mode(mode)]["lora"]
+    if lora is None:
+        return None
+    from peft import LoraConfig, TaskType
+
+    return LoraConfig(
+        r=lora["rank"],
+        lora_alpha=lora["alpha"],
+        lora_dropout=lora["dropout"],
+        target_modules=list(lora["target_modules"]),
+        bias="none",
+        task_type=TaskType.CAUSAL_LM,
+    )
 
 
 def preset_dtype(mode: str):
@@ -764,6 +885,10 @@ ABLATIONS = [
 # under RESULTS_DIR.
 SEEDS_REFERENCE_LABEL = "reference"
 REFERENCE_LABELS = frozenset(label for _, label, _ in ABLATIONS) | {SEEDS_REFERENCE_LABEL, "trl"}
+# The committed labels whose 3-seed records have not been rerun on TASK_ID yet (the task changed; their runs did not fit
+# the session that changed it): they have no records, the lesson lists them as missing, and the tests accept a missing
+# record for these labels only.
+NOT_YET_RERUN: frozenset[str] = frozenset()
 
 
 def print_progress(row: dict) -> None:
@@ -1078,6 +1203,13 @@ def seeds_summary(label: str, records: list[dict]) -> dict:
             for name in subsets[0]
             if all(name in sub for sub in subsets)
         }
+    evals = [(record["eval"]["before"], record["eval"]["after"]) for record in records]
+    if all("kinds" in b and "kinds" in a for b, a in evals):
+        summary["scratchpad_share_before"] = mean_ci95([b["kinds"]["scratchpad"]["share"] for b, _ in evals])
+        summary["scratchpad_share_after"] = mean_ci95([a["kinds"]["scratchpad"]["share"] for _, a in evals])
+        summary["mean_completion_chars_change"] = mean_ci95(
+            [a["mean_completion_chars"] - b["mean_completion_chars"] for b, a in evals]
+        )
     if all("outcomes_before" in e for e in seeds):
         summary["gain_by_outcome"] = {
             kind: mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind] for e in seeds])
@@ -1103,6 +1235,18 @@ def load_seeds_summary(root, label: str):
     return summary
 
 
+# The headline goal the course set itself (issue 27): mean held-out pass@1 gain over seeds 0-2 at least GOAL_MEAN_GAIN
+# with the lower end of its 95 % interval at least GOAL_CI_LOW.
+GOAL_MEAN_GAIN = 0.30
+GOAL_CI_LOW = 0.20
+START_RANGE = (0.10, 0.50)  # the warm start's held-out pass@1 the course asked for: right only sometimes
+
+
+def goal_met(summary: dict) -> bool:
+    gain = summary["gain_pass_at_1"]
+    return gain["ci95"] is not None and gain["mean"] >= GOAL_MEAN_GAIN and gain["ci95"][0] >= GOAL_CI_LOW
+
+
 def _interval(stat: dict) -> str:
     if stat["ci95"] is None:
         return f"{stat['mean']:+.3f}（只有一个种子，没有区间）"
@@ -1122,11 +1266,36 @@ def seeds_table(summary: dict) -> str:
             f"| {e['seed']} | {e['pass_at_1_before']:.3f} | {e['pass_at_1_after']:.3f} | {e['gain']:+.3f} | "
             f"{e['wall_seconds']:.1f} | `{e['warm_start_hash'][:12]}` |"
         )
-    lines += ["", f"平均提高 {_interval(summary['gain_pass_at_1'])}（{summary['gain_pass_at_1']['method']}）。"]
-    for kind, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析（含拒答）")):
+    lines += [
+        "",
+        f"平均提高 {_interval(summary['gain_pass_at_1'])}（{summary['gain_pass_at_1']['method']}）。"
+        f"课程定的目标（平均 ≥ {GOAL_MEAN_GAIN:+.2f} 且区间下端 ≥ {GOAL_CI_LOW:+.2f}）："
+        + ("**达到**。" if goal_met(summary) else "**没有达到**。"),
+    ]
+    start = summary["pass_at_1_before"]["mean"]
+    lines.append(
+        f"热启动的留出集 pass@1 为 {start:.3f}；课程要求它在 {START_RANGE[0]:.2f}–{START_RANGE[1]:.2f} 之间："
+        + (
+            "在范围内。"
+            if START_RANGE[0] <= start <= START_RANGE[1]
+            else "**不在范围内**（起点偏高，能提高的空间更小）。"
+        )
+    )
+    for kind, name in (("right", "答对"), ("wrong", "答错的整数"), ("unparseable", "无法解析")):
         if kind in summary.get("gain_by_outcome", {}):
             lines.append(f"- {name}的比例变化：{_interval(summary['gain_by_outcome'][kind])}")
-    for key, name in (("commuted_in_train", "交换形式在训练集里的留出题"), ("new", "两种写法都没训练过的留出题")):
+    for key, name in (
+        ("scratchpad_share_before", "训练前写出算式的回答比例"),
+        ("scratchpad_share_after", "训练后写出算式的回答比例"),
+    ):
+        if key in summary:
+            lines.append(f"- {name}：{_interval(summary[key])[1:]}")
+    if "mean_completion_chars_change" in summary:
+        lines.append(f"- 回答平均长度（字符）的变化：{_interval(summary['mean_completion_chars_change'])}")
+    for key, name in (
+        ("equivalent_in_training", "换个顺序出现在训练数据里的留出题"),
+        ("new", "任何顺序都没训练过的留出题"),
+    ):
         if key in summary.get("gain_by_heldout_subset", {}):
             stat = summary["gain_by_heldout_subset"][key]
             lines.append(f"- {name}（{stat['prompts']} 道）的 pass@1 提高：{_interval(stat)}")
@@ -1296,10 +1465,13 @@ def headline(record: dict) -> dict:
 
 
 def load_records(root, labels) -> dict:
-    """{label: record} for the labels whose file exists and validates."""
+    """{label: record} for the labels whose record exists and validates: the single run's, else seed 0's of the
+    multi-seed run (the committed ablations keep only their seeds' records)."""
     out = {}
     for label in labels:
         path = Path(root) / output_relative_path(label)
+        if not path.exists():
+            path = Path(root) / output_relative_path(label, seed=0)
         if path.exists():
             record = json.loads(path.read_text(encoding="utf-8"))
             validate_record(record)
@@ -1335,6 +1507,7 @@ def plot_steps(steps, title: str = "", others: dict | None = None) -> bytes:
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     series = {"run": steps} if others is None else dict(others)
     fig, axes = plt.subplots(2, 5, figsize=(16, 5.4))
@@ -1346,6 +1519,7 @@ def plot_steps(steps, title: str = "", others: dict | None = None) -> bytes:
         if key == "kl_ref" and all(r.get("kl_ref") is None for rows in series.values() for r in rows):
             axis.text(0.5, 0.5, "beta = 0: no reference", ha="center", va="center", transform=axis.transAxes)
         axis.set_title(name, fontsize=9)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         axis.grid(alpha=0.3)
     if len(series) > 1:
         axes.flat[0].legend(fontsize=7)
@@ -1420,7 +1594,7 @@ def plot_gain_intervals(summaries: dict) -> bytes:
     import matplotlib.pyplot as plt
 
     fig, axis = plt.subplots(figsize=(6.4, 3.4))
-    groups = ["all", "commuted_in_train", "new"]
+    groups = ["all", "equivalent_in_training", "new"]
     for j, (name, summary) in enumerate(summaries.items()):
         for i, group in enumerate(groups):
             stat = summary["gain_pass_at_1"] if group == "all" else summary.get("gain_by_heldout_subset", {}).get(group)
@@ -1437,7 +1611,7 @@ def plot_gain_intervals(summaries: dict) -> bytes:
                 label=name if i == 0 else None,
             )
     axis.set_xticks(range(len(groups)))
-    axis.set_xticklabels(["all held-out", "commuted form trained", "new (neither form)"], fontsize=8)
+    axis.set_xticklabels(["all held-out", "reordering trained", "new (no order trained)"], fontsize=8)
     axis.set(ylabel="held-out pass@1 gain", title="mean and 95% t-interval over seeds")
     axis.axhline(0, color="grey", linewidth=0.8)
     axis.grid(alpha=0.3)
@@ -1491,9 +1665,9 @@ def grading_policy(seed: int = 0):
         dict(tiny_model.TINY_ARCHITECTURE, vocab_size=len(tokenizer)), tokenizer, seed, torch.float32
     )
     rows = []
-    for problem in arithmetic_problems():
-        prompt_ids = tokenizer(chat_prompt(tokenizer, problem["prompt"]), add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(f"{problem['answer']}{tokenizer.eos_token}", add_special_tokens=False)["input_ids"]
+    for item in (problem((a, b)) for a in range(10) for b in range(10)):  # single-digit a+b (not the lesson's task)
+        prompt_ids = tokenizer(chat_prompt(tokenizer, item["prompt"]), add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(f"{item['answer']}{tokenizer.eos_token}", add_special_tokens=False)["input_ids"]
         rows.append(prompt_ids + answer_ids)
     order = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)

@@ -36,7 +36,9 @@ TRL_METRIC_NAMES = {
 }
 
 
-def _quiet():
+def quiet():
+    """No progress bars from transformers, no FutureWarning / UserWarning from the libraries (the lesson's TRL cell
+    calls it first: loading checkpoints and building a GRPOConfig would print them)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -52,6 +54,7 @@ def grpo_config(config=None, **overrides):
 
     from tools.online_grpo import OnlineConfig
 
+    quiet()
     config = config or OnlineConfig()
     base = dict(
         output_dir=os.path.join(tempfile.gettempdir(), "grpo-course-online-trl"),
@@ -93,14 +96,15 @@ def grpo_config(config=None, **overrides):
     return GRPOConfig(**base)
 
 
-def course_reward(verify):
-    """The course verifier as a TRL reward function (integer-answer-v1 total reward); ``verify`` is nb04's
+def course_reward(verify, format_weight: float = 0.1):
+    """The course verifier as a TRL reward function (integer-answer-v1 total reward with ``format_weight``, the run's
+    OnlineConfig.format_weight); ``verify`` is nb04's
     ``verify_integer_response``, passed in by the lesson or the command line (this runtime never imports
     ``tools.lessons``)."""
     from tools.online_grpo import strict_rewards
 
     def integer_answer_v1(completions, answer, **kwargs):
-        return strict_rewards(completions, answer, verify)
+        return strict_rewards(completions, answer, verify, format_weight=format_weight)
 
     return integer_answer_v1
 
@@ -118,10 +122,12 @@ def _dataset(problems, tokenizer):
     return Dataset.from_list([{"prompt": chat_prompt(tokenizer, p["prompt"]), "answer": p["answer"]} for p in problems])
 
 
-def make_trainer(model, tokenizer, problems, args, reward):
+def make_trainer(model, tokenizer, problems, args, reward, peft_config=None):
+    """A GRPOTrainer on ``problems``; ``peft_config`` (a peft LoraConfig, the real_gpu preset's) makes TRL wrap the
+    model in that adapter and train the adapter only."""
     from trl import GRPOTrainer
 
-    _quiet()
+    quiet()
     tokenizer = copy.deepcopy(tokenizer)
     tokenizer.padding_side = "left"
     from transformers import PrinterCallback
@@ -132,6 +138,7 @@ def make_trainer(model, tokenizer, problems, args, reward):
         args=args,
         train_dataset=_dataset(problems, tokenizer),
         processing_class=tokenizer,
+        peft_config=peft_config,
     )
     trainer.remove_callback(PrinterCallback)  # the log is read from trainer.state.log_history instead
     return trainer
@@ -461,17 +468,26 @@ def agreement_table(rows) -> str:
     )
 
 
-def train_with_trl(model_path, config, problems, verify, max_steps: int = 30) -> dict:
+def train_with_trl(model_path, config, problems, verify, max_steps: int = 30, mode: str = "tiny_cpu") -> dict:
     """``GRPOTrainer.train()`` for ``max_steps`` steps from ``model_path`` with ``verify`` (nb04's verifier) as the
-    reward; its per-step log under our names."""
+    reward; its per-step log under our names. ``mode`` (a RUN_MODE): its dtype and, for real_gpu, its LoRA adapter,
+    handed to TRL as ``peft_config`` (the same preset the course loop uses: og.RUN_PRESETS)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _quiet()
-    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=Path(str(model_path)).is_dir())
-    model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=Path(str(model_path)).is_dir())
+    from tools import online_grpo as og
+
+    quiet()
+    local = Path(str(model_path)).is_dir()
+    dtype = og.preset_dtype(mode)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=local)
+    model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=local, dtype=dtype)
     torch.manual_seed(config.seed)
-    trainer = make_trainer(model, tokenizer, problems, grpo_config(config, max_steps=max_steps), course_reward(verify))
+    args = grpo_config(config, max_steps=max_steps, bf16=dtype == torch.bfloat16)
+    trainer = make_trainer(
+        model, tokenizer, problems, args, course_reward(verify, config.format_weight), og.preset_lora_config(mode)
+    )
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     started = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - started
@@ -484,7 +500,13 @@ def train_with_trl(model_path, config, problems, verify, max_steps: int = 30) ->
             row[ours] = entry.get(theirs)
         row["loss"] = entry.get("loss")
         steps.append(row)
-    return {"steps": steps, "seconds": round(seconds, 3), "max_steps": max_steps}
+    return {
+        "steps": steps,
+        "seconds": round(seconds, 3),
+        "max_steps": max_steps,
+        "trainable_parameters": trainable,
+        "total_parameters": sum(p.numel() for p in trainer.model.parameters()),
+    }
 
 
 TRL_SEEDS_LABEL = "trl"  # the committed multi-seed record of GRPOTrainer on the lesson's task (`--trainer trl`)
@@ -499,7 +521,7 @@ def trl_seed_entry(config, verify, root=None) -> dict:
 
     from tools import online_grpo as og
 
-    _quiet()
+    quiet()
     started = time.perf_counter()
     root = Path(root) if root is not None else og.resolve_root()
     path, _, _ = og.sft_checkpoint_path(seed=0, root=root)
@@ -511,7 +533,11 @@ def trl_seed_entry(config, verify, root=None) -> dict:
     before = og.evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
     torch.manual_seed(config.seed)
     trainer = make_trainer(
-        model, tokenizer, train, grpo_config(config, max_steps=config.num_steps), course_reward(verify)
+        model,
+        tokenizer,
+        train,
+        grpo_config(config, max_steps=config.num_steps),
+        course_reward(verify, config.format_weight),
     )
     trainer.train()
     if trainer.state.global_step != config.num_steps:

@@ -190,7 +190,7 @@ def train_online_grpo(model, tokenizer, train_problems, config, ref_model=None, 
     """Online GRPO: sample -> verify -> group advantages -> grpo_step, config.num_steps times; returns the log."""
     optimizer = make_optimizer(model, config.learning_rate) if optimizer is None else optimizer
     rng = random.Random(config.seed)
-    reward_fn = reward_function(config.reward, verify_integer_response)
+    reward_fn = reward_function(config.reward, verify_integer_response, config.format_weight)
     history = []
     for step in range(config.num_steps):
         started = time.perf_counter()
