@@ -77,8 +77,8 @@ test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, gradin
 	echo "[test] make test-fast: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
 
 # ruff check covers tools/, tests/, benchmarks/, solutions/ and autograde/; ruff format --check covers every Python
-# file there except the list in pyproject.toml ([tool.ruff.format] exclude: the lesson sources and older files not
-# yet formatted). Rules and exclusions live in pyproject.toml only.
+# file there except pyproject.toml's [tool.ruff.format] exclude (the jupytext lesson sources, the chain's fixtures,
+# Markdown). Rules and exclusions live in pyproject.toml only.
 # The environment's own integration checks (CI runs them after make test): a real single-node Slurm cluster (root,
 # Debian's slurm-wlm + munge), grading as an unprivileged user in bubblewrap, the browser walk of the nbgrader
 # exchange. Each reports itself skipped, with the reason, where the machine cannot provide what it needs.

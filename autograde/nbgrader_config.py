@@ -3,6 +3,7 @@
 `make autograde|feedback|grades` run `python -m autograde.pipeline`, which reads this file too: the
 ``GradingPipeline`` section below holds its settings (nbgrader itself ignores that section).
 """
+
 import os
 import sys
 
@@ -27,35 +28,64 @@ c.CourseDirectory.feedback_directory = "feedback"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "grading_report.json"]
 
 # What a learner sees in place of an answer (nbgrader's ClearSolutions).
-c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError(\"请先完成这个 TODO\")"}
+c.ClearSolutions.code_stub = {"python": '# 在这里写你的代码\nraise NotImplementedError("请先完成这个 TODO")'}
 c.ClearSolutions.text_stub = "在这里写下你的回答。"
 
 # ----------------------------------------------------------------------------- autograding
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import (
-    AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades, IgnorePattern, LimitOutput,
-    OverwriteCells, OverwriteKernelspec, SaveAutoGrades)
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    OverwriteCells,
+    OverwriteKernelspec,
+    SaveAutoGrades,
+)
 
 from autograde.grpo_grader.preprocessors import (
-    HideHiddenTests, RestoreBootstrap, RestoreTrusted, SafeExecute, StripHiddenTests)
+    HideHiddenTests,
+    RestoreBootstrap,
+    RestoreTrusted,
+    SafeExecute,
+    StripHiddenTests,
+)
 
 # nbgrader's own steps, plus: the hidden tests of oracle-graded cells never run in the learner's kernel
 # (StripHiddenTests: the oracle grades them outside it), the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
 # rebound are put back before each test cell (RestoreTrusted), and execution survives floods of output and
 # dead kernels (SafeExecute, a subclass of nbgrader's Execute). See autograde/grpo_grader/preprocessors.py.
-c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
-                                      StripHiddenTests, RestoreBootstrap, RestoreTrusted, CheckCellMetadata]
-c.Autograde.autograde_preprocessors = [SafeExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
-                                       SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
+c.Autograde.sanitize_preprocessors = [
+    ClearOutput,
+    DeduplicateIds,
+    OverwriteKernelspec,
+    OverwriteCells,
+    StripHiddenTests,
+    RestoreBootstrap,
+    RestoreTrusted,
+    CheckCellMetadata,
+]
+c.Autograde.autograde_preprocessors = [
+    SafeExecute,
+    IgnorePattern,
+    ClearMetadataPreprocessor,
+    LimitOutput,
+    SaveAutoGrades,
+    AssignLatePenalties,
+    CheckCellMetadata,
+]
 # Locked cells edited by a learner are restored from the gradebook by checksum (nbgrader's default);
 # deleted test cells are put back too, so that deleting a test never skips it.
 c.OverwriteCells.add_missing_cells = True
 
 # nbgrader's default of 30 s per cell is too short for torch code (the first `import torch`, a model load);
 # a notebook that runs past GradingPipeline.notebook_timeout is killed as a whole.
-c.Execute.timeout = 180            # seconds per cell; on timeout the kernel is interrupted, the cell fails
-c.Execute.startup_timeout = 120    # seconds for the kernel to start
+c.Execute.timeout = 180  # seconds per cell; on timeout the kernel is interrupted, the cell fails
+c.Execute.startup_timeout = 120  # seconds for the kernel to start
 c.Execute.interrupt_on_timeout = True
 c.Execute.iopub_timeout = 10
 c.Execute.raise_on_iopub_timeout = False  # late output never fails a notebook: the execute reply decides
@@ -65,15 +95,27 @@ c.Execute.raise_on_iopub_timeout = False  # late output never fails a notebook: 
 # lesson 3's gradient, length-bias and clip-higher figures), lesson 3b's TRL conformance run (imports TRL, ~7 s),
 # lesson 5's memory probe (~5 s), lesson 7's experiment and what reads its record (it writes records into the
 # course, which is read-only in the sandbox, and trains with TRL). The feedback shows a note in their place.
-c.SafeExecute.demo_cells = {   # by grade_id (locked cells of the lesson source); a learner's own cell is never one
+c.SafeExecute.demo_cells = {  # by grade_id (locked cells of the lesson source); a learner's own cell is never one
     "nb01_group_advantages": ["demo_pipeline_answers", "demo_timing"],
     "nb02_grpo_objective": ["demo_ratio_grid", "demo_kl_samples", "demo_score_function", "demo_length_weights"],
     "nb03a_cispo_trace_lab": ["gradient_figure"],
-    "nb03b_loss_family_trl": ["length_bias_example", "accumulation_example", "clip_higher_example",
-                              "trl_conformance_code", "trl_conformance_run", "ratio_drift_example"],
+    "nb03b_loss_family_trl": [
+        "length_bias_example",
+        "accumulation_example",
+        "clip_higher_example",
+        "trl_conformance_code",
+        "trl_conformance_run",
+        "ratio_drift_example",
+    ],
     "nb05_logprobs_masks": ["demo_memory_probe"],
-    "nb07_online_grpo": ["demo_experiment", "demo_plot_steps", "demo_entropy_kinds", "demo_pass_maj", "demo_trl",
-                         "demo_accelerate"],
+    "nb07_online_grpo": [
+        "demo_experiment",
+        "demo_plot_steps",
+        "demo_entropy_kinds",
+        "demo_pass_maj",
+        "demo_trl",
+        "demo_accelerate",
+    ],
 }
 c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100

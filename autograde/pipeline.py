@@ -11,6 +11,7 @@
 course root; default: this folder). Settings: ``GradingPipeline`` in ``nbgrader_config.py``. Details and
 the walk-through for instructors: ``autograde/README.md``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,19 @@ from autograde.grpo_grader.probe import Problem as ProbeProblem
 from autograde.grpo_grader.slots import SANDBOX_MODES, Slot, choose_sandbox, mount_socket_tmpfs, unmount
 from autograde.sample_class import build as sample_class
 
-GRADE_FIELDS = ["learner", "assignment", "score", "max_score", "status", "reason", "flags", "needs_manual_grade",
-                "manual_pending", "automatic_max_score", "timestamp"]
+GRADE_FIELDS = [
+    "learner",
+    "assignment",
+    "score",
+    "max_score",
+    "status",
+    "reason",
+    "flags",
+    "needs_manual_grade",
+    "manual_pending",
+    "automatic_max_score",
+    "timestamp",
+]
 TEST_FIELDS = ["learner", "assignment", "notebook", "test", "score", "max_score", "outcome", "message"]
 
 
@@ -68,8 +80,14 @@ def in_shard(learner: str, shard: tuple[int, int] | None) -> bool:
     return int(hashlib.sha256(learner.encode()).hexdigest(), 16) % n == k - 1
 
 
-def collect_work(settings: GradingPipeline, course_info: dict, force: bool, only: list[str] | None,
-                 shard: tuple[int, int] | None, seed: str):
+def collect_work(
+    settings: GradingPipeline,
+    course_info: dict,
+    force: bool,
+    only: list[str] | None,
+    shard: tuple[int, int] | None,
+    seed: str,
+):
     """[(learner, [(assignment, folder, fingerprint)])] to grade, and the folders that were not graded."""
     submitted = settings.dir("submitted")
     todo, ignored, unchanged = [], [], 0
@@ -106,10 +124,15 @@ def _crash_results(learner: str, work, error: BaseException, course_info: dict) 
     for assignment, _, fp in work:
         result = AssignmentResult(learner=learner, assignment=assignment, fingerprint=fp)
         for name, nb in course_info[assignment]["notebooks"].items():
-            result.notebooks.append(NotebookResult(
-                notebook=name, status="error", reason=f"得 0 分：评分流程出错（grader crashed）：{error!r}"[:500],
-                max_score=sum(c["max_score"] for c in nb["cells"].values()),
-                grades={gid: {"auto_score": 0.0, "needs_manual_grade": False} for gid in nb["cells"]}))
+            result.notebooks.append(
+                NotebookResult(
+                    notebook=name,
+                    status="error",
+                    reason=f"得 0 分：评分流程出错（grader crashed）：{error!r}"[:500],
+                    max_score=sum(c["max_score"] for c in nb["cells"].values()),
+                    grades={gid: {"auto_score": 0.0, "needs_manual_grade": False} for gid in nb["cells"]},
+                )
+            )
         results.append(result)
     return results
 
@@ -125,8 +148,10 @@ SUBMITTED_LAYOUT = """提交应放在（submissions go here）：
 def _check_course(settings: GradingPipeline) -> dict | None:
     """The course's assignments, or None after saying what is missing (release, submissions)."""
     if not settings.db_path.exists():
-        print(f"没有 {settings.db_path}：请先运行 `make release`（no gradebook: run `make release` first）",
-              file=sys.stderr)
+        print(
+            f"没有 {settings.db_path}：请先运行 `make release`（no gradebook: run `make release` first）",
+            file=sys.stderr,
+        )
         return None
     course_info = load_course_info(settings)
     if not course_info:
@@ -140,8 +165,10 @@ def _no_submissions(settings: GradingPipeline, course_info: dict) -> bool:
     if submitted.is_dir() and any(p.is_dir() for p in submitted.iterdir()):
         return False
     state = "是空的（is empty）" if submitted.is_dir() else "不存在（does not exist）"
-    print(f"[autograde] {submitted} {state}：没有可以评分的提交（nothing to grade）。\n"
-          + SUBMITTED_LAYOUT.format(submitted=submitted, assignments=", ".join(sorted(course_info))))
+    print(
+        f"[autograde] {submitted} {state}：没有可以评分的提交（nothing to grade）。\n"
+        + SUBMITTED_LAYOUT.format(submitted=submitted, assignments=", ".join(sorted(course_info)))
+    )
     return True
 
 
@@ -159,13 +186,25 @@ def _open_sandbox(settings: GradingPipeline, base: Path, workers: int):
         print(f"[autograde]   只读放进沙箱（bound read-only: on sys.path, outside the virtual environment）：{path}")
     if sandbox.mode == "none":
         readable = [p for p, ok in sandbox.probe.get("readable", {}).items() if ok]
-        print("[autograde] WARNING 内核可以读取这些文件（含答案或隐藏测试）：" + ", ".join(readable)
-              + "。以 root 运行或启用 user namespaces 才能隔离；见 autograde/README.md。")
+        print(
+            "[autograde] WARNING 内核可以读取这些文件（含答案或隐藏测试）："
+            + ", ".join(readable)
+            + "。以 root 运行或启用 user namespaces 才能隔离；见 autograde/README.md。"
+        )
     return sandbox
 
 
-def _grade_in_slots(settings: GradingPipeline, course_info: dict, todo, slots: list[Slot], template: Path,
-                    staging: Path, statuses: dict[str, int], sink, seed: str) -> None:
+def _grade_in_slots(
+    settings: GradingPipeline,
+    course_info: dict,
+    todo,
+    slots: list[Slot],
+    template: Path,
+    staging: Path,
+    statuses: dict[str, int],
+    sink,
+    seed: str,
+) -> None:
     """Grade every learner of ``todo`` on the free slots; hand each one's results to ``sink`` as it finishes."""
     from tqdm import tqdm
 
@@ -180,9 +219,12 @@ def _grade_in_slots(settings: GradingPipeline, course_info: dict, todo, slots: l
         finally:
             free.put(slot)
 
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool, \
-            tqdm(total=len(todo), unit="learner", desc="autograde", file=sys.stdout,
-                 disable=None, dynamic_ncols=True) as bar:
+    with (
+        ThreadPoolExecutor(max_workers=len(slots)) as pool,
+        tqdm(
+            total=len(todo), unit="learner", desc="autograde", file=sys.stdout, disable=None, dynamic_ncols=True
+        ) as bar,
+    ):
         futures = {pool.submit(job, learner, work): (learner, work) for learner, work in todo}
         try:
             for future in as_completed(futures):
@@ -205,16 +247,26 @@ def _grade_in_slots(settings: GradingPipeline, course_info: dict, todo, slots: l
             raise
 
 
-def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | None = None, keep: bool = False,
-              shard: tuple[int, int] | None = None) -> int:
+def autograde(
+    settings: GradingPipeline,
+    force: bool = False,
+    only: list[str] | None = None,
+    keep: bool = False,
+    shard: tuple[int, int] | None = None,
+) -> int:
     if only:
         submitted = settings.dir("submitted")
         unknown = [learner for learner in only if not (submitted / learner).is_dir()]
         if unknown:
             known = sorted(p.name for p in submitted.iterdir() if p.is_dir()) if submitted.is_dir() else []
-            print(f"[autograde] 没有这个学员（no such learner）：{', '.join(unknown)}；{submitted} 下的学员（learners）："
-                  + (", ".join(known[:20]) + (f" ...（共 {len(known)} 个）" if len(known) > 20 else "") or "（没有 none）"),
-                  file=sys.stderr)
+            print(
+                f"[autograde] 没有这个学员（no such learner）：{', '.join(unknown)}；{submitted} 下的学员（learners）："
+                + (
+                    ", ".join(known[:20]) + (f" ...（共 {len(known)} 个）" if len(known) > 20 else "")
+                    or "（没有 none）"
+                ),
+                file=sys.stderr,
+            )
             return 2
     course_info = _check_course(settings)
     if course_info is None:
@@ -226,8 +278,10 @@ def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | 
     for line in ignored:
         print(f"[autograde] 跳过 {line}")
     if not todo:
-        print(f"[autograde] 没有需要评分的新提交（{unchanged} 份未变化，用 --force 重新评分）"
-              f"(nothing new to grade; {unchanged} unchanged)")
+        print(
+            f"[autograde] 没有需要评分的新提交（{unchanged} 份未变化，用 --force 重新评分）"
+            f"(nothing new to grade; {unchanged} unchanged)"
+        )
         return 0
     workers = min(settings.worker_count(), len(todo))
     threads = max(1, (os.cpu_count() or 1) // workers)
@@ -251,13 +305,25 @@ def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | 
         if sandbox.mode == "bwrap" and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
-        slots = [Slot(base, f"slot{k}", settings, sandbox, uid=sandbox.uids[2 * k] if sandbox.uids else None,
-                      oracle_uid=sandbox.uids[2 * k + 1] if sandbox.uids else None,
-                      threads=threads, ipc=(sockets / f"slot{k}") if mounted else None, zygotes=runnable > workers)
-                 for k in range(workers)]
-        print(f"[autograde] {len(todo)} learner(s), {total_notebooks} notebook(s), {workers} worker(s), "
-              f"cell timeout {settings.cell_timeout} s, notebook limit {settings.notebook_timeout} s, "
-              f"memory limit {settings.memory_limit_bytes() / 2**30:.1f} GiB per kernel")
+        slots = [
+            Slot(
+                base,
+                f"slot{k}",
+                settings,
+                sandbox,
+                uid=sandbox.uids[2 * k] if sandbox.uids else None,
+                oracle_uid=sandbox.uids[2 * k + 1] if sandbox.uids else None,
+                threads=threads,
+                ipc=(sockets / f"slot{k}") if mounted else None,
+                zygotes=runnable > workers,
+            )
+            for k in range(workers)
+        ]
+        print(
+            f"[autograde] {len(todo)} learner(s), {total_notebooks} notebook(s), {workers} worker(s), "
+            f"cell timeout {settings.cell_timeout} s, notebook limit {settings.notebook_timeout} s, "
+            f"memory limit {settings.memory_limit_bytes() / 2**30:.1f} GiB per kernel"
+        )
         if shard is None:
             sink = lambda results: merge(settings, results)  # noqa: E731
         else:
@@ -269,7 +335,7 @@ def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | 
         for slot in slots:
             slot.kill_kernels()
             slot.stop_zygote()
-        for handle in (sandbox.leases if sandbox else []):
+        for handle in sandbox.leases if sandbox else []:
             handle.close()
         for folder in mounted:
             unmount(folder)
@@ -285,7 +351,7 @@ def autograde(settings: GradingPipeline, force: bool = False, only: list[str] | 
 
 # ----------------------------------------------------------------------------- shards
 def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """"k/N" (1 <= k <= N) -> (k, N); None or "" -> None."""
+    """ "k/N" (1 <= k <= N) -> (k, N); None or "" -> None."""
     if not text:
         return None
     try:
@@ -366,8 +432,10 @@ def feedback(settings: GradingPipeline) -> int:
             continue
         done = api.generate_feedback(assignment, force=True)
         if not done.get("success"):
-            print(f"[feedback] {assignment}: nbgrader generate_feedback failed\n"
-                  + (done.get("error") or done.get("log") or "")[-3000:])
+            print(
+                f"[feedback] {assignment}: nbgrader generate_feedback failed\n"
+                + (done.get("error") or done.get("log") or "")[-3000:]
+            )
             status = 1
     count = len(list(settings.dir("feedback").glob("*/*/*.html")))
     print(f"[feedback] {count} HTML file(s) under {settings.dir('feedback')}")
@@ -412,16 +480,34 @@ def grades(settings: GradingPipeline) -> int:
     _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
     columns = shutil.get_terminal_size((160, 40)).columns
     reason_width = max(30, columns - 30 - 24 - 12 - 10 - 14 - 6)
-    header = (_fit("learner", 30) + " " + _fit("assignment", 24) + " " + _fit("score", 12) + " "
-              + _fit("status", 10) + " " + _fit("reason", reason_width) + " flags")
+    header = (
+        _fit("learner", 30)
+        + " "
+        + _fit("assignment", 24)
+        + " "
+        + _fit("score", 12)
+        + " "
+        + _fit("status", 10)
+        + " "
+        + _fit("reason", reason_width)
+        + " flags"
+    )
     print(header)
     print("-" * min(columns, _width(header) + 10))
     for row in rows:
         score = score_text(row)
-        print(_fit(row["learner"], 30), _fit(row["assignment"], 24), _fit(score, 12), _fit(row["status"], 10),
-              _fit(row["reason"] or "-", reason_width), row["flags"])
-    print(f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
-          f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}")
+        print(
+            _fit(row["learner"], 30),
+            _fit(row["assignment"], 24),
+            _fit(score, 12),
+            _fit(row["status"], 10),
+            _fit(row["reason"] or "-", reason_width),
+            row["flags"],
+        )
+    print(
+        f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
+        f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}"
+    )
     return 0
 
 
@@ -436,8 +522,11 @@ def probe_result(settings: GradingPipeline, import_mode: str = "import") -> dict
     except ProbeFailure as failure:
         return {"ok": False, "sandbox": None, "problems": [p.as_dict() for p in failure.problems]}
     except RuntimeError as error:
-        return {"ok": False, "sandbox": None, "problems": [{"code": "no-sandbox", "cause": str(error), "fix": "",
-                                                            "detail": ""}]}
+        return {
+            "ok": False,
+            "sandbox": None,
+            "problems": [{"code": "no-sandbox", "cause": str(error), "fix": "", "detail": ""}],
+        }
     finally:
         shutil.rmtree(base, ignore_errors=True)
     kernel = {k: v for k, v in sandbox.probe.items() if k != "oracle"}
@@ -447,9 +536,19 @@ def probe_result(settings: GradingPipeline, import_mode: str = "import") -> dict
     own_ipc = all(ns and ns != grader for ns in (oracle.get("ipc_namespace"), kernel.get("ipc_namespace")))
     readable = sorted({p for report in (kernel, oracle) for p, ok in report.get("readable", {}).items() if ok})
     seed = bool(kernel.get("seed_in_environ") or oracle.get("seed_in_environ"))
-    return {"ok": not readable and not seed, "sandbox": sandbox.mode, "describe": sandbox.describe(),
-            "not_available": sandbox.problems, "problems": [], "kernel": kernel, "oracle": oracle,
-            "readable": readable, "seed_visible": seed, "ipc_own": own_ipc, "paths": sandbox.paths}
+    return {
+        "ok": not readable and not seed,
+        "sandbox": sandbox.mode,
+        "describe": sandbox.describe(),
+        "not_available": sandbox.problems,
+        "problems": [],
+        "kernel": kernel,
+        "oracle": oracle,
+        "readable": readable,
+        "seed_visible": seed,
+        "ipc_own": own_ipc,
+        "paths": sandbox.paths,
+    }
 
 
 def probe(settings: GradingPipeline, as_json: bool = False, import_mode: str = "import") -> int:
@@ -477,18 +576,24 @@ def probe(settings: GradingPipeline, as_json: bool = False, import_mode: str = "
         print(f"  bound read-only (outside the virtual environment, on sys.path): {path}")
     for who, report in (("kernel", kernel), ("oracle driver", oracle)):
         loaded = [name for name, error in report.get("imports", {}).items() if error == "ok"]
-        print(f"  {who}: {len(loaded)}/{len(report.get('imports', {}))} imports load inside the sandbox "
-              "(torch, ipykernel, nbformat" + (" and the graded lessons' import lines)" if who == "kernel" else ")"))
+        print(
+            f"  {who}: {len(loaded)}/{len(report.get('imports', {}))} imports load inside the sandbox "
+            "(torch, ipykernel, nbformat" + (" and the graded lessons' import lines)" if who == "kernel" else ")")
+        )
     forked = " (forked from a zygote)" if kernel.get("zygote") else ""
-    print(f"  kernel{forked} uid {kernel.get('uid')}, processes visible {kernel.get('visible_pids')}, "
-          f"network {'available' if kernel.get('network') else 'none'}, "
-          f"rest of the file system {'read-only' if kernel.get('readonly_root') else 'as usual'}, "
-          f"address-space limit {kernel.get('rlimit_as', 0) / 2**30:.1f} GiB")
+    print(
+        f"  kernel{forked} uid {kernel.get('uid')}, processes visible {kernel.get('visible_pids')}, "
+        f"network {'available' if kernel.get('network') else 'none'}, "
+        f"rest of the file system {'read-only' if kernel.get('readonly_root') else 'as usual'}, "
+        f"address-space limit {kernel.get('rlimit_as', 0) / 2**30:.1f} GiB"
+    )
     if oracle:
-        print(f"  oracle driver (beside the kernel{', forked from a zygote' if oracle.get('zygote') else ''}): "
-              f"uid {oracle.get('uid')}, processes visible {oracle.get('visible_pids')}, "
-              f"network {'available' if oracle.get('network') else 'none'}, "
-              f"IPC namespace {'its own' if result['ipc_own'] else 'SHARED'}")
+        print(
+            f"  oracle driver (beside the kernel{', forked from a zygote' if oracle.get('zygote') else ''}): "
+            f"uid {oracle.get('uid')}, processes visible {oracle.get('visible_pids')}, "
+            f"network {'available' if oracle.get('network') else 'none'}, "
+            f"IPC namespace {'its own' if result['ipc_own'] else 'SHARED'}"
+        )
     if result["seed_visible"]:
         print("  GRADING SEED VISIBLE in a sandboxed process's environment")
     print("OK: grading can start here" if result["ok"] else "NOT OK: a sandboxed process can read secrets (above)")
@@ -524,8 +629,11 @@ def settings_command(settings: GradingPipeline, write: bool, check: bool) -> int
         current = README.read_text(encoding="utf-8")
         wanted = readme_with_settings_tables(current, settings)
         if check:
-            print("settings tables up to date" if wanted == current else
-                  f"STALE {README}: run `python -m autograde.pipeline settings --write` (or `make release`)")
+            print(
+                "settings tables up to date"
+                if wanted == current
+                else f"STALE {README}: run `python -m autograde.pipeline settings --write` (or `make release`)"
+            )
             return 0 if wanted == current else 1
         if wanted != current:
             README.write_text(wanted, encoding="utf-8")
@@ -540,8 +648,9 @@ def settings_command(settings: GradingPipeline, write: bool, check: bool) -> int
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe",
-                                            "prepare", "settings"])
+    parser.add_argument(
+        "command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe", "prepare", "settings"]
+    )
     parser.add_argument("--shard", default=None, help="autograde: grade only shard k of N learners (k/N), into shards/")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course root (default: autograde/)")
     parser.add_argument("--sample", action="store_true", help="autograde: add the bundled sample class first")
@@ -553,16 +662,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", default=None, choices=["auto", *SANDBOX_MODES])
     parser.add_argument("--keep", action="store_true", help="autograde: keep the temporary grading folder (logs)")
     parser.add_argument("--rebuild", action="store_true", help="sample: regenerate the sample submissions")
-    parser.add_argument("--check", action="store_true", help="sample, settings: fail when the sample submissions "
-                        "or the README's settings tables are stale")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="sample, settings: fail when the sample submissions or the README's settings tables are stale",
+    )
     parser.add_argument("--write", action="store_true", help="settings: regenerate the README's settings tables")
     parser.add_argument("--json", action="store_true", help="probe: print the structured result (one JSON object)")
-    parser.add_argument("--imports", default="import", choices=["import", "find"],
-                        help="probe: import what grading imports inside the sandbox (default), or only find the "
-                             "packages on its sys.path (a second, as a grading run's own pre-flight does)")
+    parser.add_argument(
+        "--imports",
+        default="import",
+        choices=["import", "find"],
+        help="probe: import what grading imports inside the sandbox (default), or only find the "
+        "packages on its sys.path (a second, as a grading run's own pre-flight does)",
+    )
     args = parser.parse_args(argv)
-    overrides = {"workers": args.workers, "cell_timeout": args.cell_timeout,
-                 "notebook_timeout": args.notebook_timeout, "sandbox": args.sandbox}
+    overrides = {
+        "workers": args.workers,
+        "cell_timeout": args.cell_timeout,
+        "notebook_timeout": args.notebook_timeout,
+        "sandbox": args.sandbox,
+    }
     if args.command == "autograde" and args.sample:
         for key, value in sample_class.machine_timeouts().items():
             if overrides.get(key) is None:

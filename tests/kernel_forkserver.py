@@ -20,6 +20,7 @@ ipykernel does (the last steps are the grader's own: ``sandbox.become_forked_pro
 which its kernel zygote's jobs run too). Test infrastructure only: the grader's kernels come from its own
 sandboxed kernel zygote (``autograde/grpo_grader/sandbox.py``), and learners' kernels are always fresh.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,14 +30,47 @@ import signal
 import socket
 import sys
 
-NAME = "grpo-tests-warm"   # the kernel spec's name
-WARM = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline",
-        "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "IPython",
-        "transformers", "transformers.models.qwen2.modeling_qwen2", "peft")
+NAME = "grpo-tests-warm"  # the kernel spec's name
+WARM = (
+    "numpy",
+    "torch",
+    "matplotlib",
+    "matplotlib.pyplot",
+    "matplotlib_inline.backend_inline",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.zmqshell",
+    "IPython",
+    "transformers",
+    "transformers.models.qwen2.modeling_qwen2",
+    "peft",
+)
 # variables that modules read when they are imported (interpreter, threads, caches, config folders)
-IMPORT_TIME_ENV = ("PYTHON", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "TORCH", "PYTORCH", "CUDA", "HF_",
-                   "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "MPL", "MATPLOTLIB", "HOME", "XDG_", "LD_",
-                   "MALLOC", "VIRTUAL_ENV", "TMPDIR", "LANG", "LC_")
+IMPORT_TIME_ENV = (
+    "PYTHON",
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "KMP_",
+    "GOMP_",
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "HF_",
+    "HUGGINGFACE",
+    "TRANSFORMERS",
+    "TOKENIZERS",
+    "MPL",
+    "MATPLOTLIB",
+    "HOME",
+    "XDG_",
+    "LD_",
+    "MALLOC",
+    "VIRTUAL_ENV",
+    "TMPDIR",
+    "LANG",
+    "LC_",
+)
 PR_SET_PDEATHSIG = 1
 
 
@@ -59,9 +93,13 @@ def _differs(request: dict[str, str], before: dict[str, str], set_by_imports: di
 
 def kernel_spec(folder, socket_path: str) -> dict:
     """Write ``<folder>/kernels/<NAME>/kernel.json`` (put ``folder`` on JUPYTER_PATH) and return it."""
-    spec = {"argv": [sys.executable, os.path.abspath(__file__), "connect", socket_path, "-f", "{connection_file}"],
-            "display_name": "Python 3 (tests, warm)", "language": "python", "interrupt_mode": "signal",
-            "metadata": {"debugger": False}}
+    spec = {
+        "argv": [sys.executable, os.path.abspath(__file__), "connect", socket_path, "-f", "{connection_file}"],
+        "display_name": "Python 3 (tests, warm)",
+        "language": "python",
+        "interrupt_mode": "signal",
+        "metadata": {"debugger": False},
+    }
     target = os.path.join(str(folder), "kernels", NAME)
     os.makedirs(target, exist_ok=True)
     with open(os.path.join(target, "kernel.json"), "w", encoding="utf-8") as handle:
@@ -155,7 +193,7 @@ def serve(socket_path: str) -> None:
     listener.bind(socket_path + ".tmp")
     listener.listen(16)
     os.replace(socket_path + ".tmp", socket_path)  # launchers that find the socket find a listening one
-    conns: dict[socket.socket, int] = {}   # launcher connection -> kernel pid
+    conns: dict[socket.socket, int] = {}  # launcher connection -> kernel pid
     exits: dict[int, tuple[int, socket.socket]] = {}  # pidfd (or -pid without pidfd_open) -> (kernel pid, connection)
     while True:
         watched = [fd for fd in exits if fd >= 0]

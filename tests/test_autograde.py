@@ -2,6 +2,7 @@
 the kernel sandbox. The graded sample class is tests/test_autograde_class.py, the slot's zygotes (bubblewrap as root)
 tests/test_autograde_slot.py (helpers shared by the three: tests/autograde_helpers.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,11 @@ def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
         return (learner, [(a, sample_class.SUBMITTED / learner / a, "") for a in assignments])
 
     settings = GradingPipeline(course=tmp_path)
-    invalid = [work("s14_invalid_json", [ASSIGNMENTS[0]]), work("m3_deeply_nested_json", [ASSIGNMENTS[0]]),
-               work("s15_wrong_file_name", [ASSIGNMENTS[0]])]  # s15 submitted nb02 only: no nb01 file
+    invalid = [
+        work("s14_invalid_json", [ASSIGNMENTS[0]]),
+        work("m3_deeply_nested_json", [ASSIGNMENTS[0]]),
+        work("s15_wrong_file_name", [ASSIGNMENTS[0]]),
+    ]  # s15 submitted nb02 only: no nb01 file
     assert runnable_notebooks(settings, info, invalid) == 0
     renamed = [work("s15_wrong_file_name", ["nb02_grpo_objective"])]
     assert runnable_notebooks(settings, info, invalid + renamed) == 1
@@ -83,20 +87,28 @@ def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
 
 def test_compare_with_release_finds_edited_and_deleted_locked_cells():
     def cell(gid, source, locked=True, solution=False):
-        return nbformat.v4.new_code_cell(source, metadata={"nbgrader": {
-            "grade_id": gid, "locked": locked, "solution": solution, "grade": not solution}})
+        return nbformat.v4.new_code_cell(
+            source,
+            metadata={"nbgrader": {"grade_id": gid, "locked": locked, "solution": solution, "grade": not solution}},
+        )
 
-    release = nbformat.v4.new_notebook(cells=[cell("f", "raise NotImplementedError", False, True),
-                                              cell("t1", "assert f(1) == 2"), cell("t2", "assert f(2) == 3")])
-    submitted = nbformat.v4.new_notebook(cells=[cell("f", "def f(x): return x + 1", False, True),
-                                                cell("t1", "pass")])
+    release = nbformat.v4.new_notebook(
+        cells=[
+            cell("f", "raise NotImplementedError", False, True),
+            cell("t1", "assert f(1) == 2"),
+            cell("t2", "assert f(2) == 3"),
+        ]
+    )
+    submitted = nbformat.v4.new_notebook(cells=[cell("f", "def f(x): return x + 1", False, True), cell("t1", "pass")])
     edited, deleted, written = compare_with_release(submitted, release)
     assert edited == ["t1"] and deleted == ["t2"] and "def f(x)" in written and "pass" in written
 
 
 def test_summary_names_failed_tests():
-    tests = [{"grade_id": "t1", "outcome": "passed", "message": ""},
-             {"grade_id": "t2", "outcome": "failed", "message": "AssertionError: 不符"}]
+    tests = [
+        {"grade_id": "t1", "outcome": "passed", "message": ""},
+        {"grade_id": "t2", "outcome": "failed", "message": "AssertionError: 不符"},
+    ]
     assert summarise(tests) == "未通过 t2: AssertionError: 不符"
     stub = "NotImplementedError: 请先完成这个 TODO"
     assert "no TODO done" in summarise([{"grade_id": "t", "outcome": "failed", "message": stub}])
@@ -130,9 +142,16 @@ def test_output_cap_keeps_what_nbgrader_grades():
 def test_feedback_hides_hidden_tests():
     cell = nbformat.v4.new_code_cell(
         '"""检查"""\nassert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(5) == 6  # secret\n### END HIDDEN TESTS\n',
-        metadata={"nbgrader": {"grade": True, "grade_id": "t", "locked": True, "solution": False, "points": 1}})
-    cell.outputs = [NotebookNode(output_type="error", ename="AssertionError", evalue="不符",
-                                 traceback=["---> 4 assert f(5) == 6  # secret", "AssertionError: 不符"])]
+        metadata={"nbgrader": {"grade": True, "grade_id": "t", "locked": True, "solution": False, "points": 1}},
+    )
+    cell.outputs = [
+        NotebookNode(
+            output_type="error",
+            ename="AssertionError",
+            evalue="不符",
+            traceback=["---> 4 assert f(5) == 6  # secret", "AssertionError: 不符"],
+        )
+    ]
     restore = nbformat.v4.new_code_cell("restore", metadata={"tags": ["grader-restore"]})
     nb = nbformat.v4.new_notebook(cells=[restore, cell])
     nb, _ = HideHiddenTests().preprocess(nb, {})
@@ -146,20 +165,31 @@ def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
     cells keep theirs; off by default, so a plain `nbgrader autograde` keeps nbgrader's hidden tests."""
     from autograde.grpo_grader.preprocessors import STRIPPED_NOTE, StripHiddenTests, strip_hidden
 
-    text, found = strip_hidden("a = 1\n    ### BEGIN HIDDEN TESTS\n    def _h_ref(): pass\n    ### END HIDDEN TESTS\nb = 2\n"
-                               "### BEGIN HIDDEN TESTS\nsecret = 3\n")  # the second region is never closed
+    text, found = strip_hidden(
+        "a = 1\n    ### BEGIN HIDDEN TESTS\n    def _h_ref(): pass\n    ### END HIDDEN TESTS\nb = 2\n"
+        "### BEGIN HIDDEN TESTS\nsecret = 3\n"
+    )  # the second region is never closed
     assert found and "_h_ref" not in text and "secret" not in text
     assert text == f"a = 1\n    {STRIPPED_NOTE}\nb = 2\n{STRIPPED_NOTE}\n"
     assert strip_hidden("x = 1\n") == ("x = 1\n", False)
 
     def cell(gid, grade=True, solution=False):
-        meta = {"nbgrader": {"grade": grade, "grade_id": gid, "locked": not solution, "solution": solution, "points": 1}}
-        return nbformat.v4.new_code_cell('"""检查"""\nassert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(5) == 6\n'
-                                         '### END HIDDEN TESTS\n', metadata=meta)
+        meta = {
+            "nbgrader": {"grade": grade, "grade_id": gid, "locked": not solution, "solution": solution, "points": 1}
+        }
+        return nbformat.v4.new_code_cell(
+            '"""检查"""\nassert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(5) == 6\n### END HIDDEN TESTS\n',
+            metadata=meta,
+        )
 
     def run(enabled):
-        nb = nbformat.v4.new_notebook(cells=[cell("test_compute_group_advantages_hidden"), cell("not_an_oracle_test"),
-                                             cell("compute_group_advantages", grade=False, solution=True)])
+        nb = nbformat.v4.new_notebook(
+            cells=[
+                cell("test_compute_group_advantages_hidden"),
+                cell("not_an_oracle_test"),
+                cell("compute_group_advantages", grade=False, solution=True),
+            ]
+        )
         resources = {"nbgrader": {"assignment": "nb01_group_advantages"}}
         return StripHiddenTests(enabled=enabled).preprocess(nb, resources)
 
@@ -184,14 +214,24 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
     nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
     nb.cells = [
-        nbformat.v4.new_markdown_cell("### 自动评分说明（note）\n\n![](data:image/png;base64,AAAA) and ![a badge](x.svg) "
-                                      "<img src='y.png'> &#60;b&#62; &#33258;"),
-        nbformat.v4.new_code_cell("plot()", outputs=[
-            nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
-            nbformat.v4.new_output("display_data", data={"text/html": "<div><img src='z.png' alt='kept'>"
-                                                          "<script>var s = '<img src=q>';</script><!-- <img src=c> --></div>"}),
-            nbformat.v4.new_output("stream", name="stdout", text="<img src=not-a-tag>\n"),
-        ]),
+        nbformat.v4.new_markdown_cell(
+            "### 自动评分说明（note）\n\n![](data:image/png;base64,AAAA) and ![a badge](x.svg) "
+            "<img src='y.png'> &#60;b&#62; &#33258;"
+        ),
+        nbformat.v4.new_code_cell(
+            "plot()",
+            outputs=[
+                nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
+                nbformat.v4.new_output(
+                    "display_data",
+                    data={
+                        "text/html": "<div><img src='z.png' alt='kept'>"
+                        "<script>var s = '<img src=q>';</script><!-- <img src=c> --></div>"
+                    },
+                ),
+                nbformat.v4.new_output("stream", name="stdout", text="<img src=not-a-tag>\n"),
+            ],
+        ),
     ]
     theirs, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
     ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(nb)
@@ -204,7 +244,10 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     assert alts == [i.get("alt") for i in a.find_all("img")] and NO_ALT in alts and "kept" in alts and None not in alts
     assert "var s = '<img src=q>';" in ours and "<!-- <img src=c> -->" in ours
     assert "自动评分说明（note）" in ours  # nbconvert's heading anchors write non-ASCII as references: written back
-    assert add_missing_alt('<IMG src="a"><img alt="" src="b">') == (f'<img alt="{NO_ALT}" src="a"><img alt="" src="b">', 1)
+    assert add_missing_alt('<IMG src="a"><img alt="" src="b">') == (
+        f'<img alt="{NO_ALT}" src="a"><img alt="" src="b">',
+        1,
+    )
 
 
 def test_feedback_pages_carry_formulas_as_mathml_and_never_hidden_tests():
@@ -218,15 +261,29 @@ def test_feedback_pages_carry_formulas_as_mathml_and_never_hidden_tests():
     nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
     hidden = "assert reference_secret(3) == 42"
     nb.cells = [
-        nbformat.v4.new_markdown_cell(r"组内优势 $\hat{A}_i = \frac{r_i - \operatorname{mean}(r)}{\operatorname{std}(r)}$："
-                                      "\n\n$$\\mathcal{L} = -\\frac{1}{G}\\sum_{i=1}^{G} \\min(\\rho_i \\hat{A}_i, \\text{clip})$$"),
-        nbformat.v4.new_code_cell(f"assert f(1) == 2\n{HIDDEN_BEGIN}\n{hidden}\n### END HIDDEN TESTS",
-                                  metadata={"nbgrader": {"grade": True, "solution": False, "grade_id": "t1",
-                                                         "points": 1, "locked": True, "schema_version": 3}}),
+        nbformat.v4.new_markdown_cell(
+            r"组内优势 $\hat{A}_i = \frac{r_i - \operatorname{mean}(r)}{\operatorname{std}(r)}$："
+            "\n\n$$\\mathcal{L} = -\\frac{1}{G}\\sum_{i=1}^{G} \\min(\\rho_i \\hat{A}_i, \\text{clip})$$"
+        ),
+        nbformat.v4.new_code_cell(
+            f"assert f(1) == 2\n{HIDDEN_BEGIN}\n{hidden}\n### END HIDDEN TESTS",
+            metadata={
+                "nbgrader": {
+                    "grade": True,
+                    "solution": False,
+                    "grade_id": "t1",
+                    "points": 1,
+                    "locked": True,
+                    "schema_version": 3,
+                }
+            },
+        ),
     ]
     theirs, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
     ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(nb)
-    assert "libs/mathjax" in theirs and "\\hat{A}_i" in theirs and "reference_secret" in theirs  # what the check catches
+    assert (
+        "libs/mathjax" in theirs and "\\hat{A}_i" in theirs and "reference_secret" in theirs
+    )  # what the check catches
     assert "MathJax.Hub" not in ours and "libs/mathjax" not in ours
     assert ours.count("<math") == 2 and 'display="block"' in ours and "<mfrac>" in ours and "\\hat" not in ours
     assert "reference_secret" not in ours and "BEGIN HIDDEN TESTS" not in ours and "hidden tests are not shown" in ours
@@ -240,9 +297,12 @@ def test_every_formula_of_the_course_converts_to_mathml():
     from autograde.grpo_grader import preprocessors
 
     renderer = preprocessors._mathml_renderer_class()
-    pages = [MarkdownWithMath(renderer=renderer(escape=False)).render(cell.source)
-             for path in sorted((ROOT / "notebooks").glob("*/*.ipynb"))
-             for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown"]
+    pages = [
+        MarkdownWithMath(renderer=renderer(escape=False)).render(cell.source)
+        for path in sorted((ROOT / "notebooks").glob("*/*.ipynb"))
+        for cell in nbformat.read(path, as_version=4).cells
+        if cell.cell_type == "markdown"
+    ]
     page = "".join(pages)
     assert page.count("<math") > 100, page.count("<math")
     left = re.findall(rf'<code class="{preprocessors.TEX_FALLBACK_CLASS}">(.*?)</code>', page)
@@ -287,8 +347,13 @@ ORACLES = oracle_lib.oracle_assignments()
 
 def _test_cells(assignment: str) -> set[str]:
     nb = nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.cell_type == "code"
-            and c.metadata.get("nbgrader", {}).get("grade") and not c.metadata["nbgrader"].get("solution")}
+    return {
+        c.metadata["nbgrader"]["grade_id"]
+        for c in nb.cells
+        if c.cell_type == "code"
+        and c.metadata.get("nbgrader", {}).get("grade")
+        and not c.metadata["nbgrader"].get("solution")
+    }
 
 
 def test_every_test_cell_has_an_oracle_and_cases_come_from_the_seed():
@@ -349,7 +414,10 @@ def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
         ({"status": "returned", "value": {"__tensor__": "float64", "shape": [2], "data": [1.0, 2.0]}}, "dtype"),
         ({"status": "returned", "value": {"__tensor__": "float32", "shape": [2], "data": ["1", 2.0]}}, "只能是数"),
         ({"status": "returned", "value": {"__tensor__": "object", "shape": [2], "data": [1, 2]}}, "格式不对"),
-        ({"status": "returned", "value": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, "嵌套过深"),
+        (
+            {"status": "returned", "value": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+            "嵌套过深",
+        ),
         ({"status": "raised", "type": "NotImplementedError", "message": "请先完成这个 TODO"}, "NotImplementedError"),
         ({"status": "missing", "message": "SyntaxError"}, "找不到函数"),
         (None, "未运行"),
@@ -360,8 +428,10 @@ def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
     assert judge(raises, {"status": "raised", "type": "E", "mro": ["E", "ValueError", "Exception"]}, "")[0]
     assert not judge(raises, {"status": "returned", "value": None}, "")[0]
     results = tmp_path / "results.jsonl"
-    results.write_text('{"case": "a", "status": "returned", "value": 1}\nnot json\n'
-                       '{"case": "a", "status": "returned", "value": 2}\n' + "[" * 100000 + "\n")
+    results.write_text(
+        '{"case": "a", "status": "returned", "value": 1}\nnot json\n'
+        '{"case": "a", "status": "returned", "value": 2}\n' + "[" * 100000 + "\n"
+    )
     cases, _, problem = oracle_lib.read_results(results)
     assert cases["a"]["value"] == 1 and "malformed" in problem
 
@@ -386,11 +456,18 @@ def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, 
     job.mkdir()
     shutil.copy(DRIVER, job / "driver.py")
     cells = job_cells(release, rebuilt, oracles[0], load_settings().demo_cells.get(notebook, ()))
-    (job / "job.json").write_text(json.dumps({"cells": cells, "cases": [c.wire() for g in cases.values() for c in g],
-                                              "cell_timeout": 120}))
+    (job / "job.json").write_text(
+        json.dumps({"cells": cells, "cases": [c.wire() for g in cases.values() for c in g], "cell_timeout": 120})
+    )
     env = {**pipeline_env(), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(job / "driver.py"), str(job)], cwd=tmp_path, env=env, timeout=600,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(job / "driver.py"), str(job)],
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     results, _, _ = oracle_lib.read_results(job / "results.jsonl")
     return {o.assignment: oracle_lib.verdicts(o, cases[o.assignment], results, "not run") for o in oracles}
 
@@ -466,15 +543,23 @@ def test_cells_left_out_of_grading_define_nothing_that_runs_later(lesson):
         return not meta.get("solution") and not meta.get("grade") and oracle.skip_setup(meta.get("grade_id"))
 
     for marker in getattr(oracle.module, "SKIP_SETUP", ()):  # each names a locked setup cell by grade_id
-        assert any(c.metadata.get("nbgrader", {}).get("grade_id") == marker and driver_skips(c)
-                   and c.metadata["nbgrader"].get("locked") for c in code), marker
+        assert any(
+            c.metadata.get("nbgrader", {}).get("grade_id") == marker
+            and driver_skips(c)
+            and c.metadata["nbgrader"].get("locked")
+            for c in code
+        ), marker
     for marker in markers:
         assert any(is_demo_cell(c, [marker]) and c.metadata["nbgrader"].get("locked") for c in code), marker
-    graded = [c for c in code if not c.metadata.get("nbgrader", {}).get("grade")
-              or c.metadata["nbgrader"].get("solution")]  # the driver runs no test cell
+    graded = [
+        c for c in code if not c.metadata.get("nbgrader", {}).get("grade") or c.metadata["nbgrader"].get("solution")
+    ]  # the driver runs no test cell
     left_out = {i for i, c in enumerate(graded) if is_demo_cell(c, markers) or driver_skips(c)}
     assert not _reads_of_skipped_names(graded, left_out, spread=True), (
-        lesson, "driver", _reads_of_skipped_names(graded, left_out, spread=True))
+        lesson,
+        "driver",
+        _reads_of_skipped_names(graded, left_out, spread=True),
+    )
 
 
 def test_submission_metadata_is_rebuilt_from_the_release():
@@ -483,8 +568,11 @@ def test_submission_metadata_is_rebuilt_from_the_release():
     release = nbformat.read(ROOT / "notebooks" / ASSIGNMENTS[0] / f"{ASSIGNMENTS[0]}.ipynb", as_version=4)
 
     def meta(nb):
-        return [(c.cell_type, c.metadata.get("nbgrader", {}).get("grade_id"), c.metadata.get("nbgrader", {}).get("points"))
-                for c in nb.cells if c.metadata.get("nbgrader")]
+        return [
+            (c.cell_type, c.metadata.get("nbgrader", {}).get("grade_id"), c.metadata.get("nbgrader", {}).get("points"))
+            for c in nb.cells
+            if c.metadata.get("nbgrader")
+        ]
 
     for learner in ("m1_edited_metadata", "m2_nbformat3"):
         for folder in (sample_class.SUBMITTED / learner).iterdir():

@@ -1,5 +1,6 @@
 """The grading slot's zygotes (bubblewrap as root): the oracle driver's and the kernels' jobs share nothing, and a
 kernel forked from the kernel zygote behaves as Jupyter expects of a kernel process."""
+
 from __future__ import annotations
 
 import json
@@ -11,18 +12,21 @@ import pytest
 
 # A zygote job of each kind: the driver's gets its job folder (its own copy, in its tmpfs) as argv[1] and answers on
 # its results pipe (argv[2]); a kernel's gets no folder (it has none) and answers on stdout.
-_JOB_ANSWER = r'''
+_JOB_ANSWER = r"""
 def answer(record):
     if job is None:
         print(json.dumps(record))
     else:
         os.write(int(sys.argv[2]), (json.dumps(record) + "\n").encode())
-'''
+"""
 
-ZYGOTE_FIRST_JOB = r'''
+ZYGOTE_FIRST_JOB = (
+    r"""
 import json, os, sys, time
 job = sys.argv[1] if len(sys.argv) > 1 else None
-''' + _JOB_ANSWER + r'''
+"""
+    + _JOB_ANSWER
+    + r"""
 written = []
 for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ()):
     try:
@@ -38,12 +42,16 @@ if os.fork() == 0:  # a process left behind for the next learner's job to talk t
     time.sleep(300)
     os._exit(0)
 answer({"uid": os.getuid(), "pid": os.getpid(), "written": written, "job": job})
-'''
+"""
+)
 
-ZYGOTE_SECOND_JOB = r'''
+ZYGOTE_SECOND_JOB = (
+    r"""
 import json, os, sys
 job = sys.argv[1] if len(sys.argv) > 1 else None
-''' + _JOB_ANSWER + r'''
+"""
+    + _JOB_ANSWER
+    + r"""
 found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ())
          if os.path.exists(os.path.join(f, "left-by-job-1"))]
 pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
@@ -57,7 +65,8 @@ for pid in pids:
         pass
 shm = [line.split() for line in open("/proc/sysvipc/shm").read().splitlines()[1:]]
 answer({"found": found, "others": others, "zygote_environ": zygote_environ, "uid": os.getuid(), "shm": shm})
-'''
+"""
+)
 
 
 def _assert_second_job_found_nothing(run_job, uid: int, other_uid: int, what: str) -> None:
@@ -150,8 +159,9 @@ def test_kernel_zygote_behaves_like_a_kernel_process(zygote_slot):
     specs = KernelSpecManager(kernel_dirs=[str(slot.jupyter / "kernels")])
 
     def start():
-        manager = KernelManager(kernel_spec_manager=specs, kernel_name="python3", transport="ipc",
-                                ip=str(slot.ipc / "kernel"))
+        manager = KernelManager(
+            kernel_spec_manager=specs, kernel_name="python3", transport="ipc", ip=str(slot.ipc / "kernel")
+        )
         manager.start_kernel(env={**slot.env(), "NBGRADER_EXECUTION": "autograde"})
         client = manager.client()
         client.start_channels()
@@ -166,9 +176,12 @@ def test_kernel_zygote_behaves_like_a_kernel_process(zygote_slot):
 
     manager, client = start()
     try:
-        content, text = run(client, "import os, sys, torch\n"
-                            "print(os.getuid(), os.environ.get('NBGRADER_EXECUTION'), os.environ['HOME'] == os.getcwd(),"
-                            " 'GRPO_GRADING_SEED' in os.environ, sys.path[0] != '')")
+        content, text = run(
+            client,
+            "import os, sys, torch\n"
+            "print(os.getuid(), os.environ.get('NBGRADER_EXECUTION'), os.environ['HOME'] == os.getcwd(),"
+            " 'GRPO_GRADING_SEED' in os.environ, sys.path[0] != '')",
+        )
         assert content["status"] == "ok", content
         assert text.split() == [str(slot.uid), "autograde", "True", "False", "True"], text
         client.execute("import time; time.sleep(60)")

@@ -3,6 +3,7 @@
 Needs Debian's Chromium (`apt-get install chromium`), node, and playwright-core
 (`npm ci --prefix tests/browser`; it downloads no browser). Skipped, with the reason, when one is missing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -88,11 +89,18 @@ def test_notebook1_in_chromium(tmp_path):
                 "name": ASSIGNMENT,
                 "timeout_s": int(os.environ.get("GRPO_BROWSER_TIMEOUT_S", "180")),
             }
-            done = subprocess.run(["node", str(DRIVER), json.dumps(options)], cwd=DRIVER.parent,
-                                  capture_output=True, text=True, timeout=400)
+            done = subprocess.run(
+                ["node", str(DRIVER), json.dumps(options)],
+                cwd=DRIVER.parent,
+                capture_output=True,
+                text=True,
+                timeout=400,
+            )
         assert server.process is None  # stopped
-    assert done.returncode == 0, f"browser driver failed:\n{done.stderr[-4000:]}\n--- server log ---\n" + (
-        (tmp_path / "jupyterlab.log").read_text()[-3000:])
+    assert done.returncode == 0, (
+        f"browser driver failed:\n{done.stderr[-4000:]}\n--- server log ---\n"
+        + ((tmp_path / "jupyterlab.log").read_text()[-3000:])
+    )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     cells = report["cells"]
     source_cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
@@ -120,7 +128,9 @@ def test_notebook1_in_chromium(tmp_path):
     assert first["index"] > todo_index and f"in {todo_function}(" in shown, (first["index"], todo_index, shown)
     for cell in code_cells[1:]:
         if cell["index"] < first["index"]:
-            assert re.fullmatch(r"\[\d+\]:", cell["prompt"]), f"cell {cell['index']} before the error did not run: {cell}"
+            assert re.fullmatch(r"\[\d+\]:", cell["prompt"]), (
+                f"cell {cell['index']} before the error did not run: {cell}"
+            )
             assert not cell["errors"], cell
         elif cell["index"] > first["index"]:
             assert cell["prompt"] in ("[ ]:", ""), f"cell {cell['index']} ran after the error: {cell['prompt']}"
@@ -138,9 +148,11 @@ ROLES_DRIVER = ROOT / "tests" / "browser" / "lab_roles.mjs"
 
 def _private_lab_env(tmp_path: Path) -> dict:
     env = dict(os.environ)
-    env.update(JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "lab-workspaces"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env.update(
+        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "lab-workspaces"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
     env.pop("PYTHONPATH", None)
     return env
 
@@ -172,10 +184,16 @@ def test_lab_roles_in_chromium(tmp_path):
                 "screenshots": str(ARTIFACTS),
                 "timeout_s": int(os.environ.get("GRPO_BROWSER_TIMEOUT_S", "180")),
             }
-            done = subprocess.run(["node", str(ROLES_DRIVER), json.dumps(options)], cwd=ROLES_DRIVER.parent,
-                                  capture_output=True, text=True, timeout=500)
-    logs = "\n".join(f"--- {name} log ---\n" + (tmp_path / f"{name}.log").read_text()[-2000:]
-                     for name in ("learner", "instructor"))
+            done = subprocess.run(
+                ["node", str(ROLES_DRIVER), json.dumps(options)],
+                cwd=ROLES_DRIVER.parent,
+                capture_output=True,
+                text=True,
+                timeout=500,
+            )
+    logs = "\n".join(
+        f"--- {name} log ---\n" + (tmp_path / f"{name}.log").read_text()[-2000:] for name in ("learner", "instructor")
+    )
     assert done.returncode == 0, f"browser driver failed:\n{done.stderr[-4000:]}\n{logs}"
     report = json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -190,7 +208,9 @@ def test_lab_roles_in_chromium(tmp_path):
     formgrader = instructor_view["formgrader"]
     listed = " ".join(formgrader["rows"])
     assert all(name in listed for name in assignments), formgrader["rows"]
-    assert "No data available" not in formgrader["body"] and "exchange directory" not in formgrader["body"], formgrader["body"]
+    assert "No data available" not in formgrader["body"] and "exchange directory" not in formgrader["body"], formgrader[
+        "body"
+    ]
     for path in report["screenshots"]:
         assert Path(path).stat().st_size > 10_000, path
     print(f"screenshots: {', '.join(report['screenshots'])}", file=sys.stderr)
@@ -206,8 +226,9 @@ def _course_of_its_own(root: Path, assignment: str, learner: str) -> Path:
 
     (root / "autograde").mkdir(parents=True)
     text = (ROOT / "course.toml").read_text(encoding="utf-8")
-    (root / "course.toml").write_text(text + f'\n[roster]\n{learner} = {{ first_name = "小明", last_name = "王" }}\n',
-                                      encoding="utf-8")
+    (root / "course.toml").write_text(
+        text + f'\n[roster]\n{learner} = {{ first_name = "小明", last_name = "王" }}\n', encoding="utf-8"
+    )
     for part in ("__init__.py", "grpo_grader", "pipeline.py"):
         (root / "autograde" / part).symlink_to(ROOT / "autograde" / part)
     for part in ("tools", "solutions", "environments", "pyproject.toml"):
@@ -219,8 +240,13 @@ def _course_of_its_own(root: Path, assignment: str, learner: str) -> Path:
 
 
 def _walk(options: dict) -> dict:
-    done = subprocess.run(["node", str(EXCHANGE_DRIVER), json.dumps(options)], cwd=EXCHANGE_DRIVER.parent,
-                          capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        ["node", str(EXCHANGE_DRIVER), json.dumps(options)],
+        cwd=EXCHANGE_DRIVER.parent,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, f"browser driver ({options['phase']}) failed:\n{done.stderr[-4000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -242,17 +268,28 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
     course = root / "autograde"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     env = _private_lab_env(tmp_path)
-    base = {"chromium": _chromium(), "assignment": assignment, "learner_id": learner_id,
-            "screenshots": str(ARTIFACTS), "timeout_s": int(os.environ.get("GRPO_BROWSER_TIMEOUT_S", "180"))}
+    base = {
+        "chromium": _chromium(),
+        "assignment": assignment,
+        "learner_id": learner_id,
+        "screenshots": str(ARTIFACTS),
+        "timeout_s": int(os.environ.get("GRPO_BROWSER_TIMEOUT_S", "180")),
+    }
     with open(tmp_path / "learner.log", "w") as learner_log, open(tmp_path / "instructor.log", "w") as instructor_log:
         learner = LabServer(root, env=env, log=learner_log, role="learner", serve=root / "work")
         instructor = LabServer(root, env=env, log=instructor_log, role="instructor")
         with learner, instructor:
             (root / "work" / assignment).mkdir()  # the work copy `make lab` makes: Fetch must still be offered
             shutil.copy2(course / "release" / assignment / f"{assignment}.ipynb", root / "work" / assignment)
-            walked = _walk({**base, "phase": "exchange", "learner": learner.url("lab"),
-                            "formgrader": instructor.url("formgrader"),
-                            "checkpoint": f"{Path(FETCH_DIR).name}/{assignment}/{assignment}.ipynb"})
+            walked = _walk(
+                {
+                    **base,
+                    "phase": "exchange",
+                    "learner": learner.url("lab"),
+                    "formgrader": instructor.url("formgrader"),
+                    "checkpoint": f"{Path(FETCH_DIR).name}/{assignment}/{assignment}.ipynb",
+                }
+            )
             assert walked["fetchOffered"] >= 1 and walked["checkpoint"] == 201, walked
             fetched = root / FETCH_DIR / assignment
             assert (fetched / ".ipynb_checkpoints" / f"{assignment}-checkpoint.ipynb").is_file()
@@ -266,14 +303,21 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
             assert "make autograde" in walked["autograde"] and f"--learner {learner_id}" in walked["autograde"], walked
             assert not (course / "autograded").exists(), "the formgrader's Autograde graded after all"
 
-            graded = subprocess.run([sys.executable, "-m", "autograde.pipeline", "autograde", "--course", str(course),
-                                     "--workers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+            graded = subprocess.run(
+                [sys.executable, "-m", "autograde.pipeline", "autograde", "--course", str(course), "--workers", "1"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert graded.returncode == 0, graded.stdout[-3000:] + graded.stderr[-3000:]
             page = course / "feedback" / learner_id / assignment / f"{assignment}.html"
-            fed = _walk({**base, "phase": "feedback", "formgrader": instructor.url("formgrader"),
-                         "feedback_file": str(page)})
-    logs = "\n".join(f"--- {name} log ---\n" + (tmp_path / f"{name}.log").read_text()[-2000:]
-                     for name in ("learner", "instructor"))
+            fed = _walk(
+                {**base, "phase": "feedback", "formgrader": instructor.url("formgrader"), "feedback_file": str(page)}
+            )
+    logs = "\n".join(
+        f"--- {name} log ---\n" + (tmp_path / f"{name}.log").read_text()[-2000:] for name in ("learner", "instructor")
+    )
     assert "make feedback" in fed["generateFeedback"] and "Success" in fed["generateFeedback"], (fed, logs)
     html = page.read_text(encoding="utf-8")
     source = (course / "source" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8")

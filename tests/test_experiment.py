@@ -5,6 +5,7 @@ headless: dry_run through the shared notebook_runs solution run, tiny_cpu and re
 CLI (slow). Evidence from the CLI runs goes to
 unique RUN_LABELs that are removed afterwards; nothing is left in benchmarks/results/pt_grpo/.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,25 +36,49 @@ def prepared(name, group_size):
 
 def dry_record(run_mode="dry_run", weights=None):
     record = gx.new_record(
-        run_mode=run_mode, run_label="unit", environment_profile="PT-RL-CUDA",
+        run_mode=run_mode,
+        run_label="unit",
+        environment_profile="PT-RL-CUDA",
         framework={"python": "3", "torch": torch.__version__, "transformers": None, "peft": None, "jsonschema": None},
         hardware={"cuda_available": False},
-        model={"id": "Qwen/Qwen2.5-0.5B-Instruct", "requested_revision": "main", "resolved_commit": None,
-               "resolution_source": None, "weights": weights, "local_files_only": False},
+        model={
+            "id": "Qwen/Qwen2.5-0.5B-Instruct",
+            "requested_revision": "main",
+            "resolved_commit": None,
+            "resolution_source": None,
+            "weights": weights,
+            "local_files_only": False,
+        },
         dataset={"source": "embedded_fixed_candidate_groups_with_verifier", "groups": 2, "sample_hash": "0" * 64},
-        workload={"id": WORKLOAD_ID, "version": "v3",
-                  "candidate_sets": [{"name": n, "group_size": g} for n, g in SETS],
-                  "comparison_scope": "candidate_coverage_not_group_size_causality", "max_length": 96,
-                  "clip_range": 0.2, "lora_rank": 8, "lora_alpha": 16, "lora_dropout": 0.0,
-                  "lora_target_modules": ["q_proj", "v_proj"], "update_steps": 4, "learning_rate": 2e-4,
-                  "learning_rate_source": "seed", "seed": 42, "advantage_eps": 1e-6},
-        verifier={"id": "integer-answer-v1", "correctness_weight": 1.0, "format_weight": 0.1,
-                  "failure_policy": "unjudgeable_receives_zero"},
+        workload={
+            "id": WORKLOAD_ID,
+            "version": "v3",
+            "candidate_sets": [{"name": n, "group_size": g} for n, g in SETS],
+            "comparison_scope": "candidate_coverage_not_group_size_causality",
+            "max_length": 96,
+            "clip_range": 0.2,
+            "lora_rank": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.0,
+            "lora_target_modules": ["q_proj", "v_proj"],
+            "update_steps": 4,
+            "learning_rate": 2e-4,
+            "learning_rate_source": "seed",
+            "seed": 42,
+            "advantage_eps": 1e-6,
+        },
+        verifier={
+            "id": "integer-answer-v1",
+            "correctness_weight": 1.0,
+            "format_weight": 0.1,
+            "failure_policy": "unjudgeable_receives_zero",
+        },
     )
     for name, size in SETS:
         cs, rewards, group_ids, advantages = prepared(name, size)
-        record["candidates"].append(gx.candidate_entry(cs, rewards, group_ids, advantages,
-                                                       gx.zero_variance_guard(group_ids)))
+        record["candidates"].append(
+            gx.candidate_entry(cs, rewards, group_ids, advantages, gx.zero_variance_guard(group_ids))
+        )
     record["timing"]["total_seconds"] = 0.1
     return record
 
@@ -62,22 +87,48 @@ def fake_measurements(record, separations=(0.3, 0.2), margin=0.01):
     """Fill the update half by hand (for schema / decision tests that need no model)."""
     for entry, sep in zip(record["candidates"], separations):
         n = len(entry["rewards"])
-        entry.update({"trainable_parameters": 100, "losses": [0.0, -0.1], "gradient_norms": [0.5, 0.4],
-                      "clip_fractions": [0.0, 0.5], "mean_clip_fraction": 0.25, "logprob_shifts": [0.0] * n,
-                      "policy_separation": sep, "train_eval_logprob_gap": margin / 4,
-                      "eval_repeat_logprob_gap": 0.0, "precision_logprob_gap": 0.0, "noise_margin": margin,
-                      "scaler_skipped_steps": 0,
-                      "update_ms": [1.0, 2.0], "median_update_ms": 1.5,
-                      "p95_update_ms": 1.95, "peak_memory_metric": "process_peak_rss",
-                      "peak_allocated_bytes": None, "peak_rss_bytes": 123, "allocated_bytes_at_start": None})
+        entry.update(
+            {
+                "trainable_parameters": 100,
+                "losses": [0.0, -0.1],
+                "gradient_norms": [0.5, 0.4],
+                "clip_fractions": [0.0, 0.5],
+                "mean_clip_fraction": 0.25,
+                "logprob_shifts": [0.0] * n,
+                "policy_separation": sep,
+                "train_eval_logprob_gap": margin / 4,
+                "eval_repeat_logprob_gap": 0.0,
+                "precision_logprob_gap": 0.0,
+                "noise_margin": margin,
+                "scaler_skipped_steps": 0,
+                "update_ms": [1.0, 2.0],
+                "median_update_ms": 1.5,
+                "p95_update_ms": 1.95,
+                "peak_memory_metric": "process_peak_rss",
+                "peak_allocated_bytes": None,
+                "peak_rss_bytes": 123,
+                "allocated_bytes_at_start": None,
+            }
+        )
     record["model"].update({"resolved_commit": "abc", "resolution_source": "local"})
     record["runtime"]["dtype_choice"] = "auto"
-    record["workload"].update({
-        "batch_shapes": [{"candidate_set": c["candidate_set"], "input_ids_shape": [len(c["rewards"]), 30],
-                          "response_tokens": [2] * len(c["rewards"]), "response_tokens_total": 2 * len(c["rewards"]),
-                          "prompt_tokens": [20] * len(c["rewards"]), "attended_tokens_total": 22 * len(c["rewards"])}
-                         for c in record["candidates"]],
-        "tokenizer_hash": "a" * 64, "token_ids_hash": "b" * 64})
+    record["workload"].update(
+        {
+            "batch_shapes": [
+                {
+                    "candidate_set": c["candidate_set"],
+                    "input_ids_shape": [len(c["rewards"]), 30],
+                    "response_tokens": [2] * len(c["rewards"]),
+                    "response_tokens_total": 2 * len(c["rewards"]),
+                    "prompt_tokens": [20] * len(c["rewards"]),
+                    "attended_tokens_total": 22 * len(c["rewards"]),
+                }
+                for c in record["candidates"]
+            ],
+            "tokenizer_hash": "a" * 64,
+            "token_ids_hash": "b" * 64,
+        }
+    )
     return record
 
 
@@ -91,10 +142,14 @@ def test_run_mode_and_label_contracts():
     for bad in ("", "a/b", "../x", "has space", "-lead", "x" * 65):
         with pytest.raises(ValueError, match="RUN_LABEL"):
             gx.check_run_label(bad)
-    assert gx.output_relative_path(WORKLOAD_ID, "r1").as_posix() == \
-        "benchmarks/results/local/pt_grpo/pt-grpo-real-model-update_r1.json"
-    assert gx.output_relative_path(WORKLOAD_ID, "tiny_cpu_reference").as_posix() == \
-        "benchmarks/results/pt_grpo/pt-grpo-real-model-update_tiny_cpu_reference.json"
+    assert (
+        gx.output_relative_path(WORKLOAD_ID, "r1").as_posix()
+        == "benchmarks/results/local/pt_grpo/pt-grpo-real-model-update_r1.json"
+    )
+    assert (
+        gx.output_relative_path(WORKLOAD_ID, "tiny_cpu_reference").as_posix()
+        == "benchmarks/results/pt_grpo/pt-grpo-real-model-update_tiny_cpu_reference.json"
+    )
 
 
 def test_the_parameters_cell_is_the_only_headless_override():
@@ -109,8 +164,10 @@ def test_the_parameters_cell_is_the_only_headless_override():
     tagged = [i for i, c in enumerate(nb.cells) if chain.PARAMETERS_TAG in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and "RUN_MODE = " in nb.cells[tagged[0]].source
     assert "RUN_LABEL = " in nb.cells[tagged[0]].source
-    assert not any("GRPO_RUN_MODE" in c.source or "GRPO_RUN_LABEL" in c.source or "headless_overrides" in c.source
-                   for c in nb.cells)
+    assert not any(
+        "GRPO_RUN_MODE" in c.source or "GRPO_RUN_LABEL" in c.source or "headless_overrides" in c.source
+        for c in nb.cells
+    )
     done = chain.parameterize(nb, {"RUN_MODE": "tiny_cpu", "RUN_LABEL": "x1"})
     injected = done.cells[tagged[0] + 1]
     assert injected.metadata["tags"] == ["injected-parameters"]
@@ -129,21 +186,30 @@ def test_the_parameters_cell_is_the_only_headless_override():
 
 
 # ------------------------------------------------------------------------------------------ verifier
-@pytest.mark.parametrize("response, expected, status, parsed, correct, fmt", [
-    ("4", 4, "ok", 4, 1.0, 1.0),
-    ("  4\n", 4, "ok", 4, 1.0, 1.0),
-    ("5", 4, "ok", 5, 0.0, 1.0),
-    ("The answer is 4.", 4, "ok", 4, 1.0, 0.0),
-    ("I do not know.", 4, "unjudgeable", None, 0.0, 0.0),
-    ("-3", -3, "ok", -3, 1.0, 1.0),
-    ("4 or maybe 5", 4, "ok", 5, 0.0, 0.0),  # the LAST integer counts
-    ("4.5", 5, "ok", 5, 1.0, 0.0),
-    ("", 0, "unjudgeable", None, 0.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "response, expected, status, parsed, correct, fmt",
+    [
+        ("4", 4, "ok", 4, 1.0, 1.0),
+        ("  4\n", 4, "ok", 4, 1.0, 1.0),
+        ("5", 4, "ok", 5, 0.0, 1.0),
+        ("The answer is 4.", 4, "ok", 4, 1.0, 0.0),
+        ("I do not know.", 4, "unjudgeable", None, 0.0, 0.0),
+        ("-3", -3, "ok", -3, 1.0, 1.0),
+        ("4 or maybe 5", 4, "ok", 5, 0.0, 0.0),  # the LAST integer counts
+        ("4.5", 5, "ok", 5, 1.0, 0.0),
+        ("", 0, "unjudgeable", None, 0.0, 0.0),
+    ],
+)
 def test_verifier_integer_answer_v1(response, expected, status, parsed, correct, fmt):
     record = gx.verify_integer_response(response, expected)
-    assert record == {"verifier_id": "integer-answer-v1", "status": status, "parsed_answer": parsed,
-                      "correctness": correct, "format_pass": fmt, "total_reward": 1.0 * correct + 0.1 * fmt}
+    assert record == {
+        "verifier_id": "integer-answer-v1",
+        "status": status,
+        "parsed_answer": parsed,
+        "correctness": correct,
+        "format_pass": fmt,
+        "total_reward": 1.0 * correct + 0.1 * fmt,
+    }
     weighted = gx.verify_integer_response(response, expected, correctness_weight=2.0, format_weight=0.5)
     assert weighted["total_reward"] == pytest.approx(2.0 * correct + 0.5 * fmt)
 
@@ -168,9 +234,15 @@ def test_candidate_sets_take_the_first_g_responses_of_every_group():
     assert expanded.rewards == pytest.approx([1.1, 0.1, 1.0, 0.0, 1.1, 0.1, 1.0, 0.1])
     assert [r["group_index"] for r in expanded.verifier_records] == expanded.group_ids
     assert gx.verifier_summary(minimal.verifier_records) == {
-        "correctness_pass_rate": 0.5, "format_pass_rate": 1.0, "unjudgeable_count": 0}
+        "correctness_pass_rate": 0.5,
+        "format_pass_rate": 1.0,
+        "unjudgeable_count": 0,
+    }
     assert gx.verifier_summary(expanded.verifier_records) == {
-        "correctness_pass_rate": 0.5, "format_pass_rate": 0.625, "unjudgeable_count": 1}
+        "correctness_pass_rate": 0.5,
+        "format_pass_rate": 0.625,
+        "unjudgeable_count": 1,
+    }
     for bad in (1, 5, 2.0, True):
         with pytest.raises(ValueError):
             gx.build_candidate_set("x", bad)
@@ -205,8 +277,7 @@ def test_group_advantages_against_float64_reference(seed, n, dtype):
     group_ids = torch.randint(-3, 3, (n,), generator=gen)  # unsorted, negative ids
     got = gx.group_advantages(rewards, group_ids, eps=1e-6)
     assert got.dtype == dtype
-    torch.testing.assert_close(got.double(), _reference_advantages(rewards, group_ids, 1e-6),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.double(), _reference_advantages(rewards, group_ids, 1e-6), rtol=1e-5, atol=1e-5)
     for g in group_ids.unique():
         assert abs(float(got[group_ids == g].sum())) < 1e-4
 
@@ -217,7 +288,7 @@ def test_seed_fixture_advantages_and_reward_std():
     assert gx.reward_std_mean(rewards, group_ids) == pytest.approx(0.5)
     _, rewards, group_ids, adv = prepared("expanded_group", 4)
     assert int(adv.ne(0).sum()) == 8
-    assert gx.reward_std_mean(rewards, group_ids) == pytest.approx((0.2525 ** 0.5 + 0.226875 ** 0.5) / 2, abs=1e-6)
+    assert gx.reward_std_mean(rewards, group_ids) == pytest.approx((0.2525**0.5 + 0.226875**0.5) / 2, abs=1e-6)
     with pytest.raises(ValueError):
         gx.group_advantages(torch.ones(3), torch.zeros(4, dtype=torch.long))
 
@@ -362,8 +433,17 @@ def tiny():
 
 
 def _policy(path, precision, seed=42):
-    return gx.load_lora_policy(path, precision, revision=None, local_files_only=True, lora_rank=8, lora_alpha=16,
-                               lora_dropout=0.0, target_modules=("q_proj", "v_proj"), seed=seed)
+    return gx.load_lora_policy(
+        path,
+        precision,
+        revision=None,
+        local_files_only=True,
+        lora_rank=8,
+        lora_alpha=16,
+        lora_dropout=0.0,
+        target_modules=("q_proj", "v_proj"),
+        seed=seed,
+    )
 
 
 def _batch(tokenizer, cs):
@@ -429,7 +509,9 @@ def test_grad_scaler_path_reports_unscaled_gradient_norm(tiny):
         policy, trainable = _policy(path, precision)
         optimizer = torch.optim.AdamW(trainable, lr=1e-2)
         old = gx.sequence_logps(policy, batch, precision)
-        norms.append(gx.grpo_update_step(policy, batch, old, adv, optimizer, trainable, 0.2, precision, scaler).gradient_norm)
+        norms.append(
+            gx.grpo_update_step(policy, batch, old, adv, optimizer, trainable, 0.2, precision, scaler).gradient_norm
+        )
     assert norms[0] > 0
     assert norms[1] == pytest.approx(norms[0], rel=1e-4)
 
@@ -500,8 +582,9 @@ def test_bf16_weights_load_and_update(tiny):
     assert steps[0].loss == pytest.approx(0.0, abs=0.05)  # about 0: train and eval forwards may differ in bf16
     noise = gx.logprob_noise(old, first, repeat, fp32)
     assert 1e-4 < noise["precision_logprob_gap"] < 0.1  # bf16 rounding moves log-probs measurably
-    assert noise["noise_margin"] == pytest.approx(4 * max(noise["train_eval_logprob_gap"], noise["eval_repeat_logprob_gap"],
-                                                          noise["precision_logprob_gap"]))
+    assert noise["noise_margin"] == pytest.approx(
+        4 * max(noise["train_eval_logprob_gap"], noise["eval_repeat_logprob_gap"], noise["precision_logprob_gap"])
+    )
     final = gx.sequence_logps(policy, batch, precision)
     assert torch.isfinite(final).all() and not torch.equal(final, old)
 
@@ -527,14 +610,32 @@ def test_fp16_weights_with_grad_scaler_as_the_forced_fp16_run(tiny):
 def test_logprob_noise_and_margin():
     old = torch.tensor([-1.0, -2.0, -3.0])
     noise = gx.logprob_noise(old, old + torch.tensor([0.0, 0.004, -0.001]), old + torch.tensor([0.0, 0.0, 0.002]))
-    assert noise == pytest.approx({"train_eval_logprob_gap": 0.004, "eval_repeat_logprob_gap": 0.002,
-                                   "precision_logprob_gap": 0.0, "noise_margin": 0.016}, abs=1e-6)
+    assert noise == pytest.approx(
+        {
+            "train_eval_logprob_gap": 0.004,
+            "eval_repeat_logprob_gap": 0.002,
+            "precision_logprob_gap": 0.0,
+            "noise_margin": 0.016,
+        },
+        abs=1e-6,
+    )
     rounded = gx.logprob_noise(old, old.clone(), old.clone(), old + torch.tensor([0.0087, 0.0, 0.0]))
-    assert rounded == pytest.approx({"train_eval_logprob_gap": 0.0, "eval_repeat_logprob_gap": 0.0,
-                                     "precision_logprob_gap": 0.0087, "noise_margin": 0.0348}, abs=1e-6)
+    assert rounded == pytest.approx(
+        {
+            "train_eval_logprob_gap": 0.0,
+            "eval_repeat_logprob_gap": 0.0,
+            "precision_logprob_gap": 0.0087,
+            "noise_margin": 0.0348,
+        },
+        abs=1e-6,
+    )
     exact = gx.logprob_noise(old, old.clone(), old.clone())
-    assert exact == {"train_eval_logprob_gap": 0.0, "eval_repeat_logprob_gap": 0.0, "precision_logprob_gap": 0.0,
-                     "noise_margin": 0.0}
+    assert exact == {
+        "train_eval_logprob_gap": 0.0,
+        "eval_repeat_logprob_gap": 0.0,
+        "precision_logprob_gap": 0.0,
+        "noise_margin": 0.0,
+    }
 
 
 def test_token_workload_shapes_and_hashes(tiny):
@@ -580,8 +681,17 @@ def test_update_measurements_fill_every_field(tiny):
     steps = [gx.StepResult(0.0, 0.5, 0.0, 3.0), gx.StepResult(-0.1, 0.4, 0.5, 1.0)]
     old = torch.zeros(8)
     new = adv * 0.1
-    gx.add_update_measurements(entry, steps, old, new, adv, 1234, gx.peak_memory(precision),
-                               noise=gx.logprob_noise(old, old, old), scaler_skipped_steps=2)
+    gx.add_update_measurements(
+        entry,
+        steps,
+        old,
+        new,
+        adv,
+        1234,
+        gx.peak_memory(precision),
+        noise=gx.logprob_noise(old, old, old),
+        scaler_skipped_steps=2,
+    )
     assert entry["losses"] == [0.0, -0.1] and entry["gradient_norms"] == [0.5, 0.4]
     assert entry["scaler_skipped_steps"] == 2 and entry["noise_margin"] == 0.0
     assert entry["mean_clip_fraction"] == 0.25
@@ -634,10 +744,17 @@ def test_decision_rule_and_evidence_levels():
     assert (record["evidence_level"], record["decision"]) == ("tiny_cpu_mechanism_check", "accept_mechanism")
     assert record["decision_rules"]["course_rule"]["passed"] and record["decision_rules"]["reference_rule"]["passed"]
     assert record["highest_separation_candidate"] == {
-        "candidate_set": "minimal_pair", "group_size": 2, "interpretation": "diagnostic_only_not_configuration_selection"}
+        "candidate_set": "minimal_pair",
+        "group_size": 2,
+        "interpretation": "diagnostic_only_not_configuration_selection",
+    }
 
-    for change in ({"policy_separation": 0.0}, {"zero_variance_guard_passed": False}, {"reward_std_mean": 0.0},
-                   {"policy_separation": 0.005}):  # 0.005: above the reference's 0, below the 0.01 noise margin
+    for change in (
+        {"policy_separation": 0.0},
+        {"zero_variance_guard_passed": False},
+        {"reward_std_mean": 0.0},
+        {"policy_separation": 0.005},
+    ):  # 0.005: above the reference's 0, below the 0.01 noise margin
         candidates = copy.deepcopy(record["candidates"])
         candidates[1].update(change)
         assert gx.decide(candidates) == "tune"
@@ -658,8 +775,13 @@ def test_decision_rule_and_evidence_levels():
     gpu["hardware"] = {"cuda_available": True}
     gpu["runtime"].update({"device": "cuda", "dtype": "bfloat16", "autocast": True})
     for c in gpu["candidates"]:
-        c.update({"peak_memory_metric": "cuda_max_memory_allocated", "peak_allocated_bytes": 10,
-                  "allocated_bytes_at_start": 0})
+        c.update(
+            {
+                "peak_memory_metric": "cuda_max_memory_allocated",
+                "peak_allocated_bytes": 10,
+                "allocated_bytes_at_start": 0,
+            }
+        )
     gx.finalize_measured(gpu)
     gx.validate_record(gpu)
     assert gpu["evidence_level"] == "random_init_gpu_resource_benchmark"

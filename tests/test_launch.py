@@ -1,6 +1,7 @@
 """One-click launch: badges and bootstrap cell from course.toml, the simulated Colab / ModelScope start
 (a learner notebook alone in an empty folder clones the course from a local `file://` URL), the
 failure messages, the README table and `make lab`."""
+
 from __future__ import annotations
 
 import copy
@@ -87,7 +88,9 @@ def test_bootstrap_cell_finds_the_course_with_tools_bootstraps_own_functions():
         namespace["detect_platform"]({"GRPO_COURSE_PLATFORM": "kaggle"}, modules={})
     with pytest.raises(bootstrap.BootstrapError, match="无法识别"):
         bootstrap.detect_platform({"GRPO_COURSE_PLATFORM": "kaggle"}, modules={})
-    assert namespace["clone_dir"]("colab", "someone/grpo-fork", {}) == bootstrap.clone_dir("colab", "someone/grpo-fork", {})
+    assert namespace["clone_dir"]("colab", "someone/grpo-fork", {}) == bootstrap.clone_dir(
+        "colab", "someone/grpo-fork", {}
+    )
 
 
 def test_bootstrap_cell_rejects_an_unknown_profile():
@@ -120,7 +123,9 @@ def test_detect_platform_google_colab_module_and_bad_override():
 def _cell_course_folder(source: str, cwd: Path, environ: dict, monkeypatch) -> Path:
     """Run the cell's own ``course_folder()`` (not the clone / import part) under ``environ``."""
     definitions = source.split("\ncourse_root = course_folder()")[0]
-    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
+    for key in [
+        k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))
+    ]:
         monkeypatch.delenv(key)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
@@ -138,8 +143,14 @@ def test_cell_clone_folder_matches_the_platform(environ, expected, tmp_path, mon
     assert folder == Path({"colab": "/content", "modelscope": "/mnt/workspace"}[expected]) / "grpo-fork"
     rooted = dict(environ, GRPO_PLATFORM_ROOT=str(tmp_path / "fake-root"))
     expected_parent = {"colab": "content", "modelscope": "mnt/workspace"}[expected]
-    assert _cell_course_folder(source, tmp_path, rooted, monkeypatch) == tmp_path / "fake-root" / expected_parent / "grpo-fork"
-    assert bootstrap.clone_dir(expected, FORK["repository"], rooted) == tmp_path / "fake-root" / expected_parent / "grpo-fork"
+    assert (
+        _cell_course_folder(source, tmp_path, rooted, monkeypatch)
+        == tmp_path / "fake-root" / expected_parent / "grpo-fork"
+    )
+    assert (
+        bootstrap.clone_dir(expected, FORK["repository"], rooted)
+        == tmp_path / "fake-root" / expected_parent / "grpo-fork"
+    )
     override = dict(environ, GRPO_COURSE_DIR=str(tmp_path / "elsewhere"))
     assert _cell_course_folder(source, tmp_path, override, monkeypatch) == tmp_path / "elsewhere"
 
@@ -162,7 +173,10 @@ def test_release_stamp_is_in_every_notebook_and_follows_the_source(tmp_path):
         nb = nbformat.read(path, as_version=4)
         stamp = nb.metadata["course"]["stamp"]
         assert stamp == cells.release_stamp(name, ROOT) and re.fullmatch(r"[0-9a-f]{12}", stamp)
-        assert f'STAMP = "{nb.metadata["course"]["profile"]}", "{name}", "{stamp}"' in nb.cells[_bootstrap_index(nb)].source
+        assert (
+            f'STAMP = "{nb.metadata["course"]["profile"]}", "{name}", "{stamp}"'
+            in nb.cells[_bootstrap_index(nb)].source
+        )
     (tmp_path / "solutions").mkdir()
     shutil.copy2(ROOT / "course.toml", tmp_path / "course.toml")
     (tmp_path / "solutions" / "nb01_x.py").write_text("# one\n")
@@ -189,7 +203,9 @@ def _stamped_repo(folder: Path, stamp: str) -> None:
     (folder / "course.toml").write_text('[course]\nrepository = "someone/grpo-fork"\n')
     nb_dir = folder / "notebooks" / "nb01_group_advantages"
     nb_dir.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nbformat.v4.new_notebook(metadata={"course": {"stamp": stamp}}), nb_dir / "nb01_group_advantages.ipynb")
+    nbformat.write(
+        nbformat.v4.new_notebook(metadata={"course": {"stamp": stamp}}), nb_dir / "nb01_group_advantages.ipynb"
+    )
 
 
 @pytest.mark.parametrize("update", [False, True])
@@ -206,7 +222,9 @@ def test_cell_offers_the_update_of_a_reused_stale_clone(update, tmp_path, monkey
     _git("commit", "-q", "-am", "new release", cwd=origin)
     source = cells.bootstrap_source("BASE-CPU", FORK, "nb01_group_advantages", "000000000new")
     body = source.rsplit("\nsys.path.insert(0, str(course_root))", 1)[0]  # stop before importing the clone's tools
-    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
+    for key in [
+        k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))
+    ]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("COLAB_RELEASE_TAG", "simulated")
     monkeypatch.setenv("GRPO_COURSE_DIR", str(clone))
@@ -254,13 +272,16 @@ def _fake_course(root: Path, base_lines: list[str]) -> Path:
 def test_failing_requirements_follow_the_preflight(tmp_path):
     import torch
 
-    root = _fake_course(tmp_path, [
-        "torch==99.0",  # any installed torch >= 2.4 is accepted: not reinstalled
-        "numpy>=1.0",  # installed and new enough
-        "pytest==1.0",  # a pin is read as "this or newer": never downgraded
-        "grpo-course-absent-package==1.0",  # missing
-        "nbformat==999.0",  # too old
-    ])
+    root = _fake_course(
+        tmp_path,
+        [
+            "torch==99.0",  # any installed torch >= 2.4 is accepted: not reinstalled
+            "numpy>=1.0",  # installed and new enough
+            "pytest==1.0",  # a pin is read as "this or newer": never downgraded
+            "grpo-course-absent-package==1.0",  # missing
+            "nbformat==999.0",  # too old
+        ],
+    )
     names = [r.name for r in bootstrap.failing_requirements("BASE-CPU", root)]
     assert names == ["grpo-course-absent-package", "nbformat"]
     assert bootstrap.platform_torch_version().split("+")[0] == torch.__version__.split("+")[0]
@@ -297,8 +318,16 @@ def test_failed_install_is_a_chinese_message(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- simulated platform start
 def _snapshot(destination: Path) -> Path:
     """A git repository holding the working tree as it is now (tracked + untracked, not ignored)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = ROOT / name
         if source.is_file() and not source.is_symlink():
@@ -323,12 +352,13 @@ def origin(tmp_path_factory):
     return _snapshot(tmp_path_factory.mktemp("origin"))
 
 
-PROBE = ("import sys, tools\n"
-         "print('PROBE', tools.__file__, sys.path[0], 'tools.grading' in sys.modules, sep='|')")
+PROBE = "import sys, tools\nprint('PROBE', tools.__file__, sys.path[0], 'tools.grading' in sys.modules, sep='|')"
 
 
 def _platform_env(monkeypatch, marker: dict, **settings):
-    for key in [k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))]:
+    for key in [
+        k for k in os.environ if k.startswith(("COLAB_", "MODELSCOPE_", "DSW_", "GRPO_COURSE_", "GRPO_PLATFORM_"))
+    ]:
         monkeypatch.delenv(key)
     monkeypatch.delenv("PYTHONPATH", raising=False)  # the kernel must find the course by itself
     for key, value in {**marker, **settings}.items():
@@ -346,8 +376,14 @@ def _execute(nb, cwd: Path, indices: list[int], stop_at_error: bool = True, kern
         config = Config()  # IPC, like tools.chain.notebooks.execute: no TCP port, no "without encryption" warning
         config.KernelManager.transport = "ipc"
         config.KernelManager.connection_file = os.path.join(sockets, "kernel.json")
-        client = NotebookClient(nb, timeout=600, kernel_name=kernel_name, allow_errors=True,
-                                resources={"metadata": {"path": str(cwd)}}, config=config)
+        client = NotebookClient(
+            nb,
+            timeout=600,
+            kernel_name=kernel_name,
+            allow_errors=True,
+            resources={"metadata": {"path": str(cwd)}},
+            config=config,
+        )
         with client.setup_kernel():
             for index in indices:
                 client.execute_cell(nb.cells[index], index)
@@ -393,13 +429,18 @@ def _bootstrap_index(nb) -> int:
 def test_simulated_colab_start_clones_and_runs_the_first_cells(origin, tmp_path, monkeypatch):
     nb, folder, source = _single_notebook(tmp_path)
     clone = tmp_path / "root" / "content" / "grpo-in-practice"  # Colab's default folder under a temporary "/"
-    _platform_env(monkeypatch, {"COLAB_RELEASE_TAG": "release-colab-simulated"},
-                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_COURSE_BRANCH="main",
-                  GRPO_PLATFORM_ROOT=str(tmp_path / "root"))
+    _platform_env(
+        monkeypatch,
+        {"COLAB_RELEASE_TAG": "release-colab-simulated"},
+        GRPO_COURSE_REPO_URL=origin.as_uri(),
+        GRPO_COURSE_BRANCH="main",
+        GRPO_PLATFORM_ROOT=str(tmp_path / "root"),
+    )
     boot = _bootstrap_index(nb)
     profile = nb.metadata["course"]["profile"]
-    first_todo = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-                      and c.metadata.get("nbgrader", {}).get("solution"))
+    first_todo = next(
+        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")
+    )
     # bootstrap, a probe, the cells up to the first TODO's failure, the bootstrap again, the probe again
     nb.cells.insert(boot + 1, nbformat.v4.new_code_cell(PROBE))
     nb.cells.append(copy.deepcopy(nb.cells[boot]))
@@ -443,12 +484,15 @@ def test_simulated_modelscope_start_is_idempotent(origin, tmp_path, monkeypatch)
     nb, folder, _ = _single_notebook(tmp_path)
     clone = tmp_path / "root" / "mnt" / "workspace" / "grpo-in-practice"  # ModelScope's persistent disk
     subprocess.run(["git", "clone", "-q", origin.as_uri(), str(clone)], check=True)  # an earlier session's clone
-    _platform_env(monkeypatch, {"MODELSCOPE_ENVIRONMENT": "dsw", "DSW_INSTANCE_ID": "dsw-simulated"},
-                  GRPO_COURSE_REPO_URL=(tmp_path / "must-not-be-used").as_uri(),
-                  GRPO_PLATFORM_ROOT=str(tmp_path / "root"))
+    _platform_env(
+        monkeypatch,
+        {"MODELSCOPE_ENVIRONMENT": "dsw", "DSW_INSTANCE_ID": "dsw-simulated"},
+        GRPO_COURSE_REPO_URL=(tmp_path / "must-not-be-used").as_uri(),
+        GRPO_PLATFORM_ROOT=str(tmp_path / "root"),
+    )
     boot = _bootstrap_index(nb)
     profile = nb.metadata["course"]["profile"]
-    nb.cells[boot + 1:] = [copy.deepcopy(nb.cells[boot]), nbformat.v4.new_code_cell(PROBE)]
+    nb.cells[boot + 1 :] = [copy.deepcopy(nb.cells[boot]), nbformat.v4.new_code_cell(PROBE)]
     ran = _execute(nb, folder, [boot, boot + 1, boot + 2])
     first, second = ran.cells[boot], ran.cells[boot + 1]
     assert not _errors(first) and not _errors(second), (_errors(first), _errors(second))
@@ -465,8 +509,9 @@ REALISTIC = "GRPO_REALISTIC_LAUNCH"
 # has torch 2.13.0+cpu that imports (its 2.14.1 wheel is a CUDA build that needs cuDNN & co.): the test
 # therefore checks that the preinstalled torch is left untouched (same files) rather than a newer version;
 # GRPO_REALISTIC_TORCH=<wheel or spec> picks another one where the registry offers it.
-PLATFORM_TORCH = os.environ.get("GRPO_REALISTIC_TORCH",
-                                "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+PLATFORM_TORCH = os.environ.get(
+    "GRPO_REALISTIC_TORCH", "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+)
 TORCH_DEPENDENCIES = ("filelock", "typing-extensions", "sympy", "networkx", "jinja2", "fsspec", "setuptools")
 
 
@@ -476,8 +521,10 @@ def _pip(python: Path, *args: str, env: dict | None = None) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get(REALISTIC) != "1",
-                    reason=f"opt-in, a few minutes and ~1.5 GB of disk: {REALISTIC}=1 pytest tests/test_launch.py -k realistic")
+@pytest.mark.skipif(
+    os.environ.get(REALISTIC) != "1",
+    reason=f"opt-in, a few minutes and ~1.5 GB of disk: {REALISTIC}=1 pytest tests/test_launch.py -k realistic",
+)
 def test_realistic_platform_launch(origin, tmp_path, monkeypatch):
     """A fresh venv (not the development one) with its own, newer torch and a Jupyter kernel, as on Colab;
     the learner notebook alone in <root>/content; the bootstrap clones from a local file:// repository into
@@ -493,15 +540,20 @@ def test_realistic_platform_launch(origin, tmp_path, monkeypatch):
     _pip(vpy, "install", "-q", "--no-deps", torch_source)
     _pip(vpy, "install", "-q", *TORCH_DEPENDENCIES, "ipykernel")
     probe = "import torch, pathlib; print(torch.__version__, pathlib.Path(torch.__file__).stat().st_mtime_ns)"
-    platform_torch, torch_mtime = subprocess.run([str(vpy), "-c", probe], capture_output=True,
-                                                 text=True, check=True).stdout.split()
+    platform_torch, torch_mtime = subprocess.run(
+        [str(vpy), "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
     wanted = [line.split("#")[0].strip() for line in (ROOT / "environments" / "base-cpu.txt").read_text().splitlines()]
     wanted = [line for line in wanted if line and not line.startswith(("-", "torch"))]
     wheelhouse = tmp_path / "wheelhouse"
     _pip(vpy, "download", "-q", "-d", str(wheelhouse), *wanted)  # once, from the registry / local mirrors
     kernels = tmp_path / "kernels"
-    subprocess.run([str(vpy), "-m", "ipykernel", "install", "--prefix", str(kernels), "--name", "platform-python"],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [str(vpy), "-m", "ipykernel", "install", "--prefix", str(kernels), "--name", "platform-python"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
     root = tmp_path / "root"
     nb, _, source = _single_notebook(tmp_path)
@@ -514,8 +566,12 @@ def test_realistic_platform_launch(origin, tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline: the wheelhouse is the only source
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheelhouse))
     monkeypatch.setenv("PATH", os.pathsep.join([str(venv / "bin"), "/usr/bin", "/bin"]))
-    _platform_env(monkeypatch, {"COLAB_RELEASE_TAG": "release-colab-realistic"},
-                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_PLATFORM_ROOT=str(root))
+    _platform_env(
+        monkeypatch,
+        {"COLAB_RELEASE_TAG": "release-colab-realistic"},
+        GRPO_COURSE_REPO_URL=origin.as_uri(),
+        GRPO_PLATFORM_ROOT=str(root),
+    )
     boot = _bootstrap_index(nb)
     ran = _execute(nb, content, list(range(boot, len(nb.cells))), kernel_name="platform-python")
     log = _text(ran.cells[boot])
@@ -533,16 +589,23 @@ def test_realistic_platform_launch(origin, tmp_path, monkeypatch):
     workspace = root / "mnt" / "workspace"
     workspace.mkdir(parents=True)
     shutil.copy2(source, workspace / source.name)
-    _platform_env(monkeypatch, {"MODELSCOPE_ENVIRONMENT": "dsw", "DSW_INSTANCE_ID": "dsw-realistic"},
-                  GRPO_COURSE_REPO_URL=origin.as_uri(), GRPO_PLATFORM_ROOT=str(root))
+    _platform_env(
+        monkeypatch,
+        {"MODELSCOPE_ENVIRONMENT": "dsw", "DSW_INSTANCE_ID": "dsw-realistic"},
+        GRPO_COURSE_REPO_URL=origin.as_uri(),
+        GRPO_PLATFORM_ROOT=str(root),
+    )
     nb = nbformat.read(workspace / source.name, as_version=4)
     ran = _execute(nb, workspace, [boot], kernel_name="platform-python")
     log = _text(ran.cells[boot])
     assert not _errors(ran.cells[boot]) and (workspace / "grpo-in-practice" / "course.toml").is_file(), log
     assert "正在安装" not in log and "preflight BASE-CPU: ok" in log, log
     version = subprocess.run([str(vpy), "-V"], capture_output=True, text=True).stdout.strip()
-    print(f"realistic launch: {version}, platform torch {platform_torch}, "
-          f"wheelhouse {len(list(wheelhouse.iterdir()))} files", file=sys.stderr)
+    print(
+        f"realistic launch: {version}, platform torch {platform_torch}, "
+        f"wheelhouse {len(list(wheelhouse.iterdir()))} files",
+        file=sys.stderr,
+    )
 
 
 @pytest.mark.slow
@@ -575,8 +638,13 @@ def test_install_failure_is_a_clear_message(origin, tmp_path, monkeypatch):
     if nb.metadata["course"]["profile"] not in ("BASE-CPU", "PT-CPU"):
         pytest.skip("the broken-install branch breaks base-cpu.txt")
     clone = tmp_path / "clones" / "grpo-in-practice"
-    _platform_env(monkeypatch, {"COLAB_RELEASE_TAG": "x"}, GRPO_COURSE_REPO_URL=origin.as_uri(),
-                  GRPO_COURSE_BRANCH="broken-install", GRPO_COURSE_DIR=str(clone))
+    _platform_env(
+        monkeypatch,
+        {"COLAB_RELEASE_TAG": "x"},
+        GRPO_COURSE_REPO_URL=origin.as_uri(),
+        GRPO_COURSE_BRANCH="broken-install",
+        GRPO_COURSE_DIR=str(clone),
+    )
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline pip: the unsatisfiable requirement fails fast
     boot = _bootstrap_index(nb)
     ran = _execute(nb, folder, [boot])
@@ -609,12 +677,15 @@ def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
     shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     (tmp_path / "course.toml").write_text(
-        '[course]\nrepository = "someone/grpo-fork"\nbranch = "dev"\n', encoding="utf-8")
+        '[course]\nrepository = "someone/grpo-fork"\nbranch = "dev"\n', encoding="utf-8"
+    )
     block = readme_table.render(tmp_path, readme)
     released = sorted(p.parent.name for p in (ROOT / "notebooks").glob("*/*.ipynb"))
     for name in released:
-        assert (f"https://colab.research.google.com/github/someone/grpo-fork/blob/dev/notebooks/{name}/{name}.ipynb"
-                in block)
+        assert (
+            f"https://colab.research.google.com/github/someone/grpo-fork/blob/dev/notebooks/{name}/{name}.ipynb"
+            in block
+        )
     assert "grpo-course/grpo-in-practice" not in block
     rows = [line for line in block.splitlines() if line.startswith("| ") and "nb0" in line]
     sources = {p.stem for p in (ROOT / "solutions").glob("nb*.py")}
@@ -624,8 +695,11 @@ def test_readme_table_is_current_and_restamps_a_fork(tmp_path):
 
 # --------------------------------------------------------------------------- make lab
 def _lab_env(tmp_path: Path) -> dict:
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
+    env = dict(
+        os.environ,
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
+    )
     env.pop("PYTHONPATH", None)
     return env
 
@@ -655,7 +729,9 @@ def _hang_report(pid: int) -> str:
     for each in [pid, *descendants(pid)]:
         try:
             status = Path(f"/proc/{each}/status").read_text()
-            keep = [line for line in status.splitlines() if line.split(":")[0] in ("State", "SigBlk", "SigIgn", "SigCgt")]
+            keep = [
+                line for line in status.splitlines() if line.split(":")[0] in ("State", "SigBlk", "SigIgn", "SigCgt")
+            ]
             wchan = Path(f"/proc/{each}/wchan").read_text()
         except OSError:
             continue
@@ -686,14 +762,25 @@ def test_lab_stops_server_and_kernels_on_sigterm_and_sighup(how, tmp_path):
         command = ["make", "-s", "lab", "PORT=0", "LAB_FLAGS=--no-browser", f"VENV={Path(sys.executable).parents[1]}"]
     else:
         command = [sys.executable, "-m", "tools.cli.lab", "--role", "learner", "--no-browser", "--port", "0"]
-    process = subprocess.Popen(command, cwd=ROOT, env=_lab_env(tmp_path), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=_lab_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     below: list[int] = []
     try:
         url, seen = _wait_for_url(process)
         base, token = url.split("/lab")[0], url.split("token=")[1]
-        request = urllib.request.Request(f"{base}/api/kernels", data=b"{}", method="POST",
-                                         headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{base}/api/kernels",
+            data=b"{}",
+            method="POST",
+            headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as reply:
             kernel = json.load(reply)
         with _get(f"{base}/api/kernels/{kernel['id']}", token) as reply:
@@ -737,9 +824,15 @@ def test_lab_learner_role_serves_the_work_copy_without_instructor_panels(tmp_pat
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
     busy.listen()
-    process = subprocess.Popen([sys.executable, "-m", "tools.cli.lab", "--no-browser", "--port",
-                                str(busy.getsockname()[1])], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.cli.lab", "--no-browser", "--port", str(busy.getsockname()[1])],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         url, seen = _wait_for_url(process)
         assert any(f"端口 {busy.getsockname()[1]} 已被" in line for line in seen), seen
@@ -762,8 +855,14 @@ def test_lab_learner_role_serves_the_work_copy_without_instructor_panels(tmp_pat
         with _get(f"{base}/courses?token={token}", token) as reply:  # the Course List works (no exchange error)
             courses = json.load(reply)
         assert courses.get("success") is True, courses  # not "Error fetching courses!"
-        again = subprocess.run([sys.executable, "-m", "tools.cli.lab", "--no-browser"], cwd=ROOT, env=env,
-                               capture_output=True, text=True, timeout=60)
+        again = subprocess.run(
+            [sys.executable, "-m", "tools.cli.lab", "--no-browser"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert again.returncode == 0 and "已经在运行" in again.stdout and url in again.stdout, again.stdout
     finally:
         busy.close()
@@ -837,9 +936,17 @@ def test_course_config_loads_from_any_folder_without_an_editable_install(tmp_pat
     import sysconfig
 
     site_packages = sysconfig.get_paths()["purelib"]  # this venv's (a child started with -S would not know it)
-    run = lambda folder: subprocess.run([sys.executable, "-S", "-c", _NO_EDITABLE_LOAD, str(folder), site_packages],  # noqa: E731
-                                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+    def run(folder):
+        return subprocess.run(
+            [sys.executable, "-S", "-c", _NO_EDITABLE_LOAD, str(folder), site_packages],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        )
+
     done = run(ROOT / "autograde")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == repr([str(ROOT / "autograde" / "grpo_grader" / "preprocessors.py")]), done.stdout
@@ -861,8 +968,9 @@ def test_lab_instructor_stops_when_the_course_config_does_not_load(tmp_path, mon
     (root / "autograde").mkdir(parents=True)
     shutil.copy2(ROOT / "course.toml", root / "course.toml")
     text = (ROOT / "autograde" / "nbgrader_config.py").read_text(encoding="utf-8")
-    (root / "autograde" / "nbgrader_config.py").write_text(text + "\nimport no_such_module_for_this_test\n",
-                                                         encoding="utf-8")
+    (root / "autograde" / "nbgrader_config.py").write_text(
+        text + "\nimport no_such_module_for_this_test\n", encoding="utf-8"
+    )
     problem = lab.course_config_problem(root)
     assert problem and "no_such_module_for_this_test" in problem, problem
     monkeypatch.setattr(lab, "ROOT", root)
@@ -894,8 +1002,11 @@ def test_workspace_copies_never_overwrites_and_reports_newer_versions(tmp_path, 
     root = _released_course(tmp_path)
     assert workspace.sync(root, quiet=True) == {"nb01_group_advantages": "current", "nb02_grpo_objective": "current"}
     mine = root / "work" / "nb01_group_advantages" / "nb01_group_advantages.ipynb"
-    mine.write_text(mine.read_text().replace('"cells": []', '"cells": [{"cell_type": "markdown", "id": "a", '
-                                                            '"metadata": {}, "source": "my answer"}]'))
+    mine.write_text(
+        mine.read_text().replace(
+            '"cells": []', '"cells": [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": "my answer"}]'
+        )
+    )
     work_bytes = mine.read_bytes()
     released = root / "notebooks" / "nb01_group_advantages" / "nb01_group_advantages.ipynb"
     nb = nbformat.read(released, as_version=4)
@@ -905,7 +1016,9 @@ def test_workspace_copies_never_overwrites_and_reports_newer_versions(tmp_path, 
     assert mine.read_bytes() == work_bytes
     assert workspace.notice(root) == ["nb01_group_advantages"]
     assert "nb01_group_advantages" in capsys.readouterr().out
-    assert workspace.main(["--root", str(root), "--notice"]) == 0 and "make workspace UPDATE=" in capsys.readouterr().out
+    assert (
+        workspace.main(["--root", str(root), "--notice"]) == 0 and "make workspace UPDATE=" in capsys.readouterr().out
+    )
     kept = workspace.update(["nb01_group_advantages"], root)
     assert len(kept) == 1 and kept[0].read_bytes() == work_bytes
     assert workspace.status(root)["nb01_group_advantages"] == "current"
@@ -914,8 +1027,9 @@ def test_workspace_copies_never_overwrites_and_reports_newer_versions(tmp_path, 
 
 def test_release_leaves_work_alone_and_git_ignores_it():
     """work/ and autograde/exchange/ are ignored by git; `make release` only runs the notice on work/."""
-    ignored = subprocess.run(["git", "check-ignore", "work/x.ipynb", "autograde/exchange/x"], cwd=ROOT,
-                             capture_output=True, text=True).stdout.split()
+    ignored = subprocess.run(
+        ["git", "check-ignore", "work/x.ipynb", "autograde/exchange/x"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
     assert ignored == ["work/x.ipynb", "autograde/exchange/x"]
     makefile = (ROOT / "Makefile").read_text()
     release = makefile.split("\nrelease:", 1)[1].split("\n\n", 1)[0]
@@ -926,19 +1040,36 @@ def test_release_leaves_work_alone_and_git_ignores_it():
 def test_experiment_rejects_bad_arguments_before_importing_torch():
     """A wrong RUN_MODE / RUN_LABEL is reported (Chinese, exit 2) without importing torch: fast."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "tools.cli.experiment", "--mode", "bogus"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tools.cli.experiment", "--mode", "bogus"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     seconds = time.perf_counter() - started
     assert done.returncode == 2 and "RUN_MODE 只能是" in done.stderr, done.stderr[-2000:]
     assert not re.search(r"\|\s+torch$", done.stderr, re.M), "torch was imported before the arguments were checked"
-    bad_label = subprocess.run([sys.executable, "-m", "tools.cli.experiment", "--label", "a b"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=60)
+    bad_label = subprocess.run(
+        [sys.executable, "-m", "tools.cli.experiment", "--label", "a b"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad_label.returncode == 2 and "RUN_LABEL" in bad_label.stderr
     for target in ("experiment", "online"):  # a label with a space reaches the check whole (the Makefile quotes it)
-        via_make = subprocess.run(["make", "-s", target, "RUN_LABEL=my run", f"VENV={Path(sys.executable).parents[1]}"],
-                                  cwd=ROOT, capture_output=True, text=True, timeout=120)
+        via_make = subprocess.run(
+            ["make", "-s", target, "RUN_LABEL=my run", f"VENV={Path(sys.executable).parents[1]}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert via_make.returncode != 0 and "RUN_LABEL" in via_make.stderr and "'my run'" in via_make.stderr, (
-            target, via_make.stderr[-2000:])
+            target,
+            via_make.stderr[-2000:],
+        )
         assert "unrecognized arguments" not in via_make.stderr
     print(f"bad RUN_MODE reported in {seconds:.2f} s", file=sys.stderr)
 
@@ -948,8 +1079,13 @@ def test_headless_execution_shows_progress_over_ipc(capfd):
     """The shared helper shows a per-cell tqdm bar and runs the kernel over IPC: no TCP warning."""
     import tools.chain.notebooks as chain
 
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_markdown_cell("m"),
-                                         nbformat.v4.new_code_cell("import os; print(os.getpid())")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("x = 1"),
+            nbformat.v4.new_markdown_cell("m"),
+            nbformat.v4.new_code_cell("import os; print(os.getpid())"),
+        ]
+    )
     done = chain.execute(nb, ROOT, timeout=60, progress=True, desc="progress-probe")
     captured = capfd.readouterr()
     assert chain.cell_errors(done) == []

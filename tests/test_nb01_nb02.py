@@ -10,6 +10,7 @@ answers (``tests/warm_kernel.py``: one execution per notebook); the run that tam
 Several wrong answers are classic mistakes whose *visible* test must name the mistake (unbiased std, std + eps,
 token mean, old log-probs not detached, exp before the mask).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.slow
 # the one-sided form of the clipped surrogate, and a loop over candidates.
 
 INDEPENDENT_NB1 = {
-    "compute_group_advantages": '''
+    "compute_group_advantages": """
 def compute_group_advantages(rewards, group_ids, eps=1e-6):
     if not isinstance(rewards, torch.Tensor) or not isinstance(group_ids, torch.Tensor):
         raise ValueError("rewards / group_ids 必须是张量")
@@ -61,8 +62,8 @@ def compute_group_advantages(rewards, group_ids, eps=1e-6):
         for i in members:
             result[i] = (values[i] - mean) / max(spread, float(eps))
     return torch.tensor(result, dtype=torch.float64).to(dtype=rewards.dtype, device=rewards.device)
-''',
-    "group_relative_advantages": '''
+""",
+    "group_relative_advantages": """
 def group_relative_advantages(rewards, num_generations, eps=1e-4):
     if type(num_generations) is not int or num_generations < 1:
         raise ValueError("num_generations 必须是 >= 1 的整数")
@@ -76,8 +77,8 @@ def group_relative_advantages(rewards, num_generations, eps=1e-4):
         spread = (sum((v - mean) ** 2 for v in row) / len(row)) ** 0.5
         result.extend((v - mean) / (spread + eps) for v in row)
     return torch.tensor(result, dtype=torch.float64).to(rewards.dtype)
-''',
-    "answer_conventions_0001": '''
+""",
+    "answer_conventions_0001": """
 def answer_conventions(group, other):
     group, n = group.tolist(), len(group)
     mean = sum(group) / n
@@ -95,18 +96,18 @@ def answer_conventions(group, other):
         "dr_grpo": 1.0,
     }
     return {name: ((0.0 - mean) / d, (1.0 - mean) / d) for name, d in divisor.items()}
-''',
+""",
 }
 
 INDEPENDENT_NB2 = {
-    "token_kl_penalty": '''
+    "token_kl_penalty": """
 def token_kl_penalty(policy_logps, ref_logps):
     if tuple(policy_logps.shape) != tuple(ref_logps.shape):
         raise ValueError("policy_logps 与 ref_logps 形状不同")
     log_ratio = ref_logps.detach() - policy_logps
     return torch.expm1(log_ratio) - log_ratio
-''',
-    "compute_grpo_loss": '''
+""",
+    "compute_grpo_loss": """
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
     mask, clip_range, beta = check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response_mask,
@@ -150,11 +151,11 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
         per_candidate.append(token_loss.mean())
     loss = torch.stack(per_candidate).mean().to(log_probs_new.dtype)
     return loss, torch.tensor(adv, dtype=torch.float64).to(rewards.dtype)
-''',
+""",
 }
 
 # ----------------------------------------------------------------------------- wrong answers
-_CGA_HEAD = '''
+_CGA_HEAD = """
 def compute_group_advantages(rewards, group_ids, eps=1e-6):
     if not torch.is_tensor(rewards) or not torch.is_tensor(group_ids) or rewards.ndim != 1:
         raise ValueError("rewards 必须是一维张量")
@@ -176,27 +177,33 @@ def compute_group_advantages(rewards, group_ids, eps=1e-6):
     shifted = rewards - pivot[inverse]
     centered = shifted - (zeros().index_add_(0, inverse, shifted) / counts)[inverse]
     squares = zeros().index_add_(0, inverse, centered * centered)
-'''
+"""
 
-WRONG_CGA_UNBIASED = _CGA_HEAD + '''
+WRONG_CGA_UNBIASED = (
+    _CGA_HEAD
+    + """
     scale = (squares / (counts - 1)).sqrt().clamp_min(eps)  # WRONG: sample (Bessel) std
     return centered / scale[inverse]
-'''
+"""
+)
 
-WRONG_CGA_EPS_ADDED = _CGA_HEAD + '''
+WRONG_CGA_EPS_ADDED = (
+    _CGA_HEAD
+    + """
     scale = (squares / counts).sqrt() + eps  # WRONG: std + eps instead of max(std, eps)
     return centered / scale[inverse]
-'''
+"""
+)
 
-WRONG_CGA_FIXTURE = '''
+WRONG_CGA_FIXTURE = """
 def compute_group_advantages(rewards, group_ids, eps=1e-6):
     # WRONG: the visible fixture's expected values, whatever the input
     s = math.sqrt(1.5)
     return torch.tensor([1.0, -1.5 / s, 0.0, -1.0, 1.5 / s, 0.0, 0.0, 0.0], dtype=rewards.dtype)
-'''
+"""
 
 # Fits every visible case (right values on the visible inputs, right ValueErrors), zeros elsewhere.
-WRONG_CGA_OVERFIT = '''
+WRONG_CGA_OVERFIT = """
 def compute_group_advantages(rewards, group_ids, eps=1e-6):
     if rewards.ndim != 1 or group_ids.shape != rewards.shape or rewards.numel() == 0:
         raise ValueError("rewards 与 group_ids 必须是同形状、非空的一维张量")
@@ -210,36 +217,36 @@ def compute_group_advantages(rewards, group_ids, eps=1e-6):
     }
     values = known.get(tuple(rewards.tolist()), [0.0] * rewards.numel())
     return torch.tensor(values, dtype=rewards.dtype)
-'''
+"""
 
-WRONG_TAMPER_CGA = '''
+WRONG_TAMPER_CGA = """
 import builtins
 torch.allclose = lambda *args, **kwargs: True
 builtins.abs = lambda value: 0.0
 
 def compute_group_advantages(rewards, group_ids, eps=1e-6):
     return torch.zeros_like(rewards)  # WRONG: zeros, after disabling the comparison helpers
-'''
+"""
 
-WRONG_GRA_FIXTURE = '''
+WRONG_GRA_FIXTURE = """
 def group_relative_advantages(rewards, num_generations, eps=1e-4):
     # WRONG: the visible fixture's expected values, whatever the input
     if num_generations < 1 or rewards.numel() % num_generations:
         raise ValueError("num_generations 不合法")
     c = math.sqrt(2.0 / 9.0) + 1e-4
     return torch.tensor([-(2 / 3) / c, (1 / 3) / c, (1 / 3) / c, 0.0, 0.0, 0.0], dtype=rewards.dtype)
-'''
+"""
 
-WRONG_GRA_FLOOR = '''
+WRONG_GRA_FLOOR = """
 def group_relative_advantages(rewards, num_generations, eps=1e-4):
     if num_generations < 1 or rewards.ndim != 1 or rewards.numel() % num_generations:
         raise ValueError("num_generations 不合法")
     grouped = rewards.reshape(-1, num_generations)
     std = grouped.std(dim=1, unbiased=False, keepdim=True)
     return ((grouped - grouped.mean(dim=1, keepdim=True)) / std.clamp_min(eps)).reshape(-1)  # WRONG: floor
-'''
+"""
 
-WRONG_CONVENTIONS = '''
+WRONG_CONVENTIONS = """
 def answer_conventions(group, other):
     # WRONG: population std for TRL and CS336 as well
     mu = float(group.mean())
@@ -247,9 +254,9 @@ def answer_conventions(group, other):
     return {name: (-mu / d, (1 - mu) / d) for name, d in {
         "course": pop, "minimind": pop + 1e-4, "trl_group": pop + 1e-4, "trl_batch": pop + 1e-4,
         "trl_none": 1.0, "cs336": pop + 1e-6, "dr_grpo": 1.0}.items()}
-'''
+"""
 
-_CGL_HEAD = '''
+_CGL_HEAD = """
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
     mask, clip_range, beta = check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response_mask,
@@ -261,40 +268,53 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
     advantages = compute_group_advantages(rewards, group_ids, eps=eps)
     a = advantages.detach().to(log_probs_new.dtype).unsqueeze(-1)
     zeros = torch.zeros_like(log_probs_new)
-'''
+"""
 
-_CGL_SURROGATE = '''
+_CGL_SURROGATE = """
     per_token = -torch.minimum(ratio * a, ratio.clamp(1 - clip_range, 1 + clip_range) * a)
     if beta > 0:
         ref = log_probs_ref.detach()
         per_token = per_token + beta * token_kl_penalty(torch.where(mask, log_probs_new, ref), ref)
     per_token = torch.where(mask, per_token, zeros)
-'''
+"""
 
-WRONG_CGL_TOKEN_MEAN = _CGL_HEAD + '''
+WRONG_CGL_TOKEN_MEAN = (
+    _CGL_HEAD
+    + """
     ratio = torch.exp(torch.where(mask, log_probs_new - log_probs_old.detach(), zeros))
-''' + _CGL_SURROGATE + '''
+"""
+    + _CGL_SURROGATE
+    + """
     return per_token.sum() / mask.sum(), advantages  # WRONG: token mean over the whole batch
-'''
+"""
+)
 
-WRONG_CGL_OLD_NOT_DETACHED = _CGL_HEAD + '''
+WRONG_CGL_OLD_NOT_DETACHED = (
+    _CGL_HEAD
+    + """
     ratio = torch.exp(torch.where(mask, log_probs_new - log_probs_old, zeros))  # WRONG: old policy not detached
-''' + _CGL_SURROGATE + '''
+"""
+    + _CGL_SURROGATE
+    + """
     return (per_token.sum(dim=-1) / mask.sum(dim=-1)).mean(), advantages
-'''
+"""
+)
 
 # The reference answer before the C3 fix: exp first, mask afterwards. Finite loss, NaN gradient.
-WRONG_CGL_EXP_THEN_MASK = _CGL_HEAD + '''
+WRONG_CGL_EXP_THEN_MASK = (
+    _CGL_HEAD
+    + """
     ratio = torch.exp(log_probs_new - log_probs_old.detach())  # WRONG: exp of the unmasked log-ratio
     per_token = -torch.minimum(ratio * a, ratio.clamp(1 - clip_range, 1 + clip_range) * a)
     if beta > 0:
         per_token = per_token + beta * token_kl_penalty(log_probs_new, log_probs_ref)  # WRONG: unmasked KL input
     per_token = torch.where(mask, per_token, zeros)
     return (per_token.sum(dim=-1) / mask.sum(dim=-1)).mean(), advantages
-'''
+"""
+)
 
 # beta > 0 without a reference is silently ignored instead of raising (C2).
-WRONG_CGL_IGNORES_MISSING_REF = '''
+WRONG_CGL_IGNORES_MISSING_REF = """
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
     mask, clip_range, beta = check_grpo_inputs(log_probs_new, log_probs_old, rewards, group_ids, response_mask,
@@ -311,16 +331,16 @@ def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response
         per_token = per_token + beta * token_kl_penalty(torch.where(mask, log_probs_new, ref), ref)
     per_token = torch.where(mask, per_token, zeros)
     return (per_token.sum(dim=-1) / mask.sum(dim=-1)).mean(), advantages
-'''
+"""
 
-WRONG_CGL_FIXTURE = '''
+WRONG_CGL_FIXTURE = """
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
     # WRONG: a visible fixture's values, whatever the input
     return torch.tensor(0.15, dtype=torch.float64), torch.tensor([-1.0, 1.0, -1.0, 1.0, 0.0])
-'''
+"""
 
-WRONG_TAMPER_CGL = '''
+WRONG_TAMPER_CGL = """
 import builtins
 torch.allclose = lambda *args, **kwargs: True
 builtins.abs = lambda value: 0.0
@@ -328,18 +348,18 @@ builtins.abs = lambda value: 0.0
 def compute_grpo_loss(log_probs_new, log_probs_old, rewards, group_ids, response_mask=None, clip_range=0.2,
                       eps=1e-6, log_probs_ref=None, beta=0.0):
     return (log_probs_new * 0).sum(), torch.zeros_like(rewards)  # WRONG: zeros after disabling the helpers
-'''
+"""
 
-WRONG_KL_REF_NOT_DETACHED = '''
+WRONG_KL_REF_NOT_DETACHED = """
 def token_kl_penalty(policy_logps, ref_logps):
     if policy_logps.shape != ref_logps.shape:
         raise ValueError("形状不同")
     delta = ref_logps - policy_logps  # WRONG: the reference receives gradient
     return torch.exp(delta) - delta - 1.0
-'''
+"""
 
 # Right on the visible test's [2, 3] input only.
-WRONG_KL_OVERFIT = '''
+WRONG_KL_OVERFIT = """
 def token_kl_penalty(policy_logps, ref_logps):
     if policy_logps.shape != ref_logps.shape:
         raise ValueError("形状不同")
@@ -347,7 +367,7 @@ def token_kl_penalty(policy_logps, ref_logps):
         delta = ref_logps.detach() - policy_logps
         return torch.exp(delta) - delta - 1.0
     return policy_logps * 0.0
-'''
+"""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -365,8 +385,15 @@ def _variants(assignment) -> list[warm_kernel.Variant]:
     """The wrong runs of ``assignment`` as warm-kernel variants; those that patch torch/builtins come last."""
     names = sorted((n for n, run in WRONG_RUNS.items() if run[0] == assignment), key=lambda n: "tamper" in n)
     assert sum("tamper" in n for n in names) <= 1, "only one run may patch the interpreter for good"
-    return [warm_kernel.Variant(tag=name, answers=WRONG_RUNS[name][1], last=[*WRONG_RUNS[name][2], *WRONG_RUNS[name][3]],
-                                restore="tamper" not in name) for name in names]
+    return [
+        warm_kernel.Variant(
+            tag=name,
+            answers=WRONG_RUNS[name][1],
+            last=[*WRONG_RUNS[name][2], *WRONG_RUNS[name][3]],
+            restore="tamper" not in name,
+        )
+        for name in names
+    ]
 
 
 def _warm(notebook_runs, assignment):
@@ -418,50 +445,92 @@ def test_independent_correct_answers_pass_every_test(notebook_runs, assignment, 
 # course config's oracle flags), so the messages are the oracle's.
 WRONG_RUNS = {
     "nb01_unbiased_std+gra_fixture+conventions": (
-        NB1, {"compute_group_advantages": WRONG_CGA_UNBIASED, "group_relative_advantages": WRONG_GRA_FIXTURE,
-              "answer_conventions_0001": WRONG_CONVENTIONS},
-        {"test_compute_group_advantages_hidden": "随机输入", "test_group_relative_advantages_hidden": "形状应为",
-         "test_conventions_question_hidden": "约定 trl_group",
-         "test_compute_group_advantages_visible": "是否用了 unbiased std"},
-        ["test_conventions_question_visible"]),
+        NB1,
+        {
+            "compute_group_advantages": WRONG_CGA_UNBIASED,
+            "group_relative_advantages": WRONG_GRA_FIXTURE,
+            "answer_conventions_0001": WRONG_CONVENTIONS,
+        },
+        {
+            "test_compute_group_advantages_hidden": "随机输入",
+            "test_group_relative_advantages_hidden": "形状应为",
+            "test_conventions_question_hidden": "约定 trl_group",
+            "test_compute_group_advantages_visible": "是否用了 unbiased std",
+        },
+        ["test_conventions_question_visible"],
+    ),
     "nb01_eps_added+gra_floor": (
-        NB1, {"compute_group_advantages": WRONG_CGA_EPS_ADDED, "group_relative_advantages": WRONG_GRA_FLOOR},
-        {"test_compute_group_advantages_hidden": "随机输入", "test_group_relative_advantages_hidden": "随机平铺输入",
-         "test_compute_group_advantages_visible": "是否用了 std + eps"},
-        []),
+        NB1,
+        {"compute_group_advantages": WRONG_CGA_EPS_ADDED, "group_relative_advantages": WRONG_GRA_FLOOR},
+        {
+            "test_compute_group_advantages_hidden": "随机输入",
+            "test_group_relative_advantages_hidden": "随机平铺输入",
+            "test_compute_group_advantages_visible": "是否用了 std + eps",
+        },
+        [],
+    ),
     "nb01_cga_fixture": (
-        NB1, {"compute_group_advantages": WRONG_CGA_FIXTURE},
-        {"test_compute_group_advantages_hidden": "形状应为"}, []),
+        NB1,
+        {"compute_group_advantages": WRONG_CGA_FIXTURE},
+        {"test_compute_group_advantages_hidden": "形状应为"},
+        [],
+    ),
     "nb01_cga_overfit_visible": (
-        NB1, {"compute_group_advantages": WRONG_CGA_OVERFIT},
-        {"test_compute_group_advantages_hidden": "随机输入", "test_compute_group_advantages_visible": "多组"}, []),
+        NB1,
+        {"compute_group_advantages": WRONG_CGA_OVERFIT},
+        {"test_compute_group_advantages_hidden": "随机输入", "test_compute_group_advantages_visible": "多组"},
+        [],
+    ),
     "nb01_tamper_zeros": (
-        NB1, {"compute_group_advantages": WRONG_TAMPER_CGA},
-        {"test_compute_group_advantages_hidden": "随机输入"}, []),
+        NB1,
+        {"compute_group_advantages": WRONG_TAMPER_CGA},
+        {"test_compute_group_advantages_hidden": "随机输入"},
+        [],
+    ),
     "nb02_token_mean+kl_ref_grad": (
-        NB2, {"compute_grpo_loss": WRONG_CGL_TOKEN_MEAN, "token_kl_penalty": WRONG_KL_REF_NOT_DETACHED},
-        {"test_compute_grpo_loss_hidden": "随机批次（", "test_token_kl_penalty_hidden": "不应接收梯度",
-         "test_grpo_weighting_contract_visible": "词元平均"},
-        []),
+        NB2,
+        {"compute_grpo_loss": WRONG_CGL_TOKEN_MEAN, "token_kl_penalty": WRONG_KL_REF_NOT_DETACHED},
+        {
+            "test_compute_grpo_loss_hidden": "随机批次（",
+            "test_token_kl_penalty_hidden": "不应接收梯度",
+            "test_grpo_weighting_contract_visible": "词元平均",
+        },
+        [],
+    ),
     "nb02_old_not_detached+kl_overfit": (
-        NB2, {"compute_grpo_loss": WRONG_CGL_OLD_NOT_DETACHED, "token_kl_penalty": WRONG_KL_OVERFIT},
-        {"test_compute_grpo_loss_hidden": "不应接收梯度", "test_token_kl_penalty_hidden": "k3 惩罚",
-         "test_grpo_advantages_and_value_visible": "是否忘了对 log_probs_old 使用 detach()"},
-        ["test_grpo_weighting_contract_visible"]),  # the KL overfit fails its visible cell too (drawn inputs)
+        NB2,
+        {"compute_grpo_loss": WRONG_CGL_OLD_NOT_DETACHED, "token_kl_penalty": WRONG_KL_OVERFIT},
+        {
+            "test_compute_grpo_loss_hidden": "不应接收梯度",
+            "test_token_kl_penalty_hidden": "k3 惩罚",
+            "test_grpo_advantages_and_value_visible": "是否忘了对 log_probs_old 使用 detach()",
+        },
+        ["test_grpo_weighting_contract_visible"],
+    ),  # the KL overfit fails its visible cell too (drawn inputs)
     "nb02_exp_then_mask": (
-        NB2, {"compute_grpo_loss": WRONG_CGL_EXP_THEN_MASK},
+        NB2,
+        {"compute_grpo_loss": WRONG_CGL_EXP_THEN_MASK},
         {"test_compute_grpo_loss_hidden": "800", "test_grpo_clip_kl_gradient_visible": "是否先 exp 再用掩码清零"},
-        ["test_grpo_advantages_and_value_visible", "test_grpo_weighting_contract_visible"]),
+        ["test_grpo_advantages_and_value_visible", "test_grpo_weighting_contract_visible"],
+    ),
     "nb02_ignores_missing_ref": (
-        NB2, {"compute_grpo_loss": WRONG_CGL_IGNORES_MISSING_REF},
+        NB2,
+        {"compute_grpo_loss": WRONG_CGL_IGNORES_MISSING_REF},
         {"test_grpo_clip_kl_gradient_visible": "beta > 0 时必须给出 log_probs_ref"},  # the oracle's case is there
-        ["test_grpo_advantages_and_value_visible"]),
+        ["test_grpo_advantages_and_value_visible"],
+    ),
     "nb02_cgl_fixture": (
-        NB2, {"compute_grpo_loss": WRONG_CGL_FIXTURE},
-        {"test_compute_grpo_loss_hidden": "随机批次（"}, []),
+        NB2,
+        {"compute_grpo_loss": WRONG_CGL_FIXTURE},
+        {"test_compute_grpo_loss_hidden": "随机批次（"},
+        [],
+    ),
     "nb02_tamper_zeros": (
-        NB2, {"compute_grpo_loss": WRONG_TAMPER_CGL},
-        {"test_compute_grpo_loss_hidden": "随机批次（"}, []),
+        NB2,
+        {"compute_grpo_loss": WRONG_TAMPER_CGL},
+        {"test_compute_grpo_loss_hidden": "随机批次（"},
+        [],
+    ),
 }
 
 
@@ -474,7 +543,8 @@ def test_wrong_answers_fail_hidden_tests(notebook_runs, name):
         outcome = results[grade_id]
         assert outcome is not None, f"{name}: hidden test {grade_id} passed a wrong answer"
         assert outcome.startswith("AssertionError") and phrase in outcome, (
-            f"{name}: {grade_id} failed, but not on the expected check ({phrase!r}): {outcome[:300]}")
+            f"{name}: {grade_id} failed, but not on the expected check ({phrase!r}): {outcome[:300]}"
+        )
     for grade_id in passes_visible:  # the hidden tests catch what the visible ones cannot
         assert results[grade_id] is None, f"{name}: expected to pass visible {grade_id}, got {results[grade_id]}"
     print(f"{name}: caught by {sorted(expected_failures)} (warm kernel of {assignment}: {seconds:.1f} s)")

@@ -7,6 +7,7 @@ the hidden tests alone. The wrong variants are grouped so that each lesson needs
 (variants in different cells do not interfere). Notebooks are built in memory and executed through the session
 fixture ``notebook_runs`` with the course root as working directory; nothing is written into the repository.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,14 +23,31 @@ from autograde.sample_class import build as sample_class
 NB3A = "nb03a_cispo_trace_lab"
 NB3B = "nb03b_loss_family_trl"
 TEST_CELLS = {
-    NB3A: ["test_grpo_policy_loss", "test_cispo_policy_loss", "test_gradient_answers", "test_q2", "test_q3", "test_q5",
-           "test_q8"],
+    NB3A: [
+        "test_grpo_policy_loss",
+        "test_cispo_policy_loss",
+        "test_gradient_answers",
+        "test_q2",
+        "test_q3",
+        "test_q5",
+        "test_q8",
+    ],
     NB3B: ["test_reduce_per_token_loss", "test_importance_ratio", "test_per_token_policy_loss", "test_q9"],
 }
 POINTS = {  # grade_id -> points, unchanged by the split
-    NB3A: {"test_grpo_policy_loss": 4, "test_cispo_policy_loss": 4, "test_gradient_answers": 2, "q1_no_critic": 2,
-           "test_q2": 1, "test_q3": 1, "q4_broadcast": 2, "test_q5": 1, "q6_ppo_similarity": 2, "q7_cispo_detach": 2,
-           "test_q8": 1},
+    NB3A: {
+        "test_grpo_policy_loss": 4,
+        "test_cispo_policy_loss": 4,
+        "test_gradient_answers": 2,
+        "q1_no_critic": 2,
+        "test_q2": 1,
+        "test_q3": 1,
+        "q4_broadcast": 2,
+        "test_q5": 1,
+        "q6_ppo_similarity": 2,
+        "q7_cispo_detach": 2,
+        "test_q8": 1,
+    },
     NB3B: {"test_reduce_per_token_loss": 4, "test_importance_ratio": 3, "test_per_token_policy_loss": 4, "test_q9": 1},
 }
 
@@ -50,31 +68,86 @@ def _wrong(assignment, grade_id, old, new):
 # (label, assignment, answers, test cells whose hidden part must catch it); two executions per lesson
 WRONG_RUNS = {
     NB3A: [
-        [("grpo reduced as a token mean", _wrong(NB3A, "grpo_policy_loss",
-          "return -((objective * m).sum(-1) / counts).sum() / m.shape[0]", "return -(objective * m).sum() / m.sum().clamp(min=1)"),
-          ["test_grpo_policy_loss"]),
-         ("CISPO weight not detached", _wrong(NB3A, "cispo_policy_loss", "    with torch.no_grad():\n        w = ", "    w = "),
-          ["test_cispo_policy_loss"])],
-        [("GRPO: exp before the mask (multiply by the mask afterwards)", _wrong(NB3A, "grpo_policy_loss",
-          "log_r = (policy_logps - old_logps).masked_fill(~keep, 0.0)", "log_r = policy_logps - old_logps"),
-          ["test_grpo_policy_loss"]),
-         ("CISPO cap 1 + epsilon_high", _wrong(NB3A, "cispo_policy_loss", ".clamp(max=epsilon_high)", ".clamp(max=1 + epsilon_high)"),
-          ["test_cispo_policy_loss"])],
+        [
+            (
+                "grpo reduced as a token mean",
+                _wrong(
+                    NB3A,
+                    "grpo_policy_loss",
+                    "return -((objective * m).sum(-1) / counts).sum() / m.shape[0]",
+                    "return -(objective * m).sum() / m.sum().clamp(min=1)",
+                ),
+                ["test_grpo_policy_loss"],
+            ),
+            (
+                "CISPO weight not detached",
+                _wrong(NB3A, "cispo_policy_loss", "    with torch.no_grad():\n        w = ", "    w = "),
+                ["test_cispo_policy_loss"],
+            ),
+        ],
+        [
+            (
+                "GRPO: exp before the mask (multiply by the mask afterwards)",
+                _wrong(
+                    NB3A,
+                    "grpo_policy_loss",
+                    "log_r = (policy_logps - old_logps).masked_fill(~keep, 0.0)",
+                    "log_r = policy_logps - old_logps",
+                ),
+                ["test_grpo_policy_loss"],
+            ),
+            (
+                "CISPO cap 1 + epsilon_high",
+                _wrong(NB3A, "cispo_policy_loss", ".clamp(max=epsilon_high)", ".clamp(max=1 + epsilon_high)"),
+                ["test_cispo_policy_loss"],
+            ),
+        ],
     ],
     NB3B: [
-        [("grpo reduced as a token mean", _wrong(NB3B, "reduce_per_token_loss",
-          "return (v.sum(1) / m.sum(1).clamp(min=1)).mean()", "return total / m.sum().clamp(min=1)"),
-          ["test_reduce_per_token_loss"]),
-         ("CISPO weight not detached", _wrong(NB3B, "per_token_policy_loss",
-          "torch.clamp(r, max=epsilon_high).detach()", "torch.clamp(r, max=epsilon_high)"),
-          ["test_per_token_policy_loss"])],
-        [("token ratio: exp before the mask", _wrong(NB3B, "importance_ratio",
-          "if importance_sampling_level == \"token\":\n        return log_r.exp()",
-          "if importance_sampling_level == \"token\":\n        return (policy_logps - old_logps).exp()"),
-          ["test_importance_ratio"]),
-         ("CISPO cap 1 + epsilon_high", _wrong(NB3B, "per_token_policy_loss",
-          "torch.clamp(r, max=epsilon_high)", "torch.clamp(r, max=1 + epsilon_high)"),
-          ["test_per_token_policy_loss"])],
+        [
+            (
+                "grpo reduced as a token mean",
+                _wrong(
+                    NB3B,
+                    "reduce_per_token_loss",
+                    "return (v.sum(1) / m.sum(1).clamp(min=1)).mean()",
+                    "return total / m.sum().clamp(min=1)",
+                ),
+                ["test_reduce_per_token_loss"],
+            ),
+            (
+                "CISPO weight not detached",
+                _wrong(
+                    NB3B,
+                    "per_token_policy_loss",
+                    "torch.clamp(r, max=epsilon_high).detach()",
+                    "torch.clamp(r, max=epsilon_high)",
+                ),
+                ["test_per_token_policy_loss"],
+            ),
+        ],
+        [
+            (
+                "token ratio: exp before the mask",
+                _wrong(
+                    NB3B,
+                    "importance_ratio",
+                    'if importance_sampling_level == "token":\n        return log_r.exp()',
+                    'if importance_sampling_level == "token":\n        return (policy_logps - old_logps).exp()',
+                ),
+                ["test_importance_ratio"],
+            ),
+            (
+                "CISPO cap 1 + epsilon_high",
+                _wrong(
+                    NB3B,
+                    "per_token_policy_loss",
+                    "torch.clamp(r, max=epsilon_high)",
+                    "torch.clamp(r, max=1 + epsilon_high)",
+                ),
+                ["test_per_token_policy_loss"],
+            ),
+        ],
     ],
 }
 
@@ -95,15 +168,18 @@ def _without_trl_section(nb):
 def _cell_stdout(nb, grade_id):
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
-            return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream"
-                           and o.get("name") == "stdout")
+            return "".join(
+                o.get("text", "")
+                for o in cell.get("outputs", [])
+                if o.get("output_type") == "stream" and o.get("name") == "stdout"
+            )
     raise KeyError(grade_id)
 
 
 def _trl_result(nb):
     lines = [l for l in _cell_stdout(nb, "trl_conformance_run").splitlines() if l.startswith("trl_conformance = ")]
     assert len(lines) == 1, "the TRL cell must print exactly one `trl_conformance = {json}` line"
-    return json.loads(lines[0][len("trl_conformance = "):])
+    return json.loads(lines[0][len("trl_conformance = ") :])
 
 
 def _assert_trl_passed(result):
@@ -120,12 +196,21 @@ def _assert_trl_passed(result):
 def test_grade_ids_and_points_survive_the_split():
     for assignment, points in POINTS.items():
         nb = chain.build_notebook(assignment)
-        found = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"].get("points")
-                 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+        found = {
+            c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"].get("points")
+            for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade")
+        }
         assert found == points, assignment
     ids_b = {c.metadata.get("nbgrader", {}).get("grade_id") for c in chain.build_notebook(NB3B).cells}
-    assert {"length_bias_example", "accumulation_example", "family_demo", "clip_higher_example", "trl_conformance_code",
-            "trl_conformance_run"} <= ids_b
+    assert {
+        "length_bias_example",
+        "accumulation_example",
+        "family_demo",
+        "clip_higher_example",
+        "trl_conformance_code",
+        "trl_conformance_run",
+    } <= ids_b
     ids_a = {c.metadata.get("nbgrader", {}).get("grade_id") for c in chain.build_notebook(NB3A).cells}
     assert {"gradient_figure", "trace_lab", "shared_helpers"} <= ids_a
 
@@ -163,14 +248,17 @@ def _warm(notebook_runs, assignment):
     (the TRL section left out: test_independent_implementation_passes_the_trl_check runs it in process), then each
     wrong run in the same kernel, its test cells cut to their hidden tests, then the correct answers again.
     Returns (executed notebook, base notebook, {grade_id: result})."""
-    base = chain.substitute_answers(_without_trl_section(chain.build_notebook(assignment)), _answers(INDEPENDENT[assignment]))
+    base = chain.substitute_answers(
+        _without_trl_section(chain.build_notebook(assignment)), _answers(INDEPENDENT[assignment])
+    )
     variants = []
     for run, wrong_run in enumerate(WRONG_RUNS[assignment]):
         answers = {}
         for _, wrong, _ in wrong_run:
             answers.update(_answers(wrong))
-        variants.append(warm_kernel.Variant(tag=f"run{run}", answers=answers, last=TEST_CELLS[assignment],
-                                            hidden_only=True))
+        variants.append(
+            warm_kernel.Variant(tag=f"run{run}", answers=answers, last=TEST_CELLS[assignment], hidden_only=True)
+        )
     done = notebook_runs.run(warm_kernel.warm_notebook(base, variants), cwd=chain.ROOT)
     return done, base, chain.cell_results(done)
 
@@ -184,7 +272,9 @@ def test_independent_implementation_passes_every_visible_and_hidden_test(assignm
     assert {gid: results[gid] for gid in TEST_CELLS[assignment]} == {gid: None for gid in TEST_CELLS[assignment]}
     assert chain.cell_errors(warm_kernel.base_part(done, base)) == []
     # the guard of the warm kernel: with the correct answers put back, the hidden tests pass again
-    restored = {gid: r for gid, r in results.items() if "@restore-" in gid and gid.split("@")[0] in TEST_CELLS[assignment]}
+    restored = {
+        gid: r for gid, r in results.items() if "@restore-" in gid and gid.split("@")[0] in TEST_CELLS[assignment]
+    }
     for run in range(len(WRONG_RUNS[assignment])):
         assert any(gid.endswith(f"@restore-run{run}") for gid in restored), f"run {run} was not restored"
     assert all(r is None for r in restored.values()), restored
@@ -211,18 +301,25 @@ def test_independent_implementation_passes_the_trl_check():
     from tools.lessons import nb03a_cispo_trace_lab as nb03a
     from tools.lessons import nb03b_loss_family_trl as nb03b
 
-    namespace = {"torch": torch, "check_policy_inputs": nb03a.check_policy_inputs,
-                 "token_kl_penalty": nb03a.token_kl_penalty}
+    namespace = {
+        "torch": torch,
+        "check_policy_inputs": nb03a.check_policy_inputs,
+        "token_kl_penalty": nb03a.token_kl_penalty,
+    }
     for assignment in (NB3A, NB3B):
         for grade_id, source in INDEPENDENT[assignment].items():
             if grade_id.endswith("_loss") or grade_id == "importance_ratio":
                 exec(textwrap.dedent(source), namespace)
     exec(_FAMILY, namespace)
     result = trl_conformance.check_trl_conformance(
-        grpo_family_loss=namespace["grpo_family_loss"], grpo_policy_loss=namespace["grpo_policy_loss"],
-        cispo_policy_loss=namespace["cispo_policy_loss"], importance_ratio=namespace["importance_ratio"],
-        group_relative_advantages=nb01.group_relative_advantages, extended_loss=nb03b.extended_loss,
-        advantages=nb03b.trl_layout_advantages)
+        grpo_family_loss=namespace["grpo_family_loss"],
+        grpo_policy_loss=namespace["grpo_policy_loss"],
+        cispo_policy_loss=namespace["cispo_policy_loss"],
+        importance_ratio=namespace["importance_ratio"],
+        group_relative_advantages=nb01.group_relative_advantages,
+        extended_loss=nb03b.extended_loss,
+        advantages=nb03b.trl_layout_advantages,
+    )
     _assert_trl_passed(result)
 
 
@@ -235,8 +332,9 @@ def test_wrong_implementations_fail_the_hidden_tests(assignment, run, notebook_r
     caught_by = [gid for _, _, cells in variants for gid in cells]
     for label, _, cells in variants:
         for grade_id in cells:
-            assert results[grade_id] is not None and results[grade_id].startswith("AssertionError"), \
+            assert results[grade_id] is not None and results[grade_id].startswith("AssertionError"), (
                 f"{label}: hidden tests of {grade_id} did not catch it ({results[grade_id]})"
+            )
     # test cells before the run's first answer cell ran with the correct answers, as in the base part
     results = {gid: all_results[gid] for gid in TEST_CELLS[assignment]} | results
     untouched = [gid for gid in TEST_CELLS[assignment] if gid not in caught_by]
@@ -263,4 +361,7 @@ def test_grading_kernel_sees_the_earlier_lessons_modules_only(tmp_path):
     assert staged == ["__init__.py", "nb01_group_advantages.py", "nb02_grpo_objective.py", f"{NB3A}.py"]
     slots.Slot.stage_lessons(fake_slot, NB3A)
     assert sorted(p.name for p in (kernel / "tools" / "lessons").iterdir()) == [
-        "__init__.py", "nb01_group_advantages.py", "nb02_grpo_objective.py"]
+        "__init__.py",
+        "nb01_group_advantages.py",
+        "nb02_grpo_objective.py",
+    ]

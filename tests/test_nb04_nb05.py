@@ -11,6 +11,7 @@ one execution ``test_notebooks.py`` also uses, and every other case of a noteboo
 (``_warm_kernel_notebook``): the independent answers first, then each wrong variant on the cells from its
 answer through its target test, each followed by the correct answers again, then every hidden test alone.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -25,7 +26,7 @@ NB5 = "nb05_logprobs_masks"
 # Written for these tests from the notebooks' stated contracts, in a different style from solutions/.
 
 INDEPENDENT_NB4 = {
-    "verify_integer_response": r'''
+    "verify_integer_response": r"""
 import math
 import re
 
@@ -54,8 +55,8 @@ def verify_integer_response(response, expected_answer, correctness_weight=1.0, f
         format_pass=format_pass,
         total_reward=correctness * correctness_weight + format_pass * format_weight,
     )
-''',
-    "rewards_per_func_from_lists": r'''
+""",
+    "rewards_per_func_from_lists": r"""
 import math
 
 
@@ -80,8 +81,8 @@ def rewards_per_func_from_lists(outputs, dtype=torch.float32):
                 raise ValueError(f"非法奖励值 {value!r}")
         rows.append(row)
     return torch.tensor(rows, dtype=dtype)
-''',
-    "combine_rewards": r'''
+""",
+    "combine_rewards": r"""
 def combine_rewards(rewards_per_func, weights):
     if not torch.is_tensor(rewards_per_func) or not torch.is_floating_point(rewards_per_func):
         raise ValueError("rewards_per_func 必须是浮点张量")
@@ -96,11 +97,11 @@ def combine_rewards(rewards_per_func, weights):
     filled = torch.where(missing, torch.zeros_like(rewards_per_func), rewards_per_func)
     total = (filled.to(torch.float64) @ w).to(rewards_per_func.dtype)
     return torch.where(missing.all(dim=1), torch.full_like(total, float("nan")), total)
-''',
+""",
 }
 
 INDEPENDENT_NB5 = {
-    "completion_mask_from_eos": r'''
+    "completion_mask_from_eos": r"""
 def completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None):
     integer_types = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
     if not torch.is_tensor(completion_ids) or completion_ids.ndim != 2 or completion_ids.dtype not in integer_types:
@@ -122,8 +123,8 @@ def completion_mask_from_eos(completion_ids, eos_token_id, pad_mask=None):
     eos_index[has_eos] = is_eos.int().argmax(dim=1)[has_eos]
     positions = torch.arange(length).expand(batch, length)
     return (positions <= eos_index.unsqueeze(1)) & pad_mask
-''',
-    "shifted_token_logps": r'''
+""",
+    "shifted_token_logps": r"""
 def shifted_token_logps(logits, input_ids):
     if not torch.is_tensor(logits) or logits.ndim != 3 or not logits.dtype.is_floating_point:
         raise ValueError("logits 必须是 [B, T, V] 浮点张量")
@@ -136,7 +137,7 @@ def shifted_token_logps(logits, input_ids):
     predictors = logits[:, :-1]  # [B, T-1, V]
     picked = predictors.gather(2, input_ids[:, 1:].long().unsqueeze(2)).squeeze(2)  # [B, T-1]
     return picked - predictors.logsumexp(dim=2)  # [B, T-1]
-''',
+""",
 }
 
 
@@ -148,26 +149,47 @@ def _wrong(answers: dict[str, str], grade_id: str, old: str, new: str) -> dict[s
 
 # Common mistakes, each a one-line change of the independent answer.
 WRONG_NB4 = {
-    "first_integer_instead_of_last": _wrong(INDEPENDENT_NB4, "verify_integer_response",
-                                            "int(integers[-1])", "int(integers[0])"),
-    "format_without_strip": _wrong(INDEPENDENT_NB4, "verify_integer_response",
-                                   'format_pass = float(bool(re.fullmatch(r"-?[0-9]+", text)))',
-                                   'format_pass = float(bool(re.fullmatch(r"-?[0-9]+", response)))'),
-    "unscorable_row_becomes_zero": _wrong(INDEPENDENT_NB4, "combine_rewards",
-                                          'return torch.where(missing.all(dim=1), torch.full_like(total, float("nan")), total)',
-                                          "return total"),
-    "reward_table_transposed": _wrong(INDEPENDENT_NB4, "rewards_per_func_from_lists",
-                                      "return torch.tensor(rows, dtype=dtype)",
-                                      "return torch.tensor(rows, dtype=dtype).T.contiguous()"),
+    "first_integer_instead_of_last": _wrong(
+        INDEPENDENT_NB4, "verify_integer_response", "int(integers[-1])", "int(integers[0])"
+    ),
+    "format_without_strip": _wrong(
+        INDEPENDENT_NB4,
+        "verify_integer_response",
+        'format_pass = float(bool(re.fullmatch(r"-?[0-9]+", text)))',
+        'format_pass = float(bool(re.fullmatch(r"-?[0-9]+", response)))',
+    ),
+    "unscorable_row_becomes_zero": _wrong(
+        INDEPENDENT_NB4,
+        "combine_rewards",
+        'return torch.where(missing.all(dim=1), torch.full_like(total, float("nan")), total)',
+        "return total",
+    ),
+    "reward_table_transposed": _wrong(
+        INDEPENDENT_NB4,
+        "rewards_per_func_from_lists",
+        "return torch.tensor(rows, dtype=dtype)",
+        "return torch.tensor(rows, dtype=dtype).T.contiguous()",
+    ),
 }
 WRONG_NB5 = {
-    "eos_excluded_from_mask": _wrong(INDEPENDENT_NB5, "completion_mask_from_eos",
-                                     "(positions <= eos_index.unsqueeze(1))", "(positions < eos_index.unsqueeze(1))"),
-    "eos_inside_padding_counted": _wrong(INDEPENDENT_NB5, "completion_mask_from_eos",
-                                         "is_eos = (completion_ids == eos_token_id) & pad_mask",
-                                         "is_eos = completion_ids == eos_token_id"),
-    "logps_not_shifted": _wrong(INDEPENDENT_NB5, "shifted_token_logps",
-                                "predictors.gather(2, input_ids[:, 1:]", "predictors.gather(2, input_ids[:, :-1]"),
+    "eos_excluded_from_mask": _wrong(
+        INDEPENDENT_NB5,
+        "completion_mask_from_eos",
+        "(positions <= eos_index.unsqueeze(1))",
+        "(positions < eos_index.unsqueeze(1))",
+    ),
+    "eos_inside_padding_counted": _wrong(
+        INDEPENDENT_NB5,
+        "completion_mask_from_eos",
+        "is_eos = (completion_ids == eos_token_id) & pad_mask",
+        "is_eos = completion_ids == eos_token_id",
+    ),
+    "logps_not_shifted": _wrong(
+        INDEPENDENT_NB5,
+        "shifted_token_logps",
+        "predictors.gather(2, input_ids[:, 1:]",
+        "predictors.gather(2, input_ids[:, :-1]",
+    ),
 }
 # Which graded test each wrong answer targets (the notebook is cut after the last target of a run).
 TARGET_TEST = {
@@ -181,13 +203,16 @@ TARGET_TEST = {
 }
 # Wrong answers to different functions run together: one execution per group.
 WRONG_GROUPS = {
-    "nb04_first_integer+transposed+unscorable": (NB4, ["first_integer_instead_of_last", "reward_table_transposed",
-                                                       "unscorable_row_becomes_zero"]),
+    "nb04_first_integer+transposed+unscorable": (
+        NB4,
+        ["first_integer_instead_of_last", "reward_table_transposed", "unscorable_row_becomes_zero"],
+    ),
     "nb04_format_without_strip": (NB4, ["format_without_strip"]),
     "nb05_eos_excluded+not_shifted": (NB5, ["eos_excluded_from_mask", "logps_not_shifted"]),
     "nb05_eos_inside_padding": (NB5, ["eos_inside_padding_counted"]),
 }
 assert sorted(n for _, names in WRONG_GROUPS.values() for n in names) == sorted(TARGET_TEST)
+
 
 # ----------------------------------------------------------------------------- helpers
 def _test_cells(nb) -> list[str]:
@@ -207,12 +232,16 @@ def _warm_kernel_notebook(assignment: str):
     independent = INDEPENDENT_NB4 if assignment == NB4 else INDEPENDENT_NB5
     wrong_answers = WRONG_NB4 if assignment == NB4 else WRONG_NB5
     base = chain.substitute_answers(chain.build_notebook(assignment), independent)
-    variants = [warm_kernel.Variant(tag=name, answers=wrong,
-                                    last=[TARGET_TEST[name]], hidden_only=True)
-                for name, wrong in wrong_answers.items()]
+    variants = [
+        warm_kernel.Variant(tag=name, answers=wrong, last=[TARGET_TEST[name]], hidden_only=True)
+        for name, wrong in wrong_answers.items()
+    ]
     out = warm_kernel.warm_notebook(base, variants, correct=independent)
-    out.cells += [warm_kernel.tagged(c, "hidden-only", independent, hidden_only=True) for c in base.cells
-                  if warm_kernel.is_test(c)]
+    out.cells += [
+        warm_kernel.tagged(c, "hidden-only", independent, hidden_only=True)
+        for c in base.cells
+        if warm_kernel.is_test(c)
+    ]
     return out
 
 
@@ -241,16 +270,20 @@ def test_independent_correct_answers_pass_every_visible_and_hidden_test(assignme
     original = {grade_id: error for grade_id, error in results.items() if "@" not in grade_id}
     tests = _test_cells(chain.build_notebook(assignment))
     assert len(tests) >= 2
-    failed = {grade_id: original.get(grade_id, "not executed") for grade_id in tests
-              if original.get(grade_id) is not None}
+    failed = {
+        grade_id: original.get(grade_id, "not executed") for grade_id in tests if original.get(grade_id) is not None
+    }
     assert not failed, f"{assignment}: graded tests failed: {failed}"
     errors = {grade_id: error for grade_id, error in original.items() if error is not None}
     assert not errors, f"{assignment}: cells raised: {errors}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment,name", [(NB4, n) for n in WRONG_NB4] + [(NB5, n) for n in WRONG_NB5],
-                         ids=list(WRONG_NB4) + list(WRONG_NB5))
+@pytest.mark.parametrize(
+    "assignment,name",
+    [(NB4, n) for n in WRONG_NB4] + [(NB5, n) for n in WRONG_NB5],
+    ids=list(WRONG_NB4) + list(WRONG_NB5),
+)
 def test_wrong_answer_fails_a_hidden_test(assignment, name, notebook_runs):
     results = _warm_results(notebook_runs, assignment)
     target = f"{TARGET_TEST[name]}@{name}"

@@ -164,3 +164,19 @@ def test_the_module_map_check_finds_an_omission():
     without = "\n".join(line for line in doc.splitlines() if not line.startswith("``tools.online_grpo``"))
     assert map_gaps(without, module_names())[0] == {"tools.online_grpo"}
     assert map_gaps(doc + "\n``tools.gone``  a module that was removed\n", module_names())[1] == {"tools.gone"}
+
+
+def format_exclusions(pyproject: str) -> list[str]:
+    import tomllib
+
+    return tomllib.loads(pyproject)["tool"]["ruff"]["format"].get("exclude", [])
+
+
+def test_the_formatter_covers_the_whole_tree_but_the_lesson_sources_and_fixtures():
+    """`make lint` runs `ruff format --check`: only the jupytext lesson sources, the chain's fixtures and Markdown
+    stay out of it (pyproject.toml says why); any other exclusion fails here."""
+    allowed = {"solutions/*", "tests/fixtures/*", "*.md"}
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert set(format_exclusions(text)) <= allowed
+    widened = text.replace('exclude = ["solutions/*"', 'exclude = ["tools/grading.py", "solutions/*"')
+    assert set(format_exclusions(widened)) - allowed == {"tools/grading.py"}  # the check can fail

@@ -17,8 +17,26 @@ from tools.tiny_model import tiny_checkpoint_path
 PROMPT = "Return only the integer result of 2 + 2."
 # The prompt rendered as a ChatML user turn plus the generation prompt, token by token (20 tokens).
 CHAT_PROMPT_TOKENS = [
-    "<|im_start|>", "user", "Ċ", "Return", "Ġonly", "Ġthe", "Ġinteger", "Ġresult", "Ġof", "Ġ", "2", "Ġ+",
-    "Ġ", "2", ".", "<|im_end|>", "Ċ", "<|im_start|>", "assistant", "Ċ",
+    "<|im_start|>",
+    "user",
+    "Ċ",
+    "Return",
+    "Ġonly",
+    "Ġthe",
+    "Ġinteger",
+    "Ġresult",
+    "Ġof",
+    "Ġ",
+    "2",
+    "Ġ+",
+    "Ġ",
+    "2",
+    ".",
+    "<|im_end|>",
+    "Ċ",
+    "<|im_start|>",
+    "assistant",
+    "Ċ",
 ]
 PLAIN_PROMPT_TOKENS = CHAT_PROMPT_TOKENS[3:15]  # "Return ... 2 + 2." (12 tokens)
 ANSWER_TOKENS = ["The", "Ġanswer", "Ġis", "Ġ", "4", "."]
@@ -223,8 +241,11 @@ class _LargeTensorRecorder(TorchDispatchMode):
         if "logsumexp" in str(func):
             self.logsumexp_inputs.append(tuple(args[0].shape))
         for value in tree_leaves(out):
-            if (isinstance(value, torch.Tensor) and value.untyped_storage().nbytes() >= self.threshold
-                    and value.untyped_storage().data_ptr() not in self.existing):
+            if (
+                isinstance(value, torch.Tensor)
+                and value.untyped_storage().nbytes() >= self.threshold
+                and value.untyped_storage().data_ptr() not in self.existing
+            ):
                 self.large.setdefault(value.untyped_storage().data_ptr(), str(func))
         return out
 
@@ -255,7 +276,9 @@ def test_no_second_vocabulary_sized_tensor(model, tokenizer, dtype):
     if dtype == torch.float32:  # [1 row, 16 tokens, V] blocks
         assert all(shape[0] == 1 for shape in recorder.logsumexp_inputs)
     else:  # half precision: [<= 16 tokens, V] float32 blocks of one row
-        assert recorder.logsumexp_inputs and all(len(shape) == 2 and shape[0] <= 16 for shape in recorder.logsumexp_inputs)
+        assert recorder.logsumexp_inputs and all(
+            len(shape) == 2 and shape[0] <= 16 for shape in recorder.logsumexp_inputs
+        )
     # ... while the naive log_softmax makes a second one (the recorder does see it)
     assert len(naive_recorder.large) == 2, naive_recorder.large
 
@@ -287,8 +310,12 @@ def test_selective_log_softmax_token_chunks_match_naive(tokens_per_chunk, dtype)
 # ------------------------------------------------------------------------------ half precision: what backward keeps
 def _previous_rowwise(logits, index):
     """The course's earlier bf16 path: a float32 log_softmax per row (kept by autograd for backward)."""
-    return torch.stack([torch.log_softmax(row.float(), -1).gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-                        for row, idx in zip(logits, index)])
+    return torch.stack(
+        [
+            torch.log_softmax(row.float(), -1).gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+            for row, idx in zip(logits, index)
+        ]
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -299,8 +326,9 @@ def test_half_precision_backward_keeps_only_the_logits(dtype):
     logits_bytes = base.numel() * 2
     logits = base.to(dtype).requires_grad_(True)
     kept = saved_tensor_bytes(lambda x: selective_log_softmax(x[:, :-1], index[:, 1:]), logits)
-    previous = saved_tensor_bytes(lambda x: _previous_rowwise(x[:, :-1], index[:, 1:]),
-                                  base.to(dtype).requires_grad_(True))
+    previous = saved_tensor_bytes(
+        lambda x: _previous_rowwise(x[:, :-1], index[:, 1:]), base.to(dtype).requires_grad_(True)
+    )
     assert kept["saved_bytes"] / logits_bytes <= 1.05  # the logits themselves (1.0) + [B, T] index and logsumexp
     assert previous["saved_bytes"] / logits_bytes >= 1.8  # what the float32 row copies cost
     assert kept["output"].dtype == torch.float32

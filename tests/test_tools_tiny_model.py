@@ -30,12 +30,23 @@ def test_same_seed_same_bytes_in_another_process_other_seed_other_weights(built,
     fixture is the other side); seed 1 gives other weights and the same tokenizer. Three builds, not four: the
     same-seed rebuild is the other process's."""
     hashes = _file_hashes(built)
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            "course_checkpoint.json"} <= set(hashes)
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "course_checkpoint.json",
+    } <= set(hashes)
     out = tmp_path / "cli"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run([sys.executable, "-m", "tools.tiny_model", "--out", str(out)], cwd=REPO_ROOT,
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.tiny_model", "--out", str(out)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(out)
     assert _file_hashes(out) == hashes
@@ -51,15 +62,23 @@ def test_from_pretrained_round_trip(built):
     tokenizer = AutoTokenizer.from_pretrained(built, local_files_only=True)
     assert isinstance(model, Qwen2ForCausalLM)
     config = model.config
-    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
-            config.num_key_value_heads, config.intermediate_size) == (64, 2, 4, 2, 128)
+    assert (
+        config.hidden_size,
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.num_key_value_heads,
+        config.intermediate_size,
+    ) == (64, 2, 4, 2, 128)
     assert config.tie_word_embeddings and model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert config.vocab_size == len(tokenizer) == 512
     assert tokenizer.pad_token == "<|endoftext|>" and tokenizer.eos_token == "<|im_end|>"
     assert config.eos_token_id == tokenizer.eos_token_id and config.pad_token_id == tokenizer.pad_token_id
     assert tokenizer.convert_tokens_to_ids("<|im_start|>") is not None
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "Return only the integer result of 2 + 2."}],
-                                         tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Return only the integer result of 2 + 2."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert text == "<|im_start|>user\nReturn only the integer result of 2 + 2.<|im_end|>\n<|im_start|>assistant\n"
     # the tokenizer the checkpoint loads back is the one that was trained
     trained = tiny_model.build_tokenizer()
@@ -116,12 +135,17 @@ def test_qwen25_like_tokenizer_gives_qwen25_token_counts():
     ids = tokenizer(system_turn, add_special_tokens=False)["input_ids"]
     assert len(ids) == len(tiny_model.QWEN25_SYSTEM_TURN_IDS) == 21
     assert tokenizer.convert_ids_to_tokens(ids)[5:7] == ["ĠQ", "wen"]  # Qwen2.5: 1207, 16948
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "Return only the integer result of 2 + 2."}],
-                                             tokenize=False, add_generation_prompt=True)
-    assert rendered == (system_turn + "<|im_start|>user\nReturn only the integer result of 2 + 2.<|im_end|>\n"
-                        "<|im_start|>assistant\n")
-    with_system = tokenizer.apply_chat_template([{"role": "system", "content": "S"}, {"role": "user", "content": "u"}],
-                                                tokenize=False)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Return only the integer result of 2 + 2."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert rendered == (
+        system_turn + "<|im_start|>user\nReturn only the integer result of 2 + 2.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    with_system = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "u"}], tokenize=False
+    )
     assert with_system == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nu<|im_end|>\n"
     estimate = tiny_model.qwen25_token_estimate()
     assert len(estimate) == 8

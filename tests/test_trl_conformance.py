@@ -4,6 +4,7 @@ It passes for the course's own functions (the #@save modules of lessons 1, 3A an
 (wrong losses, a wrong option and wrong advantages make it fail, each in its own entry), it reports ``skipped``
 without TRL and ``api_changed`` naming the attribute when TRL's private API moves. In process, no notebook kernel.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,16 +19,30 @@ from tools.lessons import nb03a_cispo_trace_lab as nb03a
 from tools.lessons import nb03b_loss_family_trl as nb03b
 
 LOSS_CASES = {"grpo", "grpo_clip_higher", "bnpo", "dr_grpo", "dapo", "cispo", "gspo_sequence", "dapo_two_micro_batches"}
-EXTENDED_CASES = {"sapo", "luspo", "vespo", "grpo_delta", "grpo_bias_correction_kl", "dapo_bias_correction_kl",
-                  "grpo_accumulation_2", "bnpo_accumulation_2", "dr_grpo_accumulation_2"}
+EXTENDED_CASES = {
+    "sapo",
+    "luspo",
+    "vespo",
+    "grpo_delta",
+    "grpo_bias_correction_kl",
+    "dapo_bias_correction_kl",
+    "grpo_accumulation_2",
+    "bnpo_accumulation_2",
+    "dr_grpo_accumulation_2",
+}
 ADVANTAGE_CASES = {"group", "batch", "none", "normalize_then_sum"}
 
 
 def course_functions(**overrides):
-    functions = dict(grpo_family_loss=nb03b.grpo_family_loss, grpo_policy_loss=nb03a.grpo_policy_loss,
-                     cispo_policy_loss=nb03a.cispo_policy_loss, importance_ratio=nb03b.importance_ratio,
-                     group_relative_advantages=nb01.group_relative_advantages, extended_loss=nb03b.extended_loss,
-                     advantages=nb03b.trl_layout_advantages)
+    functions = dict(
+        grpo_family_loss=nb03b.grpo_family_loss,
+        grpo_policy_loss=nb03a.grpo_policy_loss,
+        cispo_policy_loss=nb03a.cispo_policy_loss,
+        importance_ratio=nb03b.importance_ratio,
+        group_relative_advantages=nb01.group_relative_advantages,
+        extended_loss=nb03b.extended_loss,
+        advantages=nb03b.trl_layout_advantages,
+    )
     functions.update(overrides)
     return functions
 
@@ -74,8 +89,13 @@ def test_the_trl_facts_the_lessons_teach_are_measured(passed_result):
     mm = result["advantages"]["minimind_population_std_vs_trl"]
     assert mm["ratio_minimind_over_trl"] == pytest.approx(mm["sqrt_g_over_g_minus_1"], rel=1e-3)
     dapo_reads = set(result["loss"]["dapo"]["trl_reads"])
-    assert {"model.training", "args.delta", "args.steps_per_generation", "accelerator.num_processes",
-            "inputs['num_items_in_batch']"} <= dapo_reads
+    assert {
+        "model.training",
+        "args.delta",
+        "args.steps_per_generation",
+        "accelerator.num_processes",
+        "inputs['num_items_in_batch']",
+    } <= dapo_reads
     assert "inputs['num_items_in_batch']" not in result["loss"]["grpo"]["trl_reads"]
     assert {"args.vespo_k_pos", "args.vespo_lambda_neg"} <= set(result["extended"]["vespo"]["trl_reads"])
     assert {"args.sapo_temperature_pos", "args.sapo_temperature_neg"} <= set(result["extended"]["sapo"]["trl_reads"])
@@ -83,8 +103,14 @@ def test_the_trl_facts_the_lessons_teach_are_measured(passed_result):
 
 def _token_mean_family(policy_logps, old_logps, advantages, completion_mask, loss_type="grpo", **kwargs):
     """A wrong reduction: grpo reduced as a token mean (bnpo); every other loss type left alone."""
-    return nb03b.grpo_family_loss(policy_logps, old_logps, advantages, completion_mask,
-                                  loss_type="bnpo" if loss_type == "grpo" else loss_type, **kwargs)
+    return nb03b.grpo_family_loss(
+        policy_logps,
+        old_logps,
+        advantages,
+        completion_mask,
+        loss_type="bnpo" if loss_type == "grpo" else loss_type,
+        **kwargs,
+    )
 
 
 def _no_delta(*args, delta=None, **kwargs):
@@ -92,12 +118,18 @@ def _no_delta(*args, delta=None, **kwargs):
     return nb03b.extended_loss(*args, **kwargs)
 
 
-def _population_std_advantages(rewards_per_func, reward_weights, num_generations, scale_rewards="group",
-                               multi_objective_aggregation="sum_then_normalize"):
+def _population_std_advantages(
+    rewards_per_func,
+    reward_weights,
+    num_generations,
+    scale_rewards="group",
+    multi_objective_aggregation="sum_then_normalize",
+):
     """Wrong advantages for group scaling: MiniMind's population std instead of TRL's Bessel-corrected one."""
     if scale_rewards != "group" or multi_objective_aggregation != "sum_then_normalize":
-        return nb03b.trl_layout_advantages(rewards_per_func, reward_weights, num_generations, scale_rewards,
-                                           multi_objective_aggregation)
+        return nb03b.trl_layout_advantages(
+            rewards_per_func, reward_weights, num_generations, scale_rewards, multi_objective_aggregation
+        )
     rewards = (rewards_per_func * torch.as_tensor(reward_weights)).nansum(dim=1)
     return nb01.group_relative_advantages(rewards, num_generations)
 
@@ -105,14 +137,31 @@ def _population_std_advantages(rewards_per_func, reward_weights, num_generations
 def test_wrong_functions_fail_in_their_own_entries():
     """Not a rubber stamp: three wrong functions in one run, each caught where it belongs and nowhere else."""
     pytest.importorskip("trl")
-    result = trl_conformance.check_trl_conformance(**course_functions(
-        grpo_family_loss=_token_mean_family, extended_loss=_no_delta, advantages=_population_std_advantages))
+    result = trl_conformance.check_trl_conformance(
+        **course_functions(
+            grpo_family_loss=_token_mean_family, extended_loss=_no_delta, advantages=_population_std_advantages
+        )
+    )
     assert result["status"] == "failed"
     trl_conformance.validate_result(result)
     failed = set(result["failed"])
-    assert {"loss.grpo", "loss.grpo_clip_higher", "loss.gspo_sequence", "extended.grpo_delta", "advantages.group"} <= failed
-    assert not failed & {"loss.bnpo", "loss.dapo", "loss.cispo", "extended.sapo", "extended.vespo", "advantages.batch",
-                         "advantages.none", "advantages.normalize_then_sum"}, failed
+    assert {
+        "loss.grpo",
+        "loss.grpo_clip_higher",
+        "loss.gspo_sequence",
+        "extended.grpo_delta",
+        "advantages.group",
+    } <= failed
+    assert not failed & {
+        "loss.bnpo",
+        "loss.dapo",
+        "loss.cispo",
+        "extended.sapo",
+        "extended.vespo",
+        "advantages.batch",
+        "advantages.none",
+        "advantages.normalize_then_sum",
+    }, failed
 
 
 def test_skipped_without_trl(monkeypatch):
@@ -163,13 +212,27 @@ def test_lesson_functions_mask_before_exp():
     adv = torch.randn(4, generator=gen, dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
     extreme = torch.where(mask.bool(), policy, old + 800.0)
-    for loss_type, options in (("sapo", {}), ("vespo", {}), ("luspo", {"importance_sampling_level": "sequence"}),
-                               ("grpo", {"delta": 1.5, "use_bias_correction_kl": True})):
+    for loss_type, options in (
+        ("sapo", {}),
+        ("vespo", {}),
+        ("luspo", {"importance_sampling_level": "sequence"}),
+        ("grpo", {"delta": 1.5, "use_bias_correction_kl": True}),
+    ):
         grads = []
         for p in (policy, extreme):
             leaf = p.clone().requires_grad_(True)
-            loss = nb03b.extended_loss(leaf, old, adv, mask, loss_type, beta=0.04, ref_logps=ref, max_completion_length=5,
-                                       num_items_in_batch=int(mask.sum()), **options)
+            loss = nb03b.extended_loss(
+                leaf,
+                old,
+                adv,
+                mask,
+                loss_type,
+                beta=0.04,
+                ref_logps=ref,
+                max_completion_length=5,
+                num_items_in_batch=int(mask.sum()),
+                **options,
+            )
             (grad,) = torch.autograd.grad(loss, leaf)
             grads.append((loss.detach(), grad))
         assert torch.isfinite(grads[1][1]).all(), loss_type

@@ -9,6 +9,7 @@ captured ``Tensor.tolist`` and compare them with plain Python arithmetic, so a l
 make a wrong answer pass. ``tampered()`` lists what was rebound and ``restore()`` puts it back (the
 autograder calls it before the tests run).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -43,9 +44,39 @@ _MODULE_ATTRS = {
     "torch.testing": ("assert_close",),
     "math": ("isclose", "isfinite", "isnan"),
 }
-_TENSOR_METHODS = ("any", "all", "abs", "item", "tolist", "allclose", "isclose", "equal", "eq", "ne", "isnan",
-                   "isfinite", "max", "min", "sum", "mean", "detach", "to", "size", "numel", "float", "double",
-                   "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__sub__", "__abs__", "__bool__")
+_TENSOR_METHODS = (
+    "any",
+    "all",
+    "abs",
+    "item",
+    "tolist",
+    "allclose",
+    "isclose",
+    "equal",
+    "eq",
+    "ne",
+    "isnan",
+    "isfinite",
+    "max",
+    "min",
+    "sum",
+    "mean",
+    "detach",
+    "to",
+    "size",
+    "numel",
+    "float",
+    "double",
+    "__eq__",
+    "__ne__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__sub__",
+    "__abs__",
+    "__bool__",
+)
 _MODULES = {"torch": torch, "torch.testing": torch.testing, "math": math}
 
 # Captured at import time (the bootstrap cell), before learner code can patch anything.
@@ -72,7 +103,7 @@ def trusted(name: str):
 
 def _current(name: str):
     if name.startswith("torch.Tensor."):
-        attr = name[len("torch.Tensor."):]
+        attr = name[len("torch.Tensor.") :]
         return torch.Tensor.__dict__.get(attr, getattr(torch.Tensor, attr))
     module_name, _, attr = name.rpartition(".")
     return getattr(_MODULES[module_name] if module_name else builtins, attr)
@@ -88,7 +119,7 @@ def restore() -> list[str]:
     changed = tampered()
     for name in changed:
         if name.startswith("torch.Tensor."):
-            setattr(torch.Tensor, name[len("torch.Tensor."):], _ORIGINALS[name])
+            setattr(torch.Tensor, name[len("torch.Tensor.") :], _ORIGINALS[name])
         else:
             module_name, _, attr = name.rpartition(".")
             setattr(_MODULES[module_name] if module_name else builtins, attr, _ORIGINALS[name])

@@ -14,6 +14,7 @@ One home per function: the verifier is notebook 4's graded ``verify_integer_resp
 are notebook 1's graded ``compute_group_advantages`` (both imported from ``tools.lessons``), so the
 experiment scores and normalises exactly as the lessons grade.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -117,8 +118,13 @@ class CandidateSet:
         return [record["total_reward"] for record in self.verifier_records]
 
 
-def build_candidate_set(name: str, group_size: int, fixtures: Sequence[Mapping[str, Any]] = GROUP_FIXTURES,
-                        correctness_weight: float = 1.0, format_weight: float = 0.1) -> CandidateSet:
+def build_candidate_set(
+    name: str,
+    group_size: int,
+    fixtures: Sequence[Mapping[str, Any]] = GROUP_FIXTURES,
+    correctness_weight: float = 1.0,
+    format_weight: float = 0.1,
+) -> CandidateSet:
     """Take the first ``group_size`` responses of every fixture group and score them with the verifier."""
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
         raise ValueError(f"group_size 必须是 >= 2 的整数（组内至少两个候选才能比较），收到 {group_size!r}")
@@ -150,9 +156,14 @@ def verifier_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def fixtures_hash_items(fixtures: Sequence[Mapping[str, Any]] = GROUP_FIXTURES) -> list[str]:
     """The ordered strings whose hash identifies the embedded data set (prompt, answer, responses)."""
-    return [json.dumps({"prompt": f["prompt"], "expected_answer": f["expected_answer"],
-                        "responses": list(f["responses"])}, ensure_ascii=False, sort_keys=True)
-            for f in fixtures]
+    return [
+        json.dumps(
+            {"prompt": f["prompt"], "expected_answer": f["expected_answer"], "responses": list(f["responses"])},
+            ensure_ascii=False,
+            sort_keys=True,
+        )
+        for f in fixtures
+    ]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -173,8 +184,9 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float 
 ZERO_VARIANCE_PROBES = (1.0, 1.1, 0.1)
 
 
-def zero_variance_guard(group_ids: torch.Tensor, eps: float = 1e-6,
-                        advantage_fn: Callable[..., torch.Tensor] = group_advantages) -> bool:
+def zero_variance_guard(
+    group_ids: torch.Tensor, eps: float = 1e-6, advantage_fn: Callable[..., torch.Tensor] = group_advantages
+) -> bool:
     """True iff identical float32 rewards in every group give exactly zero advantages (no fake signal).
 
     Tries every value of :data:`ZERO_VARIANCE_PROBES` (1.0, 1.1, 0.1) for all candidates.
@@ -244,8 +256,12 @@ def forced_dtype(environ: Mapping[str, str] | None = None) -> torch.dtype | None
     return choices[value]
 
 
-def select_precision(run_mode: str, cuda_available: bool | None = None,
-                     bf16_supported: bool | None = None, force_dtype: torch.dtype | None = None) -> Precision:
+def select_precision(
+    run_mode: str,
+    cuda_available: bool | None = None,
+    bf16_supported: bool | None = None,
+    force_dtype: torch.dtype | None = None,
+) -> Precision:
     """``tiny_cpu`` -> CPU fp32; ``real_gpu`` -> CUDA bf16 where natively supported, else fp16 (+ grad
     scaler). ``force_dtype`` (real_gpu only; see :func:`forced_dtype`) overrides the automatic choice.
 
@@ -258,8 +274,9 @@ def select_precision(run_mode: str, cuda_available: bool | None = None,
         return Precision(torch.device("cpu"), torch.float32, autocast=False, grad_scaler=False)
     cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
     if not cuda_available:
-        raise RuntimeError("RUN_MODE=real_gpu 需要 CUDA，但 torch.cuda.is_available() 为 False；"
-                           "没有 GPU 时请用 tiny_cpu 或 dry_run")
+        raise RuntimeError(
+            "RUN_MODE=real_gpu 需要 CUDA，但 torch.cuda.is_available() 为 False；没有 GPU 时请用 tiny_cpu 或 dry_run"
+        )
     if force_dtype is not None:
         if force_dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"force_dtype 只能是 torch.float16 或 torch.bfloat16，收到 {force_dtype}")
@@ -312,8 +329,9 @@ def display_model_id(model_path: str, root: Path) -> str:
     return str(model_path)
 
 
-def attach_lora(model: torch.nn.Module, rank: int, alpha: float, dropout: float,
-                target_modules: Sequence[str]) -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
+def attach_lora(
+    model: torch.nn.Module, rank: int, alpha: float, dropout: float, target_modules: Sequence[str]
+) -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
     """Wrap ``model`` with a LoRA adapter (peft); return the peft model and its trainable parameters.
 
     Only the adapter's A/B matrices train; the base weights are frozen. peft initialises B at zero, so
@@ -321,8 +339,14 @@ def attach_lora(model: torch.nn.Module, rank: int, alpha: float, dropout: float,
     """
     from peft import LoraConfig, TaskType, get_peft_model
 
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                        bias="none", task_type=TaskType.CAUSAL_LM)
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=list(target_modules),
+        bias="none",
+        task_type=TaskType.CAUSAL_LM,
+    )
     peft_model = get_peft_model(model, config)
     trainable = [p for p in peft_model.parameters() if p.requires_grad]
     if not trainable:
@@ -330,9 +354,18 @@ def attach_lora(model: torch.nn.Module, rank: int, alpha: float, dropout: float,
     return peft_model, trainable
 
 
-def load_lora_policy(model_id: str, precision: Precision, *, revision: str | None, local_files_only: bool,
-                     lora_rank: int, lora_alpha: float, lora_dropout: float, target_modules: Sequence[str],
-                     seed: int) -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
+def load_lora_policy(
+    model_id: str,
+    precision: Precision,
+    *,
+    revision: str | None,
+    local_files_only: bool,
+    lora_rank: int,
+    lora_alpha: float,
+    lora_dropout: float,
+    target_modules: Sequence[str],
+    seed: int,
+) -> tuple[torch.nn.Module, list[torch.nn.Parameter]]:
     """Load the policy fresh (``from_pretrained``), put it on the device, attach LoRA under ``seed``."""
     from transformers import AutoModelForCausalLM
 
@@ -361,8 +394,9 @@ def sequence_logps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], pr
     return logps.detach().float()
 
 
-def full_precision_sequence_logps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor],
-                                  precision: Precision) -> torch.Tensor:
+def full_precision_sequence_logps(
+    model: torch.nn.Module, batch: Mapping[str, torch.Tensor], precision: Precision
+) -> torch.Tensor:
     """[N] eval-mode log-probs at the same weights computed in float32: every half-precision parameter
     upcast (exact), no autocast; afterwards every parameter gets its dtype back (bf16 -> fp32 -> bf16 is
     lossless, the Parameter objects - and so the optimizer's references and tied weights - are kept).
@@ -380,8 +414,9 @@ def full_precision_sequence_logps(model: torch.nn.Module, batch: Mapping[str, to
             param.data = param.data.to(dtype)
 
 
-def clipped_surrogate(new_logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
-                      clip_range: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    new_logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, clip_range: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The seed's sequence-level GRPO objective and the fraction of clipped ratios.
 
     ratio = exp(new - old); loss = -mean(min(ratio * A, clip(ratio, 1-eps, 1+eps) * A)).
@@ -410,10 +445,17 @@ class StepResult:
     new_logps: torch.Tensor | None = None  # [N] train-mode log-probs before this step (detached, CPU fp32)
 
 
-def grpo_update_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], old_logps: torch.Tensor,
-                     advantages: torch.Tensor, optimizer: torch.optim.Optimizer,
-                     trainable: Sequence[torch.nn.Parameter], clip_range: float, precision: Precision,
-                     scaler: torch.amp.GradScaler | None = None) -> StepResult:
+def grpo_update_step(
+    model: torch.nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    trainable: Sequence[torch.nn.Parameter],
+    clip_range: float,
+    precision: Precision,
+    scaler: torch.amp.GradScaler | None = None,
+) -> StepResult:
     """One optimizer step of the clipped objective; the timing covers forward, backward and step.
 
     The gradient norm is taken on unscaled gradients (after ``scaler.unscale_`` in fp16). With a
@@ -452,15 +494,24 @@ def grpo_update_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], 
     update_ms = (time.perf_counter() - started) * 1000.0
     if not skipped and not math.isfinite(gradient_norm):
         raise FloatingPointError(f"梯度范数不是有限值：{gradient_norm}")
-    return StepResult(float(loss.detach()), gradient_norm, float(clip_fraction), update_ms, skipped,
-                      new_logps.detach().float().cpu())
+    return StepResult(
+        float(loss.detach()), gradient_norm, float(clip_fraction), update_ms, skipped, new_logps.detach().float().cpu()
+    )
 
 
-def run_update_steps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], old_logps: torch.Tensor,
-                     advantages: torch.Tensor, optimizer: torch.optim.Optimizer,
-                     trainable: Sequence[torch.nn.Parameter], clip_range: float, precision: Precision,
-                     scaler: torch.amp.GradScaler | None, update_steps: int,
-                     max_skips: int = MAX_SCALER_SKIPS) -> tuple[list[StepResult], int, torch.Tensor]:
+def run_update_steps(
+    model: torch.nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    trainable: Sequence[torch.nn.Parameter],
+    clip_range: float,
+    precision: Precision,
+    scaler: torch.amp.GradScaler | None,
+    update_steps: int,
+    max_skips: int = MAX_SCALER_SKIPS,
+) -> tuple[list[StepResult], int, torch.Tensor]:
     """Take ``update_steps`` *effective* optimizer steps; return ``(steps, skipped, first_new_logps)``.
 
     ``steps`` are the effective steps only (finite numbers); ``skipped`` counts GradScaler overflow
@@ -475,15 +526,17 @@ def run_update_steps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], 
     skipped = 0
     first_new_logps = None
     while len(steps) < update_steps:
-        result = grpo_update_step(model, batch, old_logps, advantages, optimizer, trainable, clip_range,
-                                  precision, scaler)
+        result = grpo_update_step(
+            model, batch, old_logps, advantages, optimizer, trainable, clip_range, precision, scaler
+        )
         if first_new_logps is None:
             first_new_logps = result.new_logps
         if result.skipped:
             skipped += 1
             if skipped > max_skips:
                 raise FloatingPointError(
-                    f"GradScaler 连续跳过了 {skipped} 步（梯度一直溢出），已取 {len(steps)} 个有效步：这不是正常的 fp16 溢出")
+                    f"GradScaler 连续跳过了 {skipped} 步（梯度一直溢出），已取 {len(steps)} 个有效步：这不是正常的 fp16 溢出"
+                )
             continue
         steps.append(result)
     return steps, skipped, first_new_logps
@@ -495,8 +548,12 @@ def run_update_steps(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], 
 NOISE_MARGIN_FACTOR = 4.0
 
 
-def logprob_noise(old_logps: torch.Tensor, first_train_logps: torch.Tensor,
-                  repeat_eval_logps: torch.Tensor, full_precision_logps: torch.Tensor | None = None) -> dict[str, float]:
+def logprob_noise(
+    old_logps: torch.Tensor,
+    first_train_logps: torch.Tensor,
+    repeat_eval_logps: torch.Tensor,
+    full_precision_logps: torch.Tensor | None = None,
+) -> dict[str, float]:
     """How far the log-probs move with no update at all, and the margin a separation must beat.
 
     - ``train_eval_logprob_gap``: max |train-mode forward (with grad) - eval-mode forward (no grad)| at
@@ -518,11 +575,15 @@ def logprob_noise(old_logps: torch.Tensor, first_train_logps: torch.Tensor,
     old = old_logps.detach().float().cpu()  # [N]
     train_gap = float((first_train_logps.detach().float().cpu() - old).abs().max())
     repeat_gap = float((repeat_eval_logps.detach().float().cpu() - old).abs().max())
-    precision_gap = 0.0 if full_precision_logps is None else float(
-        (full_precision_logps.detach().float().cpu() - old).abs().max())
-    return {"train_eval_logprob_gap": train_gap, "eval_repeat_logprob_gap": repeat_gap,
-            "precision_logprob_gap": precision_gap,
-            "noise_margin": NOISE_MARGIN_FACTOR * max(train_gap, repeat_gap, precision_gap)}
+    precision_gap = (
+        0.0 if full_precision_logps is None else float((full_precision_logps.detach().float().cpu() - old).abs().max())
+    )
+    return {
+        "train_eval_logprob_gap": train_gap,
+        "eval_repeat_logprob_gap": repeat_gap,
+        "precision_logprob_gap": precision_gap,
+        "noise_margin": NOISE_MARGIN_FACTOR * max(train_gap, repeat_gap, precision_gap),
+    }
 
 
 def policy_separation(old_logps: torch.Tensor, new_logps: torch.Tensor, advantages: torch.Tensor) -> float:
@@ -530,7 +591,7 @@ def policy_separation(old_logps: torch.Tensor, new_logps: torch.Tensor, advantag
 
     > 0: the update moved probability towards the candidates the verifier preferred.
     """
-    shifts = (new_logps.float() - old_logps.float())  # [N]
+    shifts = new_logps.float() - old_logps.float()  # [N]
     positive, negative = advantages > 0, advantages < 0  # [N] bool
     if not positive.any() or not negative.any():
         raise ValueError("策略分离需要至少一个正优势和一个负优势候选（奖励全等的组没有方向）")
@@ -564,11 +625,18 @@ def peak_memory(precision: Precision, allocated_at_start: int | None = None) -> 
     rss = None if rss is None else int(rss)
     start = None if allocated_at_start is None else int(allocated_at_start)
     if precision.device.type == "cuda":
-        return {"peak_memory_metric": "cuda_max_memory_allocated",
-                "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(precision.device)),
-                "peak_rss_bytes": rss, "allocated_bytes_at_start": start}
-    return {"peak_memory_metric": "process_peak_rss" if rss is not None else "unavailable",
-            "peak_allocated_bytes": None, "peak_rss_bytes": rss, "allocated_bytes_at_start": start}
+        return {
+            "peak_memory_metric": "cuda_max_memory_allocated",
+            "peak_allocated_bytes": int(torch.cuda.max_memory_allocated(precision.device)),
+            "peak_rss_bytes": rss,
+            "allocated_bytes_at_start": start,
+        }
+    return {
+        "peak_memory_metric": "process_peak_rss" if rss is not None else "unavailable",
+        "peak_allocated_bytes": None,
+        "peak_rss_bytes": rss,
+        "allocated_bytes_at_start": start,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -582,10 +650,14 @@ def batch_shape_entry(name: str, batch: Mapping[str, torch.Tensor]) -> dict[str,
     response = batch["response_mask"].bool()  # [B, T]
     response_tokens = [int(v) for v in response[:, 1:].sum(dim=-1).cpu()]  # [B]
     first_response = response.float().argmax(dim=-1)  # [B] index of the first response token
-    return {"candidate_set": name, "input_ids_shape": [int(v) for v in input_ids.shape],
-            "response_tokens": response_tokens, "response_tokens_total": int(sum(response_tokens)),
-            "prompt_tokens": [int(v) for v in first_response.cpu()],
-            "attended_tokens_total": int(attention.sum())}
+    return {
+        "candidate_set": name,
+        "input_ids_shape": [int(v) for v in input_ids.shape],
+        "response_tokens": response_tokens,
+        "response_tokens_total": int(sum(response_tokens)),
+        "prompt_tokens": [int(v) for v in first_response.cpu()],
+        "attended_tokens_total": int(attention.sum()),
+    }
 
 
 def _sha256(parts: Iterable[bytes]) -> str:
@@ -606,8 +678,10 @@ def tokenizer_hash(tokenizer) -> str:
     if backend is not None:
         body = backend.to_str()
     else:  # a slow tokenizer: its vocabulary and special tokens
-        body = json.dumps({"vocab": sorted(tokenizer.get_vocab().items()),
-                           "special": sorted(map(str, tokenizer.all_special_tokens))}, ensure_ascii=False)
+        body = json.dumps(
+            {"vocab": sorted(tokenizer.get_vocab().items()), "special": sorted(map(str, tokenizer.all_special_tokens))},
+            ensure_ascii=False,
+        )
     template = getattr(tokenizer, "chat_template", None) or ""
     if not isinstance(template, str):
         template = json.dumps(template, sort_keys=True, ensure_ascii=False)
@@ -629,14 +703,36 @@ def token_ids_hash(batches: Sequence[Mapping[str, torch.Tensor]]) -> str:
 # ----------------------------------------------------------------------------------------------------
 # Record assembly, decision rule, schema validation, writing
 # ----------------------------------------------------------------------------------------------------
-MEASURED_FIELDS = ("trainable_parameters", "losses", "gradient_norms", "clip_fractions", "mean_clip_fraction",
-                   "logprob_shifts", "policy_separation", "train_eval_logprob_gap", "eval_repeat_logprob_gap",
-                   "precision_logprob_gap", "noise_margin", "scaler_skipped_steps", "update_ms", "median_update_ms", "p95_update_ms",
-                   "peak_memory_metric", "peak_allocated_bytes", "peak_rss_bytes", "allocated_bytes_at_start")
+MEASURED_FIELDS = (
+    "trainable_parameters",
+    "losses",
+    "gradient_norms",
+    "clip_fractions",
+    "mean_clip_fraction",
+    "logprob_shifts",
+    "policy_separation",
+    "train_eval_logprob_gap",
+    "eval_repeat_logprob_gap",
+    "precision_logprob_gap",
+    "noise_margin",
+    "scaler_skipped_steps",
+    "update_ms",
+    "median_update_ms",
+    "p95_update_ms",
+    "peak_memory_metric",
+    "peak_allocated_bytes",
+    "peak_rss_bytes",
+    "allocated_bytes_at_start",
+)
 
 
-def candidate_entry(candidate_set: CandidateSet, rewards: torch.Tensor, group_ids: torch.Tensor,
-                    advantages: torch.Tensor, guard_passed: bool) -> dict[str, Any]:
+def candidate_entry(
+    candidate_set: CandidateSet,
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    advantages: torch.Tensor,
+    guard_passed: bool,
+) -> dict[str, Any]:
     """The verifier/advantage half of a candidate set's record; update fields start as ``None``."""
     entry: dict[str, Any] = {
         "candidate_set": candidate_set.name,
@@ -653,10 +749,17 @@ def candidate_entry(candidate_set: CandidateSet, rewards: torch.Tensor, group_id
     return entry
 
 
-def add_update_measurements(entry: dict[str, Any], steps: Sequence[StepResult], old_logps: torch.Tensor,
-                            final_logps: torch.Tensor, advantages: torch.Tensor, trainable_parameters: int,
-                            memory: Mapping[str, Any], noise: Mapping[str, float] | None = None,
-                            scaler_skipped_steps: int = 0) -> dict[str, Any]:
+def add_update_measurements(
+    entry: dict[str, Any],
+    steps: Sequence[StepResult],
+    old_logps: torch.Tensor,
+    final_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    trainable_parameters: int,
+    memory: Mapping[str, Any],
+    noise: Mapping[str, float] | None = None,
+    scaler_skipped_steps: int = 0,
+) -> dict[str, Any]:
     """Fill the update half of a candidate set's record from the steps and the before/after log-probs.
 
     ``noise`` is :func:`logprob_noise`'s result (required for a decision); ``scaler_skipped_steps``
@@ -669,24 +772,26 @@ def add_update_measurements(entry: dict[str, Any], steps: Sequence[StepResult], 
     update_ms = [s.update_ms for s in steps]
     median_ms, p95_ms = median_and_p95(update_ms)
     clip_fractions = [s.clip_fraction for s in steps]
-    entry.update({
-        "trainable_parameters": int(trainable_parameters),
-        "losses": [s.loss for s in steps],
-        "gradient_norms": [s.gradient_norm for s in steps],
-        "clip_fractions": clip_fractions,
-        "mean_clip_fraction": sum(clip_fractions) / len(clip_fractions),
-        "logprob_shifts": [float(v) for v in (final_logps.float() - old_logps.float()).cpu()],
-        "policy_separation": policy_separation(old_logps.cpu(), final_logps.cpu(), advantages.cpu()),
-        "train_eval_logprob_gap": None if noise is None else float(noise["train_eval_logprob_gap"]),
-        "eval_repeat_logprob_gap": None if noise is None else float(noise["eval_repeat_logprob_gap"]),
-        "precision_logprob_gap": None if noise is None else float(noise.get("precision_logprob_gap", 0.0)),
-        "noise_margin": None if noise is None else float(noise["noise_margin"]),
-        "scaler_skipped_steps": int(scaler_skipped_steps),
-        "update_ms": update_ms,
-        "median_update_ms": float(median_ms),
-        "p95_update_ms": float(p95_ms),
-        **dict(memory),
-    })
+    entry.update(
+        {
+            "trainable_parameters": int(trainable_parameters),
+            "losses": [s.loss for s in steps],
+            "gradient_norms": [s.gradient_norm for s in steps],
+            "clip_fractions": clip_fractions,
+            "mean_clip_fraction": sum(clip_fractions) / len(clip_fractions),
+            "logprob_shifts": [float(v) for v in (final_logps.float() - old_logps.float()).cpu()],
+            "policy_separation": policy_separation(old_logps.cpu(), final_logps.cpu(), advantages.cpu()),
+            "train_eval_logprob_gap": None if noise is None else float(noise["train_eval_logprob_gap"]),
+            "eval_repeat_logprob_gap": None if noise is None else float(noise["eval_repeat_logprob_gap"]),
+            "precision_logprob_gap": None if noise is None else float(noise.get("precision_logprob_gap", 0.0)),
+            "noise_margin": None if noise is None else float(noise["noise_margin"]),
+            "scaler_skipped_steps": int(scaler_skipped_steps),
+            "update_ms": update_ms,
+            "median_update_ms": float(median_ms),
+            "p95_update_ms": float(p95_ms),
+            **dict(memory),
+        }
+    )
     return entry
 
 
@@ -694,9 +799,18 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def new_record(*, run_mode: str, run_label: str, environment_profile: str, framework: Mapping[str, Any],
-               hardware: Mapping[str, Any], model: Mapping[str, Any], dataset: Mapping[str, Any],
-               workload: Mapping[str, Any], verifier: Mapping[str, Any]) -> dict[str, Any]:
+def new_record(
+    *,
+    run_mode: str,
+    run_label: str,
+    environment_profile: str,
+    framework: Mapping[str, Any],
+    hardware: Mapping[str, Any],
+    model: Mapping[str, Any],
+    dataset: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    verifier: Mapping[str, Any],
+) -> dict[str, Any]:
     """A record that claims nothing yet: no candidates, no failure, level ``dry_run``, ``not_measured``."""
     return {
         "schema_version": SCHEMA_VERSION,
@@ -707,8 +821,15 @@ def new_record(*, run_mode: str, run_label: str, environment_profile: str, frame
         "created_utc": utc_now(),
         "framework": dict(framework),
         "hardware": dict(hardware),
-        "runtime": {"device": None, "dtype": None, "dtype_choice": None, "autocast": False, "grad_scaler": False,
-                    "logprob_function": LOGPROB_FUNCTION, "logprob_normalize": True},
+        "runtime": {
+            "device": None,
+            "dtype": None,
+            "dtype_choice": None,
+            "autocast": False,
+            "grad_scaler": False,
+            "logprob_function": LOGPROB_FUNCTION,
+            "logprob_normalize": True,
+        },
         "model": dict(model),
         "dataset": dict(dataset),
         "workload": {"batch_shapes": None, "tokenizer_hash": None, "token_ids_hash": None, **dict(workload)},
@@ -724,10 +845,14 @@ def new_record(*, run_mode: str, run_label: str, environment_profile: str, frame
     }
 
 
-COURSE_RULE = ("every candidate set: policy_separation > noise_margin (4 x the largest no-update log-prob gap), "
-               "zero_variance_guard_passed, reward_std_mean > 0")
-REFERENCE_RULE = ("the reference document's rule: every candidate set: policy_separation > 0, "
-                  "zero_variance_guard_passed, reward_std_mean > 0")
+COURSE_RULE = (
+    "every candidate set: policy_separation > noise_margin (4 x the largest no-update log-prob gap), "
+    "zero_variance_guard_passed, reward_std_mean > 0"
+)
+REFERENCE_RULE = (
+    "the reference document's rule: every candidate set: policy_separation > 0, "
+    "zero_variance_guard_passed, reward_std_mean > 0"
+)
 # Decisions: a pretrained (or other non-random) model, and tiny_cpu's mechanism check, use the reference
 # vocabulary; a random-init GPU run only says whether its code path behaved, never that a mechanism holds.
 MODEL_DECISIONS = ("accept_mechanism", "tune")
@@ -744,8 +869,10 @@ def decision_rules(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     common = all(c["zero_variance_guard_passed"] and c["reward_std_mean"] > 0 for c in candidates)
     course = common and all(c["policy_separation"] > c["noise_margin"] for c in candidates)
     reference = common and all(c["policy_separation"] > 0 for c in candidates)
-    return {"course_rule": {"rule": COURSE_RULE, "passed": bool(course)},
-            "reference_rule": {"rule": REFERENCE_RULE, "passed": bool(reference)}}
+    return {
+        "course_rule": {"rule": COURSE_RULE, "passed": bool(course)},
+        "reference_rule": {"rule": REFERENCE_RULE, "passed": bool(reference)},
+    }
 
 
 def decide(candidates: Sequence[Mapping[str, Any]], random_init: bool = False) -> str:
@@ -759,16 +886,25 @@ def decide(candidates: Sequence[Mapping[str, Any]], random_init: bool = False) -
 def highest_separation(candidates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Diagnostic only: which candidate set separated most. Never a configuration choice."""
     best = max(candidates, key=lambda c: c["policy_separation"])
-    return {"candidate_set": best["candidate_set"], "group_size": best["group_size"],
-            "interpretation": "diagnostic_only_not_configuration_selection"}
+    return {
+        "candidate_set": best["candidate_set"],
+        "group_size": best["group_size"],
+        "interpretation": "diagnostic_only_not_configuration_selection",
+    }
 
 
 def finalize_measured(record: dict[str, Any]) -> dict[str, Any]:
     """Set evidence level, decision and the diagnostic for a run whose updates all completed."""
     mode = record["run_mode"]
     if mode == "dry_run":
-        record.update({"evidence_level": "dry_run", "decision": "not_measured", "decision_rules": None,
-                       "highest_separation_candidate": None})
+        record.update(
+            {
+                "evidence_level": "dry_run",
+                "decision": "not_measured",
+                "decision_rules": None,
+                "highest_separation_candidate": None,
+            }
+        )
         return record
     random_init_gpu = False
     if mode == "tiny_cpu":
@@ -777,9 +913,14 @@ def finalize_measured(record: dict[str, Any]) -> dict[str, Any]:
         level, random_init_gpu = EVIDENCE_LEVELS["real_gpu_random_init"], True
     else:
         level = EVIDENCE_LEVELS["real_gpu"]
-    record.update({"evidence_level": level, "decision": decide(record["candidates"], random_init=random_init_gpu),
-                   "decision_rules": decision_rules(record["candidates"]),
-                   "highest_separation_candidate": highest_separation(record["candidates"])})
+    record.update(
+        {
+            "evidence_level": level,
+            "decision": decide(record["candidates"], random_init=random_init_gpu),
+            "decision_rules": decision_rules(record["candidates"]),
+            "highest_separation_candidate": highest_separation(record["candidates"]),
+        }
+    )
     return record
 
 
@@ -794,9 +935,15 @@ def mark_failure(record: dict[str, Any], stage: str, error: BaseException) -> di
     for entry in record["candidates"]:
         if entry.get("losses") is None or entry.get("policy_separation") is None:
             entry.update({name: None for name in MEASURED_FIELDS})
-    record.update({"failure": failure_record(stage, error),
-                   "evidence_level": f"failed_{record['run_mode']}_attempt",
-                   "decision": "reject_until_fixed", "decision_rules": None, "highest_separation_candidate": None})
+    record.update(
+        {
+            "failure": failure_record(stage, error),
+            "evidence_level": f"failed_{record['run_mode']}_attempt",
+            "decision": "reject_until_fixed",
+            "decision_rules": None,
+            "highest_separation_candidate": None,
+        }
+    )
     return record
 
 
@@ -834,17 +981,38 @@ def write_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
 
 def headline(record: Mapping[str, Any]) -> dict[str, Any]:
     """The fields a reader checks first (used by the notebook's 5.3 cell)."""
-    keys = ("run_mode", "run_label", "model", "evidence_level", "decision", "decision_rules",
-            "highest_separation_candidate", "failure")
+    keys = (
+        "run_mode",
+        "run_label",
+        "model",
+        "evidence_level",
+        "decision",
+        "decision_rules",
+        "highest_separation_candidate",
+        "failure",
+    )
     return {key: record.get(key) for key in keys}
 
 
-CANDIDATE_HEADLINE_KEYS = ("candidate_set", "group_size", "correctness_pass_rate", "format_pass_rate",
-                           "unjudgeable_count", "reward_std_mean", "nonzero_advantages",
-                           "zero_variance_guard_passed", "policy_separation", "noise_margin",
-                           "scaler_skipped_steps", "mean_clip_fraction",
-                           "median_update_ms", "p95_update_ms", "peak_memory_metric", "peak_allocated_bytes",
-                           "peak_rss_bytes")
+CANDIDATE_HEADLINE_KEYS = (
+    "candidate_set",
+    "group_size",
+    "correctness_pass_rate",
+    "format_pass_rate",
+    "unjudgeable_count",
+    "reward_std_mean",
+    "nonzero_advantages",
+    "zero_variance_guard_passed",
+    "policy_separation",
+    "noise_margin",
+    "scaler_skipped_steps",
+    "mean_clip_fraction",
+    "median_update_ms",
+    "p95_update_ms",
+    "peak_memory_metric",
+    "peak_allocated_bytes",
+    "peak_rss_bytes",
+)
 
 
 def candidate_headlines(record: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -853,6 +1021,7 @@ def candidate_headlines(record: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A GitHub-style Markdown table (cells converted with ``str``; ``|`` escaped)."""
+
     def cell(value: Any) -> str:
         return str(value).replace("|", "\\|").replace("\n", " ")
 

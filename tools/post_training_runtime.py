@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["build_response_batch", "move_response_batch", "response_sequence_logps", "saved_tensor_bytes",
-           "selective_log_softmax"]
+__all__ = [
+    "build_response_batch",
+    "move_response_batch",
+    "response_sequence_logps",
+    "saved_tensor_bytes",
+    "selective_log_softmax",
+]
 
 # Tokens that close a turn in common chat templates (ChatML / Qwen, Llama 3, Gemma, Phi-3).
 _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
-
 
 
 def _encode(tokenizer, text: str, add_special_tokens: bool) -> list[int]:
@@ -43,14 +47,12 @@ def _chat_row(tokenizer, prompt: str, response: str, end_ids: set[int]) -> tuple
         [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}], tokenize=False
     )
     if not full_text.startswith(prompt_text):
-        raise ValueError(
-            "聊天模板渲染的完整对话不以“提示 + 生成提示”开头，无法确定回答从哪个词元开始"
-        )
+        raise ValueError("聊天模板渲染的完整对话不以“提示 + 生成提示”开头，无法确定回答从哪个词元开始")
     prompt_ids = _encode(tokenizer, prompt_text, add_special_tokens=False)
     full_ids = _encode(tokenizer, full_text, add_special_tokens=False)
     if full_ids[: len(prompt_ids)] != prompt_ids:
         # A BPE merge crossed the prompt/response boundary: keep the prompt tokenised as generation sees it.
-        full_ids = prompt_ids + _encode(tokenizer, full_text[len(prompt_text):], add_special_tokens=False)
+        full_ids = prompt_ids + _encode(tokenizer, full_text[len(prompt_text) :], add_special_tokens=False)
     start = len(prompt_ids)
     tail = full_ids[start:]
     # The response runs up to and including the first end-of-turn token after the prompt; what the
@@ -184,8 +186,9 @@ class _SavedLogitsSelectiveLogSoftmax(torch.autograd.Function):
         return grad_logits, None, None
 
 
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_chunk: int = 1,
-                          tokens_per_chunk: int = 16) -> torch.Tensor:
+def selective_log_softmax(
+    logits: torch.Tensor, index: torch.Tensor, rows_per_chunk: int = 1, tokens_per_chunk: int = 16
+) -> torch.Tensor:
     """Log-probability of ``index`` under ``softmax(logits)``, without a second ``logits``-sized tensor.
 
     ``logits`` is ``[B, T, V]`` (or ``[B, V]``), ``index`` is ``[B, T]`` (or ``[B]``); the result has
@@ -220,15 +223,23 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, rows_per_ch
         pieces = []
         for part in logits.split(rows_per_chunk, dim=0):  # view [rows_per_chunk, T, V] (or [rows, V])
             if part.dim() == 3:
-                pieces.append(torch.cat([torch.logsumexp(block, dim=-1)  # [rows, tokens_per_chunk]
-                                         for block in part.split(tokens_per_chunk, dim=1)], dim=1))
+                pieces.append(
+                    torch.cat(
+                        [
+                            torch.logsumexp(block, dim=-1)  # [rows, tokens_per_chunk]
+                            for block in part.split(tokens_per_chunk, dim=1)
+                        ],
+                        dim=1,
+                    )
+                )
             else:
                 pieces.append(torch.logsumexp(part, dim=-1))  # [rows]
         logsumexp_values = torch.cat(pieces, dim=0)  # [B, T]
         return target_logits - logsumexp_values  # [B, T]
     if logits.dim() == 2:  # [B, V] -> [B, 1, V] view
-        return _SavedLogitsSelectiveLogSoftmax.apply(logits.unsqueeze(1), index.unsqueeze(1),
-                                                     tokens_per_chunk).squeeze(1)  # [B]
+        return _SavedLogitsSelectiveLogSoftmax.apply(logits.unsqueeze(1), index.unsqueeze(1), tokens_per_chunk).squeeze(
+            1
+        )  # [B]
     return _SavedLogitsSelectiveLogSoftmax.apply(logits, index, tokens_per_chunk)  # [B, T] float32
 
 

@@ -25,20 +25,43 @@ from pathlib import Path
 
 from tools.notebook_runtime import package_version  # (standard library only: runs before the profile is installed)
 
-__all__ = ["PROFILES", "Requirement", "parse_requirements", "profile_requirements", "collect_rows",
-           "format_table", "run_preflight", "main"]
+__all__ = [
+    "PROFILES",
+    "Requirement",
+    "parse_requirements",
+    "profile_requirements",
+    "collect_rows",
+    "format_table",
+    "run_preflight",
+    "main",
+]
 
-GIB = 1024 ** 3
+GIB = 1024**3
 TORCH_PLATFORM_MINIMUM = "2.4"
 TORCH_RULE = f"any installed torch >= {TORCH_PLATFORM_MINIMUM} is accepted (a platform torch is never replaced)"
 
 PROFILES = {
-    "BASE-CPU": {"file": "base-cpu.txt", "cuda": False, "gpu_reference_gib": None, "disk_gib": 1,
-                 "about": "the exercises of notebooks 1-5 on CPU"},
-    "PT-CPU": {"file": "pt-cpu.txt", "cuda": False, "gpu_reference_gib": None, "disk_gib": 1,
-               "about": "BASE-CPU + transformers, peft, tokenizers, accelerate, trl (tiny real model on CPU)"},
-    "PT-RL-CUDA": {"file": "pt-rl-cuda.txt", "cuda": True, "gpu_reference_gib": 12, "disk_gib": 5,
-                   "about": "the real-model GRPO experiment on one CUDA GPU (reference: a 12 GB-class card)"},
+    "BASE-CPU": {
+        "file": "base-cpu.txt",
+        "cuda": False,
+        "gpu_reference_gib": None,
+        "disk_gib": 1,
+        "about": "the exercises of notebooks 1-5 on CPU",
+    },
+    "PT-CPU": {
+        "file": "pt-cpu.txt",
+        "cuda": False,
+        "gpu_reference_gib": None,
+        "disk_gib": 1,
+        "about": "BASE-CPU + transformers, peft, tokenizers, accelerate, trl (tiny real model on CPU)",
+    },
+    "PT-RL-CUDA": {
+        "file": "pt-rl-cuda.txt",
+        "cuda": True,
+        "gpu_reference_gib": 12,
+        "disk_gib": 5,
+        "about": "the real-model GRPO experiment on one CUDA GPU (reference: a 12 GB-class card)",
+    },
 }
 # A "12 GB-class" card reports a little under 12 GiB once the driver has taken its share.
 GPU_CLASS_TOLERANCE_GIB = 1.0
@@ -83,8 +106,9 @@ def parse_requirements(path, _seen=None) -> list[Requirement]:
             continue
         match = _REQ_LINE.match(line)
         if match:
-            requirements.append(Requirement(match.group("name"), match.group("op"), match.group("version"),
-                                            f"{path.name}:{number}"))
+            requirements.append(
+                Requirement(match.group("name"), match.group("op"), match.group("version"), f"{path.name}:{number}")
+            )
     unique: dict[str, Requirement] = {}
     for requirement in requirements:
         unique.setdefault(_normalise(requirement.name), requirement)
@@ -150,8 +174,14 @@ def _python_minimum(root: Path) -> str:
 
 
 def _row(item, required, installed, status, fatal, note=""):
-    return {"item": item, "required": required, "installed": installed, "status": status,
-            "fatal": bool(fatal and status in ("missing", "too old")), "note": note}
+    return {
+        "item": item,
+        "required": required,
+        "installed": installed,
+        "status": status,
+        "fatal": bool(fatal and status in ("missing", "too old")),
+        "note": note,
+    }
 
 
 def _package_row(requirement: Requirement) -> dict:
@@ -190,8 +220,16 @@ def _cuda_rows(spec: dict) -> list[dict]:
     if torch is not None and available:
         cuda_text = f"yes (CUDA {torch.version.cuda})"
     if needed:
-        rows.append(_row("CUDA", "available", cuda_text, "ok" if available else "missing", True,
-                         "" if available else "torch sees no CUDA device"))
+        rows.append(
+            _row(
+                "CUDA",
+                "available",
+                cuda_text,
+                "ok" if available else "missing",
+                True,
+                "" if available else "torch sees no CUDA device",
+            )
+        )
     else:
         rows.append(_row("CUDA", "not needed", cuda_text, "not needed", False))
 
@@ -205,12 +243,28 @@ def _cuda_rows(spec: dict) -> list[dict]:
         elif memory_gib >= reference - GPU_CLASS_TOLERANCE_GIB:
             rows.append(_row("GPU", f"{reference} GB-class", gpu_text, "ok", False))
         else:
-            rows.append(_row("GPU", f"{reference} GB-class", gpu_text, "warn", False,
-                             "below the reference card: lower max_length / group size if it runs out of memory"))
+            rows.append(
+                _row(
+                    "GPU",
+                    f"{reference} GB-class",
+                    gpu_text,
+                    "warn",
+                    False,
+                    "below the reference card: lower max_length / group size if it runs out of memory",
+                )
+            )
         bf16 = bool(torch.cuda.is_bf16_supported())
         if needed:
-            rows.append(_row("bf16", "when supported", "yes" if bf16 else "no",
-                             "ok" if bf16 else "warn", False, "" if bf16 else "fp16 autocast is used instead"))
+            rows.append(
+                _row(
+                    "bf16",
+                    "when supported",
+                    "yes" if bf16 else "no",
+                    "ok" if bf16 else "warn",
+                    False,
+                    "" if bf16 else "fp16 autocast is used instead",
+                )
+            )
     else:
         if reference is None:
             rows.append(_row("GPU", "not needed", "-", "not needed", False))
@@ -225,8 +279,14 @@ def _disk_row(root: Path, spec: dict) -> dict:
     except OSError as error:
         return _row("free disk", f">= {spec['disk_gib']} GiB", f"unknown ({error})", "warn", False)
     status = "ok" if free >= spec["disk_gib"] * GIB else "warn"
-    return _row("free disk", f">= {spec['disk_gib']} GiB", f"{free / GIB:.1f} GiB", status, False,
-                "" if status == "ok" else "little room for checkpoints and caches")
+    return _row(
+        "free disk",
+        f">= {spec['disk_gib']} GiB",
+        f"{free / GIB:.1f} GiB",
+        status,
+        False,
+        "" if status == "ok" else "little room for checkpoints and caches",
+    )
 
 
 def collect_rows(profile: str, requirements=None, root=None) -> list[dict]:
@@ -249,9 +309,11 @@ def _fix_message(key: str, spec: dict, failed: list[dict]) -> str:
     if any(row["item"] not in ("Python", "CUDA", "GPU") for row in failed):
         hints.append(f"make setup PROFILE={key}   (or: pip install -r environments/{spec['file']})")
     if any(row["item"] in ("CUDA", "GPU") for row in failed):
-        hints.append("install a CUDA build of torch matching the driver, e.g. pip install torch "
-                     "--index-url https://download.pytorch.org/whl/cu128 (Colab: Runtime > Change runtime "
-                     "type > GPU); or run the CPU path with PROFILE=PT-CPU")
+        hints.append(
+            "install a CUDA build of torch matching the driver, e.g. pip install torch "
+            "--index-url https://download.pytorch.org/whl/cu128 (Colab: Runtime > Change runtime "
+            "type > GPU); or run the CPU path with PROFILE=PT-CPU"
+        )
     if any(row["item"] == "Python" for row in failed):
         hints.append("use Python >= the version in the 'required' column (e.g. a newer python3 for make setup)")
     return "; ".join(hints)
@@ -259,12 +321,25 @@ def _fix_message(key: str, spec: dict, failed: list[dict]) -> str:
 
 # The table is printed in Chinese (what the notebooks call the 环境检查表); the English column names stay
 # beside the Chinese ones, package names and versions are printed as they are.
-HEADERS = (("item", "项目 item"), ("required", "要求 required"), ("installed", "已安装 installed"),
-           ("status", "状态 status"), ("note", "说明 note"))
-STATUS_LABELS = {"ok": "通过 ok", "missing": "缺失 missing", "too old": "版本过旧 too old",
-                 "not needed": "不需要 not needed", "warn": "注意 warn"}
-ABOUT_ZH = {"BASE-CPU": "第 1-5 课的 CPU 练习", "PT-CPU": "BASE-CPU + transformers / peft / tokenizers / accelerate / trl（CPU 上的真实小模型）",
-            "PT-RL-CUDA": "单张 CUDA 显卡上的真实模型 GRPO 实验（参考：12 GB 级显卡）"}
+HEADERS = (
+    ("item", "项目 item"),
+    ("required", "要求 required"),
+    ("installed", "已安装 installed"),
+    ("status", "状态 status"),
+    ("note", "说明 note"),
+)
+STATUS_LABELS = {
+    "ok": "通过 ok",
+    "missing": "缺失 missing",
+    "too old": "版本过旧 too old",
+    "not needed": "不需要 not needed",
+    "warn": "注意 warn",
+}
+ABOUT_ZH = {
+    "BASE-CPU": "第 1-5 课的 CPU 练习",
+    "PT-CPU": "BASE-CPU + transformers / peft / tokenizers / accelerate / trl（CPU 上的真实小模型）",
+    "PT-RL-CUDA": "单张 CUDA 显卡上的真实模型 GRPO 实验（参考：12 GB 级显卡）",
+}
 
 
 def _width(text: str) -> int:
@@ -325,8 +400,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.preflight", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="PT-CPU", help=f"one of {', '.join(PROFILES)} (default PT-CPU)")
     parser.add_argument("--quiet-ok", action="store_true", help="print only a one-line summary when all is ok")
-    parser.add_argument("--root", type=Path, default=None,
-                        help="course root holding environments/ (default: found from the current folder)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="course root holding environments/ (default: found from the current folder)",
+    )
     args = parser.parse_args(argv)
     try:
         report = run_preflight(args.profile, quiet_ok=args.quiet_ok, root=args.root)

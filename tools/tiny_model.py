@@ -78,8 +78,29 @@ QWEN25_CHAT_TEMPLATE = (
 )
 # Qwen2.5's token ids for the default system turn "<|im_start|>system\n...<|im_end|>\n", as printed in
 # public code and issues that tokenise it: 21 tokens; " Qwen" is two tokens (" Q", "wen").
-QWEN25_SYSTEM_TURN_IDS = (151644, 8948, 198, 2610, 525, 1207, 16948, 11, 3465, 553, 54364, 14817, 13, 1446,
-                          525, 264, 10950, 17847, 13, 151645, 198)
+QWEN25_SYSTEM_TURN_IDS = (
+    151644,
+    8948,
+    198,
+    2610,
+    525,
+    1207,
+    16948,
+    11,
+    3465,
+    553,
+    54364,
+    14817,
+    13,
+    1446,
+    525,
+    264,
+    10950,
+    17847,
+    13,
+    151645,
+    198,
+)
 # Pre-tokens (Qwen2's split regex) that Qwen2.5's BPE splits further; every other pre-token of the
 # experiment's texts is taken to be one token (common English words, single digits, " +", "."): an
 # estimate where no public token ids were found.
@@ -117,13 +138,25 @@ EXPERIMENT_FIXTURES = [
 
 # More of the course's own text: the exercises' prompts, answers and vocabulary.
 COURSE_TEXT = [
-    "Return only the integer result of 1 + 1.", "2",
-    "Return only the integer result of 5 - 3.", "2",
-    "Return only the integer result of 6 * 7.", "42",
-    "Return only the integer result of 12 / 4.", "3",
-    "Return only the integer result of 10 + 15.", "25",
-    "What is 7 + 8? Answer with one integer.", "15",
-    "The answer is 15.", "The answer is 42.", "I am not sure.", "Maybe 5.", "-3", "0", "100",
+    "Return only the integer result of 1 + 1.",
+    "2",
+    "Return only the integer result of 5 - 3.",
+    "2",
+    "Return only the integer result of 6 * 7.",
+    "42",
+    "Return only the integer result of 12 / 4.",
+    "3",
+    "Return only the integer result of 10 + 15.",
+    "25",
+    "What is 7 + 8? Answer with one integer.",
+    "15",
+    "The answer is 15.",
+    "The answer is 42.",
+    "I am not sure.",
+    "Maybe 5.",
+    "-3",
+    "0",
+    "100",
     "Group relative policy optimization samples a group of responses for each prompt.",
     "The advantage of a response is its reward minus the group mean, divided by the group standard deviation.",
     "When every reward in a group is equal, the standard deviation is zero and every advantage is zero.",
@@ -164,13 +197,16 @@ def _qwen2_bpe_backend():
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-    backend = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
-                                   byte_fallback=False))
+    backend = Tokenizer(
+        models.BPE(continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+    )
     backend.normalizer = normalizers.NFC()
-    backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     backend.decoder = decoders.ByteLevel()
     return backend
 
@@ -246,8 +282,11 @@ def qwen25_rendered_fixtures() -> list[str]:
     texts = []
     for prompt, responses in EXPERIMENT_FIXTURES:
         for response in responses:
-            texts.append(template.render(messages=[{"role": "user", "content": prompt},
-                                                   {"role": "assistant", "content": response}]))
+            texts.append(
+                template.render(
+                    messages=[{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+                )
+            )
     return texts
 
 
@@ -265,22 +304,33 @@ def build_qwen25_like_tokenizer():
     from tokenizers import pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
 
-    pieces = sorted({piece for text in qwen25_rendered_fixtures() for piece in qwen25_pieces(text)
-                     if piece not in SPECIAL_TOKENS})
+    pieces = sorted(
+        {piece for text in qwen25_rendered_fixtures() for piece in qwen25_pieces(text) if piece not in SPECIAL_TOKENS}
+    )
     # Each piece is its own training text (so " Q" and "wen" never merge); repeated so that its merges
     # outrank the course text's.
     corpus = [piece for piece in pieces for _ in range(64)] + training_corpus()
     backend = _qwen2_bpe_backend()
-    trainer = trainers.BpeTrainer(vocab_size=2048, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), min_frequency=1,
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=2048,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=1,
+        show_progress=False,
+    )
     backend.train_from_iterator(corpus, trainer=trainer)
     trained = json.loads(backend.to_str())["model"]
     merges = [tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in trained["merges"]]
     tokenizer = Qwen2Tokenizer(
-        vocab=trained["vocab"], merges=merges, unk_token=None, eos_token=IM_END, pad_token=PAD_TOKEN,
-        additional_special_tokens=[IM_START, IM_END], model_max_length=QWEN25_05B_ARCHITECTURE["max_position_embeddings"],
-        padding_side="right", clean_up_tokenization_spaces=False,
+        vocab=trained["vocab"],
+        merges=merges,
+        unk_token=None,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        additional_special_tokens=[IM_START, IM_END],
+        model_max_length=QWEN25_05B_ARCHITECTURE["max_position_embeddings"],
+        padding_side="right",
+        clean_up_tokenization_spaces=False,
     )
     tokenizer.chat_template = QWEN25_CHAT_TEMPLATE
     return tokenizer
@@ -434,11 +484,18 @@ def tiny_checkpoint_path(seed: int = 0, root=None) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.tiny_model", description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--qwen-shaped", action="store_true",
-                        help="build a random-init checkpoint with Qwen2.5-0.5B's architecture (bf16, ~1 GB)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default: <course root>/.cache/tiny-qwen2-seed<seed>/ or "
-                             "<course root>/.cache/qwen2.5-0.5b-shaped/)")
+    parser.add_argument(
+        "--qwen-shaped",
+        action="store_true",
+        help="build a random-init checkpoint with Qwen2.5-0.5B's architecture (bf16, ~1 GB)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: <course root>/.cache/tiny-qwen2-seed<seed>/ or "
+        "<course root>/.cache/qwen2.5-0.5b-shaped/)",
+    )
     args = parser.parse_args(argv)
     if args.qwen_shaped:
         out = args.out if args.out is not None else _course_root() / ".cache" / "qwen2.5-0.5b-shaped"

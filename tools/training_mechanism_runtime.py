@@ -23,8 +23,9 @@ def _cpu_model_name() -> str:
         pass
     if sys.platform == "darwin":
         try:
-            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                                 text=True, timeout=5, check=False).stdout.strip()
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5, check=False
+            ).stdout.strip()
             if out:
                 return out
         except (OSError, subprocess.SubprocessError):
@@ -53,8 +54,13 @@ def _nvidia_driver_version() -> str | None:
     except OSError:
         pass
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
         if out:
             return out.splitlines()[0].strip()
     except (OSError, subprocess.SubprocessError):
@@ -89,20 +95,22 @@ def cuda_hardware_snapshot() -> dict:
                     driver_api = int(torch._C._cuda_getDriverVersion())
                 except Exception:
                     pass
-                snapshot.update({
-                    "cuda_available": True,
-                    "device_index": index,
-                    "device_count": torch.cuda.device_count(),
-                    "gpu_name": props.name,
-                    "compute_capability": f"{props.major}.{props.minor}",
-                    "total_memory_bytes": int(props.total_memory),
-                    # native bf16 only (sm >= 80): torch's default includes emulation, True on T4/V100
-                    "bf16_supported": bool(torch.cuda.is_bf16_supported(including_emulation=False)),
-                    "driver_version": _nvidia_driver_version(),
-                    "cuda_driver_api": driver_api,
-                    "cuda_runtime": torch.version.cuda,
-                    "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-                })
+                snapshot.update(
+                    {
+                        "cuda_available": True,
+                        "device_index": index,
+                        "device_count": torch.cuda.device_count(),
+                        "gpu_name": props.name,
+                        "compute_capability": f"{props.major}.{props.minor}",
+                        "total_memory_bytes": int(props.total_memory),
+                        # native bf16 only (sm >= 80): torch's default includes emulation, True on T4/V100
+                        "bf16_supported": bool(torch.cuda.is_bf16_supported(including_emulation=False)),
+                        "driver_version": _nvidia_driver_version(),
+                        "cuda_driver_api": driver_api,
+                        "cuda_runtime": torch.version.cuda,
+                        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+                    }
+                )
                 return snapshot
         except Exception as error:  # broken driver, CUDA init failure: report, do not raise
             snapshot["error"] = f"{type(error).__name__}: {error}"

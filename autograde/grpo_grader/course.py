@@ -1,4 +1,5 @@
 """Where things are and how the pipeline is configured (``GradingPipeline`` in ``nbgrader_config.py``)."""
+
 from __future__ import annotations
 
 import os
@@ -7,16 +8,16 @@ from pathlib import Path
 from traitlets import Bool, Dict, Integer, List, Unicode
 from traitlets.config import Configurable
 
-AUTOGRADE = Path(__file__).resolve().parents[1]   # <checkout>/autograde
-ROOT = AUTOGRADE.parent                             # the course checkout (holds course.toml, tools/)
-GRADER_VERSION = "3"                                # bump when a change must regrade every submission
-ZYGOTE_RESIDENT_BYTES = 400 * 2**20                  # what one slot's zygote keeps resident (measured: ~375 MB)
+AUTOGRADE = Path(__file__).resolve().parents[1]  # <checkout>/autograde
+ROOT = AUTOGRADE.parent  # the course checkout (holds course.toml, tools/)
+GRADER_VERSION = "3"  # bump when a change must regrade every submission
+ZYGOTE_RESIDENT_BYTES = 400 * 2**20  # what one slot's zygote keeps resident (measured: ~375 MB)
 
 
 def _value_text(value) -> str:
     """A setting's value as the README's tables print it."""
     if isinstance(value, str):
-        return f"`{value}`" if value else "`\"\"`"
+        return f"`{value}`" if value else '`""`'
     if isinstance(value, list):
         return ", ".join(f"`{v}`" for v in value) if value else "`[]`"
     if isinstance(value, dict):
@@ -36,67 +37,116 @@ class GradingPipeline(Configurable):
     setting: ``pipeline.autograde`` reads it and passes it on."""
 
     notebook_timeout = Integer(
-        900, help="hard wall-clock limit per notebook (s): nbgrader and the kernel's whole process tree are killed, "
-                  "the notebook scores 0 with status `timeout`",
-    ).tag(config=True, zh="整本笔记本的硬时限（秒）；超时则杀掉 nbgrader 进程和内核的整个进程树，这本笔记本记 0 分（`timeout`）")
+        900,
+        help="hard wall-clock limit per notebook (s): nbgrader and the kernel's whole process tree are killed, "
+        "the notebook scores 0 with status `timeout`",
+    ).tag(
+        config=True,
+        zh="整本笔记本的硬时限（秒）；超时则杀掉 nbgrader 进程和内核的整个进程树，这本笔记本记 0 分（`timeout`）",
+    )
     workers = Integer(
-        0, help="parallel grading slots; 0 = one per CPU core",
+        0,
+        help="parallel grading slots; 0 = one per CPU core",
     ).tag(config=True, zh="并行评分槽位数；0 = 每核一个")
     memory_limit_mb = Integer(
-        0, help="address-space limit (`RLIMIT_AS`) of each kernel and oracle driver, in MiB; 0 = (80% of RAM - the "
-                "slots' resident zygotes, about 0.4 GB each) / (2 x slots), clamped to 2-8 GiB (a slot runs two "
-                "sandboxed processes at a time)",
-    ).tag(config=True, zh="每个内核（与 oracle 进程）的地址空间上限（`RLIMIT_AS`，MiB）；0 = （内存的 80% − 各槽位 zygote 常驻的内存，"
-                          "每个约 0.4 GB）/ (2 × 槽位数)（每个槽位同时有两个沙箱进程），限制在 2–8 GiB")
+        0,
+        help="address-space limit (`RLIMIT_AS`) of each kernel and oracle driver, in MiB; 0 = (80% of RAM - the "
+        "slots' resident zygotes, about 0.4 GB each) / (2 x slots), clamped to 2-8 GiB (a slot runs two "
+        "sandboxed processes at a time)",
+    ).tag(
+        config=True,
+        zh="每个内核（与 oracle 进程）的地址空间上限（`RLIMIT_AS`，MiB）；0 = （内存的 80% − 各槽位 zygote 常驻的内存，"
+        "每个约 0.4 GB）/ (2 × 槽位数)（每个槽位同时有两个沙箱进程），限制在 2–8 GiB",
+    )
     max_submission_mb = Integer(
-        25, help="a larger submitted notebook scores 0 (status `invalid`)",
+        25,
+        help="a larger submitted notebook scores 0 (status `invalid`)",
     ).tag(config=True, zh="更大的提交记 0 分（`invalid`）")
     sandbox = Unicode(
-        "auto", help="how kernels and oracle drivers are isolated: `auto` (= `bwrap`, root or not) or `none` (only when "
-                     "asked for); see the kernel sandbox section",
-    ).tag(config=True, zh="内核与 oracle 进程的隔离方式：`auto`（即 `bwrap`，root 与非 root 都是）或 `none`（只在明确要求时使用）；见“内核沙箱”一节")
+        "auto",
+        help="how kernels and oracle drivers are isolated: `auto` (= `bwrap`, root or not) or `none` (only when "
+        "asked for); see the kernel sandbox section",
+    ).tag(
+        config=True,
+        zh="内核与 oracle 进程的隔离方式：`auto`（即 `bwrap`，root 与非 root 都是）或 `none`（只在明确要求时使用）；见“内核沙箱”一节",
+    )
     sandbox_uid_base = Integer(
-        61000, help="as root: kernels and drivers run as free uids from here on, two per slot (locked per run, so "
-                    "concurrent runs never share one)",
-    ).tag(config=True, zh="以 root 评分时，内核与 oracle 进程从这个 uid 起各用一个空闲 uid（每个槽位两个，按运行加锁，并发的评分不会共用）")
+        61000,
+        help="as root: kernels and drivers run as free uids from here on, two per slot (locked per run, so "
+        "concurrent runs never share one)",
+    ).tag(
+        config=True,
+        zh="以 root 评分时，内核与 oracle 进程从这个 uid 起各用一个空闲 uid（每个槽位两个，按运行加锁，并发的评分不会共用）",
+    )
     kernel_files = List(
-        Unicode(), default_value=["course.toml", "pyproject.toml", "tools", "environments",
-                                  ".cache/tiny-qwen2-seed0", ".cache/online-sft-seed0"],
+        Unicode(),
+        default_value=[
+            "course.toml",
+            "pyproject.toml",
+            "tools",
+            "environments",
+            ".cache/tiny-qwen2-seed0",
+            ".cache/online-sft-seed0",
+        ],
         help="files of the course checkout the kernel may read (copied into each slot's read-only course copy, "
-             "readable by the kernel's uid); the tiny checkpoint (lesson 5) and lesson 7's SFT warm start are built "
-             "before grading when missing; `tools/lessons/<assignment>.py` is hidden while that lesson is graded",
-    ).tag(config=True, zh="内核能读到的课程文件（复制到每个槽位的只读课程副本，内核的 uid 可读）；微型检查点（第 5 课）和第 7 课的 SFT "
-                          "起点缺失时评分前先构建；`tools/lessons/<作业>.py` 在评这一课时对内核隐藏，其他课的模块保留")
+        "readable by the kernel's uid); the tiny checkpoint (lesson 5) and lesson 7's SFT warm start are built "
+        "before grading when missing; `tools/lessons/<assignment>.py` is hidden while that lesson is graded",
+    ).tag(
+        config=True,
+        zh="内核能读到的课程文件（复制到每个槽位的只读课程副本，内核的 uid 可读）；微型检查点（第 5 课）和第 7 课的 SFT "
+        "起点缺失时评分前先构建；`tools/lessons/<作业>.py` 在评这一课时对内核隐藏，其他课的模块保留",
+    )
     extra_readonly_paths = List(
-        Unicode(), help="folders outside the virtual environment holding packages the kernels import, bound read-only "
-                        "into the sandbox; those on the interpreter's `sys.path` (a `.pth`, `PYTHONPATH`, the user "
-                        "site) are bound without it; a course checkout or a folder above one never is (see the "
-                        "grading pre-flight)",
-    ).tag(config=True, zh="虚拟环境之外、内核要导入的包所在的目录，只读地放进沙箱；解释器 `sys.path` 上的这类目录（`.pth`、"
-                          "`PYTHONPATH`、`--user`）会自动放进去；课程目录及其上级目录永远不放（见“评分前的预检”）")
+        Unicode(),
+        help="folders outside the virtual environment holding packages the kernels import, bound read-only "
+        "into the sandbox; those on the interpreter's `sys.path` (a `.pth`, `PYTHONPATH`, the user "
+        "site) are bound without it; a course checkout or a folder above one never is (see the "
+        "grading pre-flight)",
+    ).tag(
+        config=True,
+        zh="虚拟环境之外、内核要导入的包所在的目录，只读地放进沙箱；解释器 `sys.path` 上的这类目录（`.pth`、"
+        "`PYTHONPATH`、`--user`）会自动放进去；课程目录及其上级目录永远不放（见“评分前的预检”）",
+    )
     oracle_flags = Dict(
         help="{assignment: {flag: True}}: case families an oracle keeps off by default, e.g. "
-             '`{"nb02_grpo_objective": {"zero_one_masks": True}}`',
-    ).tag(config=True, zh="打开 oracle 里默认关闭的用例族，例如 `{\"nb02_grpo_objective\": {\"zero_one_masks\": True}}`")
+        '`{"nb02_grpo_objective": {"zero_one_masks": True}}`',
+    ).tag(config=True, zh='打开 oracle 里默认关闭的用例族，例如 `{"nb02_grpo_objective": {"zero_one_masks": True}}`')
     kernel_env = Dict(
         default_value={"GRPO_ONLINE_RUN_MODE": "smoke"},
         help="environment variables of every grading kernel and oracle driver, whatever the instructor's shell "
-             "holds (the sandbox passes on only a few); lesson 7 reads this one and runs its short experiment",
-    ).tag(config=True, zh="每个评分内核和 oracle 进程的环境变量（沙箱只保留少数变量，其余都不传入）；第 7 课据此运行它的短实验")
+        "holds (the sandbox passes on only a few); lesson 7 reads this one and runs its short experiment",
+    ).tag(
+        config=True,
+        zh="每个评分内核和 oracle 进程的环境变量（沙箱只保留少数变量，其余都不传入）；第 7 课据此运行它的短实验",
+    )
     oracle_zygote = Bool(
-        True, help="as root, fork the oracle's driver from each slot's zygote inside bubblewrap, which imported torch, IPython, matplotlib and "
-                   "transformers once (saves an interpreter start and those imports per notebook); False starts a "
-                   "fresh process each time",
-    ).tag(config=True, zh="以 root 评分时 oracle 进程从每个槽位在 bubblewrap 里的 zygote 派生（它一次性导入 torch、IPython、matplotlib 和 transformers；"
-                          "省掉每本笔记本一次解释器启动和这些导入）；`False` 则每次启动一个新进程")
+        True,
+        help="as root, fork the oracle's driver from each slot's zygote inside bubblewrap, which imported torch, IPython, matplotlib and "
+        "transformers once (saves an interpreter start and those imports per notebook); False starts a "
+        "fresh process each time",
+    ).tag(
+        config=True,
+        zh="以 root 评分时 oracle 进程从每个槽位在 bubblewrap 里的 zygote 派生（它一次性导入 torch、IPython、matplotlib 和 transformers；"
+        "省掉每本笔记本一次解释器启动和这些导入）；`False` 则每次启动一个新进程",
+    )
     kernel_zygote = Bool(
-        True, help="as root, fork nbgrader's kernels from each slot's kernel zygote inside bubblewrap, which imported ipykernel, torch, "
-                   "matplotlib and transformers once; False starts each kernel as a fresh process",
-    ).tag(config=True, zh="以 root 评分时 nbgrader 的内核从每个槽位在 bubblewrap 里的内核 zygote 派生（它一次性导入 ipykernel、torch、matplotlib 和 transformers）；"
-                          "`False` 则每个内核是一个新进程")
+        True,
+        help="as root, fork nbgrader's kernels from each slot's kernel zygote inside bubblewrap, which imported ipykernel, torch, "
+        "matplotlib and transformers once; False starts each kernel as a fresh process",
+    ).tag(
+        config=True,
+        zh="以 root 评分时 nbgrader 的内核从每个槽位在 bubblewrap 里的内核 zygote 派生（它一次性导入 ipykernel、torch、matplotlib 和 transformers）；"
+        "`False` 则每个内核是一个新进程",
+    )
 
-    def __init__(self, course: Path | None = None, cell_timeout: int | None = None, course_id: str | None = None,
-                 demo_cells: dict | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        course: Path | None = None,
+        cell_timeout: int | None = None,
+        course_id: str | None = None,
+        demo_cells: dict | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         from nbgrader.coursedir import CourseDirectory
         from nbgrader.preprocessors import Execute
@@ -104,7 +154,7 @@ class GradingPipeline(Configurable):
         from .preprocessors import SafeExecute
 
         config = kwargs.get("config")
-        self.course = Path(course or AUTOGRADE).resolve()   # the nbgrader course root
+        self.course = Path(course or AUTOGRADE).resolve()  # the nbgrader course root
         # read from nbgrader's own sections (their defaults when the file does not set them)
         self.cell_timeout = int(cell_timeout if cell_timeout is not None else Execute(config=config).timeout)
         self.course_id = course_id if course_id is not None else CourseDirectory(config=config).course_id
@@ -160,8 +210,13 @@ def settings_tables(language: str, settings: GradingPipeline | None = None) -> s
             value = _value_text(section[name]) if name in section else ("（同默认）" if zh else "(default)")
             text = trait.metadata["zh"] if zh else " ".join(trait.help.split())
             lines.append(f"| `c.{cls.__name__}.{name}` | {_value_text(trait.default())} | {value} | {text} |")
-    lines += ["", "| nbgrader 的设置 | 本课程 | nbgrader 的说明 |" if zh else "| nbgrader setting | this course | nbgrader's help |",
-              "| --- | --- | --- |"]
+    lines += [
+        "",
+        "| nbgrader 的设置 | 本课程 | nbgrader 的说明 |"
+        if zh
+        else "| nbgrader setting | this course | nbgrader's help |",
+        "| --- | --- | --- |",
+    ]
     from nbgrader.preprocessors import Execute, LimitOutput
 
     for cls in (Execute, LimitOutput):
@@ -182,9 +237,13 @@ def check_pipeline_options(options, known, config_file: Path) -> None:
         hints = []
         for name in unknown:
             close = difflib.get_close_matches(name, known, n=1)
-            hints.append(f"c.GradingPipeline.{name}" + (f"（是不是 {close[0]}？did you mean {close[0]}?）" if close else ""))
-        raise ValueError(f"{config_file}: 没有这些评分流水线设置（unknown GradingPipeline options）：{'; '.join(hints)}。"
-                         f"可用的设置（options）：{', '.join(known)}")
+            hints.append(
+                f"c.GradingPipeline.{name}" + (f"（是不是 {close[0]}？did you mean {close[0]}?）" if close else "")
+            )
+        raise ValueError(
+            f"{config_file}: 没有这些评分流水线设置（unknown GradingPipeline options）：{'; '.join(hints)}。"
+            f"可用的设置（options）：{', '.join(known)}"
+        )
 
 
 def load_settings(course: Path | None = None, **overrides) -> GradingPipeline:
@@ -200,8 +259,9 @@ def load_settings(course: Path | None = None, **overrides) -> GradingPipeline:
     config = Config()
     if config_file.exists():
         config = PyFileConfigLoader(config_file.name, path=str(course)).load_config()
-        check_pipeline_options(config.get("GradingPipeline", {}), GradingPipeline.class_trait_names(config=True),
-                               config_file)
+        check_pipeline_options(
+            config.get("GradingPipeline", {}), GradingPipeline.class_trait_names(config=True), config_file
+        )
     given = {key: value for key, value in overrides.items() if value is not None}
     cell_timeout = given.pop("cell_timeout", None)
     for key, value in given.items():
@@ -221,8 +281,10 @@ def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 # Kernel files that are built, not committed: made here (in the grader's process, before any slot copies the
 # kernel files) when missing, so that no notebook builds them inside the read-only sandbox.
-PREPARE = {".cache/tiny-qwen2-seed0": "tools.tiny_model:tiny_checkpoint_path",
-           ".cache/online-sft-seed0": "tools.online_grpo:sft_checkpoint_path"}
+PREPARE = {
+    ".cache/tiny-qwen2-seed0": "tools.tiny_model:tiny_checkpoint_path",
+    ".cache/online-sft-seed0": "tools.online_grpo:sft_checkpoint_path",
+}
 
 
 def prepare_kernel_files(settings: GradingPipeline, say=print) -> None:

@@ -12,6 +12,7 @@ Nothing here is trusted: the learner's code runs in this process and may change 
 inputs only; the expected values and the comparison stay in the grader's process (``oracle.py``), which
 reads these lines as plain data. Only the standard library and torch (and IPython to run cells) are used.
 """
+
 import json
 import os
 import signal
@@ -54,9 +55,18 @@ def make_codec(torch):
     arrays, sent as the Python number their ``.item()`` gives - are sent as themselves; anything else becomes
     ``{"__object__": type name}``. A function of ``torch`` so that this file imports nothing heavy at the top."""
     tensor_type = torch.Tensor
-    dtypes = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
-              "int32": torch.int32, "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
-              "float32": torch.float32, "float64": torch.float64}
+    dtypes = {
+        "bool": torch.bool,
+        "uint8": torch.uint8,
+        "int8": torch.int8,
+        "int16": torch.int16,
+        "int32": torch.int32,
+        "int64": torch.int64,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "float32": torch.float32,
+        "float64": torch.float64,
+    }
     names = {v: k for k, v in dtypes.items()}
 
     def decode(value):
@@ -111,8 +121,7 @@ def make_codec(torch):
 
 
 def error_record(error):
-    return {"type": type(error).__name__, "mro": [c.__name__ for c in type(error).__mro__],
-            "message": str(error)[:300]}
+    return {"type": type(error).__name__, "mro": [c.__name__ for c in type(error).__mro__], "message": str(error)[:300]}
 
 
 def make_case_runner(torch, namespace, cell_errors=None, case_timeout=None, sink=None):
@@ -124,7 +133,7 @@ def make_case_runner(torch, namespace, cell_errors=None, case_timeout=None, sink
     tensor_type = torch.Tensor
     encode, decode = make_codec(torch)
     cell_errors = {} if cell_errors is None else cell_errors
-    hanging = set()   # functions that ran past the case time limit: their later cases are not run
+    hanging = set()  # functions that ran past the case time limit: their later cases are not run
     missing = object()
 
     def same(a, b):
@@ -146,11 +155,19 @@ def make_case_runner(torch, namespace, cell_errors=None, case_timeout=None, sink
             return {"case": case["id"], "status": "returned", "value": encode(value)}
         function = namespace.get(name)
         if not callable(function):
-            return {"case": case["id"], "status": "missing",
-                    "message": "; ".join(cell_errors.values())[:300] or "not defined"}
+            return {
+                "case": case["id"],
+                "status": "missing",
+                "message": "; ".join(cell_errors.values())[:300] or "not defined",
+            }
         if name in hanging:
-            return {"case": case["id"], "status": "raised", "type": "CellTimeout", "mro": ["CellTimeout"],
-                    "message": "此前的用例已超时，未再运行（an earlier case timed out）"}
+            return {
+                "case": case["id"],
+                "status": "raised",
+                "type": "CellTimeout",
+                "mro": ["CellTimeout"],
+                "message": "此前的用例已超时，未再运行（an earlier case timed out）",
+            }
         if case_timeout:
             signal.alarm(case_timeout)
         try:
@@ -178,8 +195,9 @@ def make_case_runner(torch, namespace, cell_errors=None, case_timeout=None, sink
                     elif target.dim() > 0:
                         target = target.sum()
                     target.backward()
-                    record["grads"] = {str(i): None if args[i].grad is None else encode(args[i].grad)
-                                       for i in case["grad"]}
+                    record["grads"] = {
+                        str(i): None if args[i].grad is None else encode(args[i].grad) for i in case["grad"]
+                    }
                 except CellTimeout:
                     hanging.add(name)
                     record["grad_error"] = "CellTimeout: 运行超时（timeout）"
@@ -200,7 +218,6 @@ def make_case_runner(torch, namespace, cell_errors=None, case_timeout=None, sink
     return run_case
 
 
-
 def main(job_dir, results_fd=None):
     with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
         job = json.load(handle)
@@ -213,11 +230,15 @@ def main(job_dir, results_fd=None):
         try:
             line = _dumps(record, ensure_ascii=False)
         except (TypeError, ValueError, RecursionError) as error:
-            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
-                          | {"status": "raised", "type": "EncodeError", "mro": [], "message": str(error)[:200]})
+            line = _dumps(
+                {k: record[k] for k in ("case", "cell") if k in record}
+                | {"status": "raised", "type": "EncodeError", "mro": [], "message": str(error)[:200]}
+            )
         if len(line) > _MAX_LINE:
-            line = _dumps({k: record[k] for k in ("case", "cell") if k in record}
-                          | {"status": "raised", "type": "OutputTooLarge", "mro": [], "message": "返回值过大"})
+            line = _dumps(
+                {k: record[k] for k in ("case", "cell") if k in record}
+                | {"status": "raised", "type": "OutputTooLarge", "mro": [], "message": "返回值过大"}
+            )
         out.write(line + "\n")
         out.flush()
 

@@ -1,5 +1,6 @@
 """The course gradebook through nbgrader's API: what the assignments are, the learner-free template each
 slot starts from, the serial merge of a learner's results, and the export."""
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,8 @@ def load_course_info(settings: GradingPipeline) -> dict:
                     kind = "manual" if is_manual(cell.cell_type, cell.name, notebook) else "test"
                     cells[cell.name] = {"max_score": float(cell.max_score), "kind": kind}
                 entry["notebooks"][notebook.name] = {
-                    "cells": dict(sorted(cells.items(), key=lambda kv: order.get(kv[0], len(order))))}
+                    "cells": dict(sorted(cells.items(), key=lambda kv: order.get(kv[0], len(order))))
+                }
                 entry["checksums"][notebook.name] = {c.name: c.checksum for c in notebook.source_cells}
                 entry["locked"].update(c.name for c in notebook.source_cells if c.locked)
             info[assignment.name] = entry
@@ -42,8 +44,10 @@ def is_manual(cell_type: str, name: str, notebook) -> bool:
 
 
 def _cell_order(settings: GradingPipeline, assignment: str, notebook: str) -> dict[str, int]:
-    for path in (settings.course / "release" / assignment / f"{notebook}.ipynb",
-                 ROOT / "notebooks" / assignment / f"{notebook}.ipynb"):
+    for path in (
+        settings.course / "release" / assignment / f"{notebook}.ipynb",
+        ROOT / "notebooks" / assignment / f"{notebook}.ipynb",
+    ):
         if path.exists():
             nb = nbformat.read(path, as_version=4)
             ids = [c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.cells]
@@ -133,7 +137,7 @@ def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, st
     best: dict[tuple[str, str], dict[str, float]] = {}
     for (assignment, gid), learners in answers.items():
         for i, a in enumerate(learners):
-            for b in learners[i + 1:]:
+            for b in learners[i + 1 :]:
                 share = similarity(prints[(a, assignment, gid)], prints[(b, assignment, gid)])
                 if share >= COPY_THRESHOLD:
                     for one, other in ((a, b), (b, a)):
@@ -193,10 +197,19 @@ def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
                     submission = gb.find_submission(assignment.name, student.id)
                 except MissingEntry:
                     nothing = "得 0 分" if assignment.max_score else NO_AUTO_POINTS
-                    rows.append({"learner": student.id, "assignment": assignment.name, "score": 0.0,
-                                 "max_score": assignment.max_score, "status": "missing",
-                                 "reason": f"{nothing}：没有提交（no submission）", "flags": "",
-                                 "needs_manual_grade": False, "timestamp": ""})
+                    rows.append(
+                        {
+                            "learner": student.id,
+                            "assignment": assignment.name,
+                            "score": 0.0,
+                            "max_score": assignment.max_score,
+                            "status": "missing",
+                            "reason": f"{nothing}：没有提交（no submission）",
+                            "flags": "",
+                            "needs_manual_grade": False,
+                            "timestamp": "",
+                        }
+                    )
                     continue
                 penalty = submission.late_submission_penalty or 0.0
                 score = max(0.0, submission.score - penalty)
@@ -207,22 +220,44 @@ def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
                 if points["automatic"] == 0:  # nothing for an oracle to grade: its absence says nothing
                     flags = [f for f in flags if f != "no-oracle"]
                 flags += _similar_flags(similar.get((student.id, assignment.name), []))
-                rows.append({"learner": student.id, "assignment": assignment.name, "score": round(score, 4),
-                             "max_score": submission.max_score, "status": status, "reason": reason,
-                             "flags": " ".join(flags), "needs_manual_grade": bool(submission.needs_manual_grade),
-                             "manual_pending": points["pending"], "automatic_max_score": points["automatic"],
-                             "timestamp": submission.timestamp.isoformat() if submission.timestamp else ""})
-                outcomes = {(n["notebook"], t["grade_id"]): t
-                            for n in report.get("notebooks", []) for t in n.get("tests", [])}
+                rows.append(
+                    {
+                        "learner": student.id,
+                        "assignment": assignment.name,
+                        "score": round(score, 4),
+                        "max_score": submission.max_score,
+                        "status": status,
+                        "reason": reason,
+                        "flags": " ".join(flags),
+                        "needs_manual_grade": bool(submission.needs_manual_grade),
+                        "manual_pending": points["pending"],
+                        "automatic_max_score": points["automatic"],
+                        "timestamp": submission.timestamp.isoformat() if submission.timestamp else "",
+                    }
+                )
+                outcomes = {
+                    (n["notebook"], t["grade_id"]): t for n in report.get("notebooks", []) for t in n.get("tests", [])
+                }
                 for notebook in sorted(submission.notebooks, key=lambda n: n.name):
                     order = list(outcomes)
-                    grades = sorted(notebook.grades, key=lambda g: order.index((notebook.name, g.name))
-                                    if (notebook.name, g.name) in outcomes else len(order))
+                    grades = sorted(
+                        notebook.grades,
+                        key=lambda g: (
+                            order.index((notebook.name, g.name)) if (notebook.name, g.name) in outcomes else len(order)
+                        ),
+                    )
                     for grade in grades:
                         row = outcomes.get((notebook.name, grade.name), {})
-                        test_rows.append({
-                            "learner": student.id, "assignment": assignment.name, "notebook": notebook.name,
-                            "test": grade.name, "score": grade.score, "max_score": grade.max_score,
-                            "outcome": row.get("outcome", ""), "message": row.get("message", ""),
-                        })
+                        test_rows.append(
+                            {
+                                "learner": student.id,
+                                "assignment": assignment.name,
+                                "notebook": notebook.name,
+                                "test": grade.name,
+                                "score": grade.score,
+                                "max_score": grade.max_score,
+                                "outcome": row.get("outcome", ""),
+                                "message": row.get("message", ""),
+                            }
+                        )
     return rows, test_rows

@@ -1,5 +1,6 @@
 """Grade one learner in a slot: pick and check the submitted files, run nbgrader per notebook, read back
 grades and test outcomes, and stage the autograded notebooks (with a grading note) for the merge."""
+
 from __future__ import annotations
 
 import functools
@@ -30,11 +31,17 @@ NOTE_TAG = "grading-note"
 
 # Patterns worth a human look in answer cells; they never change a score.
 FLAG_PATTERNS = [
-    ("ipython-hooks", r"input_transformers|ast_transformers|events\.register|set_custom_exc|register_magic"
-                      r"|\.run_cell\b|showtraceback"),
+    (
+        "ipython-hooks",
+        r"input_transformers|ast_transformers|events\.register|set_custom_exc|register_magic"
+        r"|\.run_cell\b|showtraceback",
+    ),
     ("grader-internals", r"tools\.grading|_ORIGINALS|\btampered\b|sys\.modules"),
-    ("monkeypatch", r"\b(?:torch|torch\.testing|torch\.Tensor|builtins|math|numpy|np)\.[A-Za-z_]+\s*=(?!=)"
-                    r"|__builtins__|setattr\(\s*(?:torch|builtins|math)"),
+    (
+        "monkeypatch",
+        r"\b(?:torch|torch\.testing|torch\.Tensor|builtins|math|numpy|np)\.[A-Za-z_]+\s*=(?!=)"
+        r"|__builtins__|setattr\(\s*(?:torch|builtins|math)",
+    ),
     ("exit", r"os\._exit|sys\.exit|\bquit\(|\bexit\(|SystemExit|os\.kill\b"),
     ("file-access", r"\bopen\(|os\.walk|\bglob\b|listdir|scandir|read_text|read_bytes|gradebook|solutions/"),
     ("processes", r"subprocess|os\.system|os\.popen|os\.fork|ctypes|multiprocessing|\bsocket\b"),
@@ -44,17 +51,17 @@ FLAG_PATTERNS = [
 @dataclass
 class NotebookResult:
     notebook: str
-    status: str                       # graded | timeout | invalid | missing | error
+    status: str  # graded | timeout | invalid | missing | error
     reason: str = ""
     notes: list[str] = field(default_factory=list)
-    grades: dict = field(default_factory=dict)      # grade_id -> {"auto_score", "needs_manual_grade"}
-    comments: dict = field(default_factory=dict)    # grade_id -> auto_comment
+    grades: dict = field(default_factory=dict)  # grade_id -> {"auto_score", "needs_manual_grade"}
+    comments: dict = field(default_factory=dict)  # grade_id -> auto_comment
     late_penalty: float | None = None
     tests: list[dict] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    answers: dict = field(default_factory=dict)     # answer grade_id -> its winnowed fingerprint (copies)
+    answers: dict = field(default_factory=dict)  # answer grade_id -> its winnowed fingerprint (copies)
     seconds: float = 0.0
-    phases: dict = field(default_factory=dict)      # seconds per step: nbgrader, oracle
+    phases: dict = field(default_factory=dict)  # seconds per step: nbgrader, oracle
     score: float = 0.0
     max_score: float = 0.0
 
@@ -67,7 +74,7 @@ class AssignmentResult:
     timestamp: str | None = None
     files: list[str] = field(default_factory=list)
     notebooks: list[NotebookResult] = field(default_factory=list)
-    staged: str | None = None         # folder holding the autograded notebooks + grading_report.json
+    staged: str | None = None  # folder holding the autograded notebooks + grading_report.json
 
     @property
     def status(self) -> str:
@@ -118,8 +125,11 @@ def pick_files(folder: Path, notebooks: list[str]) -> tuple[dict[str, Path], dic
     another name is accepted (and noted) when the assignment has exactly one notebook.
     """
     # symbolic links are never followed: the grader runs with more rights than the learner
-    found = sorted(p for p in folder.iterdir() if p.suffix == ".ipynb" and p.is_file() and not p.is_symlink()) \
-        if folder.is_dir() else []
+    found = (
+        sorted(p for p in folder.iterdir() if p.suffix == ".ipynb" and p.is_file() and not p.is_symlink())
+        if folder.is_dir()
+        else []
+    )
     chosen: dict[str, Path] = {}
     notes: list[str] = []
     for name in notebooks:
@@ -134,8 +144,7 @@ def pick_files(folder: Path, notebooks: list[str]) -> tuple[dict[str, Path], dic
     listing = ", ".join(p.name for p in sorted(folder.iterdir())) if folder.is_dir() else ""
     for name in notebooks:
         if name not in chosen:
-            problems[name] = (f"没有找到 {name}.ipynb（提交的文件：{listing or '无'}）"
-                              f"（missing notebook）")
+            problems[name] = f"没有找到 {name}.ipynb（提交的文件：{listing or '无'}）（missing notebook）"
     return chosen, problems, notes
 
 
@@ -164,13 +173,16 @@ def runnable_notebooks(settings: GradingPipeline, course_info: dict, todo, enoug
     return count
 
 
-def compare_with_release(submitted: nbformat.NotebookNode, release: nbformat.NotebookNode) -> tuple[list[str], list[str], str]:
+def compare_with_release(
+    submitted: nbformat.NotebookNode, release: nbformat.NotebookNode
+) -> tuple[list[str], list[str], str]:
     """(locked cells the learner edited, locked cells the learner deleted, the code the learner wrote).
 
     nbgrader restores both kinds of locked cells from the gradebook; the learner's own code is every line of a
     code cell that no code cell of the released notebook has (answers, added cells, lines added to a setup
     cell): ``import numpy as np`` added to the imports cell is the learner's, the cell's released lines are not.
     """
+
     def locked(cell):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         return meta.get("grade_id") and meta.get("locked") and not meta.get("solution")
@@ -184,12 +196,17 @@ def compare_with_release(submitted: nbformat.NotebookNode, release: nbformat.Not
     edited = [gid for gid, cell in released.items() if gid in mine and mine[gid].source != cell.source]
     deleted = [gid for gid in released if gid not in mine]
     release_lines = {line.strip() for c in release.cells if c.cell_type == "code" for line in c.source.splitlines()}
-    written = "\n".join(line for c in submitted.cells if c.cell_type == "code"
-                        for line in c.source.splitlines() if line.strip() not in release_lines)
+    written = "\n".join(
+        line
+        for c in submitted.cells
+        if c.cell_type == "code"
+        for line in c.source.splitlines()
+        if line.strip() not in release_lines
+    )
     return edited, deleted, written
 
 
-COPY_THRESHOLD = 0.8   # share of an answer's fingerprint found in the reference (or another learner's answer)
+COPY_THRESHOLD = 0.8  # share of an answer's fingerprint found in the reference (or another learner's answer)
 
 
 @functools.cache
@@ -214,8 +231,10 @@ def copies_reference(assignment: str, answers: dict[str, list[int]], course: Pat
     """``copies-reference:<share>%`` when an answer cell is (nearly) the course's reference answer: most of its
     fingerprint is in the worked answer or the lesson module (a flag for a human; never a score change)."""
     reference = reference_fingerprints(assignment, course)
-    shares = [containment(prints, reference.get(gid, frozenset()) | reference.get("*", frozenset()))
-              for gid, prints in answers.items()]
+    shares = [
+        containment(prints, reference.get(gid, frozenset()) | reference.get("*", frozenset()))
+        for gid, prints in answers.items()
+    ]
     best = max(shares, default=0.0)
     return [f"copies-reference:{round(100 * best)}%"] if best >= COPY_THRESHOLD else []
 
@@ -267,8 +286,15 @@ def test_outcomes(nb: nbformat.NotebookNode | None, cells: dict, grades: dict, c
         else:
             outcome = "failed" if score == 0 else "partial"
             message = cell_message(cell, cell_timeout) if cell is not None else "未运行（not run）"
-        rows.append({"grade_id": gid, "max_score": info["max_score"], "score": score or 0.0,
-                     "outcome": outcome, "message": message})
+        rows.append(
+            {
+                "grade_id": gid,
+                "max_score": info["max_score"],
+                "score": score or 0.0,
+                "outcome": outcome,
+                "message": message,
+            }
+        )
     return rows
 
 
@@ -290,8 +316,13 @@ def summarise(tests: list[dict]) -> str:
 
 
 # ----------------------------------------------------------------------------- the grading note
-STATUS_TEXT = {"graded": "已评分（graded）", "timeout": "超时终止（timeout）", "invalid": "无法评分（invalid）",
-               "missing": "未提交（missing）", "error": "评分出错（error）"}
+STATUS_TEXT = {
+    "graded": "已评分（graded）",
+    "timeout": "超时终止（timeout）",
+    "invalid": "无法评分（invalid）",
+    "missing": "未提交（missing）",
+    "error": "评分出错（error）",
+}
 
 
 NO_AUTO_POINTS = "无自动评分"
@@ -310,8 +341,7 @@ def manual_points(result: NotebookResult) -> float:
 def note_markdown(result: NotebookResult) -> str:
     manual = manual_points(result)
     automatic = result.max_score - manual
-    lines = ["### 自动评分说明（autograder note）", "",
-             f"- 状态：{STATUS_TEXT.get(result.status, result.status)}"]
+    lines = ["### 自动评分说明（autograder note）", "", f"- 状态：{STATUS_TEXT.get(result.status, result.status)}"]
     if automatic > 0:
         lines.append(f"- 自动评分得分：{result.score:g} / {automatic:g}（教师人工调整后以上方总分为准）")
     else:
@@ -324,8 +354,10 @@ def note_markdown(result: NotebookResult) -> str:
     failed = [t for t in result.tests if t["outcome"] in ("failed", "partial", "not run")]
     if failed and result.status == "graded":
         lines.append("- 未通过的测试：")
-        lines += [f"  - `{t['grade_id']}`（{t['score']:g} / {t['max_score']:g} 分）：{t['message'] or t['outcome']}"
-                  for t in failed]
+        lines += [
+            f"  - `{t['grade_id']}`（{t['score']:g} / {t['max_score']:g} 分）：{t['message'] or t['outcome']}"
+            for t in failed
+        ]
     return "\n".join(lines)
 
 
@@ -341,16 +373,19 @@ def add_note(path: Path, result: NotebookResult) -> None:
 
 def placeholder(settings: GradingPipeline, assignment: str, notebook: str) -> nbformat.NotebookNode:
     """The released notebook, shown in feedback when a submission could not be executed."""
-    for path in (settings.course / "release" / assignment / f"{notebook}.ipynb",
-                 ROOT / "notebooks" / assignment / f"{notebook}.ipynb"):
+    for path in (
+        settings.course / "release" / assignment / f"{notebook}.ipynb",
+        ROOT / "notebooks" / assignment / f"{notebook}.ipynb",
+    ):
         if path.exists():
             return nbformat.read(path, as_version=4)
     return nbformat.v4.new_notebook()
 
 
 # ----------------------------------------------------------------------------- grading one learner
-def _read_slot_grades(slot: Slot, settings: GradingPipeline, assignment: str, learner: str,
-                      notebook: str) -> tuple[dict, dict, float | None, str | None]:
+def _read_slot_grades(
+    slot: Slot, settings: GradingPipeline, assignment: str, learner: str, notebook: str
+) -> tuple[dict, dict, float | None, str | None]:
     from nbgrader.api import Gradebook, MissingEntry
 
     grades, comments, penalty, timestamp = {}, {}, None, None
@@ -378,11 +413,24 @@ def _log_tail(log: Path, lines: int = 6) -> str:
     return " / ".join((interesting or text)[-lines:])[-600:]
 
 
-def grade_assignment(slot: Slot, settings: GradingPipeline, course_info: dict, learner: str, assignment: str,
-                     submitted: Path, staging: Path, fp: str, seed: str) -> AssignmentResult:
+def grade_assignment(
+    slot: Slot,
+    settings: GradingPipeline,
+    course_info: dict,
+    learner: str,
+    assignment: str,
+    submitted: Path,
+    staging: Path,
+    fp: str,
+    seed: str,
+) -> AssignmentResult:
     info = course_info[assignment]
-    result = AssignmentResult(learner=learner, assignment=assignment, fingerprint=fp,
-                              files=sorted(str(p.relative_to(submitted)) for p in submitted.rglob("*") if p.is_file()))
+    result = AssignmentResult(
+        learner=learner,
+        assignment=assignment,
+        fingerprint=fp,
+        files=sorted(str(p.relative_to(submitted)) for p in submitted.rglob("*") if p.is_file()),
+    )
     stage = staging / learner / assignment
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
@@ -415,8 +463,12 @@ def grade_assignment(slot: Slot, settings: GradingPipeline, course_info: dict, l
     for name in notebooks:
         cells = info["notebooks"][name]["cells"]
         max_score = sum(c["max_score"] for c in cells.values())
-        nres = NotebookResult(notebook=name, status="graded", max_score=max_score,
-                              notes=[*notes, *rebuild_notes.get(name, [])] if name in usable else [])
+        nres = NotebookResult(
+            notebook=name,
+            status="graded",
+            max_score=max_score,
+            notes=[*notes, *rebuild_notes.get(name, [])] if name in usable else [],
+        )
         out_path = slot.nbgrader / "autograded" / learner / assignment / f"{name}.ipynb"
         executed = None
         if name in problems:
@@ -445,8 +497,10 @@ def grade_assignment(slot: Slot, settings: GradingPipeline, course_info: dict, l
                 nres.flags = []
             if timed_out:
                 nres.status = "timeout"
-                nres.reason = (f"得 0 分：整本笔记本运行超过 {settings.notebook_timeout} 秒的总时限，"
-                               f"内核与评分进程已被终止（hard time limit）")
+                nres.reason = (
+                    f"得 0 分：整本笔记本运行超过 {settings.notebook_timeout} 秒的总时限，"
+                    f"内核与评分进程已被终止（hard time limit）"
+                )
             elif returncode != 0 or not out_path.exists():
                 nres.status = "error"
                 nres.reason = f"得 0 分：nbgrader 无法处理此提交（grader error）：{_log_tail(log)}"
@@ -457,15 +511,25 @@ def grade_assignment(slot: Slot, settings: GradingPipeline, course_info: dict, l
                 executed = nbformat.read(out_path, as_version=4)
                 log_text = log.read_text(errors="replace")
                 if "restoring it as the first code cell" in log_text:
-                    nres.notes.append("锁定的第一个单元（bootstrap）被删除或移动，已按原样恢复到最前（bootstrap restored）")
+                    nres.notes.append(
+                        "锁定的第一个单元（bootstrap）被删除或移动，已按原样恢复到最前（bootstrap restored）"
+                    )
                 if deleted:
-                    nres.notes.append(f"删除了锁定单元 {', '.join(deleted)}，评分时已从源文件恢复（deleted cells restored）")
+                    nres.notes.append(
+                        f"删除了锁定单元 {', '.join(deleted)}，评分时已从源文件恢复（deleted cells restored）"
+                    )
                 if edited:
-                    nres.notes.append(f"修改了锁定单元 {', '.join(edited)}，评分时已恢复原样（edited locked cells restored）")
+                    nres.notes.append(
+                        f"修改了锁定单元 {', '.join(edited)}，评分时已恢复原样（edited locked cells restored）"
+                    )
                 if any("KernelDied" == o.get("ename") for c in executed.cells for o in c.get("outputs", [])):
                     nres.notes.append("内核在运行中退出，之后的单元未执行（kernel died）")
-                if any("输出超过" in o.get("text", "") for c in executed.cells for o in c.get("outputs", [])
-                       if o.get("output_type") == "stream"):
+                if any(
+                    "输出超过" in o.get("text", "")
+                    for c in executed.cells
+                    for o in c.get("outputs", [])
+                    if o.get("output_type") == "stream"
+                ):
                     nres.notes.append("某些单元输出过多，已截断（output capped）")
         oracle_messages = {}
         if nres.status == "graded":
@@ -526,8 +590,16 @@ class OracleRun:
     is the same driver on the same job (inputs drawn from the grading seed); a notebook that nbgrader could not
     grade discards its result."""
 
-    def __init__(self, slot: Slot, settings: GradingPipeline, assignment: str, release: nbformat.NotebookNode,
-                 rebuilt: nbformat.NotebookNode, learner: str, seed: str) -> None:
+    def __init__(
+        self,
+        slot: Slot,
+        settings: GradingPipeline,
+        assignment: str,
+        release: nbformat.NotebookNode,
+        rebuilt: nbformat.NotebookNode,
+        learner: str,
+        seed: str,
+    ) -> None:
         self._slot, self._settings, self._release, self._rebuilt = slot, settings, release, rebuilt
         self._result: OracleOutcome | None = None
         self._error: BaseException | None = None
@@ -552,9 +624,16 @@ class OracleRun:
         try:
             from .oracle_job import run_oracle
 
-            self._result = run_oracle(self._slot, self.oracle, self.cases, self._release, self._rebuilt,
-                                      self._settings.cell_timeout, self._settings.notebook_timeout,
-                                      self._settings.demo_cells.get(self.oracle.assignment, ()))
+            self._result = run_oracle(
+                self._slot,
+                self.oracle,
+                self.cases,
+                self._release,
+                self._rebuilt,
+                self._settings.cell_timeout,
+                self._settings.notebook_timeout,
+                self._settings.demo_cells.get(self.oracle.assignment, ()),
+            )
         except BaseException as error:  # noqa: BLE001 - handed to outcome()
             self._error = error
 
@@ -584,8 +663,13 @@ def stripped_tests(executed: nbformat.NotebookNode | None) -> set[str]:
     """The test cells whose hidden tests did not run in the kernel (``StripHiddenTests``)."""
     from .preprocessors import STRIPPED_NOTE
 
-    return {c.metadata["nbgrader"]["grade_id"] for c in (executed.cells if executed is not None else [])
-            if c.cell_type == "code" and STRIPPED_NOTE in c.source and c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+    return {
+        c.metadata["nbgrader"]["grade_id"]
+        for c in (executed.cells if executed is not None else [])
+        if c.cell_type == "code"
+        and STRIPPED_NOTE in c.source
+        and c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    }
 
 
 def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult, stripped: set[str] = frozenset()) -> dict[str, str]:
@@ -606,8 +690,10 @@ def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult, stripped: se
     for gid, verdict in outcome.verdicts.items():
         if gid not in cells:
             continue
-        nres.grades[gid] = {"auto_score": cells[gid]["max_score"] if verdict.passed else 0.0,
-                            "needs_manual_grade": False}
+        nres.grades[gid] = {
+            "auto_score": cells[gid]["max_score"] if verdict.passed else 0.0,
+            "needs_manual_grade": False,
+        }
         messages[gid] = verdict.message
         answer = oracle.tests[gid]
         line = f"{gid}：{'通过' if verdict.passed else '未通过'}（{verdict.cases - verdict.failed}/{verdict.cases} 个用例）"
@@ -624,8 +710,16 @@ def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult, stripped: se
     return messages
 
 
-def grade_learner(slot: Slot, settings: GradingPipeline, course_info: dict, learner: str,
-                  work: list[tuple[str, Path, str]], staging: Path, template_db: Path, seed: str) -> list[AssignmentResult]:
+def grade_learner(
+    slot: Slot,
+    settings: GradingPipeline,
+    course_info: dict,
+    learner: str,
+    work: list[tuple[str, Path, str]],
+    staging: Path,
+    template_db: Path,
+    seed: str,
+) -> list[AssignmentResult]:
     """Grade ``work`` = [(assignment, submitted folder, fingerprint)] for one learner in ``slot``, with the cases
     that ``seed`` (the run's grading seed: run state, never a setting) draws."""
     slot.reset_course(template_db, sorted(course_info))

@@ -8,6 +8,7 @@ whole at the limit), exactly as the command line would, only started warm.
 
 Nothing of the learner runs in these processes: they are nbgrader itself, talking to the sandboxed kernel.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -19,17 +20,34 @@ from pathlib import Path
 
 from .sandbox import exit_like_an_interpreter
 
-PRELOAD = [
-    "nbgrader.apps.nbgraderapp", "nbgrader.apps.autogradeapp", "nbgrader.converters.autograde",
-    "nbgrader.preprocessors", "nbgrader.api", "nbconvert.preprocessors", "nbclient", "jupyter_client.manager",
-    "jupyter_client.asynchronous", "sqlalchemy", "sqlalchemy.dialects.sqlite", "sqlite3", "ipykernel.kernelspec",
-    "IPython.display", "autograde.grpo_grader.preprocessors",
-    # StripHiddenTests loads the assignment's oracle in every nbgrader child (torch comes with it)
-    "autograde.grpo_grader.oracle",
-] + sorted(f"autograde.grpo_grader.oracles.{path.stem}"
-           for path in (Path(__file__).resolve().parent / "oracles").glob("nb*.py")) + [
-    "autograde.grpo_grader.nbgrader_forkserver_preload",  # compiled validators, configured mappers: built once, inherited
-]
+PRELOAD = (
+    [
+        "nbgrader.apps.nbgraderapp",
+        "nbgrader.apps.autogradeapp",
+        "nbgrader.converters.autograde",
+        "nbgrader.preprocessors",
+        "nbgrader.api",
+        "nbconvert.preprocessors",
+        "nbclient",
+        "jupyter_client.manager",
+        "jupyter_client.asynchronous",
+        "sqlalchemy",
+        "sqlalchemy.dialects.sqlite",
+        "sqlite3",
+        "ipykernel.kernelspec",
+        "IPython.display",
+        "autograde.grpo_grader.preprocessors",
+        # StripHiddenTests loads the assignment's oracle in every nbgrader child (torch comes with it)
+        "autograde.grpo_grader.oracle",
+    ]
+    + sorted(
+        f"autograde.grpo_grader.oracles.{path.stem}"
+        for path in (Path(__file__).resolve().parent / "oracles").glob("nb*.py")
+    )
+    + [
+        "autograde.grpo_grader.nbgrader_forkserver_preload",  # compiled validators, configured mappers: built once, inherited
+    ]
+)
 
 _context = None
 _lock = threading.Lock()

@@ -19,6 +19,7 @@ The data format between the two sides (``job.json`` in, ``results.jsonl`` out):
 - one result line per case: ``{"case": id, "status": "returned" | "raised" | "missing", "value", "grads":
   {index: tensor or null}, "mutated": [arg indices], "type": exception name, "mro": [...], "message"}``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,10 +39,19 @@ import torch
 from .digests import SEED_ENV, SEED_NAME, grading_seed, oracle_digest, seed_digest  # noqa: F401
 from .transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES
 
-MAX_DEPTH = 32                               # nesting deeper than this in a returned value fails the case
-DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
-          "int32": torch.int32, "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float32": torch.float32, "float64": torch.float64}
+MAX_DEPTH = 32  # nesting deeper than this in a returned value fails the case
+DTYPES = {
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
@@ -59,9 +69,11 @@ def encode(value: Any) -> Any:
     """A trusted value (tensors, tuples, dicts, numbers, strings) in the plain data format."""
     if torch.is_tensor(value):
         value = value.detach().cpu()
-        return {"__tensor__": DTYPE_NAMES[value.dtype], "shape": list(value.shape),
-                "data": value.reshape(-1).tolist() if value.dtype != torch.bfloat16
-                else value.float().reshape(-1).tolist()}
+        return {
+            "__tensor__": DTYPE_NAMES[value.dtype],
+            "shape": list(value.shape),
+            "data": value.reshape(-1).tolist() if value.dtype != torch.bfloat16 else value.float().reshape(-1).tolist(),
+        }
     if isinstance(value, torch.dtype):
         return {"__dtype__": DTYPE_NAMES[value]}
     if isinstance(value, tuple):
@@ -107,14 +119,16 @@ def decode(value: Any, depth: int = 0) -> Any:
             return tuple(decode(v, depth + 1) for v in items)
         if "__dict__" in value:
             items = value["__dict__"]
-            if not isinstance(items, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
-                                                      for p in items):
+            if not isinstance(items, list) or not all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in items
+            ):
                 raise Malformed("dict 数据格式不对")
             return {k: decode(v, depth + 1) for k, v in items}
         if "__set__" in value:
             items = value["__set__"]
-            if not isinstance(items, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
-                                                      for v in items):
+            if not isinstance(items, list) or not all(
+                isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items
+            ):
                 raise Malformed("set 数据格式不对（只支持数和字符串）")
             return set(items)
         if "__object__" in value:
@@ -130,6 +144,7 @@ def decode(value: Any, depth: int = 0) -> Any:
 @dataclass(frozen=True)
 class Foreign:
     """An object the driver could not send as plain data (e.g. a tensor subclass); it fails every check."""
+
     type_name: str
 
 
@@ -147,7 +162,7 @@ def _kind(value: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- comparisons that cannot be fooled
-NUMBER_KINDS = "Python int/float、NumPy 标量或 0 维浮点张量"   # what ``Number`` accepts, as messages say it
+NUMBER_KINDS = "Python int/float、NumPy 标量或 0 维浮点张量"  # what ``Number`` accepts, as messages say it
 
 
 def as_number(value: Any, tensor_ok: bool = True) -> float | int | None:
@@ -179,8 +194,7 @@ def close_tensor(got: Any, want: torch.Tensor, atol: float = 0.0, rtol: float = 
     g, e = got.detach().to(torch.float64).reshape(-1), want.detach().to(torch.float64).reshape(-1)
     nan_g, nan_e = torch.isnan(g), torch.isnan(e)
     finite = torch.isfinite(e) & torch.isfinite(g)
-    ok = torch.where(nan_e | nan_g, nan_e & nan_g,
-                     torch.where(finite, (g - e).abs() <= atol + rtol * e.abs(), g == e))
+    ok = torch.where(nan_e | nan_g, nan_e & nan_g, torch.where(finite, (g - e).abs() <= atol + rtol * e.abs(), g == e))
     return bool(ok.all())
 
 
@@ -193,12 +207,13 @@ def _fmt(values: list, limit: int = 6) -> str:
 class Close:
     """The value is a ``torch.Tensor`` of ``dtype`` (default: the expected tensor's) and the expected shape,
     with values within ``atol + rtol * |expected|`` (NaN where NaN is expected; exact when both are 0)."""
+
     expected: torch.Tensor
     atol: float = 1e-9
     rtol: float = 0.0
     dtype: torch.dtype | None = None
     what: str = ""
-    where: torch.Tensor | None = None   # compare only where this bool mask is true (same shape)
+    where: torch.Tensor | None = None  # compare only where this bool mask is true (same shape)
 
     def check(self, got: Any) -> None:
         want_dtype = self.dtype or self.expected.dtype
@@ -212,8 +227,10 @@ class Close:
         if want_dtype == torch.bool or not want_dtype.is_floating_point:
             if not torch.equal(got, self.expected.to(got.dtype)):
                 bad = (got != self.expected.to(got.dtype)).reshape(-1).nonzero()[0].item()
-                raise Mismatch(f"{label}第 {bad} 个元素期望 {self.expected.reshape(-1)[bad].item()}，"
-                               f"实际 {got.reshape(-1)[bad].item()}")
+                raise Mismatch(
+                    f"{label}第 {bad} 个元素期望 {self.expected.reshape(-1)[bad].item()}，"
+                    f"实际 {got.reshape(-1)[bad].item()}"
+                )
             return
         g = got.detach().to(torch.float64).reshape(-1)
         e = self.expected.detach().to(torch.float64).reshape(-1)
@@ -224,13 +241,16 @@ class Close:
         ok = (nan_g == nan_e) & (nan_e | ((g - e).abs() <= self.atol + self.rtol * e.abs()) | (g == e))
         if not bool(ok.all()):
             bad = int((~ok).nonzero()[0].item())
-            raise Mismatch(f"{label}第 {bad} 个元素期望 {e[bad].item():.8g}，实际 {g[bad].item():.8g}"
-                           f"（容差 atol={self.atol:g}, rtol={self.rtol:g}；期望 {_fmt(e.tolist())}，实际 {_fmt(g.tolist())}）")
+            raise Mismatch(
+                f"{label}第 {bad} 个元素期望 {e[bad].item():.8g}，实际 {g[bad].item():.8g}"
+                f"（容差 atol={self.atol:g}, rtol={self.rtol:g}；期望 {_fmt(e.tolist())}，实际 {_fmt(g.tolist())}）"
+            )
 
 
 @dataclass
 class Exact:
     """The value equals ``expected`` (numbers, strings, None, lists, tuples, dicts; ints vs floats by value)."""
+
     expected: Any
     what: str = ""
 
@@ -256,6 +276,7 @@ class Number:
     """A real number close to ``expected``: what ``as_number`` accepts (Python int/float, a NumPy scalar, a 0-d
     floating tensor unless ``tensor_ok`` is False); compared by ``close_number`` (NaN and ±inf never pass for a
     finite expectation)."""
+
     expected: float
     atol: float = 1e-9
     rtol: float = 0.0
@@ -269,12 +290,15 @@ class Number:
             kinds = NUMBER_KINDS if self.tensor_ok else "Python int/float 或 NumPy 标量"
             raise Mismatch(f"{label}应返回一个数（{kinds}），实际返回 {_kind(got)}")
         if not close_number(value, self.expected, self.atol, self.rtol):
-            raise Mismatch(f"{label}期望 {self.expected:.8g}，实际 {value:.8g}（容差 atol={self.atol:g}, rtol={self.rtol:g}）")
+            raise Mismatch(
+                f"{label}期望 {self.expected:.8g}，实际 {value:.8g}（容差 atol={self.atol:g}, rtol={self.rtol:g}）"
+            )
 
 
 @dataclass
 class Each:
     """A tuple/list whose items pass the given checks (``kind`` = "tuple" | "list" | None for either)."""
+
     items: list
     kind: str | None = "tuple"
     what: str = ""
@@ -297,6 +321,7 @@ class Each:
 @dataclass
 class Satisfies:
     """A custom check: ``predicate(value)`` raises ``Mismatch`` (or returns a message) when wrong."""
+
     predicate: Callable[[Any], str | None]
 
     def check(self, got: Any) -> None:
@@ -308,6 +333,7 @@ class Satisfies:
 @dataclass
 class NoGrad:
     """For ``Case.grads``: this argument must not receive a gradient (its ``.grad`` stays None)."""
+
     what: str = ""
 
     def check(self, got: Any) -> None:
@@ -318,6 +344,7 @@ class NoGrad:
 @dataclass
 class Raises:
     """The call raises ``exception`` (by name, or a subclass of it)."""
+
     exception: str = "ValueError"
     what: str = ""
 
@@ -331,6 +358,7 @@ class Case:
     ``backward()`` on the value, or on ``value[backward_output]``, weighted by ``backward_weights`` when it is
     not a scalar); ``inputs_unchanged`` also fails a case whose function wrote into its tensor arguments.
     """
+
     test: str
     call: str
     args: tuple = ()
@@ -341,18 +369,28 @@ class Case:
     backward_output: int | None = None
     backward_weights: torch.Tensor | None = None
     inputs_unchanged: bool = True
-    read: bool = False          # ``call`` names a variable the answer cell sets: its value is the result
+    read: bool = False  # ``call`` names a variable the answer cell sets: its value is the result
     id: str = ""
 
-    after: str | None = None    # the test cell at whose place the driver runs this case (set by Oracle.cases)
+    after: str | None = None  # the test cell at whose place the driver runs this case (set by Oracle.cases)
 
     def wire(self) -> dict:
         """What the driver receives: inputs only, never the expectations."""
-        return {"id": self.id, "call": self.call, "read": self.read, "after": self.after, "args": [encode(a) for a in self.args],
-                "kwargs": {k: encode(v) for k, v in self.kwargs.items()}, "grad": sorted(self.grads),
-                "backward": {"output": self.backward_output,
-                             "weights": None if self.backward_weights is None else encode(self.backward_weights)}
-                if self.grads else None}
+        return {
+            "id": self.id,
+            "call": self.call,
+            "read": self.read,
+            "after": self.after,
+            "args": [encode(a) for a in self.args],
+            "kwargs": {k: encode(v) for k, v in self.kwargs.items()},
+            "grad": sorted(self.grads),
+            "backward": {
+                "output": self.backward_output,
+                "weights": None if self.backward_weights is None else encode(self.backward_weights),
+            }
+            if self.grads
+            else None,
+        }
 
 
 # ----------------------------------------------------------------------------- oracle modules
@@ -439,7 +477,7 @@ def parse_results(data: bytes, dropped: int = 0) -> tuple[dict[str, dict], dict[
         if not isinstance(record, dict):
             continue
         if isinstance(record.get("case"), str):
-            cases.setdefault(record["case"], record)   # the first line for a case counts
+            cases.setdefault(record["case"], record)  # the first line for a case counts
         elif isinstance(record.get("cell"), str):
             cells.setdefault(record["cell"], record)
     return cases, cells, "；".join(dict.fromkeys(problems))
@@ -481,13 +519,19 @@ def judge(case: Case, record: dict | None, not_run: str) -> tuple[bool, str]:
     if status == "raised" and record.get("type") == "NotImplementedError":  # an untouched TODO
         return False, f"NotImplementedError: {str(record.get('message', ''))[:160]}"
     if status == "missing":
-        return False, f"{what}找不到函数 {case.call}（答案单元没有定义它，或定义时出错：{str(record.get('message', ''))[:160]}）"
+        return (
+            False,
+            f"{what}找不到函数 {case.call}（答案单元没有定义它，或定义时出错：{str(record.get('message', ''))[:160]}）",
+        )
     if isinstance(case.expect, Raises):
         mro = record.get("mro") if isinstance(record.get("mro"), list) else []
         if status == "raised" and case.expect.exception in mro:
             return True, ""
-        got = (f"抛出了 {record.get('type')}: {str(record.get('message', ''))[:160]}" if status == "raised"
-               else "没有抛出异常")
+        got = (
+            f"抛出了 {record.get('type')}: {str(record.get('message', ''))[:160]}"
+            if status == "raised"
+            else "没有抛出异常"
+        )
         return False, f"{what}违反输入契约时应抛出 {case.expect.exception}，实际{got}"
     if status == "raised":
         return False, f"{what}{record.get('type')}: {str(record.get('message', ''))[:200]}"
@@ -546,7 +590,13 @@ def verdicts(oracle: Oracle, cases: list[Case], results: dict[str, dict], not_ru
                 failures.append(message)
         if not group:
             failures.append("这个测试没有评测用例（no cases）")
-        message = "" if not failures else (
-            failures[0] + (f"（另有 {len(failures) - 1} 个用例未通过，共 {len(group)} 个）" if len(failures) > 1 else ""))
+        message = (
+            ""
+            if not failures
+            else (
+                failures[0]
+                + (f"（另有 {len(failures) - 1} 个用例未通过，共 {len(group)} 个）" if len(failures) > 1 else "")
+            )
+        )
         out[gid] = TestVerdict(gid, not failures, message, len(group), len(failures))
     return out

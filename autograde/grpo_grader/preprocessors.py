@@ -33,6 +33,7 @@ Feedback:
   and shortens the tracebacks of those cells to their last line (a traceback quotes the failing source line), so feedback sent to learners shows the
   messages of failed tests but not the hidden tests themselves.
 """
+
 from __future__ import annotations
 
 import copy
@@ -88,18 +89,33 @@ class RestoreBootstrap(NbGraderPreprocessor):
                 source = gb.find_source_cell(self.grade_id, notebook_id, assignment_id)
             except MissingEntry:
                 return nb, resources  # this notebook has no bootstrap cell
-            found = [i for i, c in enumerate(nb.cells)
-                     if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == self.grade_id]
+            found = [
+                i
+                for i, c in enumerate(nb.cells)
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == self.grade_id
+            ]
             first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
             if found and found[0] == first_code and len(found) == 1:
                 return nb, resources
-            self.log.warning("bootstrap cell missing or moved in %s: restoring it as the first code cell",
-                             notebook_id)
+            self.log.warning("bootstrap cell missing or moved in %s: restoring it as the first code cell", notebook_id)
             cell = NotebookNode(
-                id="bootstrap-restored", cell_type="code", execution_count=None, outputs=[], source=source.source,
-                metadata=NotebookNode(nbgrader=NotebookNode(
-                    grade=False, grade_id=self.grade_id, locked=True, schema_version=3, solution=False,
-                    checksum=source.checksum), editable=False, deletable=False),
+                id="bootstrap-restored",
+                cell_type="code",
+                execution_count=None,
+                outputs=[],
+                source=source.source,
+                metadata=NotebookNode(
+                    nbgrader=NotebookNode(
+                        grade=False,
+                        grade_id=self.grade_id,
+                        locked=True,
+                        schema_version=3,
+                        solution=False,
+                        checksum=source.checksum,
+                    ),
+                    editable=False,
+                    deletable=False,
+                ),
             )
             cells = [c for i, c in enumerate(nb.cells) if i not in found]
             first_code = next((i for i, c in enumerate(cells) if c.cell_type == "code"), len(cells))
@@ -115,13 +131,27 @@ class RestoreTrusted(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         cells = [c for c in nb.cells if RESTORE_TAG not in c.get("metadata", {}).get("tags", [])]
-        out = [NotebookNode(cell_type="code", execution_count=None, outputs=[], source=CAPTURE_SOURCE,
-                            metadata=NotebookNode(tags=[RESTORE_TAG]), id="grader-capture")]
+        out = [
+            NotebookNode(
+                cell_type="code",
+                execution_count=None,
+                outputs=[],
+                source=CAPTURE_SOURCE,
+                metadata=NotebookNode(tags=[RESTORE_TAG]),
+                id="grader-capture",
+            )
+        ]
         for cell in cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
-                restore = NotebookNode(cell_type="code", execution_count=None, outputs=[], source=RESTORE_SOURCE,
-                                       metadata=NotebookNode(tags=[RESTORE_TAG]), id=f"grader-restore-{len(out)}")
+                restore = NotebookNode(
+                    cell_type="code",
+                    execution_count=None,
+                    outputs=[],
+                    source=RESTORE_SOURCE,
+                    metadata=NotebookNode(tags=[RESTORE_TAG]),
+                    id=f"grader-restore-{len(out)}",
+                )
                 out.append(restore)
             out.append(cell)
         nb.cells = out
@@ -129,11 +159,14 @@ class RestoreTrusted(NbGraderPreprocessor):
 
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-STRIPPED_NOTE = "# [评分器] 隐藏测试由评分器在学员内核之外、用评分时抽取的输入判定（hidden tests run outside this kernel）"
+STRIPPED_NOTE = (
+    "# [评分器] 隐藏测试由评分器在学员内核之外、用评分时抽取的输入判定（hidden tests run outside this kernel）"
+)
 
 
-def strip_hidden(source: str, note: str | None = STRIPPED_NOTE, begin: str = HIDDEN_BEGIN,
-                 end: str = HIDDEN_END) -> tuple[str, bool]:
+def strip_hidden(
+    source: str, note: str | None = STRIPPED_NOTE, begin: str = HIDDEN_BEGIN, end: str = HIDDEN_END
+) -> tuple[str, bool]:
     """``source`` without its hidden-test regions, and whether there was one. Each region becomes ``note``, indented
     like its ``begin`` line (``note=None``: nothing); marker lines never stay; an unclosed region runs to the end."""
     lines, hiding, found = [], False, False
@@ -154,8 +187,11 @@ def strip_hidden(source: str, note: str | None = STRIPPED_NOTE, begin: str = HID
 class StripHiddenTests(NbGraderPreprocessor):
     """Drop the hidden-test regions of the test cells the assignment's oracle grades, before execution."""
 
-    enabled = Bool(False, help="on in the grading pipeline's slots only (they apply the oracle's verdicts); a "
-                               "plain `nbgrader autograde` keeps the hidden tests and nbgrader's scores").tag(config=True)
+    enabled = Bool(
+        False,
+        help="on in the grading pipeline's slots only (they apply the oracle's verdicts); a "
+        "plain `nbgrader autograde` keeps the hidden tests and nbgrader's scores",
+    ).tag(config=True)
 
     def preprocess(self, nb, resources):
         if not self.enabled:  # a plain `nbgrader autograde`: no oracle needed (nor torch, which it imports)
@@ -167,8 +203,12 @@ class StripHiddenTests(NbGraderPreprocessor):
         stripped = []
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
-            if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution") \
-                    and meta.get("grade_id") in graded:
+            if (
+                cell.cell_type == "code"
+                and meta.get("grade")
+                and not meta.get("solution")
+                and meta.get("grade_id") in graded
+            ):
                 cell.source, found = strip_hidden(cell.source)
                 if found:
                     stripped.append(meta["grade_id"])
@@ -184,13 +224,17 @@ class SafeExecute(Execute):
     ).tag(config=True, zh="一个单元运行时最多保留的输出字节数，其余丢弃（错误信息保留）")
 
     demo_cells = Dict(
-        {}, help="{assignment: [grade_id, ...]}: locked setup/demo code cells (never answer or test cells) that "
-                 "the grading kernel and the oracle's driver do not run: slow demonstrations that no later cell and "
-                 "no point depends on (tests/test_autograde.py checks that no later cell reads a name they define); "
-                 "matched by the release's grade_id only, so a cell the learner added always runs"
-    ).tag(config=True, zh="{作业: [grade_id, ...]}：评分内核和 oracle 的驱动进程都不运行的锁定设置/演示单元（从不是答案或测试单元）："
-                          "不计分，之后的单元也不读取它们定义的名字（`tests/test_autograde.py` 逐课检查）；只按发布版本的 grade_id "
-                          "匹配，学员自己加的单元永远运行；反馈里这些单元的输出写明“评分时没有运行”")
+        {},
+        help="{assignment: [grade_id, ...]}: locked setup/demo code cells (never answer or test cells) that "
+        "the grading kernel and the oracle's driver do not run: slow demonstrations that no later cell and "
+        "no point depends on (tests/test_autograde.py checks that no later cell reads a name they define); "
+        "matched by the release's grade_id only, so a cell the learner added always runs",
+    ).tag(
+        config=True,
+        zh="{作业: [grade_id, ...]}：评分内核和 oracle 的驱动进程都不运行的锁定设置/演示单元（从不是答案或测试单元）："
+        "不计分，之后的单元也不读取它们定义的名字（`tests/test_autograde.py` 逐课检查）；只按发布版本的 grade_id "
+        "匹配，学员自己加的单元永远运行；反馈里这些单元的输出写明“评分时没有运行”",
+    )
 
     def _is_demo(self, cell, resources) -> bool:
         return is_demo_cell(cell, self.demo_cells.get(resources.get("nbgrader", {}).get("assignment", ""), ()))
@@ -205,13 +249,24 @@ class SafeExecute(Execute):
     def preprocess_cell(self, cell, resources, index):
         if getattr(self, "_kernel_dead", False):
             if cell.cell_type == "code" and cell.source.strip():
-                cell.outputs = [_error_output("KernelDied", "内核已在前面的单元中退出，此单元未执行（kernel died earlier; not run）")]
+                cell.outputs = [
+                    _error_output(
+                        "KernelDied", "内核已在前面的单元中退出，此单元未执行（kernel died earlier; not run）"
+                    )
+                ]
                 cell.execution_count = None
             return cell, resources
         if self._is_demo(cell, resources):
-            cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=(
-                "[评分器] 这是演示单元，评分时没有运行（不计分；自己运行笔记时可以看到它的输出）"
-                "(demo cell, not run when grading)\n"))]
+            cell.outputs = [
+                NotebookNode(
+                    output_type="stream",
+                    name="stdout",
+                    text=(
+                        "[评分器] 这是演示单元，评分时没有运行（不计分；自己运行笔记时可以看到它的输出）"
+                        "(demo cell, not run when grading)\n"
+                    ),
+                )
+            ]
             cell.execution_count = None
             return cell, resources
         try:
@@ -219,9 +274,13 @@ class SafeExecute(Execute):
         except DeadKernelError:
             self._kernel_dead = True
             self.log.error("kernel died while running cell %s", index)
-            cell.setdefault("outputs", []).append(_error_output(
-                "KernelDied", "内核在执行此单元时退出（例如 os._exit、段错误或超出内存限制）；之后的单元都不会执行"
-                " (the kernel died while running this cell)"))
+            cell.setdefault("outputs", []).append(
+                _error_output(
+                    "KernelDied",
+                    "内核在执行此单元时退出（例如 os._exit、段错误或超出内存限制）；之后的单元都不会执行"
+                    " (the kernel died while running this cell)",
+                )
+            )
             return cell, resources
 
     @staticmethod
@@ -253,9 +312,16 @@ class SafeExecute(Execute):
             outs.append(out)
         if cell_index not in self._truncated:
             self._truncated.add(cell_index)
-            outs.append(NotebookNode(output_type="stream", name="stdout", text=(
-                f"\n[评分器] 此单元的输出超过 {self.max_output_bytes} 字节，其余输出已丢弃"
-                f"（output over {self.max_output_bytes} bytes dropped by the grader）\n")))
+            outs.append(
+                NotebookNode(
+                    output_type="stream",
+                    name="stdout",
+                    text=(
+                        f"\n[评分器] 此单元的输出超过 {self.max_output_bytes} 字节，其余输出已丢弃"
+                        f"（output over {self.max_output_bytes} bytes dropped by the grader）\n"
+                    ),
+                )
+            )
         return None
 
 
@@ -297,7 +363,7 @@ def _outside_verbatim(html: str, change) -> str:
     """``change`` applied to the page outside comments, scripts, styles and text areas (where markup is text)."""
     out, last = [], 0
     for match in _VERBATIM.finditer(html):
-        out += [change(html[last:match.start()]), match.group(0)]
+        out += [change(html[last : match.start()]), match.group(0)]
         last = match.end()
     return "".join(out + [change(html[last:])])
 
@@ -385,10 +451,14 @@ class FeedbackExporter(HTMLExporter):
 
         cell = context.get("cell", {})
         renderer = _mathml_renderer_class()(
-            escape=False, attachments=cell.get("attachments", {}), embed_images=self.embed_images,
+            escape=False,
+            attachments=cell.get("attachments", {}),
+            embed_images=self.embed_images,
             path=context.get("resources", {}).get("metadata", {}).get("path", ""),
-            anchor_link_text=self.anchor_link_text, exclude_anchor_links=self.exclude_anchor_links,
-            **self.lexer_options)
+            anchor_link_text=self.anchor_link_text,
+            exclude_anchor_links=self.exclude_anchor_links,
+            **self.lexer_options,
+        )
         return MarkdownWithMath(renderer=renderer).render(source)
 
     def from_notebook_node(self, nb, resources=None, **kw):

@@ -30,6 +30,7 @@ file that lets the pipeline kill the launcher (and with it the kernel) at the ha
 
 Only the standard library may be imported at module level: this file runs as the kernel launcher.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,16 +41,46 @@ import signal
 import sys
 import time
 
-KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "JPY_PARENT_PID", "PYTHONUNBUFFERED", "MPLBACKEND",
-            "NBGRADER_EXECUTION", "PYDEVD_DISABLE_FILE_VALIDATION", "SOURCE_DATE_EPOCH")
-RLIMITS = {"AS": resource.RLIMIT_AS, "FSIZE": resource.RLIMIT_FSIZE, "CORE": resource.RLIMIT_CORE,
-           "NPROC": resource.RLIMIT_NPROC, "NOFILE": resource.RLIMIT_NOFILE}
+KEEP_ENV = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "JPY_PARENT_PID",
+    "PYTHONUNBUFFERED",
+    "MPLBACKEND",
+    "NBGRADER_EXECUTION",
+    "PYDEVD_DISABLE_FILE_VALIDATION",
+    "SOURCE_DATE_EPOCH",
+)
+RLIMITS = {
+    "AS": resource.RLIMIT_AS,
+    "FSIZE": resource.RLIMIT_FSIZE,
+    "CORE": resource.RLIMIT_CORE,
+    "NPROC": resource.RLIMIT_NPROC,
+    "NOFILE": resource.RLIMIT_NOFILE,
+}
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")  # as root, the only capabilities: drop to and signal a uid
 IPCRM = "/usr/bin/ipcrm"
-WARM = {"kernel": ("torch", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "matplotlib.pyplot",
-                   "transformers", "transformers.models.qwen2.modeling_qwen2"),
-        "oracle": ("torch", "IPython.core.interactiveshell", "matplotlib.pyplot", "transformers",
-                   "transformers.models.qwen2.modeling_qwen2")}
+WARM = {
+    "kernel": (
+        "torch",
+        "ipykernel.kernelapp",
+        "ipykernel.ipkernel",
+        "ipykernel.zmqshell",
+        "matplotlib.pyplot",
+        "transformers",
+        "transformers.models.qwen2.modeling_qwen2",
+    ),
+    "oracle": (
+        "torch",
+        "IPython.core.interactiveshell",
+        "matplotlib.pyplot",
+        "transformers",
+        "transformers.models.qwen2.modeling_qwen2",
+    ),
+}
 
 
 def _write(path: str, text: str) -> None:
@@ -68,25 +99,39 @@ def _limits(spec: dict) -> None:
 
 def _kept_environ(environ=None) -> dict[str, str]:
     """What a sandboxed process keeps of its launcher's environment."""
-    return {k: v for k, v in (os.environ if environ is None else environ).items()
-            if k in KEEP_ENV or k.startswith("LC_")}
+    return {
+        k: v for k, v in (os.environ if environ is None else environ).items() if k in KEEP_ENV or k.startswith("LC_")
+    }
 
 
 def _environment(spec: dict, launcher_env: dict | None = None) -> dict[str, str]:
     env = _kept_environ(launcher_env)
     work = spec["workdir"]
     threads = str(spec.get("threads", 1))
-    env.update({
-        "HOME": work, "TMPDIR": "/tmp", "USER": "learner", "LOGNAME": "learner",
-        "PYTHONPATH": spec["course"], "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
-        "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-        "MALLOC_ARENA_MAX": "2", "MPLCONFIGDIR": os.path.join(work, ".matplotlib"),
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GRPO_GRADING_SANDBOX": spec["mode"],
-        "GRPO_GRADING_READONLY_ROOT": "1" if spec["mode"] == "bwrap" else "0",
-        # the bootstrap cell installs what is missing; while grading nothing is installed (and there is no
-        # network): pip fails at once instead of retrying
-        "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    })
+    env.update(
+        {
+            "HOME": work,
+            "TMPDIR": "/tmp",
+            "USER": "learner",
+            "LOGNAME": "learner",
+            "PYTHONPATH": spec["course"],
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "MALLOC_ARENA_MAX": "2",
+            "MPLCONFIGDIR": os.path.join(work, ".matplotlib"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "GRPO_GRADING_SANDBOX": spec["mode"],
+            "GRPO_GRADING_READONLY_ROOT": "1" if spec["mode"] == "bwrap" else "0",
+            # the bootstrap cell installs what is missing; while grading nothing is installed (and there is no
+            # network): pip fails at once instead of retrying
+            "PIP_NO_INDEX": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
+    )
     env.update(spec.get("env", {}))
     return env
 
@@ -125,8 +170,15 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
     ``zygote`` stays root with ``ROOT_CAPS`` and drops each job itself. Not root: a user namespace, the instructor's uid, no capabilities, no nested namespaces."""
     # a zygote is started by one of the grader's threads, and --die-with-parent follows the thread: it watches the
     # grader's process through a pipe instead (zygote_main)
-    args = [spec["bwrap"], *([] if zygote else ["--die-with-parent"]), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try"]
+    args = [
+        spec["bwrap"],
+        *([] if zygote else ["--die-with-parent"]),
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     if os.getuid() != 0:
         args += ["--unshare-user", "--disable-userns"]
     else:
@@ -159,8 +211,15 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
         args += ["--perms", "0444", "--ro-bind-data", str(connection_fd), _connection_path(spec)]
     args += ["--chdir", spec["workdir"], "--"]
     if os.getuid() == 0 and spec.get("uid") is not None and not zygote:
-        args += [spec["setpriv"], f"--reuid={spec['uid']}", f"--regid={spec['gid']}", "--clear-groups",
-                 "--no-new-privs", "--inh-caps=-all", "--"]
+        args += [
+            spec["setpriv"],
+            f"--reuid={spec['uid']}",
+            f"--regid={spec['gid']}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--inh-caps=-all",
+            "--",
+        ]
     return args
 
 
@@ -196,7 +255,7 @@ def launch(argv: list[str]) -> None:
         spec = json.load(handle)
     rest = argv[1:]
     index = rest.index("-f")
-    extra = rest[:index] + rest[index + 2:]
+    extra = rest[:index] + rest[index + 2 :]
     with open(rest[index + 1]) as handle:  # read now: the runtime folder is not in the kernel's view
         connection_text = handle.read()
     if spec.get("zygote_socket"):
@@ -257,8 +316,11 @@ def _kernel_client(spec: dict, connection_text: str, extra: list[str]) -> int:
                 return 70
             code = int(json.loads(answer)["exit"])
             if code < 0:
-                print(f"[grading sandbox] kernel killed by signal {-code} ({signal.Signals(-code).name})",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[grading sandbox] kernel killed by signal {-code} ({signal.Signals(-code).name})",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return code & 0xFF
         if os.getppid() != parent:  # nbgrader is gone: so is the kernel (the zygote sees the socket close)
             return 143

@@ -15,6 +15,7 @@ file; the pipeline merges the results into the course gradebook, one learner at 
 leased uids (nbgrader's kernel, the oracle's driver beside it) and, where it grades more than one notebook, two
 zygotes (sandbox.py): bubblewrap sandboxes started once that fork every kernel and every driver warm.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -39,7 +40,7 @@ from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, Boun
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
 SCRATCH = [["/tmp", "256m"], ["/var/tmp", "16m"], ["/dev/shm", "64m"]]
-WORKDIR_SIZE = "256m"   # the kernel's private working folder (and HOME), a tmpfs of its own
+WORKDIR_SIZE = "256m"  # the kernel's private working folder (and HOME), a tmpfs of its own
 
 
 def visible_lessons(assignment: str) -> list[str]:
@@ -64,9 +65,18 @@ def _checkout_of(path: Path) -> Path | None:
 
 def secret_probe_paths(settings: GradingPipeline, slot_db: Path) -> list[str]:
     """Paths a sandboxed kernel must not be able to read (checked by the probe)."""
-    paths = [ROOT / "solutions", settings.course / "gradebook.db", settings.course / "source",
-             settings.course / "autograded", settings.course / "submitted", AUTOGRADE / "sample_class", slot_db,
-             AUTOGRADE / "grpo_grader" / "oracles", settings.course / ".grading_seed", AUTOGRADE / ".grading_seed"]
+    paths = [
+        ROOT / "solutions",
+        settings.course / "gradebook.db",
+        settings.course / "source",
+        settings.course / "autograded",
+        settings.course / "submitted",
+        AUTOGRADE / "sample_class",
+        slot_db,
+        AUTOGRADE / "grpo_grader" / "oracles",
+        settings.course / ".grading_seed",
+        AUTOGRADE / ".grading_seed",
+    ]
     paths += sorted((ROOT / "solutions").glob("*.py"))[:1]
     for line in _git(["rev-parse", "--path-format=absolute", "--git-common-dir"]):
         paths.append(Path(line.strip()))
@@ -131,11 +141,11 @@ def lease_uids(start: int, count: int) -> tuple[list[int], list]:
 # ----------------------------------------------------------------------------- a slot
 @dataclass
 class Sandbox:
-    mode: str                     # bwrap | none
-    uids: list[int] = field(default_factory=list)   # root: two leased uids per slot (kernel, oracle driver)
-    probe: dict = field(default_factory=dict)      # what a kernel sees; "oracle": what the driver beside it sees
+    mode: str  # bwrap | none
+    uids: list[int] = field(default_factory=list)  # root: two leased uids per slot (kernel, oracle driver)
+    probe: dict = field(default_factory=dict)  # what a kernel sees; "oracle": what the driver beside it sees
     problems: list[str] = field(default_factory=list)
-    leases: list = field(default_factory=list)      # open lock files holding the uids
+    leases: list = field(default_factory=list)  # open lock files holding the uids
     # folders outside the virtual environment the interpreter's sys.path needs (probe.interpreter_paths): bound
     # read-only into every sandbox ("bind"), the ones a kernel does not find itself on its PYTHONPATH ("pythonpath")
     paths: dict = field(default_factory=dict)
@@ -143,14 +153,26 @@ class Sandbox:
     def describe(self) -> str:
         if self.mode == "bwrap":
             who = f"uid {', '.join(map(str, self.uids))}" if self.uids else "the grader's uid in a user namespace"
-            return (f"bwrap: kernels run as {who} in bubblewrap's allow-list view (interpreter, virtual environment, "
-                    f"course copy, private tmpfs), private mount/PID/IPC/network namespaces")
+            return (
+                f"bwrap: kernels run as {who} in bubblewrap's allow-list view (interpreter, virtual environment, "
+                f"course copy, private tmpfs), private mount/PID/IPC/network namespaces"
+            )
         return "none: kernels run as the grader's own user and can read whatever it can read"
 
 
 class Slot:
-    def __init__(self, base: Path, name: str, settings: GradingPipeline, sandbox: Sandbox, uid: int | None = None,
-                 threads: int = 1, ipc: Path | None = None, oracle_uid: int | None = None, zygotes: bool = True):
+    def __init__(
+        self,
+        base: Path,
+        name: str,
+        settings: GradingPipeline,
+        sandbox: Sandbox,
+        uid: int | None = None,
+        threads: int = 1,
+        ipc: Path | None = None,
+        oracle_uid: int | None = None,
+        zygotes: bool = True,
+    ):
         self.settings = settings
         self.zygotes = zygotes  # False: no zygote for this slot even where the settings allow one (one kernel only)
         self.sandbox = sandbox
@@ -160,7 +182,7 @@ class Slot:
         self.work = self.kernel / "work"
         self.runtime = self.dir / "runtime"
         self.jupyter = self.dir / "jupyter"
-        self.ipc = ipc or (self.dir / "ipc")   # the kernel's unix sockets (the kernel has no network)
+        self.ipc = ipc or (self.dir / "ipc")  # the kernel's unix sockets (the kernel has no network)
         self.spec_path = self.runtime / "sandbox.json"
         self.pidfile = self.runtime / "kernel.pid"
         self.oracle_pidfile = self.runtime / "oracle.pid"
@@ -168,7 +190,7 @@ class Slot:
         # the oracle's driver runs as a uid of its own (root), so that it can run while nbgrader's kernel does
         self.oracle_uid = oracle_uid if oracle_uid is not None else uid
         self.oracle_process = None
-        self.zygote: subprocess.Popen | None = None         # the oracle drivers'
+        self.zygote: subprocess.Popen | None = None  # the oracle drivers'
         self.kernel_zygote: subprocess.Popen | None = None  # nbgrader's kernels'
         self.alive_pipes: dict[str, int] = {}  # kind -> the grader's end of the pipe its zygote watches
         self.sockets = self.runtime  # the zygotes' sockets; AF_UNIX paths are short: else a private folder of their own
@@ -188,8 +210,12 @@ class Slot:
             source = ROOT / name
             if source.is_dir():
                 (self.kernel / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(source, self.kernel / name, symlinks=False,
-                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"))
+                shutil.copytree(
+                    source,
+                    self.kernel / name,
+                    symlinks=False,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints"),
+                )
             elif source.is_file():
                 shutil.copy2(source, self.kernel / name)
             else:
@@ -219,8 +245,13 @@ class Slot:
         return names
 
     def _setup(self) -> None:
-        for folder in (self.nbgrader, self.runtime, self.jupyter / "kernels" / "python3", self.dir / "config",
-                       self.dir / "logs"):
+        for folder in (
+            self.nbgrader,
+            self.runtime,
+            self.jupyter / "kernels" / "python3",
+            self.dir / "config",
+            self.dir / "logs",
+        ):
             folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         self._copy_kernel_files()
@@ -238,11 +269,21 @@ class Slot:
         if self.uid is not None:
             limits["NPROC"] = 512
         spec = {
-            "mode": self.sandbox.mode, "python": python, "uid": self.uid, "gid": self.uid, "scratch": SCRATCH,
-            "keep": keep, "course": str(self.kernel), "workdir": str(self.work), "pidfile": str(self.pidfile),
-            "rlimits": limits, "threads": self.threads, "workdir_size": WORKDIR_SIZE,
+            "mode": self.sandbox.mode,
+            "python": python,
+            "uid": self.uid,
+            "gid": self.uid,
+            "scratch": SCRATCH,
+            "keep": keep,
+            "course": str(self.kernel),
+            "workdir": str(self.work),
+            "pidfile": str(self.pidfile),
+            "rlimits": limits,
+            "threads": self.threads,
+            "workdir_size": WORKDIR_SIZE,
             "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
-            "bwrap": shutil.which("bwrap") or "/usr/bin/bwrap", "setpriv": shutil.which("setpriv") or "setpriv",
+            "bwrap": shutil.which("bwrap") or "/usr/bin/bwrap",
+            "setpriv": shutil.which("setpriv") or "setpriv",
         }
         if self.sandbox.paths.get("pythonpath"):
             spec["env"]["PYTHONPATH"] = os.pathsep.join([str(self.kernel), *self.sandbox.paths["pythonpath"]])
@@ -250,9 +291,17 @@ class Slot:
             spec["zygote_socket"] = str(self.sockets / "kernel")
         self.spec_path.write_text(json.dumps(spec, indent=1))
         kernel_json = {
-            "argv": [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(self.spec_path),
-                     "-f", "{connection_file}"],
-            "display_name": "Python 3 (grading sandbox)", "language": "python", "interrupt_mode": "signal",
+            "argv": [
+                os.path.realpath(sys.executable),
+                "-I",
+                str(SANDBOX_SCRIPT),
+                str(self.spec_path),
+                "-f",
+                "{connection_file}",
+            ],
+            "display_name": "Python 3 (grading sandbox)",
+            "language": "python",
+            "interrupt_mode": "signal",
             "metadata": {"debugger": False},
         }
         (self.jupyter / "kernels" / "python3" / "kernel.json").write_text(json.dumps(kernel_json, indent=1))
@@ -267,8 +316,7 @@ class Slot:
             "c.StripHiddenTests.enabled = True  # the oracle grades these test cells outside the kernel\n"
         )
         if self.sandbox.mode != "none":  # the kernel has no network: unix sockets in its working folder
-            config += ('c.KernelManager.transport = "ipc"\n'
-                       f"c.KernelManager.ip = {str(self.ipc / 'kernel')!r}\n")
+            config += f'c.KernelManager.transport = "ipc"\nc.KernelManager.ip = {str(self.ipc / "kernel")!r}\n'
         (self.nbgrader / "nbgrader_config.py").write_text(config)
 
     def reset_course(self, template_db: Path, assignments: list[str]) -> None:
@@ -290,14 +338,16 @@ class Slot:
 
     # -- processes
     def env(self) -> dict[str, str]:
-        return venv_env({
-            "JUPYTER_PATH": str(self.jupyter),
-            "JUPYTER_RUNTIME_DIR": str(self.runtime),
-            "JUPYTER_CONFIG_DIR": str(self.dir / "config"),
-            "JUPYTER_DATA_DIR": str(self.jupyter),
-            "JUPYTER_PLATFORM_DIRS": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        })
+        return venv_env(
+            {
+                "JUPYTER_PATH": str(self.jupyter),
+                "JUPYTER_RUNTIME_DIR": str(self.runtime),
+                "JUPYTER_CONFIG_DIR": str(self.dir / "config"),
+                "JUPYTER_DATA_DIR": str(self.jupyter),
+                "JUPYTER_PLATFORM_DIRS": "1",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
 
     @property
     def concurrent_oracle(self) -> bool:
@@ -346,16 +396,27 @@ class Slot:
             raise RuntimeError("grading was stopped")
         self.stage_lessons(assignment)
         self.ensure_kernel_zygote()
-        arguments = ["autograde", assignment, f"--student={learner}", f"--notebook={notebook}", "--force",
-                     "--log-level=INFO"]
+        arguments = [
+            "autograde",
+            assignment,
+            f"--student={learner}",
+            f"--notebook={notebook}",
+            "--force",
+            "--log-level=INFO",
+        ]
         started = time.monotonic()
         if nbgrader_forkserver.available():  # forked from a process that has imported nbgrader (nbgrader_forkserver.py)
             process = self.process = nbgrader_forkserver.start(arguments, str(self.nbgrader), self.env(), str(log))
         else:
             with open(log, "wb") as handle:
                 process = self.process = subprocess.Popen(
-                    [sys.executable, "-m", "nbgrader", *arguments], cwd=self.nbgrader, env=self.env(),
-                    stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+                    [sys.executable, "-m", "nbgrader", *arguments],
+                    cwd=self.nbgrader,
+                    env=self.env(),
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
         return process.returncode, timed_out, time.monotonic() - started
 
@@ -429,9 +490,16 @@ class Slot:
             os.chmod(path, 0o600)
             listener.listen(16)
             with open(self.runtime / f"{kind}-zygote-stderr.txt", "wb") as errors:
-                return subprocess.Popen(zygote_command(spec), cwd=self.runtime, env=_environment(spec),
-                                        stdin=listener.fileno(), stdout=subprocess.DEVNULL, stderr=errors,
-                                        pass_fds=(alive,), start_new_session=True)
+                return subprocess.Popen(
+                    zygote_command(spec),
+                    cwd=self.runtime,
+                    env=_environment(spec),
+                    stdin=listener.fileno(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    pass_fds=(alive,),
+                    start_new_session=True,
+                )
         finally:
             listener.close()  # the zygote holds it: when it dies, a connect fails at once
             os.close(alive)
@@ -489,8 +557,10 @@ class Slot:
         if self.zygote is None or self.zygote.poll() is not None:
             self._stop_oracle_zygote()
             self.zygote = self.oracle_process = self._start_zygote("oracle", self._oracle_spec([]), warm)
-        job = {name: (job_dir / name).read_text(encoding="utf-8") if (job_dir / name).is_file() else ""
-               for name in ("driver.py", "job.json")}
+        job = {
+            name: (job_dir / name).read_text(encoding="utf-8") if (job_dir / name).is_file() else ""
+            for name in ("driver.py", "job.json")
+        }
         memfd = os.memfd_create("job")
         os.write(memfd, json.dumps(job).encode())
         os.lseek(memfd, 0, os.SEEK_SET)
@@ -501,8 +571,11 @@ class Slot:
         try:
             channel.settimeout(120)  # a warm zygote takes the connection once it has imported (first job: seconds)
             channel.connect(str(self.sockets / "oracle"))
-            socket.send_fds(channel, [json.dumps({"driver": True}).encode()],
-                            [devnull, devnull, errors.write_fd, results.write_fd, memfd])
+            socket.send_fds(
+                channel,
+                [json.dumps({"driver": True}).encode()],
+                [devnull, devnull, errors.write_fd, results.write_fd, memfd],
+            )
             results.close_writer()  # only the job holds them now: the pipes close when it is gone
             errors.close_writer()
             if pump([results, errors], started + timeout, stop_fd=channel.fileno()):
@@ -544,8 +617,14 @@ class Slot:
             return self._run_in_zygote(job_dir, timeout)
         results, errors = BoundedPipe(MAX_RESULTS_BYTES), BoundedPipe(STDERR_TAIL_BYTES, tail=True)
         spec = self._oracle_spec([[str(job_dir), "ro"]])
-        spec["command"] = [spec["python"], "-X", "utf8", str(job_dir / "driver.py"), str(job_dir),
-                           str(results.write_fd)]
+        spec["command"] = [
+            spec["python"],
+            "-X",
+            "utf8",
+            str(job_dir / "driver.py"),
+            str(job_dir),
+            str(results.write_fd),
+        ]
         command = self._launcher("oracle", spec)
         if self.oracle_uid is not None:  # the job folder readable by the oracle's uid only; the driver cannot write it
             os.chown(job_dir, self.oracle_uid, self.oracle_uid)
@@ -553,8 +632,14 @@ class Slot:
         started = time.monotonic()
         try:
             process = self.oracle_process = subprocess.Popen(
-                command, cwd=self.runtime, env=self.env(), stdout=subprocess.DEVNULL, stderr=errors.write_fd,
-                pass_fds=(results.write_fd,), start_new_session=True)
+                command,
+                cwd=self.runtime,
+                env=self.env(),
+                stdout=subprocess.DEVNULL,
+                stderr=errors.write_fd,
+                pass_fds=(results.write_fd,),
+                start_new_session=True,
+            )
         finally:
             results.close_writer()
             errors.close_writer()
@@ -570,11 +655,24 @@ class Slot:
         pump([results, errors], time.monotonic() + DRAIN_SECONDS)
         results.close()
         errors.close()
-        return DriverRun(process.returncode, timed_out, time.monotonic() - started, errors.text(),
-                         bytes(results.data), results.dropped)
+        return DriverRun(
+            process.returncode,
+            timed_out,
+            time.monotonic() - started,
+            errors.text(),
+            bytes(results.data),
+            results.dropped,
+        )
 
-    def run_sandboxed_code(self, code: str, args: list[str], oracle: bool = False, zygote: bool = True,
-                           timeout: float = 60, warm: bool = True) -> subprocess.CompletedProcess:
+    def run_sandboxed_code(
+        self,
+        code: str,
+        args: list[str],
+        oracle: bool = False,
+        zygote: bool = True,
+        timeout: float = 60,
+        warm: bool = True,
+    ) -> subprocess.CompletedProcess:
         """``python -c code args`` in this slot's kernel sandbox (a job of the kernel zygote where there is one and
         ``zygote``; else a fresh bubblewrap), or in the oracle driver's (``oracle``: a fresh one)."""
         spec = self._oracle_spec([]) if oracle else json.loads(self.spec_path.read_text())
@@ -584,13 +682,25 @@ class Slot:
             self.ensure_kernel_zygote(warm)
         spec["command"] = [spec["python"], "-c", code, *args]
         try:
-            return subprocess.run(self._launcher("probe", spec), capture_output=True, text=True, timeout=timeout,
-                                  cwd=self.runtime, env=self.env())
+            return subprocess.run(
+                self._launcher("probe", spec),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=self.runtime,
+                env=self.env(),
+            )
         finally:
             self.kill_oracle() if oracle else self.kill_kernels()
 
-    def probe(self, paths: list[str], oracle: bool = False, zygote: bool = True, imports: list[str] = (),
-              import_mode: str = "find") -> dict:
+    def probe(
+        self,
+        paths: list[str],
+        oracle: bool = False,
+        zygote: bool = True,
+        imports: list[str] = (),
+        import_mode: str = "find",
+    ) -> dict:
         """Start the sandbox with the probe (probe.py) instead of a kernel (``oracle``: the oracle driver's sandbox;
         ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else a fresh
         bubblewrap of the same view); report what it can read and whether ``imports`` load (``import_mode``)."""
@@ -600,7 +710,8 @@ class Slot:
             (job / "driver.py").write_text(
                 "import os, sys\n"
                 "sys.stdout = os.fdopen(int(sys.argv[2]), 'w')\n"
-                f"sys.argv = ['probe', {request!r}]\n" + preflight.source() + "sys.stdout.flush()\n")
+                f"sys.argv = ['probe', {request!r}]\n" + preflight.source() + "sys.stdout.flush()\n"
+            )
             run = self._run_in_zygote(job, 120 if import_mode == "find" else 300, warm=False)
             self._stop_oracle_zygote()
             self.oracle_job_dir()
@@ -608,8 +719,9 @@ class Slot:
             if report is not None:
                 return {**report, "zygote": True}
             raise RuntimeError(f"sandbox probe (zygote job) failed (exit {run.code}): {run.stderr.strip()[-800:]}")
-        done = self.run_sandboxed_code(preflight.source(), [request], oracle, zygote, warm=False,
-                                       timeout=60 if import_mode == "find" else 300)
+        done = self.run_sandboxed_code(
+            preflight.source(), [request], oracle, zygote, warm=False, timeout=60 if import_mode == "find" else 300
+        )
         self.reset_work()
         report = preflight.parse_output(done.stdout)
         if report is not None:
@@ -631,8 +743,11 @@ def mount_socket_tmpfs(folder: Path) -> bool:
     """Root: the kernels' socket folders live on one small tmpfs for the run, so that the only host folder a kernel
     may write to cannot fill the disk (util-linux ``mount``). Returns whether it was mounted."""
     folder.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=8m,nosuid,nodev", "tmpfs", str(folder)],
-                          capture_output=True, timeout=30)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "mode=0755,size=8m,nosuid,nodev", "tmpfs", str(folder)],
+        capture_output=True,
+        timeout=30,
+    )
     return done.returncode == 0
 
 
@@ -690,8 +805,9 @@ def _never_bound(settings: GradingPipeline, base: Path) -> list[str]:
     return sorted({str(path.resolve()) for path in found})
 
 
-def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_driver: bool = False,
-                   import_mode: str = "find") -> Sandbox:
+def choose_sandbox(
+    settings: GradingPipeline, base: Path, slots: int = 1, probe_driver: bool = False, import_mode: str = "find"
+) -> Sandbox:
     """The configured sandbox (``auto``: bubblewrap, root or not; ``none`` only when asked for), probed
     (``probe_driver``: the oracle driver's view too, and as root each through a job of its zygote - `pipeline.py
     probe` does; a grading run probes the kernel's view in a fresh bubblewrap, which the zygotes' jobs share).
@@ -707,13 +823,19 @@ def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_
     prepare_kernel_files(settings)
     homes = [str(Path.home().resolve()), "/root"]
     shown = [str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve()), "/usr"]
-    paths = preflight.interpreter_paths(shown, _never_bound(settings, base) + homes, homes,
-                                        [str(p) for p in settings.extra_readonly_paths])
+    paths = preflight.interpreter_paths(
+        shown, _never_bound(settings, base) + homes, homes, [str(p) for p in settings.extra_readonly_paths]
+    )
     imports = preflight.probe_imports(ROOT, top_level=import_mode == "find")
     failures: list[preflight.Problem] = [
-        preflight.Problem("extra-path-refused", f"c.GradingPipeline.extra_readonly_paths 里的 {path} 不能放进沙箱："
-                          f"{why}（refused）", "只列出装有 Python 包的目录（如某个 site-packages），不要列课程目录或它的上级目录")
-        for path, why in paths["refused"].items() if path in settings.extra_readonly_paths]
+        preflight.Problem(
+            "extra-path-refused",
+            f"c.GradingPipeline.extra_readonly_paths 里的 {path} 不能放进沙箱：{why}（refused）",
+            "只列出装有 Python 包的目录（如某个 site-packages），不要列课程目录或它的上级目录",
+        )
+        for path, why in paths["refused"].items()
+        if path in settings.extra_readonly_paths
+    ]
     mode = "bwrap" if settings.sandbox == "auto" else settings.sandbox
     if mode not in SANDBOX_MODES:
         raise ValueError(f"GradingPipeline.sandbox must be auto or one of {', '.join(SANDBOX_MODES)}, not {mode!r}")
@@ -724,16 +846,27 @@ def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_
             check_bwrap()
             if os.geteuid() == 0:  # two per slot: nbgrader's kernel and the oracle's driver, which run side by side
                 sandbox.uids, sandbox.leases = lease_uids(settings.sandbox_uid_base, 2 * slots)
-        slot = Slot(base, "probe", settings, sandbox, uid=sandbox.uids[0] if sandbox.uids else None,
-                    oracle_uid=sandbox.uids[1] if sandbox.uids else None)
+        slot = Slot(
+            base,
+            "probe",
+            settings,
+            sandbox,
+            uid=sandbox.uids[0] if sandbox.uids else None,
+            oracle_uid=sandbox.uids[1] if sandbox.uids else None,
+        )
         decoy = slot.nbgrader / "gradebook.db"
         decoy.write_text("decoy")
-        report = slot.probe(secret_probe_paths(settings, decoy), zygote=probe_driver, imports=imports,
-                            import_mode=import_mode)
+        report = slot.probe(
+            secret_probe_paths(settings, decoy), zygote=probe_driver, imports=imports, import_mode=import_mode
+        )
         if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
             (slot.ipc / "kernel-socket").write_text("")
-            report["oracle"] = slot.probe(secret_probe_paths(settings, decoy) + [str(slot.ipc)], oracle=True,
-                                          imports=preflight.ALWAYS_IMPORTED[:1], import_mode=import_mode)
+            report["oracle"] = slot.probe(
+                secret_probe_paths(settings, decoy) + [str(slot.ipc)],
+                oracle=True,
+                imports=preflight.ALWAYS_IMPORTED[:1],
+                import_mode=import_mode,
+            )
     except preflight.ProbeFailure as failure:  # the machine does not allow bubblewrap: the cause and the fix
         for handle in sandbox.leases:
             handle.close()
@@ -753,8 +886,9 @@ def choose_sandbox(settings: GradingPipeline, base: Path, slots: int = 1, probe_
     if not str(report.get("tools", "")).startswith(str(base)) and mode != "none":
         problems.append(f"the kernel's course copy is not importable ({report.get('tools')})")
     missing = preflight.import_problems(report, "评分内核（kernel）", paths, str(settings.config_file))
-    missing += preflight.import_problems(report.get("oracle", {}), "oracle 进程（oracle driver）", paths,
-                                         str(settings.config_file))
+    missing += preflight.import_problems(
+        report.get("oracle", {}), "oracle 进程（oracle driver）", paths, str(settings.config_file)
+    )
     if missing or failures:
         for handle in sandbox.leases:
             handle.close()

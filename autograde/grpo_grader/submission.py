@@ -8,6 +8,7 @@ answer cells whose id was renamed or removed are found again by position (the ce
 cell that follows the answer in the release); every other nbgrader metadata (unknown, duplicated, injected
 graded cells) is dropped, and the notebook metadata (kernelspec included) is the release's.
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,8 +44,11 @@ def read_notebook(text: str) -> tuple[nbformat.NotebookNode | None, str | None]:
         return None, "notebook JSON 嵌套过深，无法读取（nested too deep）"
     if _depth(data, MAX_NESTING) > MAX_NESTING:
         return None, f"notebook JSON 嵌套超过 {MAX_NESTING} 层，无法读取（nested too deep）"
-    if not isinstance(data, dict) or "nbformat" not in data or not (
-            isinstance(data.get("cells"), list) or isinstance(data.get("worksheets"), list)):
+    if (
+        not isinstance(data, dict)
+        or "nbformat" not in data
+        or not (isinstance(data.get("cells"), list) or isinstance(data.get("worksheets"), list))
+    ):
         return None, "JSON 不是 notebook 格式（缺少 cells / nbformat）（not a notebook）"
     try:
         nb = nbformat.reads(text, as_version=4)
@@ -66,11 +70,17 @@ def _gid(cell) -> str | None:
 
 def _plain(cell, cell_type: str):
     """A copy of ``cell`` without nbgrader metadata, as ``cell_type``."""
-    meta = {k: v for k, v in dict(cell.get("metadata", {})).items() if k != "nbgrader"} \
-        if isinstance(cell.get("metadata"), dict) else {}
+    meta = (
+        {k: v for k, v in dict(cell.get("metadata", {})).items() if k != "nbgrader"}
+        if isinstance(cell.get("metadata"), dict)
+        else {}
+    )
     source = cell.get("source", "")
-    new = nbformat.v4.new_code_cell(source) if cell_type == "code" else (
-        nbformat.v4.new_markdown_cell(source) if cell_type == "markdown" else nbformat.v4.new_raw_cell(source))
+    new = (
+        nbformat.v4.new_code_cell(source)
+        if cell_type == "code"
+        else (nbformat.v4.new_markdown_cell(source) if cell_type == "markdown" else nbformat.v4.new_raw_cell(source))
+    )
     if cell_type == "code" and cell.get("cell_type") == "code":
         new.outputs = cell.get("outputs", [])
         new.execution_count = cell.get("execution_count")
@@ -78,8 +88,9 @@ def _plain(cell, cell_type: str):
     return new
 
 
-def rebuild_metadata(submitted: nbformat.NotebookNode,
-                     release: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[str]]:
+def rebuild_metadata(
+    submitted: nbformat.NotebookNode, release: nbformat.NotebookNode
+) -> tuple[nbformat.NotebookNode, list[str]]:
     """The submission with the release's nbgrader metadata (see the module docstring) and notes on what changed."""
     released = {}
     order = []
@@ -101,7 +112,9 @@ def rebuild_metadata(submitted: nbformat.NotebookNode,
                 if key in source_cell.metadata:
                     new.metadata[key] = source_cell.metadata[key]
             if cell.get("cell_type") != source_cell.cell_type:
-                notes.append(f"单元 {gid} 的类型被改成了 {cell.get('cell_type')}，已按发布版本恢复为 {source_cell.cell_type}")
+                notes.append(
+                    f"单元 {gid} 的类型被改成了 {cell.get('cell_type')}，已按发布版本恢复为 {source_cell.cell_type}"
+                )
             used[gid] = len(cells)
             cells.append(new)
         else:
@@ -113,7 +126,7 @@ def rebuild_metadata(submitted: nbformat.NotebookNode,
         meta = released[gid].metadata["nbgrader"]
         if gid in used or not meta.get("solution"):
             continue
-        after = next((g for g in order[index + 1:] if g in used), None)
+        after = next((g for g in order[index + 1 :] if g in used), None)
         position = used[after] - 1 if after is not None else len(cells) - 1
         if position < 0 or _gid(cells[position]) or cells[position].cell_type != released[gid].cell_type:
             continue
@@ -124,7 +137,9 @@ def rebuild_metadata(submitted: nbformat.NotebookNode,
         used[gid] = position
         notes.append(f"答案单元 {gid} 的 nbgrader 元数据被改动或删除，已按位置找回")
     if ignored:
-        notes.append("忽略了提交中不属于发布版本（未知、重复或新加）的评分元数据：" + ", ".join(sorted(set(ignored)))[:300])
+        notes.append(
+            "忽略了提交中不属于发布版本（未知、重复或新加）的评分元数据：" + ", ".join(sorted(set(ignored)))[:300]
+        )
     nb = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(release.metadata))
     nb.nbformat, nb.nbformat_minor = 4, max(5, int(release.get("nbformat_minor", 5)))
     seen = set()
@@ -156,7 +171,9 @@ def worked_answers(nb: nbformat.NotebookNode) -> dict[str, str]:
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("solution"):
-            answers[meta["grade_id"]] = "\n".join(l for l in cell.source.splitlines() if l.strip() not in SOLUTION_MARKERS)
+            answers[meta["grade_id"]] = "\n".join(
+                l for l in cell.source.splitlines() if l.strip() not in SOLUTION_MARKERS
+            )
     return answers
 
 
@@ -177,15 +194,26 @@ def normalised_tokens(source: str) -> list[str]:
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             kind, text = token.type, token.string
-            if kind in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                        tokenize.ENDMARKER):
+            if kind in (
+                tokenize.COMMENT,
+                tokenize.NL,
+                tokenize.NEWLINE,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENDMARKER,
+            ):
                 continue
             if kind == tokenize.STRING:
                 text = "S"
             elif kind == tokenize.NUMBER:
                 text = "0"
-            elif kind == tokenize.NAME and not keyword.iskeyword(text) and previous != "." \
-                    and text not in _KNOWN and not hasattr(builtins, text):
+            elif (
+                kind == tokenize.NAME
+                and not keyword.iskeyword(text)
+                and previous != "."
+                and text not in _KNOWN
+                and not hasattr(builtins, text)
+            ):
                 text = "N"
             out.append(text)
             previous = token.string
@@ -194,9 +222,9 @@ def normalised_tokens(source: str) -> list[str]:
     return out
 
 
-K_GRAM = 5          # tokens per k-gram of the copy fingerprint
-WINDOW = 4          # winnowing window: every run of WINDOW + K_GRAM - 1 shared tokens shares a fingerprint
-MIN_PRINTS = 8      # an answer with fewer own fingerprints (beyond the released stub) is too short to compare
+K_GRAM = 5  # tokens per k-gram of the copy fingerprint
+WINDOW = 4  # winnowing window: every run of WINDOW + K_GRAM - 1 shared tokens shares a fingerprint
+MIN_PRINTS = 8  # an answer with fewer own fingerprints (beyond the released stub) is too short to compare
 
 
 def fingerprints(source: str, k: int = K_GRAM, window: int = WINDOW) -> set[int]:
@@ -208,14 +236,15 @@ def fingerprints(source: str, k: int = K_GRAM, window: int = WINDOW) -> set[int]
     tokens = normalised_tokens(source)
     if len(tokens) < k:
         return set()
-    hashes = [zlib.crc32(" ".join(tokens[i:i + k]).encode()) for i in range(len(tokens) - k + 1)]
+    hashes = [zlib.crc32(" ".join(tokens[i : i + k]).encode()) for i in range(len(tokens) - k + 1)]
     if len(hashes) <= window:
         return {min(hashes)}
-    return {min(hashes[i:i + window]) for i in range(len(hashes) - window + 1)}
+    return {min(hashes[i : i + window]) for i in range(len(hashes) - window + 1)}
 
 
-def answer_fingerprints(nb: nbformat.NotebookNode, release: nbformat.NotebookNode,
-                        min_prints: int = MIN_PRINTS) -> dict[str, list[int]]:
+def answer_fingerprints(
+    nb: nbformat.NotebookNode, release: nbformat.NotebookNode, min_prints: int = MIN_PRINTS
+) -> dict[str, list[int]]:
     """{answer grade_id: sorted fingerprints of what the learner wrote in it} (the released stub's fingerprints
     removed: the signature and docstring every learner shares say nothing), for answers long enough to compare."""
     stubs = {gid: fingerprints(source) for gid, source in answer_sources(release).items()}

@@ -16,6 +16,7 @@ Exit status: 0 - the notebook ran and wrote a record without failure; 1 - a note
 fresh record was written); 2 - the notebook ran and wrote a *failure record* (e.g. ``real_gpu`` without
 CUDA): the evidence file says which stage failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,14 @@ def _root() -> Path:
     return resolve_project_root(Path(__file__).resolve().parent)
 
 
-def run(mode: str, label: str, model_id: str | None = None, timeout: int = 1800,
-        executed_dir: Path | None = None, progress: bool | None = None) -> tuple[int, Path, dict | None]:
+def run(
+    mode: str,
+    label: str,
+    model_id: str | None = None,
+    timeout: int = 1800,
+    executed_dir: Path | None = None,
+    progress: bool | None = None,
+) -> tuple[int, Path, dict | None]:
     """Build and execute the notebook; return ``(exit status, evidence path, record or None)``."""
     import nbformat
 
@@ -58,17 +65,25 @@ def run(mode: str, label: str, model_id: str | None = None, timeout: int = 1800,
         env[ENV_MODEL_ID] = str(local.resolve()) if local.is_dir() else model_id
     before = evidence.stat().st_mtime_ns if evidence.exists() else None
     started = time.perf_counter()
-    executed = chain.execute(nbformat.read(source_path, as_version=4), source_path.parent, timeout=timeout, env=env,
-                             progress=progress, desc=f"{ASSIGNMENT} {mode}",
-                             parameters={"RUN_MODE": mode, "RUN_LABEL": label})
+    executed = chain.execute(
+        nbformat.read(source_path, as_version=4),
+        source_path.parent,
+        timeout=timeout,
+        env=env,
+        progress=progress,
+        desc=f"{ASSIGNMENT} {mode}",
+        parameters={"RUN_MODE": mode, "RUN_LABEL": label},
+    )
     seconds = time.perf_counter() - started
 
     executed_dir = executed_dir or root / "artifacts" / "experiment"
     saved_nb = executed_dir / f"{ASSIGNMENT}_{label}.ipynb"
     chain.write_notebook(executed, saved_nb)
 
-    print(f"notebook : {source_path.relative_to(root)} executed in {seconds:.1f} s "
-          f"(kernel start included), RUN_MODE={mode} RUN_LABEL={label}")
+    print(
+        f"notebook : {source_path.relative_to(root)} executed in {seconds:.1f} s "
+        f"(kernel start included), RUN_MODE={mode} RUN_LABEL={label}"
+    )
     print(f"executed : {_rel(saved_nb, root)}")
     errors = chain.cell_errors(executed)
     fresh = evidence.exists() and evidence.stat().st_mtime_ns != before
@@ -85,14 +100,18 @@ def run(mode: str, label: str, model_id: str | None = None, timeout: int = 1800,
     for row in gx.candidate_headlines(record):
         sep = row["policy_separation"]
         clip = row["mean_clip_fraction"]
-        print(f"  {row['candidate_set']:15s} G={row['group_size']}  nonzero_advantages={row['nonzero_advantages']}  "
-              f"unjudgeable={row['unjudgeable_count']}  zero_variance_guard={row['zero_variance_guard_passed']}  "
-              f"separation={'-' if sep is None else f'{sep:.4f}'}  "
-              f"mean_clip_fraction={'-' if clip is None else f'{clip:.3f}'}")
+        print(
+            f"  {row['candidate_set']:15s} G={row['group_size']}  nonzero_advantages={row['nonzero_advantages']}  "
+            f"unjudgeable={row['unjudgeable_count']}  zero_variance_guard={row['zero_variance_guard_passed']}  "
+            f"separation={'-' if sep is None else f'{sep:.4f}'}  "
+            f"mean_clip_fraction={'-' if clip is None else f'{clip:.3f}'}"
+        )
     if record["failure"] is not None:
         failure = record["failure"]
-        print(f"FAILURE  : stage {failure['stage']}: {failure.get('error_type')}: {failure.get('message')}",
-              file=sys.stderr)
+        print(
+            f"FAILURE  : stage {failure['stage']}: {failure.get('error_type')}: {failure.get('message')}",
+            file=sys.stderr,
+        )
         return 2, evidence, record
     return 0, evidence, record
 
@@ -106,6 +125,7 @@ def _rel(path: Path, root: Path) -> str:
 
 def _argument(check):
     """An argparse ``type`` from a check that raises ``ValueError``: argparse prints its Chinese message, exit 2."""
+
     def convert(text: str) -> str:
         try:
             return check(text)
@@ -117,21 +137,33 @@ def _argument(check):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.cli.experiment",
-                                     description=__doc__.split("\n\n")[0],
-                                     epilog="exit status: 0 ok, 1 notebook error, 2 failure record written")
-    parser.add_argument("--mode", default="dry_run", type=_argument(check_run_mode),
-                        metavar="{" + ",".join(RUN_MODES) + "}", help="RUN_MODE (default dry_run)")
-    parser.add_argument("--label", default="default", type=_argument(check_run_label),
-                        help="RUN_LABEL: part of the evidence file name")
-    parser.add_argument("--model-id", default=os.environ.get(ENV_MODEL_ID) or None,
-                        help="real_gpu: hub id or local checkpoint folder (default: the notebook's "
-                             "Qwen/Qwen2.5-0.5B-Instruct; env GRPO_MODEL_ID)")
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.cli.experiment",
+        description=__doc__.split("\n\n")[0],
+        epilog="exit status: 0 ok, 1 notebook error, 2 failure record written",
+    )
+    parser.add_argument(
+        "--mode",
+        default="dry_run",
+        type=_argument(check_run_mode),
+        metavar="{" + ",".join(RUN_MODES) + "}",
+        help="RUN_MODE (default dry_run)",
+    )
+    parser.add_argument(
+        "--label", default="default", type=_argument(check_run_label), help="RUN_LABEL: part of the evidence file name"
+    )
+    parser.add_argument(
+        "--model-id",
+        default=os.environ.get(ENV_MODEL_ID) or None,
+        help="real_gpu: hub id or local checkpoint folder (default: the notebook's "
+        "Qwen/Qwen2.5-0.5B-Instruct; env GRPO_MODEL_ID)",
+    )
     parser.add_argument("--timeout", type=int, default=1800, help="per-cell timeout in seconds")
     parser.add_argument("--no-progress", action="store_true", help="no per-cell progress bar on stderr")
     args = parser.parse_args(argv)  # exits with status 2 and the Chinese message: torch is not imported yet
-    status, _, _ = run(args.mode, args.label, model_id=args.model_id, timeout=args.timeout,
-                       progress=not args.no_progress)
+    status, _, _ = run(
+        args.mode, args.label, model_id=args.model_id, timeout=args.timeout, progress=not args.no_progress
+    )
     return status
 
 

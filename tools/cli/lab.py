@@ -21,6 +21,7 @@ running on this course in Jupyter's runtime files (what ``jupyter server list --
 a busy port is left to jupyter_server's own ``--port-retries`` and the port it took is reported.
 :class:`LabServer` is also what the tests use to serve the course on a free port and stop it again.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,11 @@ INSTRUCTOR_ONLY_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",)
 FORMGRADER_GUARD = "autograde.grpo_grader.formgrader_guard"
 # nbgrader's JupyterLab plugins a learner should not see (plugin ids of the @jupyter/nbgrader lab extension):
 # the formgrader panel, the "Create Assignment" side bar, the instructors' course list.
-INSTRUCTOR_ONLY_LAB_PLUGINS = ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
-                               "@jupyter/nbgrader:course-list")
+INSTRUCTOR_ONLY_LAB_PLUGINS = (
+    "@jupyter/nbgrader:formgrader",
+    "@jupyter/nbgrader:create-assignment",
+    "@jupyter/nbgrader:course-list",
+)
 EXCHANGE_DIR = "autograde/exchange"
 WORK_DIR = "work"
 FETCH_DIR = "work/fetched"  # where the Assignment List's Fetch puts a released assignment (not the work copy)
@@ -98,10 +102,12 @@ def nbgrader_settings(root: Path, role: str, *, exchange: Path | None = None) ->
     root = Path(root).resolve()
     return {
         "CourseDirectory": {"course_id": course_id(root), "root": str(root / "autograde")},
-        "Exchange": {"root": str(Path(exchange or root / EXCHANGE_DIR).resolve()),
-                     "assignment_dir": str(root / FETCH_DIR),
-                     # the learner's copies of what was submitted (nbgrader's default is in ~/.local/share)
-                     "cache": str(root / STATE_DIR / "nbgrader_cache")},
+        "Exchange": {
+            "root": str(Path(exchange or root / EXCHANGE_DIR).resolve()),
+            "assignment_dir": str(root / FETCH_DIR),
+            # the learner's copies of what was submitted (nbgrader's default is in ~/.local/share)
+            "cache": str(root / STATE_DIR / "nbgrader_cache"),
+        },
     }
 
 
@@ -129,11 +135,22 @@ def server_extensions(role: str) -> dict[str, bool]:
     return {**{name: name not in off for name in NBGRADER_SERVER_EXTENSIONS}, FORMGRADER_GUARD: role == "instructor"}
 
 
-def lab_command(root: Path, port: int, token: str, *, ip: str = "127.0.0.1", open_browser: bool = False,
-                python: str | None = None, role: str = "instructor", serve: Path | None = None) -> list[str]:
+def lab_command(
+    root: Path,
+    port: int,
+    token: str,
+    *,
+    ip: str = "127.0.0.1",
+    open_browser: bool = False,
+    python: str | None = None,
+    role: str = "instructor",
+    serve: Path | None = None,
+) -> list[str]:
     """The ``jupyter lab`` call serving ``serve`` (default ``root``) on ``ip:port`` for ``role``."""
     return [
-        python or sys.executable, "-m", "jupyterlab",
+        python or sys.executable,
+        "-m",
+        "jupyterlab",
         f"--ServerApp.root_dir={serve or root}",
         f"--ServerApp.ip={ip}",
         f"--ServerApp.port={port}",
@@ -201,8 +218,9 @@ def course_config_problem(root: Path = ROOT, env: dict | None = None) -> str | N
         return f"{course / 'nbgrader_config.py'} does not exist"
     env = server_env(root, "instructor", Path(root) / STATE_DIR / "instructor", os.environ if env is None else env)
     try:
-        done = subprocess.run([sys.executable, "-c", _CONFIG_CHECK], cwd=course, env=env, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", _CONFIG_CHECK], cwd=course, env=env, capture_output=True, text=True, timeout=120
+        )
     except subprocess.TimeoutExpired:
         return "loading nbgrader_config.py took more than 120 s"
     if done.returncode:
@@ -215,9 +233,19 @@ class LabServer:
     """A JupyterLab server on the course for ``role``; a context manager that always stops what it started
     (the server and every kernel it started)."""
 
-    def __init__(self, root: Path = ROOT, *, port: int = 0, ip: str = "127.0.0.1", open_browser: bool = False,
-                 token: str | None = None, log=None, env: dict | None = None, role: str = "instructor",
-                 serve: Path | None = None):
+    def __init__(
+        self,
+        root: Path = ROOT,
+        *,
+        port: int = 0,
+        ip: str = "127.0.0.1",
+        open_browser: bool = False,
+        token: str | None = None,
+        log=None,
+        env: dict | None = None,
+        role: str = "instructor",
+        serve: Path | None = None,
+    ):
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
         self.root = Path(root).resolve()
@@ -243,14 +271,27 @@ class LabServer:
         if (self.root / "autograde").is_dir():
             ensure_exchange(self.root)
         (self.root / FETCH_DIR).mkdir(parents=True, exist_ok=True)
-        command = lab_command(self.root, self.port, self.token, ip=self.ip, open_browser=self.open_browser,
-                              role=self.role, serve=self.serve)
+        command = lab_command(
+            self.root,
+            self.port,
+            self.token,
+            ip=self.ip,
+            open_browser=self.open_browser,
+            role=self.role,
+            serve=self.serve,
+        )
         env = server_env(self.root, self.role, config, os.environ if self.env is None else self.env)
         # cwd = the nbgrader course folder: the formgrader reads ./nbgrader_config.py from the server's cwd.
         cwd = self.root / "autograde" if (self.root / "autograde").is_dir() else self.root
-        self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=self.log, stderr=self.log,
-                                        start_new_session=True,
-                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        self.process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=self.log,
+            stderr=self.log,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
         runtime_dir = env.get("JUPYTER_RUNTIME_DIR")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -337,8 +378,11 @@ def running_server(root: Path = ROOT, role: str | None = None) -> dict | None:
             continue
         for name in (role,) if role else ROLES:
             if ours and folder == folders[name]:
-                return {"pid": info["pid"], "role": name,
-                        "url": server_url(info, "lab/tree" if name == "learner" else "formgrader")}
+                return {
+                    "pid": info["pid"],
+                    "role": name,
+                    "url": server_url(info, "lab/tree" if name == "learner" else "formgrader"),
+                }
     return None
 
 
@@ -365,20 +409,26 @@ def prepare_instructor(root: Path = ROOT, build_missing: bool = True) -> list[st
     root = Path(root).resolve()
     course = root / "autograde"
     names = sorted(p.stem for p in (root / "solutions").glob("*.py") if not p.name.startswith("_"))
-    missing = [name for name in names
-               if not (course / "release" / name / f"{name}.ipynb").is_file()
-               or not (course / "source" / name / f"{name}.ipynb").is_file()]
+    missing = [
+        name
+        for name in names
+        if not (course / "release" / name / f"{name}.ipynb").is_file()
+        or not (course / "source" / name / f"{name}.ipynb").is_file()
+    ]
     if not (course / "gradebook.db").is_file():
         missing = names
     if not missing:
         name_gradebook_learners(root)
         return []
     if not build_missing:
-        raise SystemExit("formgrader 还没有作业：请先运行 `make release`（生成 autograde/source、release 与 gradebook.db）。")
+        raise SystemExit(
+            "formgrader 还没有作业：请先运行 `make release`（生成 autograde/source、release 与 gradebook.db）。"
+        )
     import tools.chain.notebooks as chain
 
-    print(f"formgrader 需要的 nbgrader 源文件 / 发布版 / gradebook 缺失，正在生成（{len(missing)} 个作业）...",
-          flush=True)
+    print(
+        f"formgrader 需要的 nbgrader 源文件 / 发布版 / gradebook 缺失，正在生成（{len(missing)} 个作业）...", flush=True
+    )
     chain.build(missing, course=course)
     for name in missing:
         chain._generate_assignment(course, name)
@@ -405,30 +455,44 @@ class _Stop(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--role", choices=ROLES, default="learner",
-                        help="learner (make lab, default) or instructor (make lab-instructor)")
+    parser.add_argument(
+        "--role",
+        choices=ROLES,
+        default="learner",
+        help="learner (make lab, default) or instructor (make lab-instructor)",
+    )
     parser.add_argument("--port", type=int, default=8888, help="preferred port (a free one is used if busy)")
     parser.add_argument("--ip", default="127.0.0.1", help="address to listen on (0.0.0.0 inside a container)")
     parser.add_argument("--no-browser", action="store_true", help="do not open a browser")
     args = parser.parse_args(argv)
     missing = [name for name in ("jupyterlab", "nbgrader") if importlib.util.find_spec(name) is None]
     if missing:
-        print(f"缺少 {', '.join(missing)}：请先运行 `make setup`（安装 environments/instructor.txt）。", file=sys.stderr)
+        print(
+            f"缺少 {', '.join(missing)}：请先运行 `make setup`（安装 environments/instructor.txt）。", file=sys.stderr
+        )
         return 2
 
     existing = running_server(ROOT, args.role)
     if existing:
-        print(f"本课程的 JupyterLab（{args.role}）已经在运行（进程 {existing['pid']}），请直接打开：\n"
-              f"    {existing['url']}\n如需重启，先停止它：kill {existing['pid']}", flush=True)
+        print(
+            f"本课程的 JupyterLab（{args.role}）已经在运行（进程 {existing['pid']}），请直接打开：\n"
+            f"    {existing['url']}\n如需重启，先停止它：kill {existing['pid']}",
+            flush=True,
+        )
         return 0
     other = running_server(ROOT, "instructor" if args.role == "learner" else "learner")
     if other:
-        print(f"提示：本课程的另一个 JupyterLab（{other['role']}，进程 {other['pid']}）也在运行：{other['url']}",
-              flush=True)
+        print(
+            f"提示：本课程的另一个 JupyterLab（{other['role']}，进程 {other['pid']}）也在运行：{other['url']}",
+            flush=True,
+        )
     for foreign in other_course_servers(ROOT):
         if not other or foreign["pid"] != other["pid"]:
-            print(f"提示：已有一个 Jupyter 服务器在本课程目录（{foreign['root_dir']}）上运行（进程 {foreign['pid']}）："
-                  f"{foreign['url']}", flush=True)
+            print(
+                f"提示：已有一个 Jupyter 服务器在本课程目录（{foreign['root_dir']}）上运行（进程 {foreign['pid']}）："
+                f"{foreign['url']}",
+                flush=True,
+            )
     if args.role == "learner":
         from tools.cli import workspace
 
@@ -438,18 +502,22 @@ def main(argv: list[str] | None = None) -> int:
     else:
         problem = course_config_problem(ROOT)
         if problem:
-            print(f"课程的 nbgrader 配置 {ROOT / 'autograde' / 'nbgrader_config.py'} 无法加载，不启动教师界面：\n"
-                  f"{problem}\n"
-                  "没有它，formgrader 会退回 nbgrader 的默认设置（不用本课程的评分器，反馈里会出现隐藏测试）。"
-                  "请修正上面的错误（或运行 `make setup`），再运行 `make lab-instructor`。\n"
-                  "(The course's nbgrader config does not load; the instructor server is not started.)",
-                  file=sys.stderr)
+            print(
+                f"课程的 nbgrader 配置 {ROOT / 'autograde' / 'nbgrader_config.py'} 无法加载，不启动教师界面：\n"
+                f"{problem}\n"
+                "没有它，formgrader 会退回 nbgrader 的默认设置（不用本课程的评分器，反馈里会出现隐藏测试）。"
+                "请修正上面的错误（或运行 `make setup`），再运行 `make lab-instructor`。\n"
+                "(The course's nbgrader config does not load; the instructor server is not started.)",
+                file=sys.stderr,
+            )
             return 2
         try:
             prepare_instructor(ROOT)
         except Exception as error:  # e.g. nbgrader failed: say what to run instead of a traceback
-            print(f"生成 formgrader 所需文件失败：{error}\n请先运行 `make release`，再运行 `make lab-instructor`。",
-                  file=sys.stderr)
+            print(
+                f"生成 formgrader 所需文件失败：{error}\n请先运行 `make release`，再运行 `make lab-instructor`。",
+                file=sys.stderr,
+            )
             return 1
         serve, landing = ROOT, "formgrader"
 
@@ -468,7 +536,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"JupyterLab 启动失败：{error}", file=sys.stderr)
             return 1
         if args.port and server.port != args.port:
-            print(f"端口 {args.port} 已被占用（其他程序或上面提到的服务器），JupyterLab 改用了端口 {server.port}。", flush=True)
+            print(
+                f"端口 {args.port} 已被占用（其他程序或上面提到的服务器），JupyterLab 改用了端口 {server.port}。",
+                flush=True,
+            )
         print("\n" + "=" * 72)
         if args.role == "learner":
             print(f"JupyterLab（学员）已启动，打开的是你的工作副本 {ROOT / WORK_DIR}：")

@@ -11,6 +11,7 @@ learner notebook, see ``tools.chain.cells.release_stamp``); when ``notebooks/`` 
 version with another stamp the learner is told so, and ``--update`` keeps the old copy beside the new
 one as ``<assignment>.<date>-<time>.ipynb``. A copy is never overwritten.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,11 @@ def _stamp(path: Path) -> str | None:
 
 
 def _released(root: Path) -> dict[str, Path]:
-    return {path.parent.name: path for path in sorted((root / "notebooks").glob("*/*.ipynb"))
-            if path.stem == path.parent.name}
+    return {
+        path.parent.name: path
+        for path in sorted((root / "notebooks").glob("*/*.ipynb"))
+        if path.stem == path.parent.name
+    }
 
 
 def _load_record(work: Path) -> dict:
@@ -55,8 +59,9 @@ def _save_record(work: Path, record: dict) -> None:
 
 def _copy_folder(source: Path, target: Path) -> None:
     """Copy an assignment folder (the notebook and any data beside it), skipping checkpoints."""
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
-                    dirs_exist_ok=True)
+    shutil.copytree(
+        source, target, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"), dirs_exist_ok=True
+    )
 
 
 def status(root: Path = ROOT) -> dict[str, str]:
@@ -109,8 +114,10 @@ def update(names: list[str], root: Path = ROOT) -> list[Path]:
             os.replace(mine, backup)
             kept.append(backup)
         _copy_folder(released[name].parent, work / name)
-        record.setdefault("copies", {})[name] = {"stamp": _stamp(released[name]),
-                                                 "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        record.setdefault("copies", {})[name] = {
+            "stamp": _stamp(released[name]),
+            "copied_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
     _save_record(work, record)
     return kept
 
@@ -122,17 +129,25 @@ def notice(root: Path = ROOT, stream=None) -> list[str]:
         return []
     older = [name for name, state in status(root).items() if state == "older"]
     if older:
-        print(f"提示：notebooks/ 里有新版本，而你在 {WORK_DIR}/ 中的副本较旧：{', '.join(older)}。\n"
-              f"  你的副本不会被覆盖。需要新版本时运行：make workspace UPDATE=\"{' '.join(older)}\"\n"
-              "  （旧副本会改名保留为 <作业名>.<日期>-<时间>.ipynb，可对照着把答案抄过去）", file=stream)
+        print(
+            f"提示：notebooks/ 里有新版本，而你在 {WORK_DIR}/ 中的副本较旧：{', '.join(older)}。\n"
+            f'  你的副本不会被覆盖。需要新版本时运行：make workspace UPDATE="{" ".join(older)}"\n'
+            "  （旧副本会改名保留为 <作业名>.<日期>-<时间>.ipynb，可对照着把答案抄过去）",
+            file=stream,
+        )
     return older
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.cli.workspace", description=__doc__.split("\n")[0])
     parser.add_argument("--notice", action="store_true", help="only report copies older than notebooks/")
-    parser.add_argument("--update", nargs="*", default=None, metavar="ASSIGNMENT",
-                        help="take the released version of these assignments (the old copy is kept)")
+    parser.add_argument(
+        "--update",
+        nargs="*",
+        default=None,
+        metavar="ASSIGNMENT",
+        help="take the released version of these assignments (the old copy is kept)",
+    )
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root = args.root.resolve()

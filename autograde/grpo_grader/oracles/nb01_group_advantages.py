@@ -3,6 +3,7 @@
 
 The references below are the grader's own (plain float64 loops with math.fsum), not the lesson's answers.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ TESTS = {
     "test_compute_group_advantages_hidden": "compute_group_advantages",
     "test_group_relative_advantages_visible": "group_relative_advantages",
     "test_group_relative_advantages_hidden": "group_relative_advantages",
-    "test_conventions_question_visible": "answer_conventions_0001",   # the answer cell defines answer_conventions
+    "test_conventions_question_visible": "answer_conventions_0001",  # the answer cell defines answer_conventions
     "test_conventions_question_hidden": "answer_conventions_0001",
 }
 # where each case family comes from: (regex over a case's ``what``, the line of the released notebook - TODO
@@ -44,7 +45,7 @@ CASE_SOURCES = [
     (r"^七种约定对一组 0/1 奖励", "评分时还会用别的 `G` 和别的 0/1 组检查同一个函数"),
 ]
 # setup cells (not answers, not tests) that the oracle run does not need: the timing cells
-SKIP_SETUP: tuple = ()   # its demonstrations (SafeExecute.demo_cells) are all the driver leaves out
+SKIP_SETUP: tuple = ()  # its demonstrations (SafeExecute.demo_cells) are all the driver leaves out
 FLAGS: dict = {}
 
 
@@ -70,7 +71,7 @@ def minimind_advantages(rewards: torch.Tensor, group_size: int, eps: float) -> t
     r = rewards.to(torch.float64).tolist()
     out = []
     for start in range(0, len(r), group_size):
-        row = r[start:start + group_size]
+        row = r[start : start + group_size]
         mean = math.fsum(row) / len(row)
         std = math.sqrt(math.fsum((v - mean) ** 2 for v in row) / len(row))
         out.extend((v - mean) / (std + eps) for v in row)
@@ -84,14 +85,26 @@ def _tol(dtype: torch.dtype) -> float:
 def _advantage_case(test, rewards, ids, what, eps=None):
     kwargs = {} if eps is None else {"eps": eps}
     want = course_advantages(rewards, ids, 1e-6 if eps is None else eps)
-    return Case(test, "compute_group_advantages", (rewards, ids), kwargs,
-                Close(want, atol=_tol(rewards.dtype), rtol=_tol(rewards.dtype), dtype=rewards.dtype), what=what)
+    return Case(
+        test,
+        "compute_group_advantages",
+        (rewards, ids),
+        kwargs,
+        Close(want, atol=_tol(rewards.dtype), rtol=_tol(rewards.dtype), dtype=rewards.dtype),
+        what=what,
+    )
 
 
 def _zero_case(test, rewards, ids, what):
     """Degenerate groups: the advantages must be exactly 0 (no rounding noise blown up by the floor)."""
-    return Case(test, "compute_group_advantages", (rewards, ids), {},
-                Close(torch.zeros(rewards.shape, dtype=rewards.dtype), atol=0.0, rtol=0.0), what=what)
+    return Case(
+        test,
+        "compute_group_advantages",
+        (rewards, ids),
+        {},
+        Close(torch.zeros(rewards.shape, dtype=rewards.dtype), atol=0.0, rtol=0.0),
+        what=what,
+    )
 
 
 def cases(gen: torch.Generator, flags: dict) -> list[Case]:
@@ -103,11 +116,19 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     out.append(_advantage_case(vis, rewards, ids, "多组（无序、负组号）且含单元素组的优势（float64）"))
     value = choice(gen, [1.1, 2.2, 0.3, 0.7, 3.3]) + randint(gen, 0, 5)
     n = randint(gen, 7, 12)
-    out.append(_zero_case(vis, torch.full((n,), value, dtype=torch.float32), torch.full((n,), randint(gen, -50, 50)),
-                          f"全等奖励组（{n} 个 float32 的 {value:g}）的优势应严格为 0"))
+    out.append(
+        _zero_case(
+            vis,
+            torch.full((n,), value, dtype=torch.float32),
+            torch.full((n,), randint(gen, -50, 50)),
+            f"全等奖励组（{n} 个 float32 的 {value:g}）的优势应严格为 0",
+        )
+    )
     base, delta = uniform(gen, -1, 1), uniform(gen, 1e-9, 4e-8)
     tiny = torch.tensor([base, base + delta], dtype=torch.float64)
-    out.append(_advantage_case(vis, tiny, torch.tensor([randint(gen, -9, 9)] * 2), "近零方差组应除以下限 eps", eps=1e-6))
+    out.append(
+        _advantage_case(vis, tiny, torch.tensor([randint(gen, -9, 9)] * 2), "近零方差组应除以下限 eps", eps=1e-6)
+    )
     r2, ids2 = normal(gen, (3,)), torch.tensor([0, 0, 1])
     for args, what in [
         ((r2.view(1, 3), ids2.view(1, 3)), "rewards 不是一维"),
@@ -120,8 +141,12 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     out.append(Case(vis, "compute_group_advantages", (r2, ids2), {"eps": 0.0}, Raises("ValueError"), what="eps = 0"))
 
     # --- hidden: random sizes, both dtypes, int32 ids, eps as a floor, degenerate groups, more contracts
-    for n, k in ((randint(gen, 3, 6), 2), (randint(gen, 15, 30), randint(gen, 3, 7)),
-                 (randint(gen, 60, 120), randint(gen, 8, 20)), (randint(gen, 200, 300), randint(gen, 30, 60))):
+    for n, k in (
+        (randint(gen, 3, 6), 2),
+        (randint(gen, 15, 30), randint(gen, 3, 7)),
+        (randint(gen, 60, 120), randint(gen, 8, 20)),
+        (randint(gen, 200, 300), randint(gen, 30, 60)),
+    ):
         for dtype in (torch.float32, torch.float64):
             ids = group_ids(gen, n, k)
             if dtype == torch.float32 and n > 100:
@@ -142,13 +167,37 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
         out.append(_zero_case(hid, rewards[perm], ids[perm], f"全等奖励组与单元素组（{dtype}）的优势应严格为 0"))
     r3, ids3 = normal(gen, (3,)), torch.tensor([-1, -1, 3])
     for bad_eps in (-uniform(gen, 1e-4, 1.0), float("nan"), float("inf")):
-        out.append(Case(hid, "compute_group_advantages", (r3, ids3), {"eps": bad_eps}, Raises("ValueError"),
-                        what=f"eps = {bad_eps}"))
+        out.append(
+            Case(
+                hid,
+                "compute_group_advantages",
+                (r3, ids3),
+                {"eps": bad_eps},
+                Raises("ValueError"),
+                what=f"eps = {bad_eps}",
+            )
+        )
     for bad in (float("inf"), float("-inf")):
-        out.append(Case(hid, "compute_group_advantages", (torch.tensor([1.0, bad, float(r3[2])]), ids3), {},
-                        Raises("ValueError"), what=f"rewards 含 {bad}"))
-    out.append(Case(hid, "compute_group_advantages", (torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.long)), {},
-                    Raises("ValueError"), what="二维 rewards"))
+        out.append(
+            Case(
+                hid,
+                "compute_group_advantages",
+                (torch.tensor([1.0, bad, float(r3[2])]), ids3),
+                {},
+                Raises("ValueError"),
+                what=f"rewards 含 {bad}",
+            )
+        )
+    out.append(
+        Case(
+            hid,
+            "compute_group_advantages",
+            (torch.ones(2, 3), torch.zeros(2, 3, dtype=torch.long)),
+            {},
+            Raises("ValueError"),
+            what="二维 rewards",
+        )
+    )
 
     # --- group_relative_advantages (MiniMind layout: rows of G consecutive rewards, std + eps)
     vis, hid = "test_group_relative_advantages_visible", "test_group_relative_advantages_hidden"
@@ -156,18 +205,44 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     def minimind_case(test, rewards, g, what, eps=None):
         kwargs = {} if eps is None else {"eps": eps}
         want = minimind_advantages(rewards, g, 1e-4 if eps is None else eps)
-        return Case(test, "group_relative_advantages", (rewards, g), kwargs,
-                    Close(want, atol=_tol(rewards.dtype), rtol=_tol(rewards.dtype), dtype=rewards.dtype), what=what)
+        return Case(
+            test,
+            "group_relative_advantages",
+            (rewards, g),
+            kwargs,
+            Close(want, atol=_tol(rewards.dtype), rtol=_tol(rewards.dtype), dtype=rewards.dtype),
+            what=what,
+        )
 
     b, g = randint(gen, 2, 4), randint(gen, 3, 5)
     out.append(minimind_case(vis, normal(gen, (b * g,), 2.0), g, f"平铺布局 [B*G]（B={b}, G={g}）的优势"))
     out.append(minimind_case(vis, normal(gen, (randint(gen, 2, 5),)), 1, "G=1 时优势应为 0"))
-    out.append(Case(vis, "group_relative_advantages", (normal(gen, (6,)), 0), {}, Raises("ValueError"),
-                    what="num_generations = 0"))
-    out.append(Case(vis, "group_relative_advantages", (normal(gen, (6,)), 4), {}, Raises("ValueError"),
-                    what="长度不是 num_generations 的整数倍"))
-    for b, g in ((1, 2), (randint(gen, 2, 4), randint(gen, 3, 5)), (randint(gen, 4, 7), randint(gen, 6, 9)),
-                 (randint(gen, 12, 20), 8)):
+    out.append(
+        Case(
+            vis,
+            "group_relative_advantages",
+            (normal(gen, (6,)), 0),
+            {},
+            Raises("ValueError"),
+            what="num_generations = 0",
+        )
+    )
+    out.append(
+        Case(
+            vis,
+            "group_relative_advantages",
+            (normal(gen, (6,)), 4),
+            {},
+            Raises("ValueError"),
+            what="长度不是 num_generations 的整数倍",
+        )
+    )
+    for b, g in (
+        (1, 2),
+        (randint(gen, 2, 4), randint(gen, 3, 5)),
+        (randint(gen, 4, 7), randint(gen, 6, 9)),
+        (randint(gen, 12, 20), 8),
+    ):
         for dtype in (torch.float32, torch.float64):
             rewards = normal(gen, (b * g,), uniform(gen, 0.5, 3), uniform(gen, -2, 2), dtype)
             out.append(minimind_case(hid, rewards, g, f"随机平铺输入（B={b}, G={g}, {dtype}）"))
@@ -176,16 +251,21 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     out.append(minimind_case(hid, rows, 3, "全等奖励的行"))
     seq = torch.tensor([0.0, 1.0, 2.0, 3.0, 10.0, 20.0], dtype=torch.float64) * uniform(gen, 0.5, 2.0)
     out.append(minimind_case(hid, seq, 2, "按行（连续的 G 个）分组，而不是按列"))
-    for args, what in [((torch.ones(6), -randint(gen, 1, 5)), "num_generations 为负"),
-                       ((torch.ones(7), 2), "长度 7 不是 2 的整数倍"), ((torch.ones(10), 4), "长度 10 不是 4 的整数倍"),
-                       ((torch.ones(6), 2.0), "num_generations 不是整数"), ((torch.ones(6), True), "num_generations 是 bool")]:
+    for args, what in [
+        ((torch.ones(6), -randint(gen, 1, 5)), "num_generations 为负"),
+        ((torch.ones(7), 2), "长度 7 不是 2 的整数倍"),
+        ((torch.ones(10), 4), "长度 10 不是 4 的整数倍"),
+        ((torch.ones(6), 2.0), "num_generations 不是整数"),
+        ((torch.ones(6), True), "num_generations 是 bool"),
+    ]:
         out.append(Case(hid, "group_relative_advantages", args, {}, Raises("ValueError"), what=what))
 
     # --- the conventions question: the learner's function, on the lesson's group and on groups drawn here
     def conventions_case(test, check, group, other, what):
         group, other = torch.tensor(group, dtype=torch.float64), torch.tensor(other, dtype=torch.float64)
-        return Case(test, "answer_conventions", (group, other), {}, Satisfies(check(group.tolist(), other.tolist())),
-                    what=what)
+        return Case(
+            test, "answer_conventions", (group, other), {}, Satisfies(check(group.tolist(), other.tolist())), what=what
+        )
 
     means = {Fraction(1, 4)}  # the lesson's own group; the drawn ones differ from it and from each other
     while len(means) < 3:  # so no one constant answer (a memorised table) fits two groups
@@ -197,12 +277,33 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
         group = [1.0] * correct + [0.0] * (size - correct)
         group = [group[i] for i in torch.randperm(size, generator=gen).tolist()]
         other = (torch.rand(size, generator=gen) < uniform(gen, 0.0, 1.0)).double().tolist()
-        out.append(conventions_case("test_conventions_question_visible", _conventions_format, group, other,
-                                    f"计分问题的答案格式（G={size}，{correct} 个答对）"))
-        out.append(conventions_case("test_conventions_question_hidden", _conventions_values, group, other,
-                                    f"七种约定对一组 0/1 奖励（G={size}，{correct} 个答对）的优势"))
-    out.append(conventions_case("test_conventions_question_hidden", _conventions_values, [0.0, 0.0, 0.0, 1.0],
-                                [1.0, 1.0, 1.0, 1.0], "七种约定对 [0, 0, 0, 1] 的优势"))
+        out.append(
+            conventions_case(
+                "test_conventions_question_visible",
+                _conventions_format,
+                group,
+                other,
+                f"计分问题的答案格式（G={size}，{correct} 个答对）",
+            )
+        )
+        out.append(
+            conventions_case(
+                "test_conventions_question_hidden",
+                _conventions_values,
+                group,
+                other,
+                f"七种约定对一组 0/1 奖励（G={size}，{correct} 个答对）的优势",
+            )
+        )
+    out.append(
+        conventions_case(
+            "test_conventions_question_hidden",
+            _conventions_values,
+            [0.0, 0.0, 0.0, 1.0],
+            [1.0, 1.0, 1.0, 1.0],
+            "七种约定对 [0, 0, 0, 1] 的优势",
+        )
+    )
     for case in out:  # as in the notebook, only the hidden tests check that inputs are left alone
         case.inputs_unchanged = case.test.endswith("_hidden")
     return out
@@ -243,8 +344,15 @@ def conventions_reference(group: list[float], other: list[float]) -> dict[str, t
     batch = list(group) + list(other)
     batch_mean = math.fsum(batch) / len(batch)
     batch_std = math.sqrt(math.fsum((v - batch_mean) ** 2 for v in batch) / (len(batch) - 1))
-    scales = {"course": max(population, 1e-6), "minimind": population + 1e-4, "trl_group": sample + 1e-4,
-              "trl_batch": batch_std + 1e-4, "trl_none": 1.0, "cs336": sample + 1e-6, "dr_grpo": 1.0}
+    scales = {
+        "course": max(population, 1e-6),
+        "minimind": population + 1e-4,
+        "trl_group": sample + 1e-4,
+        "trl_batch": batch_std + 1e-4,
+        "trl_none": 1.0,
+        "cs336": sample + 1e-6,
+        "dr_grpo": 1.0,
+    }
     return {name: ((0.0 - mean) / scale, (1.0 - mean) / scale) for name, scale in scales.items()}
 
 
@@ -258,8 +366,10 @@ def _conventions_format(group: list[float], other: list[float]):
     def check(answers) -> str | None:
         for name, (wrong, right) in _pairs(answers).items():
             if not close_number(wrong_count * wrong + correct * right, 0.0, 1e-4):
-                return (f"{name}：{wrong_count} 个答错与 {correct} 个答对的优势之和应为 0，"
-                        f"实际 {wrong_count}×{wrong:.6g} + {correct}×{right:.6g}")
+                return (
+                    f"{name}：{wrong_count} 个答错与 {correct} 个答对的优势之和应为 0，"
+                    f"实际 {wrong_count}×{wrong:.6g} + {correct}×{right:.6g}"
+                )
             if not right > 0 > wrong:
                 return f"{name}：答对的优势应为正、答错的应为负，实际 ({wrong:.6g}, {right:.6g})"
         got = _pairs(answers)["dr_grpo"]

@@ -3,6 +3,7 @@ question and the check questions Q2, Q3, Q5, Q8 (Q1, Q4, Q6, Q7 are graded by ha
 
 References: ``_policy_losses`` (float64, autograd).
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,102 +42,224 @@ CASE_SOURCES = [
     (r"^Q[2358]($|（)", "检查 Q"),
 ]
 # setup cells the answers do not need: the gradient figure and the trace lab demo
-SKIP_SETUP = ("trace_lab",)   # grade_ids, besides the demonstrations (SafeExecute.demo_cells)
+SKIP_SETUP = ("trace_lab",)  # grade_ids, besides the demonstrations (SafeExecute.demo_cells)
 FLAGS = {
-    "masked_large_log_ratio": False,   # C3: log-ratio 800 at masked positions leaves loss and grad finite, unchanged
-    "mask_values_checked": False,      # C1: a mask value other than 0/1 -> ValueError
+    "masked_large_log_ratio": False,  # C3: log-ratio 800 at masked positions leaves loss and grad finite, unchanged
+    "mask_values_checked": False,  # C1: a mask value other than 0/1 -> ValueError
 }
 
 
 def grpo_ref(policy, old, adv, mask, epsilon=0.2, beta=0.0, ref=None):
-    return ref_impl.reduce(ref_impl.per_token(policy, old, adv, mask, "grpo", epsilon, epsilon, "token", beta, ref),
-                           mask, "grpo")
+    return ref_impl.reduce(
+        ref_impl.per_token(policy, old, adv, mask, "grpo", epsilon, epsilon, "token", beta, ref), mask, "grpo"
+    )
 
 
 def cispo_ref(policy, old, adv, mask, epsilon_high=5.0, beta=0.0, ref=None):
-    return ref_impl.reduce(ref_impl.per_token(policy, old, adv, mask, "cispo", 0.2, epsilon_high, "token", beta, ref),
-                           mask, "grpo")
+    return ref_impl.reduce(
+        ref_impl.per_token(policy, old, adv, mask, "cispo", 0.2, epsilon_high, "token", beta, ref), mask, "grpo"
+    )
 
 
 def _loss_case(test, call, reference, what, policy, old, adv, mask, mask_arg=None, grads=True, **kwargs):
     """kwargs: the function's keyword arguments (epsilon / epsilon_high, beta, ref_logps)."""
     ref_kwargs = {("ref" if k == "ref_logps" else k): v for k, v in kwargs.items()}
-    value, grad = ref_impl.evaluate(lambda p, **rest: reference(p, rest["old"], rest["adv"], rest["mask"], **ref_kwargs),
-                                    {"policy": policy, "old": old, "adv": adv, "mask": mask})
+    value, grad = ref_impl.evaluate(
+        lambda p, **rest: reference(p, rest["old"], rest["adv"], rest["mask"], **ref_kwargs),
+        {"policy": policy, "old": old, "adv": adv, "mask": mask},
+    )
     dtype = policy.dtype
     tol = 1e-9 if dtype == torch.float64 else 2e-5
-    return Case(test, call, (policy, old, adv, mask if mask_arg is None else mask_arg), kwargs,
-                Close(value.to(dtype), atol=tol, rtol=tol, dtype=dtype, what="损失"), what=what,
-                grads={0: Close(grad.to(dtype), atol=tol, rtol=tol, dtype=dtype, what="对 policy_logps 的梯度")} if grads else {})
+    return Case(
+        test,
+        call,
+        (policy, old, adv, mask if mask_arg is None else mask_arg),
+        kwargs,
+        Close(value.to(dtype), atol=tol, rtol=tol, dtype=dtype, what="损失"),
+        what=what,
+        grads={0: Close(grad.to(dtype), atol=tol, rtol=tol, dtype=dtype, what="对 policy_logps 的梯度")}
+        if grads
+        else {},
+    )
 
 
 def _policy_cases(gen, flags, test, call, reference, clip_name, default_clip):
     out = []
     # a hand-sized case: one ratio above the band, one below, one inside; a padded position; A = +-1
-    ratios = torch.tensor([uniform(gen, 1.3, 1.8) if clip_name == "epsilon" else uniform(gen, 5.5, 8.0),
-                           uniform(gen, 0.3, 0.7), uniform(gen, 0.9, 1.1)], dtype=torch.float64)
+    ratios = torch.tensor(
+        [
+            uniform(gen, 1.3, 1.8) if clip_name == "epsilon" else uniform(gen, 5.5, 8.0),
+            uniform(gen, 0.3, 0.7),
+            uniform(gen, 0.9, 1.1),
+        ],
+        dtype=torch.float64,
+    )
     policy = -torch.rand(2, 3, generator=gen, dtype=torch.float64) - 0.1
     old = policy - torch.log(ratios).repeat(2, 1)
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64) * uniform(gen, 0.5, 2.0)
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    out.append(_loss_case(test, call, reference, f"手算规模的例子（比率 {[round(x, 3) for x in ratios.tolist()]}）",
-                          policy, old, adv, mask.bool(), mask_arg=mask, **{clip_name: default_clip}))
+    out.append(
+        _loss_case(
+            test,
+            call,
+            reference,
+            f"手算规模的例子（比率 {[round(x, 3) for x in ratios.tolist()]}）",
+            policy,
+            old,
+            adv,
+            mask.bool(),
+            mask_arg=mask,
+            **{clip_name: default_clip},
+        )
+    )
     ref = policy - uniform(gen, 0.1, 0.5)
     beta = round(uniform(gen, 0.05, 0.5), 3)
-    out.append(_loss_case(test, call, reference, f"带参考 KL（beta={beta}）", policy, old, adv, mask.bool(), mask_arg=mask,
-                          grads=False, **{clip_name: default_clip, "beta": beta, "ref_logps": ref}))
-    out.append(_loss_case(test, call, reference, "beta=0 时忽略给出的 ref_logps", policy, old, adv, mask.bool(),
-                          mask_arg=mask, grads=False, **{"beta": 0.0, "ref_logps": ref}))
+    out.append(
+        _loss_case(
+            test,
+            call,
+            reference,
+            f"带参考 KL（beta={beta}）",
+            policy,
+            old,
+            adv,
+            mask.bool(),
+            mask_arg=mask,
+            grads=False,
+            **{clip_name: default_clip, "beta": beta, "ref_logps": ref},
+        )
+    )
+    out.append(
+        _loss_case(
+            test,
+            call,
+            reference,
+            "beta=0 时忽略给出的 ref_logps",
+            policy,
+            old,
+            adv,
+            mask.bool(),
+            mask_arg=mask,
+            grads=False,
+            **{"beta": 0.0, "ref_logps": ref},
+        )
+    )
     empty = torch.tensor([[1, 1, 1], [0, 0, 0]])
-    out.append(_loss_case(test, call, reference, "全被 mask 的回答贡献 0、仍计入回答条数", policy, old, adv, empty.bool(),
-                          mask_arg=empty, grads=False, **{clip_name: default_clip}))
+    out.append(
+        _loss_case(
+            test,
+            call,
+            reference,
+            "全被 mask 的回答贡献 0、仍计入回答条数",
+            policy,
+            old,
+            adv,
+            empty.bool(),
+            mask_arg=empty,
+            grads=False,
+            **{clip_name: default_clip},
+        )
+    )
     lengths = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]])
     short = torch.log(torch.tensor([[1.1] * 4, [0.9] * 4], dtype=torch.float64))
-    out.append(_loss_case(test, call, reference, "回答等权归约（不是所有 token 的均值）", short, torch.zeros(2, 4, dtype=torch.float64),
-                          torch.tensor([1.0, 1.0], dtype=torch.float64), lengths.bool(), mask_arg=lengths, grads=False))
+    out.append(
+        _loss_case(
+            test,
+            call,
+            reference,
+            "回答等权归约（不是所有 token 的均值）",
+            short,
+            torch.zeros(2, 4, dtype=torch.float64),
+            torch.tensor([1.0, 1.0], dtype=torch.float64),
+            lengths.bool(),
+            mask_arg=lengths,
+            grads=False,
+        )
+    )
     # random batches: dtypes, mask kinds (bool / 0-1 int / 0-1 float), KL, empty rows
     big = clip_name == "epsilon_high"
-    for dtype, n, t, beta, empty_row in [(torch.float64, randint(gen, 5, 8), randint(gen, 7, 10), 0.0, False),
-                                         (torch.float32, randint(gen, 7, 9), randint(gen, 4, 6), 0.04, True),
-                                         (torch.float64, randint(gen, 10, 13), randint(gen, 12, 18), 0.1, False),
-                                         (torch.float32, 3, 1, 0.0, False),
-                                         (torch.float64, randint(gen, 14, 18), randint(gen, 25, 32), 0.02, True)]:
-        clip = (choice(gen, [5.0, 1.5, 2.0]) if big else choice(gen, [0.2, 0.1, 0.3]))
+    for dtype, n, t, beta, empty_row in [
+        (torch.float64, randint(gen, 5, 8), randint(gen, 7, 10), 0.0, False),
+        (torch.float32, randint(gen, 7, 9), randint(gen, 4, 6), 0.04, True),
+        (torch.float64, randint(gen, 10, 13), randint(gen, 12, 18), 0.1, False),
+        (torch.float32, 3, 1, 0.0, False),
+        (torch.float64, randint(gen, 14, 18), randint(gen, 25, 32), 0.02, True),
+    ]:
+        clip = choice(gen, [5.0, 1.5, 2.0]) if big else choice(gen, [0.2, 0.1, 0.3])
         policy, old, adv, mask, ref = ref_impl.batch(gen, n, t, dtype, spread=2.2 if big else 0.9, empty_row=empty_row)
         kwargs = {clip_name: clip, "beta": beta}
         if beta:
             kwargs["ref_logps"] = ref
         label = f"{dtype}, {n}x{t}, {clip_name}={clip}, beta={beta}"
-        out.append(_loss_case(test, call, reference, f"随机批次（{label}）", policy, old, adv, mask,
-                              mask_arg=ref_impl.mask_as(gen, mask), **kwargs))
+        out.append(
+            _loss_case(
+                test,
+                call,
+                reference,
+                f"随机批次（{label}）",
+                policy,
+                old,
+                adv,
+                mask,
+                mask_arg=ref_impl.mask_as(gen, mask),
+                **kwargs,
+            )
+        )
         moved = torch.where(mask, policy, policy + uniform(gen, 0.3, 0.9))
-        out.append(_loss_case(test, call, reference, f"改变 padding 位置的数值后损失不应变化（{label}）", moved, old, adv, mask,
-                              grads=False, **kwargs))
+        out.append(
+            _loss_case(
+                test,
+                call,
+                reference,
+                f"改变 padding 位置的数值后损失不应变化（{label}）",
+                moved,
+                old,
+                adv,
+                mask,
+                grads=False,
+                **kwargs,
+            )
+        )
     if flags.get("masked_large_log_ratio"):
         policy, old, adv, mask, ref = ref_impl.batch(gen, 6, 5, torch.float64)
         mask[:, 0], mask[:, -1] = True, False
         policy = policy.clone()
         policy[:, -1] = old[:, -1] + 800.0
         # the expectation is that of the same batch with log-ratio 0 at the masked positions (they must not count)
-        case = _loss_case(test, call, reference, "无效位置的对数比为 800：损失与梯度有限且不变",
-                          torch.where(mask, policy, old), old, adv, mask, **{clip_name: default_clip})
+        case = _loss_case(
+            test,
+            call,
+            reference,
+            "无效位置的对数比为 800：损失与梯度有限且不变",
+            torch.where(mask, policy, old),
+            old,
+            adv,
+            mask,
+            **{clip_name: default_clip},
+        )
         case.args = (policy,) + tuple(case.args[1:])
         out.append(case)
     policy, old, adv, mask, ref = ref_impl.batch(gen, 4, 3, torch.float64)
-    contracts = [((policy, old[:, :2], adv, mask), {}, "old_logps 形状不一致"),
-                 ((policy, old, adv[:1], mask), {}, "advantages 长度不是 B*G"),
-                 ((policy, old, adv, mask[:, :2]), {}, "completion_mask 形状不一致"),
-                 ((policy, old, adv[None, :], mask), {}, "advantages 不是一维"),
-                 ((policy[0], old[0], adv, mask[0]), {}, "policy_logps 不是二维"),
-                 ((policy, old, adv, mask), {"beta": -0.1}, "beta < 0"),
-                 ((policy, old, adv, mask), {"beta": 0.1}, "beta > 0 但没有 ref_logps"),
-                 ((policy, old, adv, mask), {"beta": 0.1, "ref_logps": ref[:, :1]}, "ref_logps 形状不一致")]
+    contracts = [
+        ((policy, old[:, :2], adv, mask), {}, "old_logps 形状不一致"),
+        ((policy, old, adv[:1], mask), {}, "advantages 长度不是 B*G"),
+        ((policy, old, adv, mask[:, :2]), {}, "completion_mask 形状不一致"),
+        ((policy, old, adv[None, :], mask), {}, "advantages 不是一维"),
+        ((policy[0], old[0], adv, mask[0]), {}, "policy_logps 不是二维"),
+        ((policy, old, adv, mask), {"beta": -0.1}, "beta < 0"),
+        ((policy, old, adv, mask), {"beta": 0.1}, "beta > 0 但没有 ref_logps"),
+        ((policy, old, adv, mask), {"beta": 0.1, "ref_logps": ref[:, :1]}, "ref_logps 形状不一致"),
+    ]
     if clip_name == "epsilon":
-        contracts += [((policy, old, adv, mask), {"epsilon": 1.5}, "epsilon 不在 [0, 1)"),
-                      ((policy, old, adv, mask), {"epsilon": -0.1}, "epsilon < 0")]
+        contracts += [
+            ((policy, old, adv, mask), {"epsilon": 1.5}, "epsilon 不在 [0, 1)"),
+            ((policy, old, adv, mask), {"epsilon": -0.1}, "epsilon < 0"),
+        ]
     else:
-        contracts += [((policy, old, adv, mask), {"epsilon_high": 0.0}, "epsilon_high = 0"),
-                      ((policy, old, adv, mask), {"epsilon_high": -1.0}, "epsilon_high < 0")]
+        contracts += [
+            ((policy, old, adv, mask), {"epsilon_high": 0.0}, "epsilon_high = 0"),
+            ((policy, old, adv, mask), {"epsilon_high": -1.0}, "epsilon_high < 0"),
+        ]
     if flags.get("mask_values_checked"):
         contracts.append(((policy, old, adv, mask.long() * 2), {}, "completion_mask 含 0/1 以外的值"))
     for args, kwargs, what in contracts:
@@ -149,6 +272,7 @@ def _answered(check):
         if value is None:
             return "尚未作答（值仍为 None）"
         return check(value)
+
     return run
 
 
@@ -177,6 +301,7 @@ def _q2(i, j, g):
         if type(value) is not int:
             return f"q2_flat_index 应返回 Python 整数，实际 {type(value).__name__}"
         return None if value == i * g + j else f"平铺布局中 (i={i}, j={j}, G={g}) 的下标不对"
+
     return check
 
 
@@ -187,20 +312,56 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     for low, high in ((0.3, 0.7), (0.85, 1.15), (1.3, 4.5), (5.5, 8.0)):
         situations.append((choice(gen, [1.0, -1.0]) * uniform(gen, 0.5, 2.0), uniform(gen, low, high)))
     for advantage, ratio in situations:
-        out.append(Case("test_gradient_answers", "gradient_answers", (advantage, ratio), {},
-                        Satisfies(_gradient_answers(advantage, ratio)),
-                        what=f"“梯度在哪里消失”（A={advantage:.3g}，r={ratio:.3g}）"))
+        out.append(
+            Case(
+                "test_gradient_answers",
+                "gradient_answers",
+                (advantage, ratio),
+                {},
+                Satisfies(_gradient_answers(advantage, ratio)),
+                what=f"“梯度在哪里消失”（A={advantage:.3g}，r={ratio:.3g}）",
+            )
+        )
     for i, j, g in [(1, 2, 4)] + [(randint(gen, 1, 9), 0, randint(gen, 2, 16)) for _ in range(2)]:
         j = j or randint(gen, 1, g - 1)  # the question's own (1, 2, 4), then two drawn positions
-        out.append(Case("test_q2", "q2_flat_index", (i, j, g), {}, Satisfies(_q2(i, j, g)),
-                        what=f"Q2（i={i}, j={j}, G={g}）"))
+        out.append(
+            Case("test_q2", "q2_flat_index", (i, j, g), {}, Satisfies(_q2(i, j, g)), what=f"Q2（i={i}, j={j}, G={g}）")
+        )
     for test, name, answer in (("test_q3", "q3_choice", "A"), ("test_q5", "q5_choice", "B")):
-        out.append(Case(test, name, read=True, what=test[5:].upper(),
-                        expect=Satisfies(_answered(lambda v, a=answer: None if v == a else
-                                                   ("应是 'A'、'B'、'C'、'D' 之一" if v not in ("A", "B", "C", "D") else "选项不对")))))
-    out.append(Case("test_q8", "q8_unchanged", read=True, what="Q8",
-                    expect=Satisfies(_answered(lambda v: None if isinstance(v, set) and v == set("abcdefh") else
-                                               ("q8_unchanged 应是 'a'～'h' 组成的集合" if not isinstance(v, set) else "集合不对")))))
+        out.append(
+            Case(
+                test,
+                name,
+                read=True,
+                what=test[5:].upper(),
+                expect=Satisfies(
+                    _answered(
+                        lambda v, a=answer: (
+                            None
+                            if v == a
+                            else ("应是 'A'、'B'、'C'、'D' 之一" if v not in ("A", "B", "C", "D") else "选项不对")
+                        )
+                    )
+                ),
+            )
+        )
+    out.append(
+        Case(
+            "test_q8",
+            "q8_unchanged",
+            read=True,
+            what="Q8",
+            expect=Satisfies(
+                _answered(
+                    lambda v: (
+                        None
+                        if isinstance(v, set) and v == set("abcdefh")
+                        else ("q8_unchanged 应是 'a'～'h' 组成的集合" if not isinstance(v, set) else "集合不对")
+                    )
+                )
+            ),
+        )
+    )
     for case in out:
         case.inputs_unchanged = True
     return out

@@ -9,6 +9,7 @@ first-token frequency against the softmax, and for grpo_step a float64 re-deriva
 clip ratios, approx KL, parameters after AdamW). log_step_metrics is pure data. The setup cells that load the SFT
 warm start and run the experiments are skipped.
 """
+
 from __future__ import annotations
 
 import copy
@@ -46,7 +47,7 @@ CASE_SOURCES = [
     (r"的指标$", "所有值都是 Python 的 `int` / `float`（`kl_ref` 可以是 `None`），可以直接写进 JSON"),
     (r"^奖励含 NaN$|^N 不是 G 的整数倍$|^掩码含 0/1 之外的值$", "`rewards` 是一维有限浮点张量"),
 ]
-SKIP_SETUP = ("setup_warm_start", "demo_sample_group", "demo_ablations")   # grade_ids, and the demonstrations
+SKIP_SETUP = ("setup_warm_start", "demo_sample_group", "demo_ablations")  # grade_ids, and the demonstrations
 # the learner-side harness the driver runs first: the calls of sample_group / grpo_step on a model
 HARNESS = Path(__file__).with_name("_nb07_harness.py")
 FLAGS: dict = {}
@@ -64,15 +65,19 @@ def _policy():
 
 
 def _encode_prompts(tokenizer, prompts):
-    rows = [tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                    add_generation_prompt=True), add_special_tokens=False)["input_ids"]
-            for p in prompts]
+    rows = [
+        tokenizer(
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )["input_ids"]
+        for p in prompts
+    ]
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, width - len(row):] = torch.tensor(row)
-        mask[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
     return ids, mask
 
 
@@ -82,7 +87,7 @@ def _logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temp
     ids = torch.cat([prompt_ids, completion_ids], 1)
     att = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
     with torch.no_grad():
-        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -completion_ids.shape[1] - 1:-1]
+        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -completion_ids.shape[1] - 1 : -1]
         out = torch.log_softmax(logits / temperature, -1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
     return torch.where(completion_mask, out, torch.zeros_like(out))
 
@@ -102,8 +107,16 @@ def _sample_check(prompts, g, temperature, with_ref, max_new_tokens):
     def check(got):
         if not isinstance(got, dict):
             return f"应返回 dict，实际 {type(got).__name__}"
-        for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "old_per_token_logps",
-                    "ref_per_token_logps", "completions", "group_ids"):
+        for key in (
+            "prompt_ids",
+            "prompt_mask",
+            "completion_ids",
+            "completion_mask",
+            "old_per_token_logps",
+            "ref_per_token_logps",
+            "completions",
+            "group_ids",
+        ):
             if key not in got:
                 return f"返回的字典缺少 {key!r}"
         n = len(prompts) * g
@@ -119,8 +132,10 @@ def _sample_check(prompts, g, temperature, with_ref, max_new_tokens):
             return f"old_per_token_logps 的形状应与 completion_ids 相同 {tuple(ids.shape)}，实际 {tuple(old.shape)}"
         model, tok = _policy()
         p_ids, p_mask = _encode_prompts(tok, prompts)
-        if tuple(got["prompt_ids"].shape) != (n, p_ids.shape[1]) or \
-                got["prompt_ids"].tolist() != p_ids.repeat_interleave(g, 0).tolist():
+        if (
+            tuple(got["prompt_ids"].shape) != (n, p_ids.shape[1])
+            or got["prompt_ids"].tolist() != p_ids.repeat_interleave(g, 0).tolist()
+        ):
             return "prompt_ids 应为左填充的提示，每个重复 G 次（TRL 排列）"
         if got["group_ids"].tolist() != torch.arange(len(prompts)).repeat_interleave(g).tolist():
             return "group_ids 应为 [0]*G + [1]*G + …"
@@ -128,10 +143,13 @@ def _sample_check(prompts, g, temperature, with_ref, max_new_tokens):
             return "completion_mask 应保留到第一个 EOS（含）"
         unfinished = [row for row in range(n) if not bool((ids[row] == tok.eos_token_id).any())]
         if unfinished and ids.shape[1] != max_new_tokens:
-            return (f"第 {unfinished[0]} 行没有生成 EOS，应一直生成到 max_new_tokens={max_new_tokens} 个词元，"
-                    f"实际只有 {ids.shape[1]} 个（采样在预算用完或 EOS 之前停止了）")
-        want = _logps(model, p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0), ids.long(), mask,
-                      temperature)
+            return (
+                f"第 {unfinished[0]} 行没有生成 EOS，应一直生成到 max_new_tokens={max_new_tokens} 个词元，"
+                f"实际只有 {ids.shape[1]} 个（采样在预算用完或 EOS 之前停止了）"
+            )
+        want = _logps(
+            model, p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0), ids.long(), mask, temperature
+        )
         if not close_tensor(old, want, 2e-5):
             return f"old_per_token_logps 与温度 {temperature} 下重算的对数概率不一致（掩码外应为 0）"
         if with_ref:
@@ -139,8 +157,9 @@ def _sample_check(prompts, g, temperature, with_ref, max_new_tokens):
             with torch.no_grad():
                 for p in ref_model.parameters():
                     p.mul_(0.9)
-            ref_want = _logps(ref_model, p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0), ids.long(),
-                              mask, temperature)
+            ref_want = _logps(
+                ref_model, p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0), ids.long(), mask, temperature
+            )
             ref = got["ref_per_token_logps"]
             if not close_tensor(ref, ref_want, 2e-5):
                 return "ref_per_token_logps 应为参考模型的对数概率"
@@ -150,6 +169,7 @@ def _sample_check(prompts, g, temperature, with_ref, max_new_tokens):
         if got["completions"] != texts:
             return "completions 应为掩码内词元的解码（skip_special_tokens=True）"
         return None
+
     return check
 
 
@@ -162,17 +182,24 @@ def _first_token_probs(prompt, temperature=1.0):
 
 def _frequency_check(prompt, temperature=1.0):
     def check(got):
-        if not isinstance(got, dict) or not torch.is_tensor(got.get("completion_ids")) \
-                or got["completion_ids"].dim() != 2 or got["completion_ids"].shape[1] < 1:
+        if (
+            not isinstance(got, dict)
+            or not torch.is_tensor(got.get("completion_ids"))
+            or got["completion_ids"].dim() != 2
+            or got["completion_ids"].shape[1] < 1
+        ):
             return "应返回含 completion_ids [N, C] 的 dict"
         probs = _first_token_probs(prompt, temperature)
         first = got["completion_ids"][:, 0]
         top = int(probs.argmax())
         freq = float((first == top).double().mean())
         if not close_number(freq, float(probs[top]), 0.1):
-            return (f"温度 {temperature:g} 下首词元的采样频率 {freq:.3f} 与模型概率 {float(probs[top]):.3f} 相差太大"
-                    f"（do_sample、top_k=0、logits 除以温度？）")
+            return (
+                f"温度 {temperature:g} 下首词元的采样频率 {freq:.3f} 与模型概率 {float(probs[top]):.3f} 相差太大"
+                f"（do_sample、top_k=0、logits 除以温度？）"
+            )
         return None
+
     return check
 
 
@@ -187,9 +214,22 @@ def _seeds_check(got):
     return None
 
 
-def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2, epsilon_high=None, beta=0.0,
-                  loss_type="grpo", max_grad_norm=1.0, temperature=1.0, max_completion_length=None,
-                   use_bias_correction_kl=True, extras=None):
+def reference_step(
+    model,
+    rollout,
+    advantages,
+    lr,
+    num_iterations=1,
+    epsilon=0.2,
+    epsilon_high=None,
+    beta=0.0,
+    loss_type="grpo",
+    max_grad_norm=1.0,
+    temperature=1.0,
+    max_completion_length=None,
+    use_bias_correction_kl=True,
+    extras=None,
+):
     """Float64 re-derivation of one ``grpo_step`` (same keyword arguments and defaults; ``epsilon_high=None`` means
     ``epsilon``) on a copy of ``model`` with AdamW at ``lr``: (per-epoch losses, parameters after, clip_ratio_low,
     clip_ratio_high and approx_kl per epoch). The one reference of the update (the lesson's hidden tests run this
@@ -208,7 +248,7 @@ def reference_step(model, rollout, advantages, lr, num_iterations=1, epsilon=0.2
     for _ in range(num_iterations):
         ids = torch.cat([rollout["prompt_ids"], rollout["completion_ids"]], 1)
         att = torch.cat([rollout["prompt_mask"].long(), mask.long()], 1)
-        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -width - 1:-1] / temperature
+        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -width - 1 : -1] / temperature
         logps = torch.log_softmax(logits, -1).gather(-1, rollout["completion_ids"].unsqueeze(-1)).squeeze(-1)
         if extras is not None and not losses:
             with torch.no_grad():
@@ -248,30 +288,46 @@ def _step_reference(rollout, advantages, settings, lr):
 
 
 def _step_check(rollout, advantages, settings, lr):
-    reference: list = []   # computed once, on the first answer that has every key
+    reference: list = []  # computed once, on the first answer that has every key
 
     def check(got):
         if not isinstance(got, dict) or not isinstance(got.get("metrics"), dict):
             return "grpo_step 应返回指标 dict"
         metrics = got["metrics"]
-        for key in ("loss", "losses", "clip_ratio_low", "clip_ratio_high", "approx_kl", "kl_ref", "entropy", "grad_norm"):
+        for key in (
+            "loss",
+            "losses",
+            "clip_ratio_low",
+            "clip_ratio_high",
+            "approx_kl",
+            "kl_ref",
+            "entropy",
+            "grad_norm",
+        ):
             if key not in metrics:
                 return f"返回的指标缺少 {key!r}"
         if not reference:
             reference.append(_step_reference(rollout, advantages, settings, lr))
         losses, lows, highs, kls, params, extras = reference[0]
         got_losses = metrics["losses"]
-        if not isinstance(got_losses, list) or len(got_losses) != len(losses) or not all(
-                as_number(x) is not None and close_number(as_number(x), y, 1e-6, 1e-6) for x, y in zip(got_losses, losses)):
+        if (
+            not isinstance(got_losses, list)
+            or len(got_losses) != len(losses)
+            or not all(
+                as_number(x) is not None and close_number(as_number(x), y, 1e-6, 1e-6)
+                for x, y in zip(got_losses, losses)
+            )
+        ):
             return f"逐轮次损失应为 {[round(v, 6) for v in losses]}，实际 {got_losses!r}"[:300]
         norms = extras["grad_norms"]
         for key, want, atol, rtol in (
-                ("loss", sum(losses) / len(losses), 1e-6, 1e-6),
-                ("clip_ratio_low", sum(lows) / len(lows), 1e-6, 0.0),
-                ("clip_ratio_high", sum(highs) / len(highs), 1e-6, 0.0),
-                ("approx_kl", sum(kls) / len(kls), 1e-6, 0.0),
-                ("entropy", extras["entropy"], 1e-4, 1e-4),   # the lesson's entropy is computed in float32
-                ("grad_norm", sum(norms) / len(norms), 1e-6, 1e-5)):
+            ("loss", sum(losses) / len(losses), 1e-6, 1e-6),
+            ("clip_ratio_low", sum(lows) / len(lows), 1e-6, 0.0),
+            ("clip_ratio_high", sum(highs) / len(highs), 1e-6, 0.0),
+            ("approx_kl", sum(kls) / len(kls), 1e-6, 0.0),
+            ("entropy", extras["entropy"], 1e-4, 1e-4),  # the lesson's entropy is computed in float32
+            ("grad_norm", sum(norms) / len(norms), 1e-6, 1e-5),
+        ):
             value = as_number(metrics[key])
             if value is None:
                 return f"{key} 应是一个数（{NUMBER_KINDS}），实际 {type(metrics[key]).__name__}"
@@ -285,6 +341,7 @@ def _step_check(rollout, advantages, settings, lr):
         if not close_tensor(got_params, params, 1e-6):
             return "更新后的参数与参考实现不一致（μ 轮次、裁剪、KL、归约、梯度裁剪或优化器步骤有误）"
         return None
+
     return check
 
 
@@ -304,22 +361,36 @@ def _random_rollout(gen, model, tok, n_prompts, g, temperature):
     big = randint(gen, 0, n - 1)
     old[big] = torch.where(mask[big], old[big], torch.full_like(old[big], -800.0))  # large masked log-ratio (C3)
     ref = _logps(model, prompt_ids, prompt_mask, ids, mask, temperature) + 0.2
-    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": ids, "completion_mask": mask,
-            "old_per_token_logps": old, "ref_per_token_logps": torch.where(mask, ref, torch.zeros_like(ref))}
+    return {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": ids,
+        "completion_mask": mask,
+        "old_per_token_logps": old,
+        "ref_per_token_logps": torch.where(mask, ref, torch.zeros_like(ref)),
+    }
 
 
 def _metrics_reference(rewards, g, mask, update, correct, step, seconds):
     values = rewards.double().tolist()
     n = len(values)
     mean = sum(values) / n
-    groups = [values[i:i + g] for i in range(0, n, g)]
-    out = {"step": step, "reward_mean": mean,
-           "reward_std": math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)),
-           "frac_reward_zero_std": sum(1 for grp in groups if max(grp) == min(grp)) / len(groups),
-           "completion_length": sum(sum(r) for r in mask.long().tolist()) / n,
-           "strict_accuracy": sum(correct) / n, "seconds": seconds}
-    out.update({k: update[k] for k in ("loss", "clip_ratio_low", "clip_ratio_high", "approx_kl", "entropy",
-                                       "grad_norm", "kl_ref")})
+    groups = [values[i : i + g] for i in range(0, n, g)]
+    out = {
+        "step": step,
+        "reward_mean": mean,
+        "reward_std": math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)),
+        "frac_reward_zero_std": sum(1 for grp in groups if max(grp) == min(grp)) / len(groups),
+        "completion_length": sum(sum(r) for r in mask.long().tolist()) / n,
+        "strict_accuracy": sum(correct) / n,
+        "seconds": seconds,
+    }
+    out.update(
+        {
+            k: update[k]
+            for k in ("loss", "clip_ratio_low", "clip_ratio_high", "approx_kl", "entropy", "grad_norm", "kl_ref")
+        }
+    )
     return out
 
 
@@ -340,6 +411,7 @@ def _metrics_check(want):
             if not close_number(number, value, 1e-6):
                 return f"{key} 应为 {value!r}，实际 {got[key]!r}"
         return None
+
     return check
 
 
@@ -350,35 +422,68 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     for temperature, with_ref in ((1.0, False), (uniform(gen, 0.5, 1.8), False), (1.0, True)):
         prompts = [f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}=" for _ in range(randint(gen, 1, 4))]
         g, new_tokens = randint(gen, 2, 5), randint(gen, 2, 6)
-        out.append(Case(test, "_oracle_sample", (prompts, g, temperature, 1.0, new_tokens, randint(gen, 0, 10 ** 6),
-                                                  with_ref), {},
-                        Satisfies(_sample_check(prompts, g, temperature, with_ref, new_tokens)),
-                        what=f"{len(prompts)} 个提示 × G={g}，温度 {temperature:.2f}，参考模型 {with_ref}"))
+        out.append(
+            Case(
+                test,
+                "_oracle_sample",
+                (prompts, g, temperature, 1.0, new_tokens, randint(gen, 0, 10**6), with_ref),
+                {},
+                Satisfies(_sample_check(prompts, g, temperature, with_ref, new_tokens)),
+                what=f"{len(prompts)} 个提示 × G={g}，温度 {temperature:.2f}，参考模型 {with_ref}",
+            )
+        )
     prompt = f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}="
-    out.append(Case(test, "_oracle_sample", ([prompt] * 50, 8, 1.0, 1.0, 1, randint(gen, 0, 10 ** 6), False), {},
-                    Satisfies(_frequency_check(prompt)), what="采样分布：首词元频率接近模型概率"))
+    out.append(
+        Case(
+            test,
+            "_oracle_sample",
+            ([prompt] * 50, 8, 1.0, 1.0, 1, randint(gen, 0, 10**6), False),
+            {},
+            Satisfies(_frequency_check(prompt)),
+            what="采样分布：首词元频率接近模型概率",
+        )
+    )
     # temperature changes what is sampled: a temperature whose top-token probability is far (> 0.25, ten standard
     # errors of 400 samples) from temperature 1's, for the first drawn prompt that has one
     for _ in range(8):
         p_one = float(_first_token_probs(prompt).max())
-        hot = max((0.1, 0.2, 0.3, 0.5, 2.0, 3.0, 5.0),
-                  key=lambda t: abs(float(_first_token_probs(prompt, t).max()) - p_one))
+        hot = max(
+            (0.1, 0.2, 0.3, 0.5, 2.0, 3.0, 5.0), key=lambda t: abs(float(_first_token_probs(prompt, t).max()) - p_one)
+        )
         if abs(float(_first_token_probs(prompt, hot).max()) - p_one) > 0.25:
             break
         prompt = f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}="
     else:
         raise ValueError("oracle nb07: no prompt whose sampling distribution depends on the temperature")
-    out.append(Case(test, "_oracle_sample", ([prompt] * 50, 8, hot, 1.0, 1, randint(gen, 0, 10 ** 6), False), {},
-                    Satisfies(_frequency_check(prompt, hot)), what=f"温度 {hot:g} 下的采样分布"))
+    out.append(
+        Case(
+            test,
+            "_oracle_sample",
+            ([prompt] * 50, 8, hot, 1.0, 1, randint(gen, 0, 10**6), False),
+            {},
+            Satisfies(_frequency_check(prompt, hot)),
+            what=f"温度 {hot:g} 下的采样分布",
+        )
+    )
     prompts = [f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}=" for _ in range(2)]
-    seed = randint(gen, 0, 10 ** 6)
-    out.append(Case(test, "_oracle_sample_seeds", (prompts, 4, 1.0, 4, [seed, seed, seed + 1 + randint(gen, 0, 999)]),
-                    {}, Satisfies(_seeds_check), what="同一 seed 可复现、不同 seed 得到不同的样本"))
-    for bad, what in (((["1+1="], 1, 1.0, 1.0, 3, 0, False), "num_generations < 2"),
-                      (([], 4, 1.0, 1.0, 3, 0, False), "prompts 为空"),
-                      ((["1+1="], 4, 0.0, 1.0, 3, 0, False), "temperature 为 0"),
-                      ((["1+1="], 4, 1.0, 1.5, 3, 0, False), "top_p > 1"),
-                      ((["1+1="], 4, 1.0, 1.0, 0, 0, False), "max_new_tokens 为 0")):
+    seed = randint(gen, 0, 10**6)
+    out.append(
+        Case(
+            test,
+            "_oracle_sample_seeds",
+            (prompts, 4, 1.0, 4, [seed, seed, seed + 1 + randint(gen, 0, 999)]),
+            {},
+            Satisfies(_seeds_check),
+            what="同一 seed 可复现、不同 seed 得到不同的样本",
+        )
+    )
+    for bad, what in (
+        ((["1+1="], 1, 1.0, 1.0, 3, 0, False), "num_generations < 2"),
+        (([], 4, 1.0, 1.0, 3, 0, False), "prompts 为空"),
+        ((["1+1="], 4, 0.0, 1.0, 3, 0, False), "temperature 为 0"),
+        ((["1+1="], 4, 1.0, 1.5, 3, 0, False), "top_p > 1"),
+        ((["1+1="], 4, 1.0, 1.0, 0, 0, False), "max_new_tokens 为 0"),
+    ):
         out.append(Case(test, "_oracle_sample", bad, {}, Raises("ValueError"), what=what))
 
     test = "test_grpo_step_visible"
@@ -388,50 +493,109 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
         n = rollout["completion_ids"].shape[0]
         advantages = torch.randn(n, generator=gen, dtype=torch.float64)
         beta = choice(gen, [0.0, uniform(gen, 0.01, 0.3)])
-        settings = {"num_iterations": randint(gen, 1, 3), "epsilon": uniform(gen, 0.05, 0.3),
-                    "epsilon_high": choice(gen, [None, uniform(gen, 0.2, 0.4)]), "beta": beta, "loss_type": loss_type,
-                    "max_grad_norm": uniform(gen, 0.3, 2.0), "temperature": temperature,
-                    "max_completion_length": choice(gen, [None, 8])}
+        settings = {
+            "num_iterations": randint(gen, 1, 3),
+            "epsilon": uniform(gen, 0.05, 0.3),
+            "epsilon_high": choice(gen, [None, uniform(gen, 0.2, 0.4)]),
+            "beta": beta,
+            "loss_type": loss_type,
+            "max_grad_norm": uniform(gen, 0.3, 2.0),
+            "temperature": temperature,
+            "max_completion_length": choice(gen, [None, 8]),
+        }
         if choice(gen, [False, True]):
-            rollout = dict(rollout, completion_mask=rollout["completion_mask"].to(choice(gen, [torch.float32, torch.int64])))
+            rollout = dict(
+                rollout, completion_mask=rollout["completion_mask"].to(choice(gen, [torch.float32, torch.int64]))
+            )
         lr = uniform(gen, 1e-4, 3e-3)
-        out.append(Case(test, "_oracle_step", (rollout, advantages, settings, lr), {},
-                        Satisfies(_step_check(dict(rollout), advantages, settings, lr)),
-                        what=f"loss_type={loss_type}，μ={settings['num_iterations']}，beta={beta:.3f} 的一次更新"))
+        out.append(
+            Case(
+                test,
+                "_oracle_step",
+                (rollout, advantages, settings, lr),
+                {},
+                Satisfies(_step_check(dict(rollout), advantages, settings, lr)),
+                what=f"loss_type={loss_type}，μ={settings['num_iterations']}，beta={beta:.3f} 的一次更新",
+            )
+        )
     rollout = _random_rollout(gen, model, tok, 2, 2, 1.0)
     advantages = torch.randn(4, generator=gen, dtype=torch.float64)
-    base = {"num_iterations": 1, "epsilon": 0.2, "epsilon_high": None, "beta": 0.0, "loss_type": "grpo",
-            "max_grad_norm": 1.0, "temperature": 1.0}
-    for change, what in (({"beta": 0.1}, "beta > 0 而没有参考对数概率"), ({"loss_type": "ppo"}, "未知的 loss_type"),
-                         ({"num_iterations": 0}, "num_iterations 为 0"), ({"epsilon": -0.1}, "epsilon 为负")):
+    base = {
+        "num_iterations": 1,
+        "epsilon": 0.2,
+        "epsilon_high": None,
+        "beta": 0.0,
+        "loss_type": "grpo",
+        "max_grad_norm": 1.0,
+        "temperature": 1.0,
+    }
+    for change, what in (
+        ({"beta": 0.1}, "beta > 0 而没有参考对数概率"),
+        ({"loss_type": "ppo"}, "未知的 loss_type"),
+        ({"num_iterations": 0}, "num_iterations 为 0"),
+        ({"epsilon": -0.1}, "epsilon 为负"),
+    ):
         ro = dict(rollout, ref_per_token_logps=None) if "beta" in change else rollout
-        out.append(Case(test, "_oracle_step", (ro, advantages, dict(base, **change), 1e-3), {}, Raises("ValueError"),
-                        what=what))
-    out.append(Case(test, "_oracle_step", (dict(rollout, completion_mask=rollout["completion_mask"].double() * 2),
-                                           advantages, base, 1e-3), {}, Raises("ValueError"),
-                    what="completion_mask 含 0/1 之外的值"))
+        out.append(
+            Case(
+                test, "_oracle_step", (ro, advantages, dict(base, **change), 1e-3), {}, Raises("ValueError"), what=what
+            )
+        )
+    out.append(
+        Case(
+            test,
+            "_oracle_step",
+            (dict(rollout, completion_mask=rollout["completion_mask"].double() * 2), advantages, base, 1e-3),
+            {},
+            Raises("ValueError"),
+            what="completion_mask 含 0/1 之外的值",
+        )
+    )
 
     test = "test_log_step_metrics_visible"
     for _ in range(4):
         g = randint(gen, 2, 6)
         n = g * randint(gen, 1, 4)
         dtype = choice(gen, [torch.float32, torch.float64])
-        rewards = (torch.randint(0, 3, (n,), generator=gen).to(dtype) * choice(gen, [0.55, 1.1]))
+        rewards = torch.randint(0, 3, (n,), generator=gen).to(dtype) * choice(gen, [0.55, 1.1])
         rewards[:g] = choice(gen, [1.1, 0.1])  # an equal-reward group in float32 (C4)
         mask = torch.rand((n, randint(gen, 2, 7)), generator=gen) < 0.6
         correct = torch.randint(0, 2, (n,), generator=gen).tolist()
-        update = {"loss": uniform(gen, -1, 1), "clip_ratio_low": uniform(gen, 0, 0.3), "clip_ratio_high": uniform(gen, 0, 0.3),
-                  "approx_kl": uniform(gen, 0, 0.05), "kl_ref": choice(gen, [None, uniform(gen, 0, 0.1)]),
-                  "entropy": uniform(gen, 0, 2), "grad_norm": uniform(gen, 0, 5)}
+        update = {
+            "loss": uniform(gen, -1, 1),
+            "clip_ratio_low": uniform(gen, 0, 0.3),
+            "clip_ratio_high": uniform(gen, 0, 0.3),
+            "approx_kl": uniform(gen, 0, 0.05),
+            "kl_ref": choice(gen, [None, uniform(gen, 0, 0.1)]),
+            "entropy": uniform(gen, 0, 2),
+            "grad_norm": uniform(gen, 0, 5),
+        }
         step, seconds = randint(gen, 0, 99), uniform(gen, 0, 3)
         mask_arg = mask if choice(gen, [False, True]) else mask.to(choice(gen, [torch.float32, torch.int64]))
         want = _metrics_reference(rewards, g, mask, update, correct, step, seconds)
-        out.append(Case(test, "log_step_metrics", (step, rewards, g, mask_arg, update, correct), {"seconds": seconds},
-                        Satisfies(_metrics_check(want)), what=f"N={n}、G={g}、{dtype} 的指标"))
-    upd = {"loss": 0.0, "clip_ratio_low": 0.0, "clip_ratio_high": 0.0, "approx_kl": 0.0, "kl_ref": None,
-           "entropy": 0.0, "grad_norm": 0.0}
-    for args, what in (((0, torch.tensor([1.0, float("nan")]), 2, torch.ones(2, 3), upd, [0, 0]), "奖励含 NaN"),
-                       ((0, torch.tensor([1.0, 0.0, 1.0]), 2, torch.ones(3, 3), upd, [0, 0, 0]), "N 不是 G 的整数倍"),
-                       ((0, torch.tensor([1.0, 0.0]), 2, torch.ones(2, 3) * 3, upd, [0, 0]), "掩码含 0/1 之外的值")):
+        out.append(
+            Case(
+                test,
+                "log_step_metrics",
+                (step, rewards, g, mask_arg, update, correct),
+                {"seconds": seconds},
+                Satisfies(_metrics_check(want)),
+                what=f"N={n}、G={g}、{dtype} 的指标",
+            )
+        )
+    upd = {
+        "loss": 0.0,
+        "clip_ratio_low": 0.0,
+        "clip_ratio_high": 0.0,
+        "approx_kl": 0.0,
+        "kl_ref": None,
+        "entropy": 0.0,
+        "grad_norm": 0.0,
+    }
+    for args, what in (
+        ((0, torch.tensor([1.0, float("nan")]), 2, torch.ones(2, 3), upd, [0, 0]), "奖励含 NaN"),
+        ((0, torch.tensor([1.0, 0.0, 1.0]), 2, torch.ones(3, 3), upd, [0, 0, 0]), "N 不是 G 的整数倍"),
+        ((0, torch.tensor([1.0, 0.0]), 2, torch.ones(2, 3) * 3, upd, [0, 0]), "掩码含 0/1 之外的值"),
+    ):
         out.append(Case(test, "log_step_metrics", args, {}, Raises("ValueError"), what=what))
     return out
