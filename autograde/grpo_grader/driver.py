@@ -49,24 +49,21 @@ def _alarm(_signum, _frame):
     raise CellTimeout("运行超时（timeout）")
 
 
+def dtype_table(torch) -> dict:
+    """{name: torch dtype} of the dtypes a value may travel as (the grader's ``oracle.DTYPES`` too)."""
+    return {
+        name: getattr(torch, name)
+        for name in ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+    }
+
+
 def make_codec(torch):
     """(encode, decode) between the learner's values and the plain data format of ``oracle.py``: only exact
     ``torch.Tensor``, tuple, list, dict with str keys, set, bool/int/float/str/None - and NumPy scalars or 0-d
     arrays, sent as the Python number their ``.item()`` gives - are sent as themselves; anything else becomes
     ``{"__object__": type name}``. A function of ``torch`` so that this file imports nothing heavy at the top."""
     tensor_type = torch.Tensor
-    dtypes = {
-        "bool": torch.bool,
-        "uint8": torch.uint8,
-        "int8": torch.int8,
-        "int16": torch.int16,
-        "int32": torch.int32,
-        "int64": torch.int64,
-        "float16": torch.float16,
-        "bfloat16": torch.bfloat16,
-        "float32": torch.float32,
-        "float64": torch.float64,
-    }
+    dtypes = dtype_table(torch)
     names = {v: k for k, v in dtypes.items()}
 
     def decode(value):

@@ -37,21 +37,11 @@ from typing import Any
 import torch
 
 from .digests import SEED_ENV, SEED_NAME, grading_seed, oracle_digest, seed_digest  # noqa: F401
+from .driver import dtype_table
 from .transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES
 
 MAX_DEPTH = 32  # nesting deeper than this in a returned value fails the case
-DTYPES = {
-    "bool": torch.bool,
-    "uint8": torch.uint8,
-    "int8": torch.int8,
-    "int16": torch.int16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-}
+DTYPES = dtype_table(torch)  # the driver's table: one list of the dtypes a value may travel as
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
