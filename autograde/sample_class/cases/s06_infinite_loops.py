@@ -4,7 +4,7 @@ retries forever and swallows the interrupt (`except BaseException`), so the whol
 hard per-notebook limit: 0 with a reason, and the other learners are graded meanwhile.
 
 Each loop turn sleeps 10 ms: the grader's limits are wall-clock and the interrupt arrives the same way (a
-signal between bytecodes, or during the sleep), but the loops do not spin a core for the ~150 s they hold a
+signal between bytecodes, or during the sleep), but the loops do not spin a core for the time they hold a
 grading slot, so the rest of the class (and the test suite around it) keeps the CPU.
 """
 CASE = {
