@@ -184,6 +184,12 @@ def main(argv=None) -> int:
         if key in summary:
             stat = summary[key]
             print(f"  {key}: {stat['mean']:+.3f} [{stat['ci95'][0]:+.3f}, {stat['ci95'][1]:+.3f}]")
+    for point in summary.get("heldout_curve", []):
+        stat = point["pass_at_1"]
+        print(
+            f"  held-out pass@1 after {point['step']:3d} steps: {stat['mean']:.3f} "
+            f"[{stat['ci95'][0]:.3f}, {stat['ci95'][1]:.3f}], shows its work {point['scratchpad_share']['mean']:.3f}"
+        )
     for name, stat in summary.get("gain_by_heldout_subset", {}).items():
         print(
             f"  held-out subset {name} ({stat['prompts']} prompts): gain {stat['mean']:+.3f} "
