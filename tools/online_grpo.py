@@ -972,7 +972,8 @@ def run_online_experiment(
     warm_start = dict(warm_start or {})
     path = Path(warm_start.get("path", ""))
     full = path if path.is_absolute() else root / path
-    warm_start["content_sha256"] = _content_hash(full) if full.is_dir() else "0" * 64
+    # (no path: a model built in memory - an empty path would name the course root and hash the whole repository)
+    warm_start["content_sha256"] = _content_hash(full) if warm_start.get("path") and full.is_dir() else "0" * 64
     default_train, default_heldout = split_problems()
     train = default_train if train is None else train
     heldout = default_heldout if heldout is None else heldout
