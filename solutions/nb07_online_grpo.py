@@ -26,19 +26,23 @@
 # 逐项对照参数名和指标，并在同一批数据上核对损失与梯度；再讲同一份配置怎样放到多张 GPU 上。
 #
 # **任务**：四个一位数相加，`"6+7+9+4="`，回答一个整数。课程的微型 Qwen2 模型（2 层、隐藏维 64）先做一次监督微调
-# （SFT，热启动）。SFT 数据里同一类题有两种答法：一小部分**写出算式**（草稿，scratchpad），一次只加两个数——
-# `"6+7=13, 13+9=22, 22+4=26"`；其余**直接给出**答案 `"26"`。SFT 还见过每一个“两数相加”的步骤（`"13+9="` → `"22"`）。
-# 于是热启动后的模型有时写算式、有时直接答。直接答要一步算出四个数的和，对这么小的模型很难；写算式只需要一连串
-# 它练过的两数相加。奖励只看最后一个整数对不对。**预测**：写算式的回答更常得分，策略会越来越多地写算式，
-# 留出集上的准确率和回答长度一起上涨（DeepSeek-R1-Zero 里“回答越来越长”的缩影）。第 7 步的表格给出实测：
-# 两种答法在训练前后各占多少、各自答对多少。
+# （SFT，热启动）。SFT 数据里同一类题有两种答法：一小部分（`og.SFT_SCRATCH_FRACTION`）**写出算式**（草稿，scratchpad），
+# 一次只加两个数——`"6+7=13, 13+9=22, 22+4=26"`；其余**直接给出**答案 `"26"`。两数相加的每一步只出现在算式里。
+# 于是热启动后的模型有时写算式、有时直接答。奖励只看最后一个整数对不对。
+#
+# **预测**（教科书的说法，还不是实测）：直接答要一步算出四个数的和，对这么小的模型很难；写算式只需要一连串两数相加，
+# 所以写算式的回答更常得分，策略会越来越多地写算式，留出集上的准确率和回答长度一起上涨（DeepSeek-R1-Zero 里
+# “回答越来越长”的缩影）。这个预测有一个前提：写算式那种答法在起点**确实更准**。SFT 里算式只占一小部分时，
+# 模型的算式本身也写得不熟，这个前提未必成立——那时强化学习会把更准的那种答法（也许正是直接作答）练得更准。
+# 哪一种发生，不在这里断言：第 7 步的表格给出两种答法在训练前后各占多少、各自答对多少，多种子汇总按区间判断预测是否成立。
 #
 # 两个设计上的选择，先说清楚：
 #
 # - **留出题在结构上是新题。** 四个数的组合（不计顺序）共 715 种，按固定种子打乱：40 种留作评测（每种取一个固定的顺序），
 #   160 种（所有顺序）作强化学习的训练提示，其余的所有顺序用于 SFT（第 1 步的单元格数出每一部分）。规则是：**任何留出题，以及它的任何换序形式，
 #   都不出现在 SFT 或强化学习的数据里**（`og.check_heldout_rule`；测试 `test_heldout_problems_are_structurally_new`
-#   还检查这个核对在泄漏一个换序形式时会失败）。留出题拆开后的每一步两数相加，SFT 都见过：模型要学的是把会的步骤组合起来。
+#   还检查这个核对在泄漏一个换序形式时会失败）。留出题拆开后的每一步两数相加，SFT 的某个算式里都出现过（测试
+#   `test_sft_mixes_shown_work_and_bare_answers`）：新的是题目，不是步骤。
 # - **训练奖励不给格式分。** 第 4 课的 `integer-answer-v1` 给“恰好一个整数”的回答 0.1 的格式分，写算式的回答永远拿不到它：
 #   格式分等于对“展示过程”收税。所以本课训练时用 `format_weight = 0`（`og.OnlineConfig` 的设置），奖励就是正确性；
 #   评测用的也只是正确性。
@@ -138,7 +142,7 @@ if RUN_MODE == "real_gpu":
     WARM_START = {"path": MODEL_PATH, "cached": True, "build_seconds": None}
 else:
     started = time.perf_counter()
-    sft_path, was_cached, build_seconds = og.sft_checkpoint_path(seed=0)  # built once (75-90 s measured on one thread), then cached
+    sft_path, was_cached, build_seconds = og.sft_checkpoint_path(seed=0)  # built once (30-100 s measured on one thread, idle or shared core), then cached
     policy, tokenizer = og.load_policy(sft_path)
     WARM_START = {"path": str(sft_path.relative_to(REPO_ROOT)), "cached": was_cached, "build_seconds": build_seconds}
     print(f"SFT 热启动：{WARM_START['path']}（{'缓存' if was_cached else f'刚刚构建，{build_seconds:.1f} s'}）")
@@ -681,6 +685,12 @@ else:
 # 写算式的比例在训练前后的区间、回答平均长度变化的区间。导读里的预测（准确率与长度一起上涨）是否成立，只按这些区间判断。
 # 课程给这个实验定过两个要求：3 个种子的平均提高不低于 `og.GOAL_MEAN_GAIN`、区间下端不低于 `og.GOAL_CI_LOW`；热启动的
 # pass@1 落在 `og.START_RANGE` 之内（模型“有时对”）。表格下面的两行由记录判断它们是否满足——不满足时照实写出来。
+#
+# **训练中的留出集曲线。** 只看训练前后两个点，看不出提高是一开始就来了还是慢慢积累的。训练时每隔 `eval_every` 步
+# （`og.OnlineConfig` 的设置，上面打印的配置里有它的值；0 表示只评测前后两次）在留出集上做一次与训练前后**完全相同**的评测，
+# 记在记录的 `eval.curve` 里。评测在两步训练之间进行、采样有自己的种子，训练的每一步不受它影响（测试
+# `test_heldout_curve_does_not_change_the_training_steps`：有没有曲线，训练日志逐步相同）。最后一张图画出 3 个种子的
+# 均值与 95% t 区间（阴影）和本次运行的曲线：留出集 pass@1、写算式的回答比例、回答的平均长度。
 
 # %% nbgrader={"locked": true, "grade_id": "demo_pass_maj"}
 if RECORD is None:
@@ -717,6 +727,12 @@ else:
         print("还没有多种子汇总：make online SEEDS=3 RUN_LABEL=reference")
     else:
         display(Markdown(og.seeds_table(_seeds)))
+    _curves = {f"this run ({RECORD['run_label']})": og.seeds_summary(RECORD["run_label"], [RECORD])}
+    if _seeds is not None:
+        _curves = {f"reference, {len(_seeds['seeds'])} seeds": _seeds, **_curves}
+    _curve_png = og.plot_heldout_curve(_curves)
+    if _curve_png is not None:
+        display(Image(_curve_png))
 
 # %% [markdown]
 # ## 第 8 步　消融：μ、`loss_type`、clip-higher 与奖励投机

@@ -139,9 +139,8 @@ def test_reference_record_meets_the_headline():
     assert record["task"]["disjoint"] and record["eval"]["heldout_prompts"] == og.HELDOUT_SIZE
     gain = record["eval"]["after"]["pass_at_1"] - record["eval"]["before"]["pass_at_1"]
     assert gain >= og.GOAL_CI_LOW, f"held-out pass@1 gain {gain:.3f} < {og.GOAL_CI_LOW}"
-    # issue 27 asks for a start in [0.10, 0.50]; this task's warm start measures 0.588 (stated in the lesson and the
-    # report): the bound here is what the committed record shows, so a warm start that drifts further up fails
-    assert 0.10 <= record["eval"]["before"]["pass_at_1"] <= 0.60, "the warm start should be right only sometimes"
+    low, high = og.START_RANGE  # issue 27: the warm start is right only sometimes
+    assert low <= record["eval"]["before"]["pass_at_1"] <= high, "the warm start's held-out pass@1 is out of range"
     assert record["eval"]["before"]["outcomes"]["unparseable"] <= 0.20, "the warm start answers >= 80 % of the time"
     assert len(record["steps"]) == record["config"]["num_steps"]
     assert record["cpu_seconds"] <= 180, "CPU time of the headline run (one thread) exceeds the 180 s budget"
@@ -580,23 +579,90 @@ def test_reference_seeds_summary_matches_its_records_and_shows_the_effect():
     assert [r["config"]["seed"] for r in records] == [0, 1, 2]
     assert og.OnlineConfig(**dict(summary["config"], seed=0)) == og.OnlineConfig()
     again = og.seeds_summary(og.SEEDS_REFERENCE_LABEL, records)
-    for key in ("seeds", "gain_pass_at_1", "gain_by_outcome"):
+    for key in ("seeds", "gain_pass_at_1", "gain_by_outcome", "heldout_curve"):
         assert again[key] == summary[key], key
     gain = summary["gain_pass_at_1"]
-    # the goal (og.GOAL_MEAN_GAIN, og.GOAL_CI_LOW): the lower end is met; the mean measured +0.298, just under
-    # +0.30 - the lesson prints "没有达到" from the same function
-    assert gain["ci95"][0] >= og.GOAL_CI_LOW, gain
+    # the goal (og.GOAL_MEAN_GAIN, og.GOAL_CI_LOW), met by the committed seeds (+0.340, ci95 [+0.260, +0.420])
+    assert og.goal_met(summary), gain
     assert og.goal_met(summary) == (gain["mean"] >= 0.30 and gain["ci95"][0] >= 0.20)
-    # what the task is built to show: the policy moves to showing its work, and answers get longer
-    assert summary["scratchpad_share_after"]["ci95"][0] > summary["scratchpad_share_before"]["ci95"][1]
-    assert summary["mean_completion_chars_change"]["ci95"][0] > 0
+    # what the records show, and the lesson states through og.shown_work_verdict: the lesson's prediction (more shown
+    # work, longer answers) does not hold on this warm start - RL sharpens the bare answers, fewer show their work
+    assert summary["scratchpad_share_after"]["ci95"][1] < summary["scratchpad_share_before"]["ci95"][0]
+    assert summary["mean_completion_chars_change"]["ci95"][1] < 0
+    assert "不成立" in og.shown_work_verdict(summary)
     assert all(e["wall_seconds"] <= 180 for e in summary["seeds"])
     assert len({e["warm_start_hash"] for e in summary["seeds"]}) == 1
     assert set(summary["gain_by_outcome"]) == {"right", "wrong", "unparseable"}
     assert summary["gain_by_heldout_subset"]["new"]["prompts"] == og.HELDOUT_SIZE
-    assert 0.10 <= summary["pass_at_1_before"]["mean"] <= 0.60, "the warm start is right only sometimes (0.588)"
+    low, high = og.START_RANGE
+    assert low <= summary["pass_at_1_before"]["mean"] <= high, "the warm start is right only sometimes"
     for seed in records:
         assert seed["eval"]["before"]["outcomes"]["unparseable"] <= 0.20, "the warm start answers >= 80 % of the time"
+
+
+def test_reference_records_hold_the_heldout_curve():
+    """Issue 27's held-out curve: every committed reference seed evaluated the held-out set before training, every
+    config.eval_every steps and after training (the first and last points are the before / after evaluations), and
+    the schema rejects a curve point without its pass@1 or a curve of one point."""
+    records = og.load_seed_records(ROOT, og.SEEDS_REFERENCE_LABEL)
+    assert len(records) == 3
+    for record in records:
+        steps, every = record["config"]["num_steps"], record["config"]["eval_every"]
+        curve = record["eval"]["curve"]
+        assert every == og.OnlineConfig().eval_every > 0
+        assert [p["step"] for p in curve] == list(range(0, steps, every)) + [steps]
+        assert curve[0] == og.curve_point(0, record["eval"]["before"])
+        assert curve[-1] == og.curve_point(steps, record["eval"]["after"])
+        assert 0 < record["curve_eval_seconds"] < record["wall_seconds"]
+    summary = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
+    assert [p["step"] for p in summary["heldout_curve"]] == [p["step"] for p in records[0]["eval"]["curve"]]
+    assert all(p["pass_at_1"]["n"] == 3 and p["pass_at_1"]["ci95"] is not None for p in summary["heldout_curve"])
+    for mutate in (
+        lambda r: r["eval"]["curve"][1].pop("pass_at_1"),
+        lambda r: r["eval"].update(curve=r["eval"]["curve"][:1]),
+    ):
+        broken = copy.deepcopy(records[0])
+        mutate(broken)
+        with pytest.raises(jsonschema.ValidationError):
+            og.validate_record(broken)
+
+
+@pytest.mark.slow
+def test_heldout_curve_does_not_change_the_training_steps():
+    """The curve's evaluations sit between training steps; sampling is seeded per step, so a run with an evaluation
+    after every step logs the same steps as one without (and a run with another seed does not: the comparison can
+    fail). Short: two steps of one prompt on copies of the in-memory grading policy (about 10 s, mostly its build)."""
+    import torch
+
+    from tools.lessons.nb07_online_grpo import train_online_grpo
+
+    torch.set_num_threads(1)
+    policy, tokenizer = og.grading_policy(seed=0)
+    heldout = og.split_problems()[1][:2]
+
+    def steps(**overrides):
+        config = og.OnlineConfig(
+            num_steps=2, prompts_per_step=1, num_generations=2, eval_k=1, max_new_tokens=4, **overrides
+        )
+        record = og.run_online_experiment(
+            train_online_grpo,
+            config,
+            "pytest-curve",
+            verify=verify_integer_response,
+            model=copy.deepcopy(policy),
+            tokenizer=tokenizer,
+            warm_start={"path": "in-memory"},  # not a folder: nothing to hash
+            heldout=heldout,
+            write=False,
+        )
+        return record, [{k: v for k, v in row.items() if k != "seconds"} for row in record["steps"]]
+
+    with_curve, logged = steps(eval_every=1)
+    _, without = steps(eval_every=0)
+    _, other_seed = steps(eval_every=0, seed=1)
+    assert [p["step"] for p in with_curve["eval"]["curve"]] == [0, 1, 2]
+    assert logged == without
+    assert logged != other_seed
 
 
 def test_heldout_problems_are_structurally_new():
