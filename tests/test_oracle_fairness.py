@@ -513,3 +513,30 @@ def test_nb07_rejects_an_over_long_sample_before_any_model_work(monkeypatch):
     assert "max_new_tokens=4" in message and "1000000" in message, message
     with pytest.raises(AssertionError, match="model work"):
         check(answer(4))
+
+
+@pytest.mark.slow  # nb07's cases load the tiny policy
+def test_every_seed_catches_the_population_std_in_nb07_metrics():
+    """Sample learner s04's nb07 bug (the population std of the rewards for ``reward_std``) fails
+    test_log_step_metrics_visible for every grading seed, not only for most: every drawn reward vector has two
+    different values, so each value case alone catches it (one-group draws with equal rewards once let the bug
+    through: 9/9 instead of 7/9). The
+    reference passes the same cases, so the check is not failing everything."""
+    from tools.lessons.nb07_online_grpo import log_step_metrics
+
+    def population_std(step, rewards, *args, **kwargs):
+        row = log_step_metrics(step, rewards, *args, **kwargs)
+        return dict(row, reward_std=float(rewards.double().std(unbiased=False)))
+
+    oracle = oracle_lib.load_oracle("nb07_online_grpo")
+    test = "test_log_step_metrics_visible"
+    for index in range(12):
+        mine = [c for c in oracle.cases(f"std-seed-{index}", {}) if c.test == test and not isinstance(c.expect, Raises)]
+        assert len(mine) >= 4
+        for case in mine:  # each value case alone catches it
+            for function, passes in ((log_step_metrics, True), (population_std, False)):
+                results = {case.id: _record(case, {"log_step_metrics": function})}
+                assert oracle_lib.verdicts(oracle, [case], results, "not run")[test].passed is passes, (
+                    case.what,
+                    index,
+                )

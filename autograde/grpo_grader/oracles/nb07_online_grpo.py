@@ -555,10 +555,11 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     test = "test_log_step_metrics_visible"
     for _ in range(4):
         g = randint(gen, 2, 6)
-        n = g * randint(gen, 1, 4)
+        n = g * randint(gen, 2, 4)
         dtype = choice(gen, [torch.float32, torch.float64])
         rewards = torch.randint(0, 3, (n,), generator=gen).to(dtype) * choice(gen, [0.55, 1.1])
         rewards[:g] = choice(gen, [1.1, 0.1])  # an equal-reward group in float32 (C4)
+        rewards[-1] = rewards[0] + choice(gen, [0.5, 1.0])  # never all equal: the sample std differs from others
         mask = torch.rand((n, randint(gen, 2, 7)), generator=gen) < 0.6
         correct = torch.randint(0, 2, (n,), generator=gen).tolist()
         update = {
