@@ -540,3 +540,39 @@ def test_every_seed_catches_the_population_std_in_nb07_metrics():
                     case.what,
                     index,
                 )
+
+
+def _relative_spread(rewards: torch.Tensor, ids: torch.Tensor) -> float:
+    """The smallest population std of a group of more than one member, over 1 + max |r|."""
+    r = rewards.double()
+    stds = [float(r[ids == label].std(unbiased=False)) for label in ids.unique() if int((ids == label).sum()) > 1]
+    return min(stds) / (1.0 + float(r.abs().max()))
+
+
+def test_nb01_reference_answers_pass_every_drawn_case_in_float32_too():
+    """For 200 grading seeds, the course's own nb01 answers pass every case of their test cells, and no drawn
+    float32 group has rewards so close together (relative spread under 0.02) that rounding alone could take a
+    correct answer past the 2e-5 tolerance: a B=1, G=2 row drawn 3e-3 apart cost s09's correct
+    group_relative_advantages its 3 hidden points in one sample-class run (float32 rounding in r - mean is about
+    1e-7 / 1.4e-3 = 9e-5 of the value there). Before the guard, 200 seeds drew such rows."""
+    from tools.lessons.nb01_group_advantages import compute_group_advantages, group_relative_advantages
+
+    namespace = {
+        "compute_group_advantages": compute_group_advantages,
+        "group_relative_advantages": group_relative_advantages,
+    }
+    oracle = oracle_lib.load_oracle("nb01_group_advantages")
+    failed, spreads = [], []
+    for index in range(200):
+        mine = [c for c in oracle.cases(f"float32-seed-{index}", {}) if c.call in namespace]
+        results = {c.id: _record(c, namespace) for c in mine}
+        verdicts = oracle_lib.verdicts(oracle, mine, results, "not run")
+        tests = {c.test for c in mine}
+        failed += [f"seed {index}: {gid}: {v.message}" for gid, v in verdicts.items() if gid in tests and not v.passed]
+        for case in mine:
+            if case.what.startswith(("随机输入", "随机平铺输入")) and case.args[0].dtype == torch.float32:
+                rewards, second = case.args
+                ids = second if case.call == "compute_group_advantages" else torch.arange(len(rewards)) // second
+                spreads.append(_relative_spread(rewards, ids))
+    assert not failed, failed[:5]
+    assert len(spreads) == 200 * 8 and min(spreads) >= 0.02, sorted(spreads)[:3]

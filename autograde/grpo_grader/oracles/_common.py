@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -59,3 +61,27 @@ def ragged_mask(gen: torch.Generator, rows: int, cols: int, prefix: bool = False
         places = (~mask[row] if flip else mask[row]).nonzero().flatten()
         mask[row, places[randint(gen, 0, len(places) - 1)]] = flip
     return mask
+
+
+MIN_RELATIVE_SPREAD = 0.02
+
+
+def _relative_spread(rewards: torch.Tensor, ids: torch.Tensor) -> float:
+    """The smallest population std of a group with more than one member, over 1 + max |r|: how well a float32
+    answer can be computed at all (rounding in r - mean grows as max |r| / std)."""
+    r, worst = rewards.to(torch.float64), math.inf
+    for label in ids.unique():
+        members = r[ids == label]
+        if members.numel() > 1:
+            worst = min(worst, float(members.std(unbiased=False)))
+    return worst / (1.0 + float(r.abs().max()))
+
+
+def conditioned(draw, ids: torch.Tensor) -> torch.Tensor:
+    """``draw()`` again until no group's rewards are so close together that float32 rounding alone (in a correct
+    answer) would exceed the comparison's tolerance: a drawn nb01 row 3e-3 apart once failed a correct float32 answer."""
+    for _ in range(1000):
+        rewards = draw()
+        if _relative_spread(rewards, ids) >= MIN_RELATIVE_SPREAD:
+            return rewards
+    raise RuntimeError("could not draw well-conditioned rewards")

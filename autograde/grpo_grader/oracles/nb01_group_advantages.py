@@ -12,7 +12,7 @@ from fractions import Fraction
 import torch
 
 from ..oracle import Case, Close, Each, Mismatch, Raises, Satisfies, close_number
-from ._common import choice, distinct_ids, group_ids, normal, randint, uniform
+from ._common import choice, conditioned, distinct_ids, group_ids, normal, randint, uniform
 
 # test-cell grade_id -> the answer cell it grades (its comment carries the verdicts)
 TESTS = {
@@ -151,7 +151,8 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
             ids = group_ids(gen, n, k)
             if dtype == torch.float32 and n > 100:
                 ids = ids.to(torch.int32)
-            rewards = normal(gen, (n,), uniform(gen, 0.5, 3.0), uniform(gen, -5, 5), dtype)
+            scale, shift = uniform(gen, 0.5, 3.0), uniform(gen, -5, 5)
+            rewards = conditioned(lambda: normal(gen, (n,), scale, shift, dtype), ids)
             out.append(_advantage_case(hid, rewards, ids, f"随机输入（N={n}, K={k}, {dtype}）的组内优势"))
     spread = [uniform(gen, 0.0, 0.1), uniform(gen, 1.5, 3.0)]
     rewards = torch.tensor([0.0, spread[0], 5.0, 5.0 + spread[1], -1.0, 0.5, 3.0], dtype=torch.float64)
@@ -244,7 +245,9 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
         (randint(gen, 12, 20), 8),
     ):
         for dtype in (torch.float32, torch.float64):
-            rewards = normal(gen, (b * g,), uniform(gen, 0.5, 3), uniform(gen, -2, 2), dtype)
+            scale, shift = uniform(gen, 0.5, 3), uniform(gen, -2, 2)
+            rows = torch.arange(b * g) // g
+            rewards = conditioned(lambda: normal(gen, (b * g,), scale, shift, dtype), rows)
             out.append(minimind_case(hid, rewards, g, f"随机平铺输入（B={b}, G={g}, {dtype}）"))
             out.append(minimind_case(hid, rewards, g, f"eps=0.5（B={b}, G={g}）：应为 std + eps", eps=0.5))
     rows = torch.tensor([0.5] * 3 + [2.0] * 3 + [uniform(gen, -1, 1), 0.0, 1.0])
