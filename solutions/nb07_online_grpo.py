@@ -765,9 +765,6 @@ else:
 
 # %% nbgrader={"locked": true, "grade_id": "demo_ablations"}
 ABLATIONS = og.ABLATIONS
-if og.NOT_YET_RERUN:
-    display(Markdown("**还没有在当前任务上重跑的对照**（任务换过，旧任务的记录已删除；它们的预测在这里没有检验）："
-                     + "、".join(f"`{label}`" for label in sorted(og.NOT_YET_RERUN))))
 display(Markdown("| 对照 | 命令 | 种子 0 的记录 | 多种子汇总 |\n| --- | --- | --- | --- |\n" + "\n".join(
     f"| {name} | `make online SEEDS=3 RUN_LABEL={label} ONLINE_ARGS=\"{args}\"` | "
     f"{'有' if og.load_records(REPO_ROOT, [label]) else '没有'} | "

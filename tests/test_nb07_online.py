@@ -215,9 +215,6 @@ def test_ablation_verdicts_cover_every_comparison():
     verdicts = og.ablation_verdicts(ROOT)
     assert len(verdicts) == len(og.ABLATION_COMPARISONS)
     for v in verdicts:
-        if {v["a"], v["b"]} & og.NOT_YET_RERUN:
-            assert v["verdict"] == "missing", f"{v['a']} / {v['b']}: rerun, so take it out of og.NOT_YET_RERUN"
-            continue
         assert v["verdict"] != "missing", f"{v['a']} / {v['b']}: no multi-seed record"
         a, b = v["a_interval"], v["b_interval"]
         assert a["n"] >= 3 and b["n"] >= 3
@@ -231,9 +228,8 @@ def test_ablation_verdicts_cover_every_comparison():
     assert og.ablation_verdicts(ROOT, [("mu4", "mu4", "approx_kl", "")])[0]["verdict"] == "overlap"
     for _, label, _ in og.ABLATIONS:
         summary = og.load_seeds_summary(ROOT, label)
-        assert (summary is None) == (label in og.NOT_YET_RERUN), f"{label}: summary present / og.NOT_YET_RERUN disagree"
-        if summary is not None:
-            assert summary["task"]["id"] == og.TASK_ID
+        assert summary is not None, f"{label}: no 3-seed summary"
+        assert summary["task"]["id"] == og.TASK_ID
 
 
 def test_schema_rejects_a_broken_record():
@@ -694,9 +690,6 @@ def test_trl_seeds_summary_uses_the_same_start_settings_and_evaluation():
 
     ours = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
     trl = og.load_seeds_summary(ROOT, online_trl.TRL_SEEDS_LABEL)
-    if online_trl.TRL_SEEDS_LABEL in og.NOT_YET_RERUN:  # listed as missing by the lesson; no stale record may remain
-        assert trl is None
-        return
     assert trl is not None and trl["trainer"].startswith("trl.GRPOTrainer") and "trainer" not in ours
     assert trl["config"] == ours["config"]
     assert [e["seed"] for e in trl["seeds"]] == [0, 1, 2] and all(

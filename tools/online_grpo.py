@@ -141,7 +141,8 @@ def task_pools(seed: int = SPLIT_SEED) -> dict:
 
 def two_operand_facts() -> list[dict]:
     """Every single step a scratchpad takes, as a problem of its own: ``x+y=`` for a running total x
-    (0..9*(ADDENDS-1)) and a digit y. Part of the SFT data; none has ADDENDS addends, so none is a held-out problem."""
+    (0..9*(ADDENDS-1)) and a digit y. SFT_FACT_COPIES copies of each go into the SFT data; none has ADDENDS addends,
+    so none is a held-out problem."""
     return [problem((x, y)) for x in range(9 * (ADDENDS - 1) + 1) for y in range(10)]
 
 
@@ -216,7 +217,7 @@ def loophole_rewards(completions, answers) -> list[float]:
     return [1.0 if str(int(answer)) in text else 0.0 for text, answer in zip(completions, answers)]
 
 
-def reward_function(name: str, verify, format_weight: float = 0.1):
+def reward_function(name: str, verify, format_weight: float):
     """The reward ``name`` (REWARDS) as ``fn(completions, answers) -> list[float]``; ``verify`` is nb04's verifier,
     ``format_weight`` its format bonus (integer-answer-v1 only: OnlineConfig.format_weight)."""
     if name == "integer-answer-v1":
@@ -296,8 +297,9 @@ def _sft_marker(seed: int, variant: str = "sft") -> dict:
 
 def sft_examples(seed: int = 0, variant: str = "sft") -> list[dict]:
     """The SFT data set: every problem of the SFT pool (``task_pools``), answered with the scratchpad with
-    probability SFT_SCRATCH_FRACTION and with the bare answer otherwise, then every two-operand step
-    (``two_operand_facts``) with its bare answer. Never a held-out problem nor a reordering of one.
+    probability SFT_SCRATCH_FRACTION and with the bare answer otherwise, then SFT_FACT_COPIES copies of every
+    two-operand step (``two_operand_facts``) with its bare answer (0 copies at present: the steps appear only inside
+    the scratchpads). Never a held-out problem nor a reordering of one.
 
     ``variant="sft-list"``: the same draws, and then SFT_LIST_FRACTION of the bare answers of the SFT pool become a
     list of three different numbers with the answer first or second, never last (extra draws from a second
@@ -325,8 +327,8 @@ def sft_examples(seed: int = 0, variant: str = "sft") -> list[dict]:
 
 
 def build_sft_checkpoint(path, seed: int = 0, variant: str = "sft") -> Path:
-    """Supervised warm start on the SFT pool and the two-operand steps (never a held-out problem nor a reordering
-    of one, nor an RL prompt); deterministic for ``seed``."""
+    """Supervised warm start on ``sft_examples`` (never a held-out problem nor a reordering of one, nor an RL
+    prompt); deterministic for ``seed``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -896,10 +898,6 @@ ABLATIONS = [
 # under RESULTS_DIR.
 SEEDS_REFERENCE_LABEL = "reference"
 REFERENCE_LABELS = frozenset(label for _, label, _ in ABLATIONS) | {SEEDS_REFERENCE_LABEL, "trl"}
-# The committed labels whose 3-seed records have not been rerun on TASK_ID yet (the task changed; their runs did not fit
-# the session that changed it): they have no records, the lesson lists them as missing, and the tests accept a missing
-# record for these labels only.
-NOT_YET_RERUN: frozenset[str] = frozenset()
 
 
 def print_progress(row: dict) -> None:
@@ -989,22 +987,23 @@ def run_online_experiment(
     if ref_model is not None:
         for parameter in ref_model.parameters():
             parameter.requires_grad_(False)
-    curve, curve_seconds = [curve_point(0, before)], [0.0]
+    curve, curve_seconds = [curve_point(0, before)], 0.0
 
     def on_step(row):  # the held-out curve: every config.eval_every steps, between the before and after evaluations
+        nonlocal curve_seconds
         if progress is not None:
             progress(row)
         done = row["step"] + 1
         if config.eval_every and done % config.eval_every == 0 and done < config.num_steps:
             started_eval = time.perf_counter()
             curve.append(curve_point(done, evaluate(model, tokenizer, heldout, verify, **eval_kwargs)))
-            curve_seconds[0] += time.perf_counter() - started_eval
+            curve_seconds += time.perf_counter() - started_eval
             if progress is not None:
                 print(f"held-out pass@1 after {done} steps: {curve[-1]['pass_at_1']:.3f}", flush=True)
 
     train_started = time.perf_counter()
     steps = train_fn(model, tokenizer, train, config, ref_model=ref_model, progress=on_step)
-    train_seconds = time.perf_counter() - train_started - curve_seconds[0]
+    train_seconds = time.perf_counter() - train_started - curve_seconds
     after = evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
     curve.append(curve_point(len(steps), after))
     hardware["load_average_after"] = load_average()
@@ -1029,7 +1028,7 @@ def run_online_experiment(
             "curve": curve,
         },
         "train_seconds": round(train_seconds, 3),
-        "curve_eval_seconds": round(curve_seconds[0], 3),
+        "curve_eval_seconds": round(curve_seconds, 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
         "framework": framework_versions(),

@@ -96,7 +96,7 @@ def grpo_config(config=None, **overrides):
     return GRPOConfig(**base)
 
 
-def course_reward(verify, format_weight: float = 0.1):
+def course_reward(verify, format_weight: float):
     """The course verifier as a TRL reward function (integer-answer-v1 total reward with ``format_weight``, the run's
     OnlineConfig.format_weight); ``verify`` is nb04's
     ``verify_integer_response``, passed in by the lesson or the command line (this runtime never imports
