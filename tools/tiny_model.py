@@ -218,18 +218,26 @@ def build_tokenizer():
     ``AutoTokenizer`` - which picks ``Qwen2Tokenizer`` for a ``qwen2`` checkpoint and rebuilds the
     pipeline from the saved vocabulary and merges - loads back exactly the tokenizer trained here.
     """
+    return _trained_qwen2_tokenizer(
+        training_corpus(), TOKENIZER_VOCAB_SIZE, TINY_ARCHITECTURE["max_position_embeddings"], CHAT_TEMPLATE
+    )
+
+
+def _trained_qwen2_tokenizer(corpus, vocab_size: int, max_length: int, chat_template: str):
+    """A byte-level BPE of ``vocab_size`` trained on ``corpus`` with Qwen2's pipeline (``_qwen2_bpe_backend``), as a
+    ``Qwen2Tokenizer`` with the course's special tokens, ``max_length`` and ``chat_template``."""
     from tokenizers import pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
 
     backend = _qwen2_bpe_backend()
     trainer = trainers.BpeTrainer(
-        vocab_size=TOKENIZER_VOCAB_SIZE,
+        vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         min_frequency=1,
         show_progress=False,
     )
-    backend.train_from_iterator(training_corpus(), trainer=trainer)
+    backend.train_from_iterator(corpus, trainer=trainer)
     trained = json.loads(backend.to_str())["model"]
     merges = [tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in trained["merges"]]
     tokenizer = Qwen2Tokenizer(
@@ -239,11 +247,11 @@ def build_tokenizer():
         eos_token=IM_END,
         pad_token=PAD_TOKEN,
         additional_special_tokens=[IM_START, IM_END],
-        model_max_length=TINY_ARCHITECTURE["max_position_embeddings"],
+        model_max_length=max_length,
         padding_side="right",
         clean_up_tokenization_spaces=False,
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat_template
     return tokenizer
 
 
@@ -301,39 +309,15 @@ def build_qwen25_like_tokenizer():
     each piece becomes one token - the token counts Qwen2.5's tokenizer gives (estimated) - and with
     Qwen2.5's chat template (default system prompt). Special tokens, pad and eos as the tiny tokenizer.
     """
-    from tokenizers import pre_tokenizers, trainers
-    from transformers import Qwen2Tokenizer
-
     pieces = sorted(
         {piece for text in qwen25_rendered_fixtures() for piece in qwen25_pieces(text) if piece not in SPECIAL_TOKENS}
     )
     # Each piece is its own training text (so " Q" and "wen" never merge); repeated so that its merges
     # outrank the course text's.
     corpus = [piece for piece in pieces for _ in range(64)] + training_corpus()
-    backend = _qwen2_bpe_backend()
-    trainer = trainers.BpeTrainer(
-        vocab_size=2048,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        min_frequency=1,
-        show_progress=False,
+    return _trained_qwen2_tokenizer(
+        corpus, 2048, QWEN25_05B_ARCHITECTURE["max_position_embeddings"], QWEN25_CHAT_TEMPLATE
     )
-    backend.train_from_iterator(corpus, trainer=trainer)
-    trained = json.loads(backend.to_str())["model"]
-    merges = [tuple(pair) if isinstance(pair, list) else tuple(pair.split(" ")) for pair in trained["merges"]]
-    tokenizer = Qwen2Tokenizer(
-        vocab=trained["vocab"],
-        merges=merges,
-        unk_token=None,
-        eos_token=IM_END,
-        pad_token=PAD_TOKEN,
-        additional_special_tokens=[IM_START, IM_END],
-        model_max_length=QWEN25_05B_ARCHITECTURE["max_position_embeddings"],
-        padding_side="right",
-        clean_up_tokenization_spaces=False,
-    )
-    tokenizer.chat_template = QWEN25_CHAT_TEMPLATE
-    return tokenizer
 
 
 def _marker(architecture: str, seed: int) -> dict:
