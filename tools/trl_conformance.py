@@ -245,6 +245,23 @@ def _facts_read(reads, inputs_present):
     return sorted(keep)
 
 
+def _course_kwargs(case, old, adv, mask, ref, items) -> dict:
+    """The course loss's arguments for a conformance ``case`` on one batch (what its TRL config sets)."""
+    return dict(
+        old_logps=old,
+        advantages=adv,
+        completion_mask=mask,
+        loss_type=case["loss_type"],
+        epsilon_low=case["epsilon"],
+        epsilon_high=case["epsilon_high"],
+        importance_sampling_level=case["importance_sampling_level"],
+        beta=case["beta"],
+        ref_logps=ref,
+        max_completion_length=_MAX_LEN,
+        num_items_in_batch=items,
+    )
+
+
 def _course_loss_and_grad(fn, policy, **kwargs):
     leaf = policy.detach().clone().requires_grad_(True)
     loss = fn(leaf, **kwargs)
@@ -486,19 +503,7 @@ def _family_checks(GRPOTrainer, GRPOConfig, fns, atol):
             GRPOTrainer, config, reads, policy, old, ref, mask, adv, num_items_in_batch=items
         )
         course_loss, course_grad = _course_loss_and_grad(
-            grpo_family_loss,
-            policy,
-            old_logps=old,
-            advantages=adv,
-            completion_mask=mask,
-            loss_type=case["loss_type"],
-            epsilon_low=case["epsilon"],
-            epsilon_high=case["epsilon_high"],
-            importance_sampling_level=case["importance_sampling_level"],
-            beta=case["beta"],
-            ref_logps=ref,
-            max_completion_length=_MAX_LEN,
-            num_items_in_batch=items,
+            grpo_family_loss, policy, **_course_kwargs(case, old, adv, mask, ref, items)
         )
         entry = _loss_entry(trl_loss, trl_grad, course_loss, course_grad, atol)
         fired, outside = _clipping_fired(importance_ratio, policy, old, mask, adv, case)
@@ -661,19 +666,9 @@ def _extended_checks(GRPOTrainer, GRPOConfig, fns, atol):
             GRPOTrainer, config, reads, policy, old, ref, mask, adv, num_items_in_batch=items, accumulation_steps=steps
         )
         kwargs = dict(
-            old_logps=old,
-            advantages=adv,
-            completion_mask=mask,
-            loss_type=case["loss_type"],
-            epsilon_low=case["epsilon"],
-            epsilon_high=case["epsilon_high"],
-            importance_sampling_level=case["importance_sampling_level"],
-            beta=case["beta"],
-            ref_logps=ref,
+            _course_kwargs(case, old, adv, mask, ref, items),
             delta=case.get("delta"),
             use_bias_correction_kl=case.get("use_bias_correction_kl", False),
-            max_completion_length=_MAX_LEN,
-            num_items_in_batch=items,
             gradient_accumulation_steps=steps,
         )
         course_loss, course_grad = _course_loss_and_grad(extended_loss, policy, **kwargs)
