@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help setup build release check-release demo test test-fast test-integration lint format lab lab-instructor workspace \
-        autograde merge-shards feedback grades experiment online bench tiny-model qwen-shaped-checkpoint \
+        autograde merge-shards feedback grades experiment online bench tiny-model warm-starts qwen-shaped-checkpoint \
         gpu-wheelhouse preflight clean
 
 help: ## list the targets
@@ -26,13 +26,14 @@ $(VENV)/.setup-stamp: environments/*.txt pyproject.toml tools/cli/setup_env.py
 	@python3 tools/cli/setup_env.py --venv $(VENV) --profile $(PROFILE)
 	@touch $@
 
-setup: $(VENV)/.setup-stamp ## create .venv, install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA), build the tiny checkpoints
+setup: $(VENV)/.setup-stamp ## create .venv, install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA), build the tiny checkpoints and lesson 7's warm starts
 	@$(PY) -m tools.preflight --profile $(PROFILE) --quiet-ok
 	@command -v bwrap >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
 	  || echo "[setup] could not install bubblewrap: the grading sandbox 'bwrap' needs it"; \
 	else echo "[setup] bubblewrap is missing (the grading sandbox 'bwrap'): sudo apt-get install -y bubblewrap"; fi; }
 	@$(PY) -m autograde.pipeline prepare
+	@$(MAKE) --no-print-directory warm-starts
 
 preflight: $(VENV)/.setup-stamp ## print the environment table for PROFILE
 	@$(PY) -m tools.preflight --profile $(PROFILE)
@@ -53,6 +54,9 @@ check-release: $(VENV)/.setup-stamp ## fail if notebooks/ or the README table is
 
 tiny-model: $(VENV)/.setup-stamp ## build (once) the tiny Qwen2-architecture checkpoint used by tests and tiny_cpu runs
 	@$(PY) -m tools.tiny_model
+
+warm-starts: $(VENV)/.setup-stamp ## build (once) lesson 7's SFT warm starts (sft, sft-list) of the tiny model -> .cache/online-sft*-seed0
+	@$(PY) -c "from tools.online_grpo import build_warm_starts; build_warm_starts()"
 
 qwen-shaped-checkpoint: $(VENV)/.setup-stamp ## random-init checkpoint with Qwen2.5-0.5B's shape (offline GPU timing)
 	@$(PY) -m tools.tiny_model --qwen-shaped

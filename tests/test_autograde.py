@@ -250,6 +250,31 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     )
 
 
+def test_feedback_pages_reuse_rendered_cells_only_for_the_same_source():
+    """The exporter memoises highlighted code and rendered Markdown across pages (a class shares most cells): a
+    page renders as it does without the memo, and a changed source or language renders afresh."""
+    import autograde.grpo_grader.preprocessors as pre
+
+    def page(code: str, text: str, lexer: str = "ipython3") -> str:
+        nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": lexer}})
+        nb.cells = [nbformat.v4.new_markdown_cell(text, id="m"), nbformat.v4.new_code_cell(code, id="c")]
+        return pre.FeedbackExporter(template_name="classic").from_notebook_node(nb)[0]
+
+    pre._RENDERED.clear()
+    first = page("x = compute(1)  # 一", "**粗体** $a^2$")
+    assert pre._RENDERED, "nothing was memoised"
+    assert page("x = compute(1)  # 一", "**粗体** $a^2$") == first
+    other = page("y = compute(2)  # 二", "*斜体* $b^2$")
+    assert "二" in other and "斜体" in other and "粗体" not in other and "一" not in other
+    assert page("x = compute(1)  # 一", "**粗体** $a^2$", lexer="text") != first  # another lexer: no highlight spans
+    kept, pre._RENDERED_MAX = pre._RENDERED_MAX, 0
+    try:
+        pre._RENDERED.clear()
+        assert page("x = compute(1)  # 一", "**粗体** $a^2$") == first  # the same page without the memo
+    finally:
+        pre._RENDERED_MAX = kept
+
+
 def test_feedback_pages_carry_formulas_as_mathml_and_never_hidden_tests():
     """Feedback pages need no network for maths (MathML written in the page, no MathJax from a CDN) and never show
     hidden-test source, even for a notebook that still holds it (plain `nbgrader autograde`, another config);

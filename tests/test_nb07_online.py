@@ -507,8 +507,9 @@ def test_real_gpu_preset_trains_only_the_lora_adapter():
 
 @pytest.mark.slow
 def test_committed_records_start_from_a_fresh_warm_start():
-    """The warm-start hash in every committed record equals what a fresh build of its warm start (this recipe, one
-    torch thread) gives: "sft" for the lesson's runs, "sft-list" for the reward-hacking pair."""
+    """The warm-start hash in every committed record equals what this recipe (one torch thread) builds: "sft" for the
+    lesson's runs, "sft-list" for the reward-hacking pair. ``make setup`` builds both into .cache (a fresh build on
+    a fresh clone); a cache whose marker names another recipe or library version is rebuilt here first."""
     fresh = {
         variant: og._content_hash(og.sft_checkpoint_path(seed=0, variant=variant)[0]) for variant in og.WARM_STARTS
     }

@@ -431,6 +431,37 @@ def _mathml_renderer_class():
     return MathMLRenderer
 
 
+# Rendered cell sources, shared by every page this process writes: the learners of a class share most cells (the
+# released text and code), so each is highlighted (pygments: most of a page's time) or rendered from Markdown once.
+_RENDERED: dict[tuple, str] = {}
+_RENDERED_MAX = 50_000
+
+
+def _memo(key: tuple, render) -> str:
+    text = _RENDERED.get(key)
+    if text is None:
+        text = render()
+        if len(_RENDERED) < _RENDERED_MAX:
+            _RENDERED[key] = text
+    return text
+
+
+class _CachedHighlight:
+    """nbconvert's ``highlight_code`` filter (Highlight2HTML) with its output memoised: the output depends only
+    on the source, the language, the lexer and formatter options and the cell's ``magics_language``."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __call__(self, source, language=None, metadata=None):
+        options = (
+            getattr(self.inner, "pygments_lexer", None),
+            repr(sorted(getattr(self.inner, "extra_formatter_options", {}).items())),
+        )
+        magics = (metadata or {}).get("magics_language")
+        return _memo(("code", *options, source, language, magics), lambda: self.inner(source, language, metadata))
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML exporter for the feedback pages, without its BeautifulSoup pass.
 
@@ -447,14 +478,30 @@ class FeedbackExporter(HTMLExporter):
 
     @pass_context
     def markdown2html(self, context, source):
+        cell = context.get("cell", {})
+        attachments = cell.get("attachments", {})
+        path = context.get("resources", {}).get("metadata", {}).get("path", "")
+        if attachments:  # (rare) rendered afresh: the key would have to hold the attachments
+            return self._render_markdown(source, attachments, path)
+        key = (  # the folder matters only where images are embedded from it
+            "markdown",
+            source,
+            path if self.embed_images else None,
+            self.embed_images,
+            self.anchor_link_text,
+            self.exclude_anchor_links,
+            repr(sorted(self.lexer_options.items())),
+        )
+        return _memo(key, lambda: self._render_markdown(source, attachments, path))
+
+    def _render_markdown(self, source, attachments, path):
         from nbconvert.filters.markdown_mistune import MarkdownWithMath
 
-        cell = context.get("cell", {})
         renderer = _mathml_renderer_class()(
             escape=False,
-            attachments=cell.get("attachments", {}),
+            attachments=attachments,
             embed_images=self.embed_images,
-            path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+            path=path,
             anchor_link_text=self.anchor_link_text,
             exclude_anchor_links=self.exclude_anchor_links,
             **self.lexer_options,
@@ -469,6 +516,8 @@ class FeedbackExporter(HTMLExporter):
         langinfo = nb.metadata.get("language_info", {})
         lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
         highlight_code = self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))
+        if not isinstance(highlight_code, _CachedHighlight):
+            highlight_code = _CachedHighlight(highlight_code)
         resources = self._init_resources(resources)
         filter_data_type = WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources)
         self.register_filter("highlight_code", highlight_code)
