@@ -615,6 +615,19 @@ def test_submission_metadata_is_rebuilt_from_the_release():
     assert meta(rebuild_metadata(release, release)[0]) == meta(release)
 
 
+def test_commands_that_grade_nothing_import_no_torch():
+    """The pipeline imports torch (and the oracles) only when it grades a notebook: `feedback`, `grades`,
+    `merge-shards` and a run with nothing new start without it (each pipeline process saved ~3 s of CPU)."""
+    code = "import sys, autograde.pipeline; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"importing autograde.pipeline imported {done.stdout.strip()}"
+    from autograde.grpo_grader import oracle as oracle_lib
+    from autograde.grpo_grader.oracles import oracle_assignments
+
+    assert oracle_lib.oracle_assignments is oracle_assignments and "nb01_group_advantages" in oracle_assignments()
+
+
 def test_empty_or_missing_submissions_say_where_they_go(tmp_path):
     """`make autograde` without submissions says so and prints the expected layout (no gradebook needed)."""
     from autograde.grpo_grader.course import GradingPipeline

@@ -875,7 +875,7 @@ def load_schema() -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(schema_name: str):
     """The schema ``schema_name``'s validator, built (and the schema checked) once per process: ``jsonschema.validate``
     re-checks the schema and builds a validator on every call, 0.1 s each for these schemas, which made reading

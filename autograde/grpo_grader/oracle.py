@@ -423,13 +423,7 @@ class Oracle:
         return cases
 
 
-ORACLES = Path(__file__).resolve().parent / "oracles"
-
-
-def oracle_assignments() -> list[str]:
-    """Every assignment with an oracle module (``oracles/<assignment>.py``; ``_*.py`` are the oracles' helpers):
-    the graded lessons, found where a new lesson's oracle is added."""
-    return sorted(path.stem for path in ORACLES.glob("*.py") if not path.stem.startswith("_"))
+from .oracles import oracle_assignments  # noqa: E402,F401 - (torch-free) the graded lessons, listed in one place
 
 
 def load_oracle(assignment: str) -> Oracle | None:

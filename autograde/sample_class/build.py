@@ -42,7 +42,7 @@ from pathlib import Path
 import nbformat
 
 from autograde.grpo_grader.course import AUTOGRADE, ROOT
-from autograde.grpo_grader.oracle import oracle_assignments
+from autograde.grpo_grader.oracles import oracle_assignments
 
 SAMPLE = AUTOGRADE / "sample_class"
 CASES = SAMPLE / "cases"

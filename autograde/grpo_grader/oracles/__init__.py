@@ -12,9 +12,17 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from pathlib import Path
 
 # a public seed for reproducible in-kernel runs (the test suite sets it); unset, every run draws fresh cases
 KERNEL_SEED_ENV = "GRPO_KERNEL_CASES_SEED"
+
+
+def oracle_assignments() -> list[str]:
+    """Every assignment with an oracle module (``oracles/<assignment>.py``; ``_*.py`` are the oracles' helpers):
+    the graded lessons, found where a new lesson's oracle is added. Here, not in ``oracle.py``, so that listing them
+    imports no torch (``python -m autograde.pipeline feedback``, ``grades``... never need it)."""
+    return sorted(path.stem for path in Path(__file__).resolve().parent.glob("*.py") if not path.stem.startswith("_"))
 
 
 def run_in_kernel(
