@@ -260,7 +260,7 @@ def test_feedback_pages_reuse_rendered_cells_only_for_the_same_source():
         nb.cells = [nbformat.v4.new_markdown_cell(text, id="m"), nbformat.v4.new_code_cell(code, id="c")]
         return pre.FeedbackExporter(template_name="classic").from_notebook_node(nb)[0]
 
-    pre._RENDERED.clear()
+    pre.clear_rendered()
     first = page("x = compute(1)  # 一", "**粗体** $a^2$")
     assert pre._RENDERED, "nothing was memoised"
     assert page("x = compute(1)  # 一", "**粗体** $a^2$") == first
@@ -269,7 +269,7 @@ def test_feedback_pages_reuse_rendered_cells_only_for_the_same_source():
     assert page("x = compute(1)  # 一", "**粗体** $a^2$", lexer="text") != first  # another lexer: no highlight spans
     kept, pre._RENDERED_MAX = pre._RENDERED_MAX, 0
     try:
-        pre._RENDERED.clear()
+        pre.clear_rendered()
         assert page("x = compute(1)  # 一", "**粗体** $a^2$") == first  # the same page without the memo
     finally:
         pre._RENDERED_MAX = kept

@@ -434,16 +434,27 @@ def _mathml_renderer_class():
 # Rendered cell sources, shared by every page this process writes: the learners of a class share most cells (the
 # released text and code), so each is highlighted (pygments: most of a page's time) or rendered from Markdown once.
 _RENDERED: dict[tuple, str] = {}
-_RENDERED_MAX = 50_000
+_RENDERED_MAX = 32 * 2**20  # characters of source and output kept (about 64-128 MiB); beyond it, rendered afresh
+_rendered_size = 0
 
 
 def _memo(key: tuple, render) -> str:
+    global _rendered_size
     text = _RENDERED.get(key)
     if text is None:
         text = render()
-        if len(_RENDERED) < _RENDERED_MAX:
+        size = len(text) + sum(len(part) for part in key if isinstance(part, str))
+        if _rendered_size + size <= _RENDERED_MAX:
             _RENDERED[key] = text
+            _rendered_size += size
     return text
+
+
+def clear_rendered() -> None:
+    """Forget every memoised cell (tests; a long-lived process that wants its memory back)."""
+    global _rendered_size
+    _RENDERED.clear()
+    _rendered_size = 0
 
 
 class _CachedHighlight:
