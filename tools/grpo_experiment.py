@@ -955,10 +955,10 @@ def validate_record(record: Mapping[str, Any]) -> None:
     """Raise if ``record`` breaks the schema (jsonschema) or holds a NaN/inf (which JSON cannot carry)."""
     import jsonschema
 
+    from tools.notebook_runtime import schema_validator
+
     json.dumps(record, allow_nan=False)  # ValueError on NaN / inf anywhere
-    validator_cls = jsonschema.validators.validator_for(load_schema())
-    validator = validator_cls(load_schema())
-    errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
+    errors = sorted(schema_validator(SCHEMA_PATH).iter_errors(record), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "<root>"

@@ -870,22 +870,7 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def load_schema() -> dict:
-    path = Path(__file__).resolve().parent / "schemas" / "online-grpo-v1.json"
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-@functools.cache
-def _validator(schema_name: str):
-    """The schema ``schema_name``'s validator, built (and the schema checked) once per process: ``jsonschema.validate``
-    re-checks the schema and builds a validator on every call, 0.1 s each for these schemas, which made reading
-    the ablation records take 20 s of nb07's run."""
-    import jsonschema
-
-    schema = {"record": load_schema, "seeds": load_seeds_schema}[schema_name]()
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
+_SCHEMAS = {"record": "online-grpo-v1.json", "seeds": "online-grpo-seeds-v1.json"}  # under tools/schemas/
 
 
 def _validate(instance, schema_name: str) -> None:
@@ -893,7 +878,9 @@ def _validate(instance, schema_name: str) -> None:
     ``instance`` breaks the schema ``schema_name``."""
     import jsonschema
 
-    validator = _validator(schema_name)
+    from tools.notebook_runtime import schema_validator
+
+    validator = schema_validator(Path(__file__).resolve().parent / "schemas" / _SCHEMAS[schema_name])
     if not validator.is_valid(instance):
         raise jsonschema.exceptions.best_match(validator.iter_errors(instance))
 
@@ -1229,11 +1216,6 @@ def mean_ci95(values) -> dict:
         "n": n,
         "sd": round(sd, 6),
     }
-
-
-def load_seeds_schema() -> dict:
-    path = Path(__file__).resolve().parent / "schemas" / "online-grpo-seeds-v1.json"
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def validate_seeds_summary(summary) -> None:

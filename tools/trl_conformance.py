@@ -955,11 +955,9 @@ def check_trl_conformance(
 
 def validate_result(result):
     """Raise jsonschema.ValidationError when ``result`` breaks tools/schemas/trl-conformance-v1.json (or holds NaN)."""
-    import jsonschema
+    from tools.notebook_runtime import schema_validator
 
-    with open(SCHEMA_PATH, encoding="utf-8") as handle:
-        schema = json.load(handle)
-    jsonschema.validators.validator_for(schema)(schema).validate(result)
+    schema_validator(SCHEMA_PATH).validate(result)
     json.dumps(result, allow_nan=False)  # NaN / inf cannot be carried by JSON
 
 

@@ -463,14 +463,14 @@ class _CachedHighlight:
 
     def __init__(self, inner) -> None:
         self.inner = inner
+        self.options = (  # what the output depends on besides the cell: fixed for this filter
+            getattr(inner, "pygments_lexer", None),
+            repr(sorted(getattr(inner, "extra_formatter_options", {}).items())),
+        )
 
     def __call__(self, source, language=None, metadata=None):
-        options = (
-            getattr(self.inner, "pygments_lexer", None),
-            repr(sorted(getattr(self.inner, "extra_formatter_options", {}).items())),
-        )
         magics = (metadata or {}).get("magics_language")
-        return _memo(("code", *options, source, language, magics), lambda: self.inner(source, language, metadata))
+        return _memo(("code", *self.options, source, language, magics), lambda: self.inner(source, language, metadata))
 
 
 class FeedbackExporter(HTMLExporter):
