@@ -20,34 +20,30 @@ from pathlib import Path
 
 from .sandbox import exit_like_an_interpreter
 
-PRELOAD = (
-    [
-        "nbgrader.apps.nbgraderapp",
-        "nbgrader.apps.autogradeapp",
-        "nbgrader.converters.autograde",
-        "nbgrader.preprocessors",
-        "nbgrader.api",
-        "nbconvert.preprocessors",
-        "nbclient",
-        "jupyter_client.manager",
-        "jupyter_client.asynchronous",
-        "sqlalchemy",
-        "sqlalchemy.dialects.sqlite",
-        "sqlite3",
-        "ipykernel.kernelspec",
-        "IPython.display",
-        "autograde.grpo_grader.preprocessors",
-        # StripHiddenTests loads the assignment's oracle in every nbgrader child (torch comes with it)
-        "autograde.grpo_grader.oracle",
-    ]
-    + sorted(
-        f"autograde.grpo_grader.oracles.{path.stem}"
-        for path in (Path(__file__).resolve().parent / "oracles").glob("nb*.py")
-    )
-    + [
-        "autograde.grpo_grader.nbgrader_forkserver_preload",  # compiled validators, configured mappers: built once, inherited
-    ]
+PRELOAD = [
+    "nbgrader.apps.nbgraderapp",
+    "nbgrader.apps.autogradeapp",
+    "nbgrader.converters.autograde",
+    "nbgrader.preprocessors",
+    "nbgrader.api",
+    "nbconvert.preprocessors",
+    "nbclient",
+    "jupyter_client.manager",
+    "jupyter_client.asynchronous",
+    "sqlalchemy",
+    "sqlalchemy.dialects.sqlite",
+    "sqlite3",
+    "ipykernel.kernelspec",
+    "IPython.display",
+    "autograde.grpo_grader.preprocessors",
+    # StripHiddenTests loads the assignment's oracle in every nbgrader child (torch comes with it)
+    "autograde.grpo_grader.oracle",
+] + sorted(
+    f"autograde.grpo_grader.oracles.{path.stem}"
+    for path in (Path(__file__).resolve().parent / "oracles").glob("nb*.py")
 )
+# compiled validators, configured mappers, then gc.freeze: imported after every other preload
+WARM_UP = "autograde.grpo_grader.nbgrader_forkserver_preload"
 
 _context = None
 _lock = threading.Lock()
@@ -62,8 +58,10 @@ def _get_context():
             # preloading what it imported (the grader's modules, torch through the oracle) makes that a re-run of
             # module-level definitions, not an import of torch per notebook
             main = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
-            extra = sorted(name for name in sys.modules if name.startswith("autograde.") and name != main)
-            context.set_forkserver_preload(PRELOAD + extra)
+            extra = sorted(
+                name for name in sys.modules if name.startswith("autograde.") and name not in (main, WARM_UP)
+            )
+            context.set_forkserver_preload(PRELOAD + extra + [WARM_UP])
             _context = context
         return _context
 
