@@ -33,50 +33,33 @@ c.ClearSolutions.text_stub = "在这里写下你的回答。"
 
 # ----------------------------------------------------------------------------- autograding
 
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import (
-    AssignLatePenalties,
-    CheckCellMetadata,
-    ClearOutput,
-    DeduplicateIds,
-    GetGrades,
-    IgnorePattern,
-    LimitOutput,
-    OverwriteCells,
-    OverwriteKernelspec,
-    SaveAutoGrades,
-)
-
-from autograde.grpo_grader.preprocessors import (
-    HideHiddenTests,
-    RestoreBootstrap,
-    RestoreTrusted,
-    SafeExecute,
-    StripHiddenTests,
-)
-
+# The preprocessors are named by import path (nbconvert imports each one when nbgrader registers it, as it does for
+# `exporter_class` below): reading this file imports nothing of nbgrader's, so a lesson's hidden-test cell, which
+# reads the oracle flags at the end of this file (oracles.run_in_kernel), loads it in milliseconds, not ~1.3 s.
+# (`make lab-instructor` imports each of them when it checks this file: tools/cli/lab.py.)
+#
 # nbgrader's own steps, plus: the hidden tests of oracle-graded cells never run in the learner's kernel
 # (StripHiddenTests: the oracle grades them outside it), the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
 # rebound are put back before each test cell (RestoreTrusted), and execution survives floods of output and
 # dead kernels (SafeExecute, a subclass of nbgrader's Execute). See autograde/grpo_grader/preprocessors.py.
 c.Autograde.sanitize_preprocessors = [
-    ClearOutput,
-    DeduplicateIds,
-    OverwriteKernelspec,
-    OverwriteCells,
-    StripHiddenTests,
-    RestoreBootstrap,
-    RestoreTrusted,
-    CheckCellMetadata,
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "autograde.grpo_grader.preprocessors.StripHiddenTests",
+    "autograde.grpo_grader.preprocessors.RestoreBootstrap",
+    "autograde.grpo_grader.preprocessors.RestoreTrusted",
+    "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.Autograde.autograde_preprocessors = [
-    SafeExecute,
-    IgnorePattern,
-    ClearMetadataPreprocessor,
-    LimitOutput,
-    SaveAutoGrades,
-    AssignLatePenalties,
-    CheckCellMetadata,
+    "autograde.grpo_grader.preprocessors.SafeExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
 ]
 # Locked cells edited by a learner are restored from the gradebook by checksum (nbgrader's default);
 # deleted test cells are put back too, so that deleting a test never skips it.
@@ -121,7 +104,11 @@ c.LimitOutput.max_lines = 1000
 c.LimitOutput.max_traceback = 100
 
 # Feedback shows the messages of failed hidden tests but not their code.
-c.GenerateFeedback.preprocessors = [HideHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
+c.GenerateFeedback.preprocessors = [
+    "autograde.grpo_grader.preprocessors.HideHiddenTests",
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
 # nbconvert's HTML exporter without its BeautifulSoup pass over the whole page (most of the time it took)
 c.GenerateFeedback.exporter_class = "autograde.grpo_grader.preprocessors.FeedbackExporter"
 

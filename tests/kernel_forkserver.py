@@ -41,12 +41,6 @@ WARM = (
     "transformers",
     "transformers.models.qwen2.modeling_qwen2",
     "peft",
-    # the lessons' hidden-test cells (oracles.run_in_kernel) load the course config, which imports nbgrader's and the
-    # grader's preprocessors: ~1.3 s of every kernel that runs a graded lesson
-    "nbconvert.preprocessors",
-    "nbgrader.preprocessors",
-    "autograde.grpo_grader.preprocessors",
-    "autograde.grpo_grader.course",
 )  # and the grader's sandbox.KERNEL_INIT: what ipykernel imports while a kernel starts
 # variables that modules read when they are imported (interpreter, threads, caches, config folders)
 IMPORT_TIME_ENV = (

@@ -923,9 +923,11 @@ _NO_EDITABLE_LOAD = """
 import sys
 sys.path.append(sys.argv[2])
 from traitlets.config.loader import PyFileConfigLoader
+from traitlets.utils.importstring import import_item
 config = PyFileConfigLoader("nbgrader_config.py", path=sys.argv[1]).load_config()
-print(sorted({sys.modules[p.__module__].__file__ for p in config.GenerateFeedback.preprocessors
-              if p.__module__.startswith("autograde")}))
+# the preprocessors are named by import path: imported here as nbconvert imports them when nbgrader registers them
+loaded = [import_item(p) if isinstance(p, str) else p for p in config.GenerateFeedback.preprocessors]
+print(sorted({sys.modules[p.__module__].__file__ for p in loaded if p.__module__.startswith("autograde")}))
 """
 
 

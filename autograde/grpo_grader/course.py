@@ -148,17 +148,37 @@ class GradingPipeline(Configurable):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        from nbgrader.coursedir import CourseDirectory
-        from nbgrader.preprocessors import Execute
-
-        from .preprocessors import SafeExecute
-
-        config = kwargs.get("config")
         self.course = Path(course or AUTOGRADE).resolve()  # the nbgrader course root
-        # read from nbgrader's own sections (their defaults when the file does not set them)
-        self.cell_timeout = int(cell_timeout if cell_timeout is not None else Execute(config=config).timeout)
-        self.course_id = course_id if course_id is not None else CourseDirectory(config=config).course_id
-        self.demo_cells = dict(demo_cells if demo_cells is not None else SafeExecute(config=config).demo_cells)
+        self._nbgrader_config = kwargs.get("config")
+        self._cell_timeout = int(cell_timeout) if cell_timeout is not None else None
+        self._course_id = course_id
+        self._demo_cells = dict(demo_cells) if demo_cells is not None else None
+
+    # Read from nbgrader's own sections (their defaults when the file does not set them) when first asked for: that
+    # imports nbgrader (~1 s), which a lesson's hidden-test cell reading only `oracle_flags` never needs.
+    @property
+    def cell_timeout(self) -> int:
+        if self._cell_timeout is None:
+            from nbgrader.preprocessors import Execute
+
+            self._cell_timeout = int(Execute(config=self._nbgrader_config).timeout)
+        return self._cell_timeout
+
+    @property
+    def course_id(self) -> str:
+        if self._course_id is None:
+            from nbgrader.coursedir import CourseDirectory
+
+            self._course_id = CourseDirectory(config=self._nbgrader_config).course_id
+        return self._course_id
+
+    @property
+    def demo_cells(self) -> dict:
+        if self._demo_cells is None:
+            from .preprocessors import SafeExecute
+
+            self._demo_cells = dict(SafeExecute(config=self._nbgrader_config).demo_cells)
+        return self._demo_cells
 
     @property
     def config_file(self) -> Path:

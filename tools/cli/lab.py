@@ -203,10 +203,14 @@ def server_env(root: Path, role: str, config: Path, base: dict) -> dict:
 # must load and be the course's (its feedback drops hidden tests, its autograde strips them).
 _CONFIG_CHECK = """
 from traitlets.config.loader import PyFileConfigLoader
+from traitlets.utils.importstring import import_item
 config = PyFileConfigLoader("nbgrader_config.py", path=".").load_config()
-names = lambda key, section: [getattr(p, "__name__", str(p)) for p in config[section][key]]
+def names(key, section):  # each preprocessor imported (the config names them by import path, nbconvert imports them)
+    return [(import_item(p) if isinstance(p, str) else p).__name__ for p in config[section][key]]
 assert "HideHiddenTests" in names("preprocessors", "GenerateFeedback"), "GenerateFeedback.preprocessors"
 assert "StripHiddenTests" in names("sanitize_preprocessors", "Autograde"), "Autograde.sanitize_preprocessors"
+assert "SafeExecute" in names("autograde_preprocessors", "Autograde"), "Autograde.autograde_preprocessors"
+import_item(config.GenerateFeedback.exporter_class)
 """
 
 
