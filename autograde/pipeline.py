@@ -194,6 +194,20 @@ def _open_sandbox(settings: GradingPipeline, base: Path, workers: int):
     return sandbox
 
 
+def zygote_warm_calls(works) -> tuple[str, ...]:
+    """The ``ZYGOTE_WARM`` calls of the oracles of the assignments in ``works`` (each a learner's work list)."""
+    import importlib
+
+    calls: list[str] = []
+    for assignment in sorted({a for work in works for a, _, _ in work}):
+        try:
+            module = importlib.import_module(f"autograde.grpo_grader.oracles.{assignment}")
+        except ImportError:
+            continue
+        calls += [c for c in getattr(module, "ZYGOTE_WARM", ()) if c not in calls]
+    return tuple(calls)
+
+
 def _grade_in_slots(
     settings: GradingPipeline,
     course_info: dict,
@@ -316,6 +330,7 @@ def autograde(
                 threads=threads,
                 ipc=(sockets / f"slot{k}") if mounted else None,
                 zygotes=runnable > workers,
+                oracle_warm=zygote_warm_calls(work for _, work in todo),
             )
             for k in range(workers)
         ]

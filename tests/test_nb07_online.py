@@ -736,3 +736,35 @@ def test_trl_gets_the_real_gpu_lora_adapter_on_the_qwen_shaped_model():
     assert sum(trainable.values()) == expected == 24 * 16 * (2 * (896 + 896) + 2 * (896 + 128))
     assert all("lora_" in n for n in trainable) and sum(trainable.values()) < 0.01 * total
     assert og.preset_lora_config("tiny_cpu") is None and og.preset_lora_config("smoke") is None
+
+
+@pytest.mark.slow
+def test_grading_policy_is_built_once_and_every_call_gets_its_own_copy():
+    """The grader's oracle zygote builds the lesson's grading policy once and forks drivers from it
+    (``ZYGOTE_WARM``): a second call returns the same weights without a second build, as a copy that a caller may
+    change without changing the next one's (a driver's learner code trains its model)."""
+    import torch
+
+    first, tokenizer = og.grading_policy(seed=0)
+    built = dict(og._GRADING_POLICIES)
+    second, other_tokenizer = og.grading_policy(seed=0)
+    assert og._GRADING_POLICIES == built  # no second build
+    assert first is not second and tokenizer is not other_tokenizer
+    pairs = list(zip(first.parameters(), second.parameters()))
+    assert all(torch.equal(a, b) for a, b in pairs)
+    with torch.no_grad():
+        pairs[0][0].add_(1.0)  # a caller changes its copy...
+    third, _ = og.grading_policy(seed=0)
+    assert torch.equal(next(third.parameters()), pairs[0][1])  # ...the next copy is the built one
+    assert not torch.equal(pairs[0][0], pairs[0][1])  # (and the comparison can fail)
+
+
+def test_only_the_lessons_being_graded_warm_the_oracle_zygote():
+    """The oracle zygote makes the ``ZYGOTE_WARM`` calls of the lessons in the run only: lesson 7's grading policy
+    (~4 s per zygote) is built where a lesson 7 notebook will be graded, and nowhere else."""
+    from autograde.pipeline import zygote_warm_calls
+
+    lesson7 = [("nb07_online_grpo", None, "fp")]
+    others = [("nb01_group_advantages", None, "fp"), ("nb02_grpo_objective", None, "fp")]
+    assert zygote_warm_calls([others, lesson7]) == ("tools.online_grpo:grading_policy",)
+    assert zygote_warm_calls([others]) == () and zygote_warm_calls([]) == ()

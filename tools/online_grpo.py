@@ -22,6 +22,7 @@ them live in the lesson and are saved (``#@save``) into ``tools/lessons/nb07_onl
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import json
@@ -1777,13 +1778,33 @@ def ablation_table(records: dict) -> str:
 GRADING_SFT_STEPS = 40
 
 
+_GRADING_POLICIES: dict = {}  # seed -> (model, tokenizer) as built, in this process
+
+
 def grading_policy(seed: int = 0):
-    """(model, tokenizer) built in memory, without any cache: the tiny Qwen2 architecture, seeded random init, then
-    GRADING_SFT_STEPS steps of SFT on ``a+b=`` -> answer<EOS> so that sampled completions end with EOS often.
+    """(model, tokenizer): the tiny Qwen2 architecture, seeded random init, then GRADING_SFT_STEPS steps of SFT on
+    ``a+b=`` -> answer<EOS> so that sampled completions end with EOS often. Built in memory (no file cache), on one
+    torch thread, once per process and seed; every call returns its own deep copy (5 ms), so no caller sees what
+    another did to its model.
 
     For the lesson's grading oracle (autograde/grpo_grader/oracles/nb07_online_grpo.py): the grader and the
-    learner-side driver build the same weights (one torch thread), a few seconds on a CPU.
+    learner-side driver build the same weights, ~4 CPU-seconds; the grader's oracle zygote builds them once before it
+    forks the lesson's drivers (``ZYGOTE_WARM`` of the oracle).
     """
+    import torch
+
+    if seed not in _GRADING_POLICIES:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            _GRADING_POLICIES[seed] = _build_grading_policy(seed)
+        finally:
+            torch.set_num_threads(threads)
+    model, tokenizer = _GRADING_POLICIES[seed]
+    return copy.deepcopy(model), copy.deepcopy(tokenizer)
+
+
+def _build_grading_policy(seed: int):
     import torch
 
     from tools import tiny_model

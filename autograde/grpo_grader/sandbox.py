@@ -628,6 +628,12 @@ def zygote_main(spec_text: str) -> None:
             print(f"[grading sandbox] zygote: no warm {name}: {error!r}", file=sys.stderr, flush=True)
     if spec.get("warm", True):
         warm_first_use()
+        for target in spec.get("warm_calls", ()):  # "module:function" of the lessons being graded (ZYGOTE_WARM)
+            module, _, function = target.partition(":")
+            try:
+                getattr(importlib.import_module(module), function)()
+            except Exception as error:  # noqa: BLE001 - optional: each job builds what it needs itself
+                print(f"[grading sandbox] zygote: no warm {target}: {error!r}", file=sys.stderr, flush=True)
     freeze_for_forks()
     clean = True
     while clean:

@@ -173,9 +173,11 @@ class Slot:
         ipc: Path | None = None,
         oracle_uid: int | None = None,
         zygotes: bool = True,
+        oracle_warm: tuple[str, ...] = (),
     ):
         self.settings = settings
         self.zygotes = zygotes  # False: no zygote for this slot even where the settings allow one (one kernel only)
+        self.oracle_warm = oracle_warm  # "module:function" calls the oracle zygote makes once (oracles' ZYGOTE_WARM)
         self.sandbox = sandbox
         self.dir = base / name
         self.nbgrader = self.dir / "nbgrader"
@@ -560,7 +562,8 @@ class Slot:
         started = time.monotonic()
         if self.zygote is None or self.zygote.poll() is not None:
             self._stop_oracle_zygote()
-            self.zygote = self.oracle_process = self._start_zygote("oracle", self._oracle_spec([]), warm)
+            spec = {**self._oracle_spec([]), "warm_calls": list(self.oracle_warm)}
+            self.zygote = self.oracle_process = self._start_zygote("oracle", spec, warm)
         job = {
             name: (job_dir / name).read_text(encoding="utf-8") if (job_dir / name).is_file() else ""
             for name in ("driver.py", "job.json")

@@ -1,7 +1,7 @@
 """The learner-side harness of lesson 7's oracle (``HARNESS`` of ``nb07_online_grpo.py``).
 
 A model cannot travel as plain data, so lesson 7's cases call these functions instead of the learner's: each builds
-``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded, a few seconds, no cache) and calls the
+``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded; built once per process, or inherited from the oracle zygote that built it) and calls the
 learner's ``sample_group`` / ``grpo_step`` on it with the inputs the grader sent. This file is not imported: the
 driver runs its source as the first cell of the learner's notebook, and ``oracles.run_in_kernel`` executes it in the
 kernel's ``globals()``, so the learner's functions are found in that namespace when a case calls them. It also

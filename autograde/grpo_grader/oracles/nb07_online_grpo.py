@@ -2,8 +2,8 @@
 
 The two model-backed functions cannot receive a model over the wire, so the oracle's harness
 (``_nb07_harness.py``) defines ``_oracle_sample``, ``_oracle_sample_seeds`` and ``_oracle_step`` in the
-learner-side namespace: they build ``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded, a few seconds, no
-cache) and call the learner's function on it with the inputs the grader sends. The grader builds the same policy in its own process and computes every expectation itself:
+learner-side namespace: they build ``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded, ~4 s to
+build, once per process: the slot's oracle zygote builds it before forking, ``ZYGOTE_WARM``) and call the learner's function on it with the inputs the grader sends. The grader builds the same policy in its own process and computes every expectation itself:
 float64 log-probs of the returned tokens at the given temperature, the EOS mask of the returned ids, the sampled
 first-token frequency against the softmax, and for grpo_step a float64 re-derivation of the whole update (losses,
 clip ratios, approx KL, parameters after AdamW). log_step_metrics is pure data. The setup cells that load the SFT
@@ -51,6 +51,8 @@ SKIP_SETUP = ("setup_warm_start", "demo_sample_group", "demo_ablations")  # grad
 # the learner-side harness the driver runs first: the calls of sample_group / grpo_step on a model
 HARNESS = Path(__file__).with_name("_nb07_harness.py")
 FLAGS: dict = {}
+# built once in each slot's oracle zygote before it forks this lesson's drivers (each would otherwise build it: ~4 s)
+ZYGOTE_WARM = ("tools.online_grpo:grading_policy",)
 
 
 @lru_cache(maxsize=1)
