@@ -195,16 +195,13 @@ def _open_sandbox(settings: GradingPipeline, base: Path, workers: int):
 
 
 def zygote_warm_calls(works) -> tuple[str, ...]:
-    """The ``ZYGOTE_WARM`` calls of the oracles of the assignments in ``works`` (each a learner's work list)."""
-    import importlib
+    """The ``Oracle.zygote_warm`` calls of the assignments in ``works`` (each a learner's work list), once each."""
+    from autograde.grpo_grader.oracle import load_oracle
 
     calls: list[str] = []
     for assignment in sorted({a for work in works for a, _, _ in work}):
-        try:
-            module = importlib.import_module(f"autograde.grpo_grader.oracles.{assignment}")
-        except ImportError:
-            continue
-        calls += [c for c in getattr(module, "ZYGOTE_WARM", ()) if c not in calls]
+        oracle = load_oracle(assignment)
+        calls += [c for c in (oracle.zygote_warm if oracle else ()) if c not in calls]
     return tuple(calls)
 
 
@@ -318,6 +315,7 @@ def autograde(
         sockets = base / "sockets"
         if sandbox.mode == "bwrap" and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
+        oracle_warm = zygote_warm_calls(work for _, work in todo)
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         slots = [
             Slot(
@@ -330,7 +328,7 @@ def autograde(
                 threads=threads,
                 ipc=(sockets / f"slot{k}") if mounted else None,
                 zygotes=runnable > workers,
-                oracle_warm=zygote_warm_calls(work for _, work in todo),
+                oracle_warm=oracle_warm,
             )
             for k in range(workers)
         ]

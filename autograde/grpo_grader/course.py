@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -150,35 +151,33 @@ class GradingPipeline(Configurable):
         super().__init__(**kwargs)
         self.course = Path(course or AUTOGRADE).resolve()  # the nbgrader course root
         self._nbgrader_config = kwargs.get("config")
-        self._cell_timeout = int(cell_timeout) if cell_timeout is not None else None
-        self._course_id = course_id
-        self._demo_cells = dict(demo_cells) if demo_cells is not None else None
+        # given values stand in for the cached ones of the properties below
+        if cell_timeout is not None:
+            self.__dict__["cell_timeout"] = int(cell_timeout)
+        if course_id is not None:
+            self.__dict__["course_id"] = course_id
+        if demo_cells is not None:
+            self.__dict__["demo_cells"] = dict(demo_cells)
 
-    # Read from nbgrader's own sections (their defaults when the file does not set them) when first asked for: that
-    # imports nbgrader (~1 s), which a lesson's hidden-test cell reading only `oracle_flags` never needs.
-    @property
+    # Read from nbgrader's own sections (their defaults when the file does not set them) when first asked for, unless
+    # given: that imports nbgrader (~1 s), which a lesson's hidden-test cell reading only `oracle_flags` never needs.
+    @functools.cached_property
     def cell_timeout(self) -> int:
-        if self._cell_timeout is None:
-            from nbgrader.preprocessors import Execute
+        from nbgrader.preprocessors import Execute
 
-            self._cell_timeout = int(Execute(config=self._nbgrader_config).timeout)
-        return self._cell_timeout
+        return int(Execute(config=self._nbgrader_config).timeout)
 
-    @property
+    @functools.cached_property
     def course_id(self) -> str:
-        if self._course_id is None:
-            from nbgrader.coursedir import CourseDirectory
+        from nbgrader.coursedir import CourseDirectory
 
-            self._course_id = CourseDirectory(config=self._nbgrader_config).course_id
-        return self._course_id
+        return CourseDirectory(config=self._nbgrader_config).course_id
 
-    @property
+    @functools.cached_property
     def demo_cells(self) -> dict:
-        if self._demo_cells is None:
-            from .preprocessors import SafeExecute
+        from .preprocessors import SafeExecute
 
-            self._demo_cells = dict(SafeExecute(config=self._nbgrader_config).demo_cells)
-        return self._demo_cells
+        return dict(SafeExecute(config=self._nbgrader_config).demo_cells)
 
     @property
     def config_file(self) -> Path:

@@ -406,6 +406,12 @@ class Oracle:
         of the learner's functions that cannot travel as plain data, imports that skipped setup cells provide)."""
         return "" if self.harness is None else self.harness.read_text(encoding="utf-8")
 
+    @property
+    def zygote_warm(self) -> tuple[str, ...]:
+        """``"module:function"`` calls (``ZYGOTE_WARM``) that a slot's oracle zygote makes once before it forks this
+        lesson's drivers: what every driver would otherwise build itself (lesson 7's grading policy)."""
+        return tuple(getattr(self.module, "ZYGOTE_WARM", ()))
+
     def skip_setup(self, grade_id: str | None) -> bool:
         """Whether the driver leaves out this locked setup cell: its release grade_id is in ``SKIP_SETUP``
         (never a source substring: a learner's own cell has no grade_id and always runs)."""
