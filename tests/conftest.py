@@ -246,6 +246,26 @@ class WarmKernels:
             shutil.rmtree(self._folder, ignore_errors=True)
 
 
+# The long chains first. `make test` hands whole files to two pytest-xdist workers in collection order
+# (`--dist loadfile --no-loadscope-reorder`), so these start at once and the short files fill the end (longest
+# processing time first). It also keeps two workers from wanting one notebook execution at the same moment, where
+# one would wait on the other's lock: test_nb07_online.py executes lesson 7 long before test_notebooks.py asks for
+# it (in alphabetical order the two met, and a worker waited 15 s).
+LONG_CHAINS = (
+    "test_autograde_class.py",  # the sample class graded once, then regraded, exported and sharded
+    "test_nb07_online.py",  # lesson 7 executed and trained
+    "test_launch.py",  # lab servers and the course's launch paths
+    "test_browser.py",  # JupyterLab in Chromium
+    "test_benchmarks.py",  # every benchmark at tiny size
+)
+assert all((Path(__file__).parent / name).is_file() for name in LONG_CHAINS), "LONG_CHAINS names a missing file"
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: index for index, name in enumerate(LONG_CHAINS)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_CHAINS)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def notebook_runs(tmp_path_factory) -> NotebookRuns:
     folder = _run_folder(tmp_path_factory) / "notebook-runs"

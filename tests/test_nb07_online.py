@@ -707,15 +707,21 @@ def test_trl_seeds_summary_uses_the_same_start_settings_and_evaluation():
 @pytest.mark.slow
 def test_trl_gets_the_real_gpu_lora_adapter_on_the_qwen_shaped_model():
     """real_gpu through TRL: train_with_trl hands the preset's LoRA adapter to GRPOTrainer as peft_config, so on
-    Qwen2.5-0.5B's architecture (random weights, built in memory) only the adapter on q/k/v/o trains - the count
-    from the shapes, rank x (in + out) per targeted Linear - and without it every parameter would."""
+    Qwen2.5-0.5B's architecture (built in memory) only the adapter on q/k/v/o trains - the count from the shapes,
+    rank x (in + out) per targeted Linear - and without it every parameter would. Nothing runs forward, so the
+    weights are left uninitialised (built on the meta device, then allocated): a random init of 0.5 B parameters on
+    one thread took 10 of the test's 13 CPU-s."""
     import torch
 
     from tools import online_trl, tiny_model
 
     torch.set_num_threads(1)
     tokenizer = tiny_model.build_qwen25_like_tokenizer()
-    model = tiny_model._build_model(dict(tiny_model.QWEN25_05B_ARCHITECTURE), tokenizer, 0, torch.bfloat16)
+    with torch.device("meta"):
+        model = tiny_model._build_model(dict(tiny_model.QWEN25_05B_ARCHITECTURE), tokenizer, 0, torch.bfloat16)
+    model = model.to_empty(device="cpu")  # real (uninitialised) CPU storage: the trainer and peft need tensors
+    model.tie_weights()  # to_empty gives the tied embedding and head separate storage: tie them again
+    assert model.lm_head.weight is model.model.embed_tokens.weight
     lora = og.RUN_PRESETS["real_gpu"]["lora"]
     expected = sum(
         lora["rank"] * (m.in_features + m.out_features)
