@@ -41,6 +41,10 @@ from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, Boun
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
 SCRATCH = [["/tmp", "256m"], ["/var/tmp", "16m"], ["/dev/shm", "64m"]]
+# A zygote's warm-up (imports, lesson 7's grading policy; seconds, longer on a busy machine) is the grader's time: a
+# slot waits up to this long for a new zygote to answer before the time limits of the learner's notebook or driver
+# start counting (the first learners of a run once lost points to the warm-ups of four zygotes on two cores).
+ZYGOTE_READY_SECONDS = 180
 WORKDIR_SIZE = "256m"  # the kernel's private working folder (and HOME), a tmpfs of its own
 
 
@@ -518,8 +522,11 @@ class Slot:
             _stop(self.kernel_zygote)
             self._close_alive("kernel")
             self.kernel_zygote = self._start_zygote("kernel", json.loads(self.spec_path.read_text()), warm)
+            self._answers(self.kernel_zygote, "kernel", ZYGOTE_READY_SECONDS)  # warm before a notebook's clock starts
 
-    def _answers(self, zygote: subprocess.Popen, timeout: float = 60) -> bool:
+    def _answers(self, zygote: subprocess.Popen, kind: str = "kernel", timeout: float = 60) -> bool:
+        """Whether the ``kind`` zygote serves: it answers a ping once it has warmed up and cleaned up after its last
+        job (within ``timeout`` seconds)."""
         import socket
 
         if zygote.poll() is not None:
@@ -527,7 +534,7 @@ class Slot:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as channel:
             try:
                 channel.settimeout(timeout)
-                channel.connect(str(self.sockets / "kernel"))
+                channel.connect(str(self.sockets / kind))
                 channel.send(json.dumps({"ping": True}).encode())
                 return channel.recv(64) == b'{"pong": true}'
             except OSError:
@@ -559,11 +566,12 @@ class Slot:
         a fresh one; after each job the zygote has killed every process of the oracle's uid and removed its files."""
         import socket
 
-        started = time.monotonic()
         if self.zygote is None or self.zygote.poll() is not None:
             self._stop_oracle_zygote()
             spec = {**self._oracle_spec([]), "warm_calls": list(self.oracle_warm)}
             self.zygote = self.oracle_process = self._start_zygote("oracle", spec, warm)
+            self._answers(self.zygote, "oracle", ZYGOTE_READY_SECONDS)
+        started = time.monotonic()  # the job's clock starts at a zygote that serves (see ZYGOTE_READY_SECONDS)
         job = {
             name: (job_dir / name).read_text(encoding="utf-8") if (job_dir / name).is_file() else ""
             for name in ("driver.py", "job.json")
