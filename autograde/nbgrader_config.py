@@ -41,7 +41,8 @@ c.ClearSolutions.text_stub = "在这里写下你的回答。"
 # nbgrader's own steps, plus: the hidden tests of oracle-graded cells never run in the learner's kernel
 # (StripHiddenTests: the oracle grades them outside it), the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
 # rebound are put back before each test cell (RestoreTrusted), and execution survives floods of output and
-# dead kernels (SafeExecute, a subclass of nbgrader's Execute). See autograde/grpo_grader/preprocessors.py.
+# dead kernels (SafeExecute, a subclass of nbgrader's Execute); nbgrader's metadata check runs with its schema
+# compiled once (CheckCellMetadataOnce). See autograde/grpo_grader/preprocessors.py.
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
@@ -50,7 +51,7 @@ c.Autograde.sanitize_preprocessors = [
     "autograde.grpo_grader.preprocessors.StripHiddenTests",
     "autograde.grpo_grader.preprocessors.RestoreBootstrap",
     "autograde.grpo_grader.preprocessors.RestoreTrusted",
-    "nbgrader.preprocessors.CheckCellMetadata",
+    "autograde.grpo_grader.preprocessors.CheckCellMetadataOnce",
 ]
 c.Autograde.autograde_preprocessors = [
     "autograde.grpo_grader.preprocessors.SafeExecute",
@@ -59,7 +60,7 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.LimitOutput",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
+    "autograde.grpo_grader.preprocessors.CheckCellMetadataOnce",
 ]
 # Locked cells edited by a learner are restored from the gradebook by checksum (nbgrader's default);
 # deleted test cells are put back too, so that deleting a test never skips it.

@@ -648,3 +648,58 @@ def test_prepare_builds_what_the_grading_kernels_load():
     assert done.returncode == 0 and "ready" in done.stdout, done.stdout[-2000:]
     for name in PREPARE:
         assert (ROOT / name / "config.json").is_file(), f"{name} was not built"
+
+
+def test_the_compiled_metadata_check_decides_as_nbgraders_own():
+    """CheckCellMetadataOnce (nbgrader's schema compiled once) accepts and rejects exactly what nbgrader's
+    CheckCellMetadata does, with the same error and the same underlying reason: a released lesson, and cells whose
+    nbgrader metadata is broken by type, by a missing key, by an empty id (nbgrader's checks after the schema's), or
+    by an old or a new schema version. The course's autograde steps use it in place of nbgrader's."""
+    import copy
+    import logging
+
+    from nbgrader.preprocessors import CheckCellMetadata
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograde.grpo_grader.preprocessors import CheckCellMetadataOnce
+
+    released = nbformat.read(ROOT / "notebooks" / ASSIGNMENTS[0] / f"{ASSIGNMENTS[0]}.ipynb", as_version=4)
+    graded = next(i for i, c in enumerate(released.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    breaks = {
+        "points as text": lambda m: m.update(points="three"),
+        "no grade_id": lambda m: m.pop("grade_id"),
+        "locked as text": lambda m: m.update(locked="yes"),
+        "grade_id as a number": lambda m: m.update(grade_id=7),
+        "empty grade_id": lambda m: m.update(grade_id=""),
+        "no points": lambda m: m.pop("points"),
+        "schema too old": lambda m: m.update(schema_version=1),
+        "schema too new": lambda m: m.update(schema_version=99),
+    }
+    variants = {"released lesson": released}
+    for name, damage in breaks.items():
+        nb = copy.deepcopy(released)
+        damage(nb.cells[graded].metadata["nbgrader"])
+        variants[name] = nb
+
+    def outcome(preprocessor, nb):
+        preprocessor.log = logging.getLogger("test-metadata-check")
+        preprocessor.log.disabled = True
+        try:
+            preprocessor.preprocess(copy.deepcopy(nb), {})
+        except Exception as error:  # noqa: BLE001 - the comparison is the point
+            cause = error.__context__
+            return (type(error).__name__, str(error), type(cause).__name__, str(cause).splitlines()[0])
+        return "accepted"
+
+    decided = {
+        name: (outcome(CheckCellMetadata(), nb), outcome(CheckCellMetadataOnce(), nb)) for name, nb in variants.items()
+    }
+    assert all(ours == theirs for theirs, ours in decided.values()), decided
+    assert decided["released lesson"][1] == "accepted"
+    assert all(decided[name][1] != "accepted" for name in breaks), decided  # the check can fail: each break is caught
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT / "autograde")).load_config()
+    for step in ("sanitize_preprocessors", "autograde_preprocessors"):
+        names = list(config.Autograde[step])
+        assert "autograde.grpo_grader.preprocessors.CheckCellMetadataOnce" in names, step
+        assert "nbgrader.preprocessors.CheckCellMetadata" not in names, step

@@ -28,6 +28,11 @@ Autograde (execute step, replaces nbgrader's ``Execute``):
   (a lesson's slow demos that nothing later uses and no point depends on) are not run in the grading
   kernel; their output says so in the feedback.
 
+Autograde (both steps, last; replaces nbgrader's ``CheckCellMetadata``):
+- ``CheckCellMetadataOnce``: nbgrader's check of every cell's nbgrader metadata, with the same errors, against
+  nbgrader's schema compiled once per process (nbgrader's ``jsonschema.validate`` checks the schema itself against
+  its metaschema for every cell: about nine tenths of the step's time, twice per graded notebook).
+
 Feedback:
 - ``HideHiddenTests``: drops the ``grader-restore`` cells, removes the hidden-test region from test cells
   and shortens the tracebacks of those cells to their last line (a traceback quotes the failing source line), so feedback sent to learners shows the
@@ -39,13 +44,16 @@ from __future__ import annotations
 import copy
 import json
 import re
+import traceback
 
 from jinja2 import pass_context
 from nbclient.exceptions import DeadKernelError
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbformat.notebooknode import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.nbgraderformat import MetadataValidator, ValidationError
+from nbgrader.nbgraderformat.common import BaseMetadataValidator
+from nbgrader.preprocessors import CheckCellMetadata, Execute, NbGraderPreprocessor
 from traitlets import Bool, Dict, Integer, Unicode
 
 BOOTSTRAP_ID = "bootstrap"
@@ -213,6 +221,48 @@ class StripHiddenTests(NbGraderPreprocessor):
                 if found:
                     stripped.append(meta["grade_id"])
         resources.setdefault("grading", {})["hidden_stripped"] = stripped
+        return nb, resources
+
+
+_COMPILED_SCHEMAS: dict[int, object] = {}  # nbgrader's schema version -> its jsonschema validator (one per process)
+
+
+class _SchemaCompiledOnce(BaseMetadataValidator):
+    """``validate_cell`` as nbgrader's ``BaseMetadataValidator`` (``jsonschema.validate``: the best-matching error
+    raised), without checking the constant schema itself again for every cell. A cell of another schema version
+    goes to nbgrader's own code (its SchemaTooOld / SchemaTooNew errors)."""
+
+    def validate_cell(self, cell: NotebookNode) -> None:
+        meta = cell.metadata.get("nbgrader") if "nbgrader" in cell.metadata else None
+        if meta is None or meta.get("schema_version", 0) != self.schema_version:
+            return super().validate_cell(cell)
+        import jsonschema
+
+        validator = _COMPILED_SCHEMAS.get(self.schema_version)
+        if validator is None:  # the schema is nbgrader's file of this version: the same for the whole process
+            validator = jsonschema.validators.validator_for(self.schema)(self.schema)
+            _COMPILED_SCHEMAS[self.schema_version] = validator
+        error = jsonschema.exceptions.best_match(validator.iter_errors(meta))
+        if error is not None:
+            raise error
+
+
+class _MetadataValidatorOnce(MetadataValidator, _SchemaCompiledOnce):
+    """nbgrader's current ``MetadataValidator`` (its semantic checks after the schema's), over ``_SchemaCompiledOnce``
+    (``MetadataValidator``'s call of its base's ``validate_cell`` lands there: method resolution order)."""
+
+
+class CheckCellMetadataOnce(CheckCellMetadata):
+    """nbgrader's ``CheckCellMetadata`` - the same checks, log lines and error - with the schema compiled once."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        try:
+            _MetadataValidatorOnce().validate_nb(nb)
+        except ValidationError:
+            self.log.error(traceback.format_exc())
+            msg = "Notebook failed to validate; the nbgrader metadata may be corrupted."
+            self.log.error(msg)
+            raise ValidationError(msg) from None
         return nb, resources
 
 
