@@ -247,18 +247,16 @@ class WarmKernels:
 
 
 # The long chains first. `make test` hands whole files to two pytest-xdist workers in collection order
-# (`--dist loadfile --no-loadscope-reorder`), so these start early and the short files fill the end (longest
+# (`--dist loadfile --no-loadscope-reorder`), so these start at once and the short files fill the end (longest
 # processing time first). It also keeps two workers from wanting one notebook execution at the same moment, where
 # one would wait on the other's lock: test_nb07_online.py executes lesson 7 long before test_notebooks.py asks for
-# it (in alphabetical order the two met, and a worker waited 15 s). Lesson 7's training (two torch threads) comes
-# after the first minute: the sample class grades its attack notebooks first (a01, a02: half their time limit on an
-# idle machine), and with the training beside them a02 once ran out of time.
+# it (in alphabetical order the two met, and a worker waited 15 s).
 LONG_CHAINS = (
     "test_autograde_class.py",  # the sample class graded once, then regraded, exported and sharded
+    "test_nb07_online.py",  # lesson 7 executed and trained
     "test_launch.py",  # lab servers and the course's launch paths
     "test_browser.py",  # JupyterLab in Chromium
     "test_benchmarks.py",  # every benchmark at tiny size
-    "test_nb07_online.py",  # lesson 7 executed and trained
 )
 assert all((Path(__file__).parent / name).is_file() for name in LONG_CHAINS), "LONG_CHAINS names a missing file"
 
