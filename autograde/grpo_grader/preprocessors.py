@@ -233,7 +233,7 @@ class _SchemaCompiledOnce(BaseMetadataValidator):
     goes to nbgrader's own code (its SchemaTooOld / SchemaTooNew errors)."""
 
     def validate_cell(self, cell: NotebookNode) -> None:
-        meta = cell.metadata.get("nbgrader") if "nbgrader" in cell.metadata else None
+        meta = cell.metadata.get("nbgrader")
         if meta is None or meta.get("schema_version", 0) != self.schema_version:
             return super().validate_cell(cell)
         import jsonschema
