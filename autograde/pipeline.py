@@ -46,7 +46,7 @@ from autograde.grpo_grader.learner_grading import (
 )
 from autograde.grpo_grader.probe import ProbeFailure
 from autograde.grpo_grader.probe import Problem as ProbeProblem
-from autograde.grpo_grader.slots import SANDBOX_MODES, Slot, choose_sandbox, mount_socket_tmpfs, unmount
+from autograde.grpo_grader.slots import SANDBOX_MODES, Slot, ZygoteWarm, choose_sandbox, mount_socket_tmpfs, unmount
 from autograde.sample_class import build as sample_class
 
 GRADE_FIELDS = [
@@ -194,15 +194,20 @@ def _open_sandbox(settings: GradingPipeline, base: Path, workers: int):
     return sandbox
 
 
-def zygote_warm_calls(works) -> tuple[str, ...]:
-    """The ``Oracle.zygote_warm`` calls of the assignments in ``works`` (each a learner's work list), once each."""
+def zygote_warm(works) -> ZygoteWarm:
+    """What the zygotes prepare for the assignments in ``works`` (each a learner's work list): the union of their
+    oracles' ``zygote_imports`` and ``zygote_warm`` calls, in a stable order, once each."""
     from autograde.grpo_grader.oracle import load_oracle
 
-    calls: list[str] = []
+    parts: dict[str, list[str]] = {"kernel": [], "oracle": [], "calls": []}
     for assignment in sorted({a for work in works for a, _, _ in work}):
         oracle = load_oracle(assignment)
-        calls += [c for c in (oracle.zygote_warm if oracle else ()) if c not in calls]
-    return tuple(calls)
+        if oracle is None:
+            continue
+        wanted = {"kernel": oracle.zygote_imports("kernel"), "oracle": oracle.zygote_imports("oracle")}
+        for key, names in {**wanted, "calls": oracle.zygote_warm}.items():
+            parts[key] += [n for n in names if n not in parts[key]]
+    return ZygoteWarm(**{key: tuple(names) for key, names in parts.items()})
 
 
 def _grade_in_slots(
@@ -315,7 +320,7 @@ def autograde(
         sockets = base / "sockets"
         if sandbox.mode == "bwrap" and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
-        oracle_warm = zygote_warm_calls(work for _, work in todo)
+        warm = zygote_warm(work for _, work in todo)
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         slots = [
             Slot(
@@ -328,7 +333,7 @@ def autograde(
                 threads=threads,
                 ipc=(sockets / f"slot{k}") if mounted else None,
                 zygotes=runnable > workers,
-                oracle_warm=oracle_warm,
+                warm=warm,
             )
             for k in range(workers)
         ]

@@ -217,7 +217,7 @@ def test_kernel_zygote_behaves_like_a_kernel_process(zygote_slot):
     assert slot.uid not in _uids_running(), "a killed kernel launcher must take its kernel with it"
     slot.kernel_zygote.kill()
     slot.kernel_zygote.wait()
-    slot.ensure_kernel_zygote()
+    slot.ensure_kernel_zygote(warm=False)  # the replacement without its imports (~3 CPU-seconds): it is not warmth
     assert slot.kernel_zygote.pid != zygote and slot.kernel_zygote.poll() is None
     done = slot.run_sandboxed_code("import os; print(os.getuid())", [])
     assert done.stdout.split() == [str(slot.uid)], done.stderr[-2000:]

@@ -765,12 +765,38 @@ def test_grading_policy_is_built_once_and_every_call_gets_its_own_copy():
     assert not torch.equal(pairs[0][0], pairs[0][1])  # (and the comparison can fail)
 
 
-def test_only_the_lessons_being_graded_warm_the_oracle_zygote():
-    """The oracle zygote makes the ``ZYGOTE_WARM`` calls of the lessons in the run only: lesson 7's grading policy
-    (~4 s per zygote) is built where a lesson 7 notebook will be graded, and nowhere else."""
-    from autograde.pipeline import zygote_warm_calls
+def test_only_the_lessons_being_graded_warm_the_zygotes():
+    """The zygotes prepare for the lessons in the run only: the oracle zygote makes their ``ZYGOTE_WARM`` calls
+    (lesson 7's grading policy, ~4 s per zygote) and both zygotes import their ``ZYGOTE_IMPORTS`` (transformers'
+    Qwen2 model, ~3 s) where a lesson that uses them is graded, and nowhere else."""
+    from autograde.grpo_grader.oracles._common import QWEN2_MODEL
+    from autograde.grpo_grader.slots import ZygoteWarm
+    from autograde.pipeline import zygote_warm
 
     lesson7 = [("nb07_online_grpo", None, "fp")]
-    others = [("nb01_group_advantages", None, "fp"), ("nb02_grpo_objective", None, "fp")]
-    assert zygote_warm_calls([others, lesson7]) == ("tools.online_grpo:grading_policy",)
-    assert zygote_warm_calls([others]) == () and zygote_warm_calls([]) == ()
+    lesson5 = [("nb05_logprobs_masks", None, "fp")]
+    others = [("nb01_group_advantages", None, "fp"), ("nb03b_loss_family_trl", None, "fp")]
+    assert zygote_warm([others]) == ZygoteWarm() and zygote_warm([]) == ZygoteWarm()
+    assert zygote_warm([others, lesson7]) == ZygoteWarm(
+        kernel=QWEN2_MODEL, oracle=QWEN2_MODEL, calls=("tools.online_grpo:grading_policy",)
+    )
+    assert zygote_warm([lesson7, lesson5, others]) == zygote_warm([lesson7]), "each module once"
+    assert zygote_warm([lesson5]) == ZygoteWarm(kernel=QWEN2_MODEL, oracle=QWEN2_MODEL)
+
+
+def test_zygote_imports_name_what_the_lessons_import():
+    """A lesson whose notebook loads a transformers model declares transformers' Qwen2 model in its oracle module's
+    ZYGOTE_IMPORTS, for its kernels and its drivers; the other lessons declare nothing; every declared module exists."""
+    import importlib.util
+
+    from autograde.grpo_grader.oracle import load_oracle
+    from autograde.grpo_grader.oracles._common import QWEN2_MODEL
+
+    for assignment in sample_class.LESSONS:
+        oracle = load_oracle(assignment)
+        source = (ROOT / "solutions" / f"{assignment}.py").read_text(encoding="utf-8")
+        loads_a_model = "from_pretrained" in source or "online_grpo" in source
+        for kind in ("kernel", "oracle"):
+            declared = oracle.zygote_imports(kind)
+            assert declared == (QWEN2_MODEL if loads_a_model else ()), (assignment, kind, declared)
+            assert all(importlib.util.find_spec(name) for name in declared), (assignment, declared)

@@ -412,6 +412,12 @@ class Oracle:
         lesson's drivers: what every driver would otherwise build itself (lesson 7's grading policy)."""
         return tuple(getattr(self.module, "ZYGOTE_WARM", ()))
 
+    def zygote_imports(self, kind: str) -> tuple[str, ...]:
+        """Modules this lesson's kernels (``kind`` "kernel") or drivers ("oracle") import beyond what every zygote
+        imports (``sandbox.WARM``): ``ZYGOTE_IMPORTS[kind]``, imported once by a slot's zygote of that kind where the
+        run grades this lesson. Only speed depends on it: a module left out is imported by each job itself."""
+        return tuple(getattr(self.module, "ZYGOTE_IMPORTS", {}).get(kind, ()))
+
     def skip_setup(self, grade_id: str | None) -> bool:
         """Whether the driver leaves out this locked setup cell: its release grade_id is in ``SKIP_SETUP``
         (never a source substring: a learner's own cell has no grade_id and always runs)."""

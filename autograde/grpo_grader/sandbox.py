@@ -77,21 +77,11 @@ KERNEL_INIT = (
     "tornado.platform.asyncio",
     "tornado.queues",
 )
+# What every zygote imports before it forks; a run adds what the lessons it grades import (their oracle modules'
+# ZYGOTE_IMPORTS: transformers' Qwen2 model, ~3 s, for lessons 5 and 7), sent in the spec ("warm_imports")
 WARM = {
-    "kernel": (
-        "torch",
-        *KERNEL_INIT,
-        "matplotlib.pyplot",
-        "transformers",
-        "transformers.models.qwen2.modeling_qwen2",
-    ),
-    "oracle": (
-        "torch",
-        "IPython.core.interactiveshell",
-        "matplotlib.pyplot",
-        "transformers",
-        "transformers.models.qwen2.modeling_qwen2",
-    ),
+    "kernel": ("torch", *KERNEL_INIT, "matplotlib.pyplot"),
+    "oracle": ("torch", "IPython.core.interactiveshell", "matplotlib.pyplot"),
 }
 
 
@@ -621,7 +611,7 @@ def zygote_main(spec_text: str) -> None:
         del sys.path[0]
     # ipykernel sets this at start when it is unset, before any cell; matplotlib reads it at import (below)
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    for name in WARM[spec["zygote"]] if spec.get("warm", True) else ():
+    for name in (*WARM[spec["zygote"]], *spec.get("warm_imports", ())) if spec.get("warm", True) else ():
         try:
             importlib.import_module(name)
         except Exception as error:  # noqa: BLE001 - an optional warm-up: the job imports what it needs itself

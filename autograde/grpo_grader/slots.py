@@ -48,6 +48,17 @@ ZYGOTE_READY_SECONDS = 180
 WORKDIR_SIZE = "256m"  # the kernel's private working folder (and HOME), a tmpfs of its own
 
 
+@dataclass(frozen=True)
+class ZygoteWarm:
+    """What a slot's zygotes prepare before they fork, beyond what every zygote imports (``sandbox.WARM``): what the
+    lessons of the run import and build (their oracle modules' ``ZYGOTE_IMPORTS`` and ``ZYGOTE_WARM``), so that a
+    run of lesson 1 alone does not import transformers in each zygote."""
+
+    kernel: tuple[str, ...] = ()  # modules the kernel zygote imports
+    oracle: tuple[str, ...] = ()  # modules the oracle zygote imports
+    calls: tuple[str, ...] = ()  # "module:function" calls the oracle zygote makes once (lesson 7's grading policy)
+
+
 def visible_lessons(assignment: str) -> list[str]:
     """The saved lesson modules a grading kernel of ``assignment`` may import: those of earlier lessons (by name)."""
     return sorted(path.stem for path in (ROOT / "tools" / "lessons").glob("nb*.py") if path.stem < assignment)
@@ -177,11 +188,11 @@ class Slot:
         ipc: Path | None = None,
         oracle_uid: int | None = None,
         zygotes: bool = True,
-        oracle_warm: tuple[str, ...] = (),
+        warm: ZygoteWarm = ZygoteWarm(),
     ):
         self.settings = settings
         self.zygotes = zygotes  # False: no zygote for this slot even where the settings allow one (one kernel only)
-        self.oracle_warm = oracle_warm  # "module:function" calls the oracle zygote makes once (oracles' ZYGOTE_WARM)
+        self.warm = warm  # what the zygotes import and build for the lessons of the run
         self.sandbox = sandbox
         self.dir = base / name
         self.nbgrader = self.dir / "nbgrader"
@@ -521,7 +532,8 @@ class Slot:
         if self.kernel_zygote_enabled and not (self.kernel_zygote is not None and self._answers(self.kernel_zygote)):
             _stop(self.kernel_zygote)
             self._close_alive("kernel")
-            self.kernel_zygote = self._start_zygote("kernel", json.loads(self.spec_path.read_text()), warm)
+            spec = {**json.loads(self.spec_path.read_text()), "warm_imports": list(self.warm.kernel)}
+            self.kernel_zygote = self._start_zygote("kernel", spec, warm)
             self._answers(self.kernel_zygote, "kernel", ZYGOTE_READY_SECONDS)  # warm before a notebook's clock starts
 
     def _answers(self, zygote: subprocess.Popen, kind: str = "kernel", timeout: float = 60) -> bool:
@@ -568,7 +580,11 @@ class Slot:
 
         if self.zygote is None or self.zygote.poll() is not None:
             self._stop_oracle_zygote()
-            spec = {**self._oracle_spec([]), "warm_calls": list(self.oracle_warm)}
+            spec = {
+                **self._oracle_spec([]),
+                "warm_calls": list(self.warm.calls),
+                "warm_imports": list(self.warm.oracle),
+            }
             self.zygote = self.oracle_process = self._start_zygote("oracle", spec, warm)
             self._answers(self.zygote, "oracle", ZYGOTE_READY_SECONDS)
         started = time.monotonic()  # the job's clock starts at a zygote that serves (see ZYGOTE_READY_SECONDS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..oracle import Case, Close, Raises
-from ._common import choice, randint
+from ._common import QWEN2_MODEL, choice, randint
 
 TESTS = {
     "test_completion_mask_from_eos_visible": "completion_mask_from_eos",
@@ -34,6 +34,8 @@ CASE_SOURCES = [
 ]
 # the driver runs the learner's setup cells as written (the tiny checkpoint loads in well under a second), so
 # an answer may use any name they define (selective_log_softmax, EOS_ID, ...); the memory probe is a demonstration
+# the setup cell loads the tiny checkpoint, in the kernel and in the driver
+ZYGOTE_IMPORTS = {"kernel": QWEN2_MODEL, "oracle": QWEN2_MODEL}
 SKIP_SETUP: tuple = ()
 FLAGS = {
     "zero_one_float_masks": False,  # C1: a float 0/1 pad_mask gives the bool mask's result (today: ValueError)

@@ -23,7 +23,7 @@ import torch
 from tools.loss_types import CLIPPED_LOSS_TYPES
 
 from ..oracle import NUMBER_KINDS, Case, Raises, Satisfies, as_number, close_number, close_tensor
-from ._common import choice, randint, uniform
+from ._common import QWEN2_MODEL, choice, randint, uniform
 
 TESTS = {
     "test_sample_group_visible": "sample_group",
@@ -53,6 +53,8 @@ HARNESS = Path(__file__).with_name("_nb07_harness.py")
 FLAGS: dict = {}
 # built once in each slot's oracle zygote before it forks this lesson's drivers (each would otherwise build it: ~4 s)
 ZYGOTE_WARM = ("tools.online_grpo:grading_policy",)
+# the kernel loads the warm start (a Qwen2 checkpoint); the driver builds the grading policy (a Qwen2 model)
+ZYGOTE_IMPORTS = {"kernel": QWEN2_MODEL, "oracle": QWEN2_MODEL}
 
 
 @lru_cache(maxsize=1)
