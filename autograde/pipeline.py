@@ -210,6 +210,14 @@ def zygote_warm(works) -> ZygoteWarm:
     return ZygoteWarm(**{key: tuple(names) for key, names in parts.items()})
 
 
+def grading_order(todo):
+    """``todo`` in the order the slots take it: learners with more assignments to grade first (a stable sort, so by
+    name among equals). The longest jobs start while every slot is busy and the last ones are short: a learner's
+    notebooks run one after the other on one slot, so a learner taken last with seven notebooks (or two that wait
+    out their time limits) would keep one slot working while the others stand idle."""
+    return sorted(todo, key=lambda item: -len(item[1]))
+
+
 def _grade_in_slots(
     settings: GradingPipeline,
     course_info: dict,
@@ -241,7 +249,7 @@ def _grade_in_slots(
             total=len(todo), unit="learner", desc="autograde", file=sys.stdout, disable=None, dynamic_ncols=True
         ) as bar,
     ):
-        futures = {pool.submit(job, learner, work): (learner, work) for learner, work in todo}
+        futures = {pool.submit(job, learner, work): (learner, work) for learner, work in grading_order(todo)}
         try:
             for future in as_completed(futures):
                 learner, work = futures[future]

@@ -85,6 +85,29 @@ def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
     assert runnable_notebooks(settings, info, full, enough=2) == 2
 
 
+def test_learners_with_more_assignments_are_graded_first():
+    """The slots take the learners with the most assignments first, by name among equals: in the sample class the
+    four seven-lesson learners, then f02 (three), then s06 (two, both waiting out a time limit) - not s06 twentieth,
+    whose waits once ended the class run on one busy slot while the other stood idle."""
+    from autograde.pipeline import grading_order
+
+    todo = [
+        (learner.name, sorted(p.name for p in learner.iterdir()))
+        for learner in sorted(sample_class.SUBMITTED.iterdir())
+    ]
+    order = [learner for learner, _ in grading_order(todo)]
+    assert order[:6] == [
+        "s01_worked_answers",
+        "s02_independent_answers",
+        "s03_untouched",
+        "s04_bug_only_hidden_tests_catch",
+        "f02_uses_the_notebooks_own_names",
+        "s06_infinite_loops",
+    ], order
+    assert sorted(order) == [learner for learner, _ in todo] and order[6:] == sorted(order[6:])
+    assert [len(work) for _, work in grading_order(todo)] == sorted((len(work) for _, work in todo), reverse=True)
+
+
 def test_compare_with_release_finds_edited_and_deleted_locked_cells():
     def cell(gid, source, locked=True, solution=False):
         return nbformat.v4.new_code_cell(
