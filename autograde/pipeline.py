@@ -199,15 +199,17 @@ def zygote_warm(works) -> ZygoteWarm:
     oracles' ``zygote_imports`` and ``zygote_warm`` calls, in a stable order, once each."""
     from autograde.grpo_grader.oracle import load_oracle
 
-    parts: dict[str, list[str]] = {"kernel": [], "oracle": [], "calls": []}
-    for assignment in sorted({a for work in works for a, _, _ in work}):
-        oracle = load_oracle(assignment)
-        if oracle is None:
-            continue
-        wanted = {"kernel": oracle.zygote_imports("kernel"), "oracle": oracle.zygote_imports("oracle")}
-        for key, names in {**wanted, "calls": oracle.zygote_warm}.items():
-            parts[key] += [n for n in names if n not in parts[key]]
-    return ZygoteWarm(**{key: tuple(names) for key, names in parts.items()})
+    loaded = (load_oracle(a) for a in sorted({a for work in works for a, _, _ in work}))
+    oracles = [oracle for oracle in loaded if oracle is not None]
+
+    def union(names_of) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(name for oracle in oracles for name in names_of(oracle)))
+
+    return ZygoteWarm(
+        kernel=union(lambda oracle: oracle.zygote_imports("kernel")),
+        oracle=union(lambda oracle: oracle.zygote_imports("oracle")),
+        calls=union(lambda oracle: oracle.zygote_warm),
+    )
 
 
 def grading_order(todo):
