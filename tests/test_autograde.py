@@ -12,6 +12,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import nbformat
@@ -185,8 +186,13 @@ def test_feedback_hides_hidden_tests():
 
 def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
     """StripHiddenTests (the pipeline's slots): an oracle-graded test cell runs without its hidden region, other
-    cells keep theirs; off by default, so a plain `nbgrader autograde` keeps nbgrader's hidden tests."""
+    cells keep theirs; empty by default, so a plain `nbgrader autograde` keeps nbgrader's hidden tests. The slot
+    names the oracle's test cells on nbgrader's command line (``Slot.nbgrader_options``), one option per cell."""
+    from traitlets.config import Application
+
+    from autograde.grpo_grader.oracle import load_oracle
     from autograde.grpo_grader.preprocessors import STRIPPED_NOTE, StripHiddenTests, strip_hidden
+    from autograde.grpo_grader.slots import Slot
 
     text, found = strip_hidden(
         "a = 1\n    ### BEGIN HIDDEN TESTS\n    def _h_ref(): pass\n    ### END HIDDEN TESTS\nb = 2\n"
@@ -205,7 +211,10 @@ def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
             metadata=meta,
         )
 
-    def run(enabled):
+    def run(arguments):
+        """StripHiddenTests configured as nbgrader's command line configures it."""
+        app = Application(classes=[StripHiddenTests])
+        app.parse_command_line(arguments)
         nb = nbformat.v4.new_notebook(
             cells=[
                 cell("test_compute_group_advantages_hidden"),
@@ -214,14 +223,50 @@ def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
             ]
         )
         resources = {"nbgrader": {"assignment": "nb01_group_advantages"}}
-        return StripHiddenTests(enabled=enabled).preprocess(nb, resources)
+        return StripHiddenTests(config=app.config).preprocess(nb, resources)
 
-    nb, resources = run(True)
+    tests = sorted(load_oracle("nb01_group_advantages").tests)
+    options = [o for o in Slot.nbgrader_options(types.SimpleNamespace(**_SLOT_FIELDS), tests) if "StripHidden" in o]
+    assert len(options) == len(tests) > 1
+    nb, resources = run(options)
     assert "f(5)" not in nb.cells[0].source and "assert f(1) == 2" in nb.cells[0].source
     assert "f(5)" in nb.cells[1].source and "f(5)" in nb.cells[2].source
     assert resources["grading"]["hidden_stripped"] == ["test_compute_group_advantages_hidden"]
-    nb, _ = run(False)
+    nb, _ = run([])
     assert all("f(5)" in c.source for c in nb.cells)
+
+
+# what Slot.nbgrader_options reads of a slot
+_SLOT_FIELDS = {
+    "nbgrader": Path("/course"),
+    "settings": types.SimpleNamespace(cell_timeout=10),
+    "sandbox": types.SimpleNamespace(mode="none"),
+}
+
+
+def test_nbgrader_forkserver_children_import_nbgrader_but_not_torch(tmp_path):
+    """nbgrader's forkserver preloads nbgrader, not the oracles: by the time a pipeline grades it has loaded an oracle
+    (and torch), and a forkserver that preloaded what the parent had imported paid ~1.9 CPU-s for torch that no
+    nbgrader child uses. A child forked from it has nbgrader's apps and no torch."""
+    out = tmp_path / "modules.json"
+    code = """
+import sys
+from autograde.grpo_grader.oracle import load_oracle
+from autograde.grpo_grader import nbgrader_forkserver
+assert load_oracle("nb01_group_advantages") is not None and "torch" in sys.modules
+probe = f"import json, sys; json.dump(sorted(sys.modules), open({sys.argv[1]!r}, 'w'))"
+child = nbgrader_forkserver._get_context().Process(target=exec, args=(probe,))
+child.start()
+child.join()
+assert child.exitcode == 0, child.exitcode
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)], cwd=ROOT, env=pipeline_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    modules = set(json.loads(out.read_text()))
+    assert {"nbgrader.apps.autogradeapp", "autograde.grpo_grader.preprocessors", "sqlalchemy"} <= modules
+    assert "torch" not in modules and "autograde.grpo_grader.oracle" not in modules
 
 
 def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():

@@ -481,7 +481,8 @@ def grade_assignment(
             release = placeholder(settings, assignment, name)  # read once: the oracle's job and the review below
             oracle_run = OracleRun(slot, settings, assignment, release, rebuilt[name], learner, seed)
             try:
-                returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log)
+                graded_outside = sorted(oracle_run.oracle.tests) if oracle_run.oracle is not None else []
+                returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log, graded_outside)
                 if timed_out or returncode != 0:
                     oracle_run.cancel()  # this notebook cannot be graded: its oracle result would be discarded
             finally:

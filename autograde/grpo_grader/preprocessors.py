@@ -54,7 +54,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.nbgraderformat import MetadataValidator, ValidationError
 from nbgrader.nbgraderformat.common import BaseMetadataValidator
 from nbgrader.preprocessors import CheckCellMetadata, Execute, NbGraderPreprocessor
-from traitlets import Bool, Dict, Integer, Unicode
+from traitlets import Dict, Integer, List, Unicode
 
 BOOTSTRAP_ID = "bootstrap"
 RESTORE_TAG = "grader-restore"
@@ -195,19 +195,18 @@ def strip_hidden(
 class StripHiddenTests(NbGraderPreprocessor):
     """Drop the hidden-test regions of the test cells the assignment's oracle grades, before execution."""
 
-    enabled = Bool(
-        False,
-        help="on in the grading pipeline's slots only (they apply the oracle's verdicts); a "
-        "plain `nbgrader autograde` keeps the hidden tests and nbgrader's scores",
+    tests = List(
+        Unicode(),
+        help="grade_ids of the test cells that the lesson's oracle grades outside the kernel (its TESTS): their "
+        "hidden-test regions are dropped before the kernel runs. The grading pipeline's slots set it for the "
+        "notebook they grade (so no nbgrader process imports the oracles, nor torch with them); empty, as in a "
+        "plain `nbgrader autograde`, keeps the hidden tests and nbgrader's scores",
     ).tag(config=True)
 
     def preprocess(self, nb, resources):
-        if not self.enabled:  # a plain `nbgrader autograde`: no oracle needed (nor torch, which it imports)
+        graded = set(self.tests)
+        if not graded:  # a plain `nbgrader autograde`: every hidden test runs in the kernel
             return nb, resources
-        from .oracle import load_oracle
-
-        oracle = load_oracle(resources["nbgrader"]["assignment"])
-        graded = set(oracle.tests) if oracle is not None else set()
         stripped = []
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})

@@ -396,22 +396,29 @@ class Slot:
             self.kill_kernels()
         return timed_out
 
-    def nbgrader_options(self) -> list[str]:
+    def nbgrader_options(self, oracle_tests: list[str] = ()) -> list[str]:
         """nbgrader's settings for this slot, as command-line options over the course's ``nbgrader_config.py`` (which
-        nbgrader finds on ``JUPYTER_CONFIG_PATH``, ``env()``): this slot's course and gradebook, the cell limit."""
+        nbgrader finds on ``JUPYTER_CONFIG_PATH``, ``env()``): this slot's course and gradebook, the cell limit, and
+        ``oracle_tests``, the test cells the oracle grades outside the kernel (``StripHiddenTests.tests``: nbgrader
+        gets their names, so it never imports the oracles, nor torch with them)."""
         options = {
             "CourseDirectory.root": str(self.nbgrader),
             "CourseDirectory.db_url": "sqlite:///" + str(self.nbgrader / "gradebook.db"),
             "Execute.timeout": int(self.settings.cell_timeout),
             "Execute.shutdown_kernel": "immediate",  # outputs are in; kill_kernels() cleans up after nbgrader
-            "StripHiddenTests.enabled": True,  # the oracle grades these test cells outside the kernel
         }
         if self.sandbox.mode != "none":  # the kernel has no network: unix sockets in its working folder
             options.update({"KernelManager.transport": "ipc", "KernelManager.ip": str(self.ipc / "kernel")})
-        return [f"--{name}={value}" for name, value in options.items()]
+        # a List trait: each repeated option appends one grade_id
+        return [f"--{name}={value}" for name, value in options.items()] + [
+            f"--StripHiddenTests.tests={grade_id}" for grade_id in oracle_tests
+        ]
 
-    def run_nbgrader(self, assignment: str, learner: str, notebook: str, log: Path) -> tuple[int, bool, float]:
-        """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit."""
+    def run_nbgrader(
+        self, assignment: str, learner: str, notebook: str, log: Path, oracle_tests: list[str] = ()
+    ) -> tuple[int, bool, float]:
+        """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit; ``oracle_tests``:
+        the test cells the assignment's oracle grades (their hidden tests do not run in the kernel)."""
         if self.stopped:
             raise RuntimeError("grading was stopped")
         self.stage_lessons(assignment)
@@ -423,7 +430,7 @@ class Slot:
             f"--notebook={notebook}",
             "--force",
             "--log-level=INFO",
-            *self.nbgrader_options(),
+            *self.nbgrader_options(oracle_tests),
         ]
         started = time.monotonic()
         if nbgrader_forkserver.available():  # forked from a process that has imported nbgrader (nbgrader_forkserver.py)
