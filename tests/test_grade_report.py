@@ -13,13 +13,17 @@ from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.gradebook import grade_reason, manual_points_of
 from autograde.grpo_grader.learner_grading import NotebookResult, note_markdown
 from autograde.pipeline import score_text
+from tools.chain.notebooks import alembic_in_process
 
 
 @pytest.fixture(scope="module")
 def template_db(tmp_path_factory):
     """The empty course gradebook, made once (nbgrader's alembic migrations take seconds)."""
     folder = tmp_path_factory.mktemp("gradebook")
-    with Gradebook(GradingPipeline(course=folder).db_url, GradingPipeline(course=folder).course_id):
+    with (
+        alembic_in_process(),
+        Gradebook(GradingPipeline(course=folder).db_url, GradingPipeline(course=folder).course_id),
+    ):
         pass
     return GradingPipeline(course=folder).db_path
 

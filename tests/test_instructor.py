@@ -55,13 +55,14 @@ def test_roster_names_learners_and_keeps_typed_names(tmp_path):
     from nbgrader.api import Gradebook
 
     from autograde.grpo_grader.roster import name_learners, roster
+    from tools.chain.notebooks import alembic_in_process
 
     toml = tmp_path / "course.toml"
     toml.write_text(
         '[course]\nid = "x"\n[roster]\nalice = "Alice Wang"\ns1 = { first_name = "小明", last_name = "王" }\n',
         encoding="utf-8",
     )
-    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}", "x") as gb:
+    with alembic_in_process(), Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}", "x") as gb:
         gb.add_student("typed", first_name="Ty", last_name="Ped")
         gb.add_student("bob")
         named = name_learners(gb, toml, ["alice", "s1"])
