@@ -399,7 +399,9 @@ def _variants(assignment) -> list[warm_kernel.Variant]:
 def _warm(notebook_runs, assignment):
     """The one execution of ``assignment`` with the independent answers, then every wrong run of it in the same
     kernel (tests/warm_kernel.py): (executed notebook, base notebook, {grade_id: result}, seconds)."""
-    base = chain.substitute_answers(_source(assignment), INDEPENDENT[assignment])
+    base = warm_kernel.without_demo_cells(
+        chain.substitute_answers(_source(assignment), INDEPENDENT[assignment]), assignment
+    )
     nb = warm_kernel.warm_notebook(base, _variants(assignment))
     done, seconds = notebook_runs.run_timed(nb, chain.ROOT, timeout=300)
     return done, base, chain.cell_results(done), seconds

@@ -248,8 +248,11 @@ def _warm(notebook_runs, assignment):
     (the TRL section left out: test_independent_implementation_passes_the_trl_check runs it in process), then each
     wrong run in the same kernel, its test cells cut to their hidden tests, then the correct answers again.
     Returns (executed notebook, base notebook, {grade_id: result})."""
-    base = chain.substitute_answers(
-        _without_trl_section(chain.build_notebook(assignment)), _answers(INDEPENDENT[assignment])
+    base = warm_kernel.without_demo_cells(
+        chain.substitute_answers(
+            _without_trl_section(chain.build_notebook(assignment)), _answers(INDEPENDENT[assignment])
+        ),
+        assignment,
     )
     variants = []
     for run, wrong_run in enumerate(WRONG_RUNS[assignment]):

@@ -231,7 +231,9 @@ def _warm_kernel_notebook(assignment: str):
     """
     independent = INDEPENDENT_NB4 if assignment == NB4 else INDEPENDENT_NB5
     wrong_answers = WRONG_NB4 if assignment == NB4 else WRONG_NB5
-    base = chain.substitute_answers(chain.build_notebook(assignment), independent)
+    base = warm_kernel.without_demo_cells(
+        chain.substitute_answers(chain.build_notebook(assignment), independent), assignment
+    )
     variants = [
         warm_kernel.Variant(tag=name, answers=wrong, last=[TARGET_TEST[name]], hidden_only=True)
         for name, wrong in wrong_answers.items()

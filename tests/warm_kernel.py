@@ -79,6 +79,20 @@ def warm_notebook(base, variants: list[Variant], correct: dict[str, str] | None 
     return out
 
 
+def without_demo_cells(nb, assignment: str):
+    """``nb`` without the lesson's demonstration cells (``SafeExecute.demo_cells``), as the grading kernel runs it:
+    the answers and tests do not depend on them (tests/test_autograde.py checks that no later cell reads a name they
+    define), and the solution's own execution (tests/test_notebooks.py) still runs them. A warm run checks answers;
+    the lesson's timing loops, memory probe and figures would only add their seconds to it."""
+    from autograde.grpo_grader.course import load_settings
+    from autograde.grpo_grader.preprocessors import is_demo_cell
+
+    markers = load_settings().demo_cells.get(assignment, ())
+    out = copy.deepcopy(nb)
+    out.cells = [c for c in nb.cells if not is_demo_cell(c, markers)]
+    return out
+
+
 def base_part(done, base):
     """The executed copy of the ``base`` cells only (what a fresh execution of ``base`` gives)."""
     out = copy.deepcopy(done)
