@@ -226,7 +226,12 @@ def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
         return StripHiddenTests(config=app.config).preprocess(nb, resources)
 
     tests = sorted(load_oracle("nb01_group_advantages").tests)
-    options = [o for o in Slot.nbgrader_options(types.SimpleNamespace(**_SLOT_FIELDS), tests) if "StripHidden" in o]
+    slot = types.SimpleNamespace(  # what Slot.nbgrader_options reads of a slot
+        nbgrader=Path("/course"),
+        settings=types.SimpleNamespace(cell_timeout=10),
+        sandbox=types.SimpleNamespace(mode="none"),
+    )
+    options = [o for o in Slot.nbgrader_options(slot, tests) if "StripHidden" in o]
     assert len(options) == len(tests) > 1
     nb, resources = run(options)
     assert "f(5)" not in nb.cells[0].source and "assert f(1) == 2" in nb.cells[0].source
@@ -234,14 +239,6 @@ def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
     assert resources["grading"]["hidden_stripped"] == ["test_compute_group_advantages_hidden"]
     nb, _ = run([])
     assert all("f(5)" in c.source for c in nb.cells)
-
-
-# what Slot.nbgrader_options reads of a slot
-_SLOT_FIELDS = {
-    "nbgrader": Path("/course"),
-    "settings": types.SimpleNamespace(cell_timeout=10),
-    "sandbox": types.SimpleNamespace(mode="none"),
-}
 
 
 def test_nbgrader_forkserver_children_import_nbgrader_but_not_torch(tmp_path):

@@ -89,7 +89,7 @@ def without_demo_cells(nb, assignment: str):
 
     markers = load_settings().demo_cells.get(assignment, ())
     out = copy.deepcopy(nb)
-    out.cells = [c for c in nb.cells if not is_demo_cell(c, markers)]
+    out.cells = [c for c in out.cells if not is_demo_cell(c, markers)]
     return out
 
 

@@ -7,8 +7,8 @@ caches for the life of a process:
 - nbformat's two compiled v4 validators (fastjsonschema compiles each in ~0.06 s): every child reads
   and writes notebooks at the current minor version, strict and with ``relax_add_props``;
 - SQLAlchemy's mapper configuration of nbgrader's gradebook models (~0.05 s at a child's first query);
-- then ``gc.freeze`` (``sandbox.freeze_for_forks``): a child's garbage collections skip what was preloaded (torch with
-  the oracles), which they would otherwise walk, page by copied page.
+- then ``gc.freeze`` (``sandbox.freeze_for_forks``): a child's garbage collections skip what was preloaded (nbgrader,
+  nbconvert, SQLAlchemy), which they would otherwise walk, page by copied page.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ Autograde (sanitise step, after nbgrader's own ``OverwriteCells``):
   replaced by a one-line comment before the kernel runs: its points come from the oracle, outside this kernel,
   so the hidden tests' reference helpers and expected values never enter the learner's kernel (nor the
   executed notebook). Test cells of a lesson without an oracle keep their hidden tests (nbgrader's scores).
-  On only in the pipeline's slots (``enabled``, set by ``slots.py``): a plain ``nbgrader autograde`` (formgrader's
-  button) has no oracle and keeps the hidden tests.
+  On only in the pipeline's slots: the slot names the oracle's test cells (``tests``, ``Slot.nbgrader_options``), so
+  no nbgrader process loads an oracle; a plain ``nbgrader autograde`` (formgrader's button) names none and keeps
+  the hidden tests.
 
 Autograde (execute step, replaces nbgrader's ``Execute``):
 - ``SafeExecute``: caps the output a cell may send while it runs (a cell printing millions of lines cannot

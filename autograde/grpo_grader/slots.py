@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -396,7 +397,7 @@ class Slot:
             self.kill_kernels()
         return timed_out
 
-    def nbgrader_options(self, oracle_tests: list[str] = ()) -> list[str]:
+    def nbgrader_options(self, oracle_tests: Sequence[str] = ()) -> list[str]:
         """nbgrader's settings for this slot, as command-line options over the course's ``nbgrader_config.py`` (which
         nbgrader finds on ``JUPYTER_CONFIG_PATH``, ``env()``): this slot's course and gradebook, the cell limit, and
         ``oracle_tests``, the test cells the oracle grades outside the kernel (``StripHiddenTests.tests``: nbgrader
@@ -415,7 +416,7 @@ class Slot:
         ]
 
     def run_nbgrader(
-        self, assignment: str, learner: str, notebook: str, log: Path, oracle_tests: list[str] = ()
+        self, assignment: str, learner: str, notebook: str, log: Path, oracle_tests: Sequence[str] = ()
     ) -> tuple[int, bool, float]:
         """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit; ``oracle_tests``:
         the test cells the assignment's oracle grades (their hidden tests do not run in the kernel)."""
