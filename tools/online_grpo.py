@@ -80,9 +80,13 @@ SFT_STEPS = 1600
 SFT_BATCH = 32
 SFT_LEARNING_RATE = 3e-3
 # The SFT runs on one torch thread whatever the caller set: float sums in another order give other weights, and the
-# records' warm-start hash must be the one any fresh build gives (tested). (Not in the marker: the hash covers the
-# marker file, and the committed records were built on one thread.)
+# records' warm-start hash must be the one a fresh build on the same float platform gives (``float_platform``;
+# tested). (Not in the marker: the hash covers the marker file, and the committed records were built on one thread.)
 SFT_THREADS = 1
+# Where the warm start of the records that carry no ``warm_start.built_on`` (every record written before
+# 2026-12-03) was built: the course's Intel Xeon machine ("cpu" in benchmarks/results/latest.json). Its torch vector
+# width was not recorded, so it is left out: only the keys given here are compared (``same_float_platform``).
+UNRECORDED_WARM_START_PLATFORM = {"machine": "x86_64", "cpu_vendor": "GenuineIntel"}
 HELDOUT_SIZE = 40
 SPLIT_SEED = 0
 
@@ -384,6 +388,52 @@ def _sft_steps(model, optimizer, rows, order, pad) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
+def float_platform() -> dict:
+    """What, besides the code and the library versions, decides the bits of a float32 computation on this CPU: the
+    architecture, the CPU's vendor (MKL takes other code paths on other vendors) and the vector width torch's
+    kernels dispatch to (``torch.backends.cpu.get_cpu_capability()``, e.g. "AVX2", "AVX512": wider vectors sum in
+    another order). The SFT warm start is bit-for-bit reproducible on one such platform, not across them: 1,600
+    AdamW steps carry the last-bit differences of a matmul into other weights."""
+    import torch
+
+    vendor = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            vendor = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "")
+    except OSError:  # (not Linux)
+        pass
+    return {
+        "machine": platform.machine(),
+        "cpu_vendor": vendor or platform.processor() or "unknown",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def same_float_platform(recorded: dict, here: dict) -> bool:
+    """True when every key ``recorded`` gives (``float_platform``'s, or fewer where a record did not say) has the same
+    value ``here``: then a fresh warm-start build must give the recorded hash."""
+    return bool(recorded) and all(here.get(key) == value for key, value in recorded.items())
+
+
+def warm_start_built_on(record: dict) -> dict:
+    """The float platform that built a record's warm start: ``warm_start.built_on``, or
+    UNRECORDED_WARM_START_PLATFORM for the records written before it was recorded."""
+    return record["warm_start"].get("built_on") or dict(UNRECORDED_WARM_START_PLATFORM)
+
+
+def _built_on_path(final: Path) -> Path:  # beside the checkpoint folder: a file inside it would change its hash
+    return final.with_name(final.name + ".built-on.json")
+
+
+def warm_start_platform_of(path) -> dict | None:
+    """The ``float_platform`` that built the warm-start cache ``path`` (None when the cache predates the record)."""
+    try:
+        built_on = json.loads(_built_on_path(Path(path)).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return built_on if isinstance(built_on, dict) else None
+
+
 def _sft_matches(path: Path, seed: int, variant: str = "sft") -> bool:
     try:
         return json.loads((path / SFT_MARKER).read_text(encoding="utf-8")) == _sft_marker(seed, variant)
@@ -396,8 +446,10 @@ def sft_checkpoint_path(seed: int = 0, root=None, variant: str = "sft") -> tuple
     "sft-list": ``online-sft-list-seed<seed>/``), built when missing.
 
     Built atomically (temporary folder + rename) like ``tools.tiny_model``'s checkpoint; a marker file holds the
-    recipe and library versions, and a cache with another marker is rebuilt.
+    recipe and library versions, and a cache with another marker is rebuilt. A build writes ``float_platform()``
+    beside the folder (``<folder>.built-on.json``): records name it as ``warm_start.built_on``.
     """
+    from tools.notebook_runtime import save_json
     from tools.project_runtime import resolve_project_root
 
     root = Path(root) if root is not None else resolve_project_root(Path(__file__).resolve().parent)
@@ -419,6 +471,7 @@ def sft_checkpoint_path(seed: int = 0, root=None, variant: str = "sft") -> tuple
             except OSError:
                 if not _sft_matches(final, seed, variant):
                     raise
+            save_json(_built_on_path(final), float_platform())
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -1003,6 +1056,9 @@ def run_online_experiment(
             "build_seconds": build_seconds,
             "variant": warm_start_variant,
         }
+        built_on = warm_start_platform_of(path)
+        if built_on is not None:
+            warm_start["built_on"] = built_on
     warm_start = dict(warm_start or {})
     path = Path(warm_start.get("path", ""))
     full = path if path.is_absolute() else root / path
