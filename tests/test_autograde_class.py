@@ -117,6 +117,7 @@ def test_sample_class_grades_exactly_as_expected(graded_class):
     expected = sample_class.expected()
     assert first.returncode == 0, "autograde must finish without grader errors"
     assert " error " not in first.stdout and "[error]" not in first.stdout
+    assert "Warning:" not in first.stdout, "the instructor's output carries no Python warnings"
     scores = _scores(course)
     assert sorted(scores) == sorted(expected), "exactly the sample learners are registered"
     mismatches = []

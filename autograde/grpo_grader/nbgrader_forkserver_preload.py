@@ -7,11 +7,17 @@ caches for the life of a process:
 - nbformat's two compiled v4 validators (fastjsonschema compiles each in ~0.06 s): every child reads
   and writes notebooks at the current minor version, strict and with ``relax_add_props``;
 - SQLAlchemy's mapper configuration of nbgrader's gradebook models (~0.05 s at a child's first query);
+- a warnings filter for runpy's "found in sys.modules" RuntimeWarning about the parent's main module: every child
+  re-runs it (multiprocessing's spawn preparation) after the forkserver imported it (``nbgrader_forkserver``'s
+  preload), which is intended, and otherwise each graded notebook printed that warning into the instructor's
+  output;
 - then ``gc.freeze`` (``sandbox.freeze_for_forks``): a child's garbage collections skip what was preloaded (nbgrader,
   nbconvert, SQLAlchemy), which they would otherwise walk, page by copied page.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import nbformat
 import nbformat.validator
@@ -22,6 +28,9 @@ from .sandbox import freeze_for_forks
 
 
 def warm_up() -> None:
+    warnings.filterwarnings(
+        "ignore", message=r"'autograde\.[\w.]+' found in sys\.modules after import of package", category=RuntimeWarning
+    )
     for relax in (False, True):
         nbformat.validator.get_validator(version=4, version_minor=nbformat.v4.nbformat_minor, relax_add_props=relax)
     configure_mappers()
