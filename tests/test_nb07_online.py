@@ -546,8 +546,8 @@ def test_committed_records_start_from_a_fresh_warm_start():
     if not compared:
         pytest.skip(
             f"bit-for-bit check not possible here: the committed records' warm starts were built on "
-            f"{og.UNRECORDED_WARM_START_PLATFORM} (or their warm_start.built_on), this machine builds on "
-            f"{og.float_platform()} and gets { ({k: v[:12] for k, v in fresh.items()}) }; "
+            f"{og.UNRECORDED_WARM_START_PLATFORM} (or their warm_start.built_on), this machine's were built on "
+            f"{built_on} and give { ({k: v[:12] for k, v in fresh.items()}) }; "
             f"the records' own hashes agree with each other"
         )
     assert compared >= 20

@@ -396,15 +396,11 @@ def float_platform() -> dict:
     AdamW steps carry the last-bit differences of a matmul into other weights."""
     import torch
 
-    vendor = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            vendor = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "")
-    except OSError:  # (not Linux)
-        pass
+    from tools.training_mechanism_runtime import cpuinfo_value
+
     return {
         "machine": platform.machine(),
-        "cpu_vendor": vendor or platform.processor() or "unknown",
+        "cpu_vendor": cpuinfo_value("vendor_id") or platform.processor() or "unknown",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
 

@@ -8,19 +8,28 @@ import platform
 import subprocess
 import sys
 
-__all__ = ["cuda_hardware_snapshot", "gradient_l2_norm", "median_and_p95", "peak_rss_bytes"]
+__all__ = ["cpuinfo_value", "cuda_hardware_snapshot", "gradient_l2_norm", "median_and_p95", "peak_rss_bytes"]
 
 
-def _cpu_model_name() -> str:
-    """The CPU's model name: /proc/cpuinfo on Linux, sysctl on macOS, else what ``platform`` knows."""
+def cpuinfo_value(*keys: str) -> str:
+    """The first non-empty value of one of ``keys`` in /proc/cpuinfo (e.g. "vendor_id"); "" where there is none or
+    no /proc/cpuinfo (not Linux)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Model", "Hardware", "cpu model") and value.strip():
+                if key.strip() in keys and value.strip():
                     return value.strip()
     except OSError:
         pass
+    return ""
+
+
+def _cpu_model_name() -> str:
+    """The CPU's model name: /proc/cpuinfo on Linux, sysctl on macOS, else what ``platform`` knows."""
+    name = cpuinfo_value("model name", "Model", "Hardware", "cpu model")
+    if name:
+        return name
     if sys.platform == "darwin":
         try:
             out = subprocess.run(
