@@ -330,7 +330,9 @@ def autograde(
         sockets = base / "sockets"
         if sandbox.mode == "bwrap" and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
-        warm = zygote_warm(work for _, work in todo)
+        zygotes = runnable > workers
+        # what the zygotes import: read from the lessons' oracles (which import torch), so only where zygotes start
+        warm = zygote_warm(work for _, work in todo) if zygotes else ZygoteWarm()
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         slots = [
             Slot(
@@ -342,7 +344,7 @@ def autograde(
                 oracle_uid=sandbox.uids[2 * k + 1] if sandbox.uids else None,
                 threads=threads,
                 ipc=(sockets / f"slot{k}") if mounted else None,
-                zygotes=runnable > workers,
+                zygotes=zygotes,
                 warm=warm,
             )
             for k in range(workers)

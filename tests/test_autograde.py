@@ -266,6 +266,33 @@ assert child.exitcode == 0, child.exitcode
     assert "torch" not in modules and "autograde.grpo_grader.oracle" not in modules
 
 
+@pytest.mark.slow
+def test_a_run_without_a_runnable_notebook_imports_no_torch(tmp_path, released_course):
+    """A run whose submissions are all invalid files executes nothing: it starts no zygote, so it does not read the
+    oracles' zygote imports either (they import torch: ~3 CPU-s per run, in two of the three shards of
+    test_three_shards_merge_into_the_same_grades), and still writes the invalid grade."""
+    course = tmp_path / "autograde"
+    shutil.copytree(released_course["course"], course)
+    sample_class.install(course / "submitted")
+    for folder in (course / "submitted").iterdir():
+        if folder.name != "s14_invalid_json":
+            shutil.rmtree(folder)
+    out = tmp_path / "modules.json"
+    code = """
+import json, sys
+from autograde import pipeline
+status = pipeline.main(["autograde", "--course", sys.argv[1]])
+json.dump({"status": status, "torch": "torch" in sys.modules}, open(sys.argv[2], "w"))
+"""
+    env = {**pipeline_env(), "GRPO_GRADING_SEED": secrets.token_hex(12)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(course), str(out)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "invalid 1" in done.stdout, done.stdout[-3000:]
+    assert json.loads(out.read_text()) == {"status": 0, "torch": False}
+
+
 def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     """FeedbackExporter (feedback pages without nbconvert's BeautifulSoup pass) renders what HTMLExporter renders:
     the same text, the same tags, the same alternative texts; `<img` inside a script or a comment stays as it was."""
