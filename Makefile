@@ -70,15 +70,13 @@ gpu-wheelhouse: $(VENV)/.setup-stamp ## wheels for tools/device/gpu_check.sh on 
 TEST_WORKERS ?= 2
 PYTEST_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
+# Each test target prints its wall and busy-CPU time and appends them to the git-ignored record
+# benchmarks/results/local/tests/test-runs.json (tools/cli/testrun.py); the budgets are stated in README.md.
 test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, release check, grading, benchmarks at tiny size)
-	@start=$$(date +%s); status=0; \
-	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not integration" --durations=10 tests || status=$$?; \
-	echo "[test] make test: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
+	@$(PY) -m tools.cli.testrun --target test -- -q $(PYTEST_XDIST) -m "not integration" --durations=10 tests
 
 test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, grading or release (markers slow, release)
-	@start=$$(date +%s); status=0; \
-	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow and not release and not integration" --durations=10 tests || status=$$?; \
-	echo "[test] make test-fast: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
+	@$(PY) -m tools.cli.testrun --target test-fast -- -q $(PYTEST_XDIST) -m "not slow and not release and not integration" --durations=10 tests
 
 # ruff check covers tools/, tests/, benchmarks/, solutions/ and autograde/; ruff format --check covers every Python
 # file there except pyproject.toml's [tool.ruff.format] exclude (the jupytext lesson sources, the chain's fixtures,
@@ -87,9 +85,7 @@ test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, gradin
 # Debian's slurm-wlm + munge), grading as an unprivileged user in bubblewrap, the browser walk of the nbgrader
 # exchange. Each reports itself skipped, with the reason, where the machine cannot provide what it needs.
 test-integration: $(VENV)/.setup-stamp ## the environment integration tests: Slurm array, unprivileged bwrap grading, browser exchange walk
-	@start=$$(date +%s); status=0; \
-	$(PY) -m pytest -q $(PYTEST_XDIST) -m integration --durations=10 tests || status=$$?; \
-	echo "[test] make test-integration: total $$(( $$(date +%s) - start )) s wall (exit $$status)"; exit $$status
+	@$(PY) -m tools.cli.testrun --target test-integration -- -q $(PYTEST_XDIST) -m integration --durations=10 tests
 
 lint: $(VENV)/.setup-stamp ## ruff check + ruff format --check (rules and exclusions in pyproject.toml)
 	@$(PY) -m ruff check .

@@ -25,7 +25,7 @@ def cpuinfo_value(*keys: str) -> str:
     return ""
 
 
-def _cpu_model_name() -> str:
+def cpu_model_name() -> str:
     """The CPU's model name: /proc/cpuinfo on Linux, sysctl on macOS, else what ``platform`` knows."""
     name = cpuinfo_value("model name", "Model", "Hardware", "cpu model")
     if name:
@@ -124,7 +124,7 @@ def cuda_hardware_snapshot() -> dict:
         except Exception as error:  # broken driver, CUDA init failure: report, do not raise
             snapshot["error"] = f"{type(error).__name__}: {error}"
     try:
-        snapshot.update({"cpu": _cpu_model_name(), "cpu_count": os.cpu_count(), "platform": platform.platform()})
+        snapshot.update({"cpu": cpu_model_name(), "cpu_count": os.cpu_count(), "platform": platform.platform()})
     except Exception as error:
         snapshot.setdefault("error", f"{type(error).__name__}: {error}")
     return snapshot
