@@ -50,5 +50,8 @@ module                                  what it holds
 ``tools.cli.demo``                      ``make demo``: build, execute, release, grade the sample class, experiment
 ``tools.cli.experiment``                ``make experiment``: the final notebook headless
 ``tools.cli.online``                    ``make online``: nb07's online GRPO run headless (seeds, TRL trainer, presets)
+``tools.cli.testrun``                   ``make test`` / ``test-fast`` / ``test-integration``: pytest, timed into a git-ignored
+                                        record
+``tools.cli.commit_msg``                the pre-commit config's commit-msg check (subject at most 72 characters)
 ======================================  =============================================================================
 """
