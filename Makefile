@@ -14,7 +14,7 @@ LAB_FLAGS ?=
 export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup build release check-release demo test test-fast test-integration lint format lab lab-instructor workspace \
+.PHONY: help ready setup build release check-release demo test test-fast test-integration lint format lab lab-instructor workspace \
         autograde merge-shards feedback grades experiment online bench tiny-model warm-starts qwen-shaped-checkpoint \
         gpu-wheelhouse preflight clean
 
@@ -26,14 +26,15 @@ $(VENV)/.setup-stamp: environments/*.txt pyproject.toml tools/cli/setup_env.py
 	@python3 tools/cli/setup_env.py --venv $(VENV) --profile $(PROFILE)
 	@touch $@
 
-setup: $(VENV)/.setup-stamp ## create .venv, install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA), build the tiny checkpoints and lesson 7's warm starts
+# What the course targets need beyond the venv (bubblewrap, the graded checkpoints, lesson 7's warm starts, the
+# browser tests' playwright-core): tools/cli/ready.py, idempotent, a few seconds when everything is there. Every
+# target that grades, tests or trains depends on it, so `make demo` and `make test` on a fresh machine need no
+# other command.
+ready: $(VENV)/.setup-stamp
+	@$(PY) -m tools.cli.ready
+
+setup: ready ## create .venv, install the CPU profile + grading tools (PROFILE=BASE-CPU|PT-CPU|PT-RL-CUDA), bubblewrap, the tiny checkpoints and lesson 7's warm starts
 	@$(PY) -m tools.preflight --profile $(PROFILE) --quiet-ok
-	@command -v bwrap >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
-	  || echo "[setup] could not install bubblewrap: the grading sandbox 'bwrap' needs it"; \
-	else echo "[setup] bubblewrap is missing (the grading sandbox 'bwrap'): sudo apt-get install -y bubblewrap"; fi; }
-	@$(PY) -m autograde.pipeline prepare
-	@$(MAKE) --no-print-directory warm-starts
 
 preflight: $(VENV)/.setup-stamp ## print the environment table for PROFILE
 	@$(PY) -m tools.preflight --profile $(PROFILE)
@@ -72,7 +73,7 @@ PYTEST_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadf
 
 # Each test target prints its wall and busy-CPU time and appends them to the git-ignored record
 # benchmarks/results/local/tests/test-runs.json (tools/cli/testrun.py); the budgets are stated in README.md.
-test: $(VENV)/.setup-stamp ## run the whole test suite (unit tests, notebooks, release check, grading, benchmarks at tiny size)
+test: ready ## run the whole test suite (unit tests, notebooks, release check, grading, benchmarks at tiny size)
 	@$(PY) -m tools.cli.testrun --target test -- -q $(PYTEST_XDIST) -m "not integration" --durations=10 tests
 
 test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, grading or release (markers slow, release)
@@ -84,7 +85,7 @@ test-fast: $(VENV)/.setup-stamp ## the inner loop: no notebook execution, gradin
 # The environment's own integration checks (CI runs them after make test): a real single-node Slurm cluster (root,
 # Debian's slurm-wlm + munge), grading as an unprivileged user in bubblewrap, the browser walk of the nbgrader
 # exchange. Each reports itself skipped, with the reason, where the machine cannot provide what it needs.
-test-integration: $(VENV)/.setup-stamp ## the environment integration tests: Slurm array, unprivileged bwrap grading, browser exchange walk
+test-integration: ready ## the environment integration tests: Slurm array, unprivileged bwrap grading, browser exchange walk
 	@$(PY) -m tools.cli.testrun --target test-integration -- -q $(PYTEST_XDIST) -m integration --durations=10 tests
 
 lint: $(VENV)/.setup-stamp ## ruff check + ruff format --check (rules and exclusions in pyproject.toml)
@@ -95,7 +96,7 @@ format: $(VENV)/.setup-stamp ## ruff check --fix, then ruff format (the files py
 	@$(PY) -m ruff check --fix .
 	@$(PY) -m ruff format .
 
-demo: $(VENV)/.setup-stamp ## the main job: build, execute, release, grade the sample class, run the experiment
+demo: ready ## the main job: build, execute, release, grade the sample class, run the experiment
 	@GRPO_PROGRESS=1 $(PY) -m tools.cli.demo
 
 lab: $(VENV)/.setup-stamp ## learner JupyterLab on your work copy work/ (made on the first start; PORT=8888)
@@ -107,7 +108,7 @@ lab-instructor: $(VENV)/.setup-stamp ## instructor JupyterLab: formgrader on aut
 workspace: $(VENV)/.setup-stamp ## copy notebooks/ into your git-ignored work/ (UPDATE="nb01_... ..." takes new versions, old copy kept)
 	@$(PY) -m tools.cli.workspace $(if $(UPDATE),--update $(UPDATE))
 
-autograde: $(VENV)/.setup-stamp ## grade every autograde/submitted/<learner>/<assignment>/ in parallel (SHARD=k/N: 1/N of the learners)
+autograde: ready ## grade every autograde/submitted/<learner>/<assignment>/ in parallel (SHARD=k/N: 1/N of the learners)
 	@$(PY) -m autograde.pipeline autograde $(if $(SHARD),--shard $(SHARD)) $(ARGS)
 
 merge-shards: $(VENV)/.setup-stamp ## merge the results of `make autograde SHARD=k/N` runs into the course gradebook
@@ -119,13 +120,13 @@ feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feed
 grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and print the table
 	@$(PY) -m autograde.pipeline grades $(ARGS)
 
-experiment: $(VENV)/.setup-stamp ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
+experiment: ready ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
 	@$(PY) -m tools.cli.experiment --mode "$(RUN_MODE)" --label "$(RUN_LABEL)"
 
-online: $(VENV)/.setup-stamp ## lesson 7's online GRPO run -> benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json (reference labels: results/online/); SEEDS=3 adds online-grpo-seeds_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ...")
+online: ready ## lesson 7's online GRPO run -> benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json (reference labels: results/online/); SEEDS=3 adds online-grpo-seeds_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ...")
 	@$(PY) -m tools.cli.online --label "$(RUN_LABEL)" --seeds "$(SEEDS)" $(ONLINE_ARGS)
 
-bench: $(VENV)/.setup-stamp ## run the benchmarks, write benchmarks/results/latest.json
+bench: ready ## run the benchmarks, write benchmarks/results/latest.json
 	@$(PY) benchmarks/run.py
 
 clean: ## remove generated files (keeps .venv and committed learner notebooks)

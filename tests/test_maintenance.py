@@ -4,6 +4,7 @@ pre-commit config holds a subject to 72 characters."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,74 @@ def test_the_pre_commit_config_runs_the_subject_check_at_commit_msg():
     hooks = [hook for repo in config["repos"] for hook in repo["hooks"]]
     subject = [hook for hook in hooks if "tools.cli.commit_msg" in hook["entry"]]
     assert len(subject) == 1 and subject[0]["stages"] == ["commit-msg"]
+
+
+# ------------------------------------------------------------------------------------------- the newcomer's path
+CI = ROOT / ".ci" / "run"
+# What a person has before reading the README (README: system requirements); the rest the README's commands install.
+BEFORE_THE_README = {"make", "npm", "chromium", "fonts-wqy-microhei", "slurm-wlm", "munge"}
+
+
+def ci_problems(text: str) -> list[str]:
+    """Where ``.ci/run`` does the README's work for it: installs a package a person would not have before reading
+    the README, runs ``npm ci`` or ``make setup`` itself, or runs the test commands before the README's first one."""
+    problems = []
+    joined = re.sub(r"\\\n\s*", " ", text)  # continuation lines
+    commands = [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+    for line in commands:
+        words = re.findall(r"[^\s;|&(){]+", re.sub(r'"[^"]*"', "", line))  # quoted text is not a command
+        for at, word in enumerate(words):
+            if word not in ("install", "apt_install") or (word == "install" and "apt" not in " ".join(words[:at])):
+                continue
+            for package in words[at + 1 :]:
+                if package.startswith(">") or package in ("apt_install", "command", "echo"):
+                    break
+                if not package.startswith("-") and package not in BEFORE_THE_README:
+                    problems.append(f"installs {package}")
+        if "npm ci" in line or "npm install" in line:
+            problems.append("runs npm itself")
+        if re.search(r"\bmake setup\b", line):
+            problems.append("runs make setup before the README's commands")
+    makes = [c.split()[1] for c in commands if c.startswith("make ")]
+    if not makes or makes[0] != "demo":
+        problems.append(f"the README's first command must run first: {makes}")
+    for target in ("lint", "test", "test-integration"):
+        if target not in makes:
+            problems.append(f"does not run make {target}")
+    return problems
+
+
+def test_ci_meets_the_newcomers_path():
+    """CI installs only what a person has before reading the README, removes bubblewrap where the machine has it,
+    and runs `make demo` first, so the README's commands must do the rest (bubblewrap, playwright-core, caches)."""
+    text = CI.read_text(encoding="utf-8")
+    assert ci_problems(text) == []
+    assert "apt-get remove" in text and "bubblewrap" in text
+    for broken, problem in (
+        (text.replace("apt_install make", "apt_install make bubblewrap"), "installs bubblewrap"),
+        (text.replace("python3 --version", "npm ci --prefix tests/browser\npython3 --version"), "runs npm itself"),
+        (text.replace("python3 --version", "make setup\npython3 --version"), "runs make setup"),
+        (text.replace("make demo\n", ""), "first command"),
+    ):
+        assert any(problem in p for p in ci_problems(broken)), problem
+
+
+def test_every_target_that_grades_tests_or_trains_gets_ready_first():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    for target in ("setup", "demo", "test", "test-integration", "autograde", "online", "bench", "experiment"):
+        assert re.search(rf"^{target}: ready\b", makefile, re.M), target
+    assert re.search(r"^ready: \$\(VENV\)/\.setup-stamp\n\t@\$\(PY\) -m tools\.cli\.ready$", makefile, re.M)
+
+
+def test_ready_says_what_to_install_when_it_cannot(tmp_path):
+    from tools.cli import ready
+
+    said = []
+    assert ready.ensure_bubblewrap(said.append, which=lambda name: None, euid=lambda: 1000) is False
+    assert said == [ready.BWRAP_HINT] and "apt-get install -y bubblewrap" in said[0]
+    assert ready.ensure_bubblewrap(said.append, which=lambda name: f"/usr/bin/{name}", euid=lambda: 1000) is True
+    said.clear()
+    assert ready.ensure_playwright(said.append, which=lambda name: None, root=tmp_path) is False
+    assert "npm" in said[0]
+    (tmp_path / ready.PLAYWRIGHT).mkdir(parents=True)
+    assert ready.ensure_playwright(said.append, which=lambda name: None, root=tmp_path) is True

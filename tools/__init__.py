@@ -45,6 +45,8 @@ module                                  what it holds
 ``tools.device.gpu_check``              the device check's Python side (``bash tools/device/gpu_check.sh`` runs it):
                                         nb06's real_gpu cells, record invariants, report
 ``tools.cli.setup_env``                 ``make setup``: the virtual environment of a profile
+``tools.cli.ready``                     what the course targets need beyond the venv (bubblewrap, checkpoints, warm
+                                        starts, playwright-core), made ready by ``make setup``, ``demo``, ``test``...
 ``tools.cli.lab``                       ``make lab``: JupyterLab with the nbgrader extensions
 ``tools.cli.workspace``                 ``make workspace``: the learner's work copy of ``notebooks/`` in ``work/``
 ``tools.cli.demo``                      ``make demo``: build, execute, release, grade the sample class, experiment

@@ -27,6 +27,18 @@ def _step(title: str, command: list[str]) -> tuple[str, bool, float]:
     return title, ok, seconds
 
 
+EXPERIMENT_RUNS = (("dry_run", "demo_dry_run"), ("tiny_cpu", "demo_tiny_cpu"))  # (RUN_MODE, RUN_LABEL)
+
+
+def evidence_paths() -> list[Path]:
+    """Where ``make experiment`` writes the demo's records (the labels are not reference labels: the git-ignored
+    ``benchmarks/results/local/``), relative to the course root."""
+    from tools import grpo_experiment as gx
+    from tools.cli.experiment import WORKLOAD_ID
+
+    return [gx.output_relative_path(WORKLOAD_ID, label) for _, label in EXPERIMENT_RUNS]
+
+
 def main() -> int:
     executed = ROOT / "build" / "executed"
     steps = [
@@ -40,13 +52,9 @@ def main() -> int:
         ("autograde the sample class", [PY, "-m", "autograde.pipeline", "autograde", "--sample"]),
         ("feedback per learner", [PY, "-m", "autograde.pipeline", "feedback"]),
         ("grade export", [PY, "-m", "autograde.pipeline", "grades"]),
-        (
-            "final experiment, dry_run",
-            [PY, "-m", "tools.cli.experiment", "--mode", "dry_run", "--label", "demo_dry_run"],
-        ),
-        (
-            "final experiment, tiny_cpu",
-            [PY, "-m", "tools.cli.experiment", "--mode", "tiny_cpu", "--label", "demo_tiny_cpu"],
+        *(
+            (f"final experiment, {mode}", [PY, "-m", "tools.cli.experiment", "--mode", mode, "--label", label])
+            for mode, label in EXPERIMENT_RUNS
         ),
     ]
     results = [_step(title, command) for title, command in steps]
@@ -58,7 +66,8 @@ def main() -> int:
     print("  learner notebooks           : notebooks/<assignment>/<assignment>.ipynb")
     print("  gradebook / grades          : autograde/gradebook.db, autograde/grades.csv, autograde/grades_by_test.csv")
     print("  feedback (HTML)             : autograde/feedback/<learner>/<assignment>/")
-    print("  experiment evidence (JSON)  : benchmarks/results/pt_grpo/pt-grpo-real-model-update_demo_*.json")
+    for path in evidence_paths():
+        print(f"  experiment evidence (JSON)  : {path.as_posix()}")
     return 0 if all(ok for _, ok, _ in results) else 1
 
 
