@@ -30,7 +30,6 @@ import math
 import os
 import platform
 import random
-import re
 import shutil
 import tempfile
 import time
@@ -39,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tools.loss_types import CLIPPED_LOSS_TYPES as LOSS_TYPES  # the --loss-type values (lesson 7's grpo_step)
+from tools.project_runtime import check_run_label  # the run-label rule of every record
 
 TASK_ID = "four-digit-sum-scratchpad-v1"
 SCHEMA_VERSION = "online-grpo/v1"
@@ -49,7 +49,6 @@ RESULTS_KIND = "online"  # benchmarks/results/online/ (reference labels) or benc
 RESULTS_DIR = Path("benchmarks") / "results" / RESULTS_KIND
 SFT_BUILDER_VERSION = 3
 SFT_MARKER = "online_sft.json"
-LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 REWARDS = ("integer-answer-v1", "contains-answer-loophole")
 OUTCOMES = ("right", "wrong", "unparseable")  # what a held-out sample is (evaluate()'s "outcomes")
 
@@ -860,12 +859,6 @@ def make_optimizer(model, learning_rate: float):
     import torch
 
     return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
-
-
-def check_run_label(label: str) -> str:
-    if not isinstance(label, str) or not LABEL_PATTERN.fullmatch(label):
-        raise ValueError(f"RUN_LABEL 只能含字母、数字和 . _ -（不以符号开头，最长 64 个字符），收到 {label!r}")
-    return label
 
 
 def output_relative_path(label: str, workload: str = WORKLOAD_ID, seed: int | None = None) -> Path:
