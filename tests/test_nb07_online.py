@@ -529,7 +529,7 @@ def test_committed_records_start_from_a_fresh_warm_start():
     fresh, built_on = {}, {}
     for variant in og.WARM_STARTS:
         path = og.sft_checkpoint_path(seed=0, variant=variant)[0]
-        fresh[variant] = og._content_hash(path)
+        fresh[variant] = og.content_hash(path)
         built_on[variant] = og.warm_start_platform_of(path) or og.float_platform()
     recorded, compared = {}, 0
     for path in sorted((ROOT / og.RESULTS_DIR).glob("online-grpo_*.json")):
@@ -779,10 +779,12 @@ def test_grading_policy_is_built_once_and_every_call_gets_its_own_copy():
     change without changing the next one's (a driver's learner code trains its model)."""
     import torch
 
+    from tools.online import grading_policy as defining  # the module that holds the built policies
+
     first, tokenizer = og.grading_policy(seed=0)
-    built = dict(og._GRADING_POLICIES)
+    built = dict(defining._GRADING_POLICIES)
     second, other_tokenizer = og.grading_policy(seed=0)
-    assert og._GRADING_POLICIES == built  # no second build
+    assert defining._GRADING_POLICIES == built  # no second build
     assert first is not second and tokenizer is not other_tokenizer
     pairs = list(zip(first.parameters(), second.parameters()))
     assert all(torch.equal(a, b) for a, b in pairs)

@@ -6,7 +6,7 @@ and ``tools.grpo_experiment`` (which the notebook imports) re-exports them. The 
 its ``parameters`` cell (papermill injects them headless; a learner edits the cell), and the notebook's
 ``ExperimentConfig`` checks them there, at the boundary.
 
-nb07 (``tools.online_grpo.RUN_PRESETS``) has its own run modes on purpose: see docs/CONVENTIONS.md, "Run modes".
+nb07 (``tools.online.config.RUN_PRESETS``) has its own run modes on purpose: see docs/CONVENTIONS.md, "Run modes".
 """
 
 from __future__ import annotations

@@ -560,7 +560,7 @@ def trl_seed_entry(config, verify, root=None) -> dict:
         "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
         "train_steps": trainer.state.global_step,
         "wall_seconds": round(time.perf_counter() - started, 3),
-        "warm_start_hash": og._content_hash(path),
+        "warm_start_hash": og.content_hash(path),
         "record": "trl.GRPOTrainer (no per-step record)",
         "outcomes_before": before["outcomes"],
         "outcomes_after": after["outcomes"],
