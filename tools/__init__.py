@@ -27,8 +27,7 @@ module                                  what it holds
 ``tools.grpo_experiment``               the pieces of the final experiment (nb06): update step, record, schema
 ``tools.online_grpo``                   nb07's runtime under one name (``og``): re-exports ``tools.online``'s lesson
                                         modules below (``task`` ... ``grading_policy``), defines nothing
-``tools.online_trl``                    nb07's TRL section: ``GRPOTrainer`` loss/gradient agreement, TRL training
-                                        runs, accelerate / vLLM scaling-out configs
+``tools.online_trl``                    nb07's TRL section under one name: re-exports the ``tools.online.trl_*`` modules
 ``tools.online.task``                   nb07's task: four-digit sums, the disjoint held-out / RL / SFT pools, the
                                         held-out rule, scratchpad, prompt encoding; the rewards
 ``tools.online.logprobs``               ``completion_logps``: per-token log-probs (and entropies) at a temperature
@@ -43,6 +42,10 @@ module                                  what it holds
 ``tools.online.report``                 nb07's goal, seeds table, ablation verdicts from intervals, Markdown tables
 ``tools.online.figures``                nb07's figures (PNG bytes)
 ``tools.online.grading_policy``         the in-memory policy of nb07's grading oracle
+``tools.online.trl_trainer``            a ``GRPOConfig`` mirroring an ``OnlineConfig``, the ``GRPOTrainer`` on the task
+``tools.online.trl_agreement``          ``grpo_step`` vs ``GRPOTrainer._compute_loss``: loss / gradient agreement
+``tools.online.trl_runs``               ``GRPOTrainer.train()`` on the task, the committed multi-seed TRL record
+``tools.online.trl_scaling``            accelerate configs (accelerate's parser), the vLLM ``GRPOConfig``
 ``tools.loss_types``                    the TRL ``loss_type`` names the course teaches (``LOSS_TYPES``,
                                         ``CLIPPED_LOSS_TYPES``): their one home
 ``tools.trl_conformance``               nb03b's conformance check of the course's losses and advantages against

@@ -1,10 +1,9 @@
 """The runtime of the online GRPO lesson (nb07), one idea per module; ``tools.online_grpo`` re-exports the public
-names of its lesson runtime under one spelling (``og``).
+names of its lesson runtime under one spelling (``og``), ``tools.online_trl`` those of its TRL section.
 
 Imports go one way, lowest first in ``MODULES``: a module imports only modules listed before it, never the two
-re-exporting modules. torch, transformers, TRL and matplotlib are imported
-inside the functions that need them, so importing any of these modules stays cheap (``make online`` checks its
-arguments before torch is imported).
+re-exporting modules. torch, transformers, TRL and matplotlib are imported inside the functions that need them, so
+importing any of these modules stays cheap (``make online`` checks its arguments before torch is imported).
 """
 
 MODULES = (
@@ -19,4 +18,8 @@ MODULES = (
     "report",
     "figures",
     "grading_policy",
+    "trl_trainer",
+    "trl_agreement",
+    "trl_runs",
+    "trl_scaling",
 )
