@@ -2,8 +2,9 @@
 names of its lesson runtime under one spelling (``og``), ``tools.online_trl`` those of its TRL section.
 
 Imports go one way, lowest first in ``MODULES``: a module imports only modules listed before it, never the two
-re-exporting modules. torch, transformers, TRL and matplotlib are imported inside the functions that need them, so
-importing any of these modules stays cheap (``make online`` checks its arguments before torch is imported).
+re-exporting modules (``tests/test_nb07_runtime.py`` checks). torch, transformers, TRL and matplotlib are imported
+inside the functions that need them, so importing any of these modules stays cheap (``make online`` checks its
+arguments before torch is imported).
 """
 
 MODULES = (

@@ -274,7 +274,7 @@ def sft_checkpoint_path(seed: int = 0, root=None, variant: str = "sft") -> tuple
 def build_warm_starts(seed: int = 0, say=print) -> None:
     """Build every warm start of ``WARM_STARTS`` that is missing or stale (``make setup`` / ``make warm-starts``): the
     lesson's runs start from "sft", the committed reward-hacking pair from "sft-list"; the records' warm-start
-    hashes are checked against these caches (tests/test_nb07_online.py)."""
+    hashes are checked against these caches (tests/test_nb07_records.py)."""
     for variant in WARM_STARTS:
         path, cached, seconds = sft_checkpoint_path(seed=seed, variant=variant)
         say(f"[warm-starts] {variant}: {path.name} " + ("up to date" if cached else f"built in {seconds:.1f} s"))
