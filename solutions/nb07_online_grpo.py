@@ -38,8 +38,8 @@
 #
 # 两个设计上的选择，先说清楚：
 #
-# - **留出题在结构上是新题。** 四个数的组合（不计顺序）共 715 种，按固定种子打乱：40 种留作评测（每种取一个固定的顺序），
-#   160 种（所有顺序）作强化学习的训练提示，其余的所有顺序用于 SFT（第 1 步的单元格数出每一部分）。规则是：**任何留出题，以及它的任何换序形式，
+# - **留出题在结构上是新题。** 四个一位数的所有组合（不计顺序）按固定种子打乱，分成三份：一份留作评测（每种组合取一个固定的顺序），
+#   一份（所有顺序）作强化学习的训练提示，其余组合的所有顺序用于 SFT（每一份有几种组合、几个提示，由第 1 步的单元格数出来）。规则是：**任何留出题，以及它的任何换序形式，
 #   都不出现在 SFT 或强化学习的数据里**（`og.check_heldout_rule`；测试 `test_heldout_problems_are_structurally_new`
 #   还检查这个核对在泄漏一个换序形式时会失败）。留出题拆开后的每一步两数相加，SFT 的某个算式里都出现过（测试
 #   `test_sft_mixes_shown_work_and_bare_answers`）：新的是题目，不是步骤。
@@ -124,7 +124,8 @@ TRAIN_PROBLEMS, HELDOUT_PROBLEMS = og.split_problems()  # the RL prompts and the
 og.check_heldout_rule(HELDOUT_PROBLEMS, TRAIN_PROBLEMS, og.sft_examples(0))  # raises ValueError on a leak
 _sft = og.sft_examples(0)
 _four = [e for e in _sft if len(og.addends_of(e["prompt"])) == og.ADDENDS]
-print(f"组合（不计顺序）：留出 {len({og.equivalent_key(p['prompt']) for p in HELDOUT_PROBLEMS})} 种，"
+print(f"组合（不计顺序）共 {len({og.equivalent_key(p['prompt']) for pool in POOLS.values() for p in pool})} 种："
+      f"留出 {len({og.equivalent_key(p['prompt']) for p in HELDOUT_PROBLEMS})} 种，"
       f"强化学习 {len({og.equivalent_key(p['prompt']) for p in TRAIN_PROBLEMS})} 种，"
       f"SFT {len({og.equivalent_key(p['prompt']) for p in POOLS['sft']})} 种")
 print(f"提示：留出 {len(HELDOUT_PROBLEMS)} 个，强化学习 {len(TRAIN_PROBLEMS)} 个；SFT 样本 {len(_sft)} 个，其中"

@@ -1,4 +1,4 @@
-"""Lesson 7 (nb07_online_grpo): online GRPO on the tiny model, its record, the TRL comparison, scaling-out configs.
+"""Lesson 7 (nb07_online_grpo) executed, its TRL comparison, its presets and the grader's policy.
 
 Notebook executions (each at most once per session, through ``notebook_runs``), all in RUN_MODE=smoke:
 * the solution version runs green and writes a record that validates;
@@ -6,10 +6,13 @@ Notebook executions (each at most once per session, through ``notebook_runs``), 
 * one copy whose test cells hold only their hidden tests, with three wrong answers substituted at once (they do
   not interfere: the sample_group mutation only shows at temperature != 1, the other tests sample at 1.0), fails
   each of the three hidden test cells.
-The committed reference record and the 3-seed summary meet the headline; the ablations have 3-seed records and
-verdicts from their intervals; grpo_step's loss and gradient agree with TRL's GRPOTrainer to 1e-5 relative over the
-whole matrix, and the comparison fails when one side drops an option (slow); maj@1 equals pass@1; learners' records
-go to the git-ignored benchmarks/results/local/online/; the real_gpu preset trains a LoRA adapter only (slow).
+grpo_step's loss and gradient agree with TRL's GRPOTrainer to 1e-5 relative over the whole matrix, and the
+comparison fails when one side drops an option (slow); the real_gpu preset trains a LoRA adapter only, in the course
+loop and through TRL (slow); the held-out curve does not change the training steps; ``make online SEEDS=n`` writes a
+validated summary; the grader's policy is built once per process.
+
+The committed records are checked in tests/test_nb07_records.py, the runtime's pieces (task, statistics, settings,
+command line) in tests/test_nb07_runtime.py.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 import tools.chain.notebooks as chain
@@ -30,7 +32,11 @@ from tools import online_grpo as og
 from tools.lessons.nb04_verifiable_rewards import verify_integer_response
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
 A = "nb07_online_grpo"
+
+
 TESTS = ("test_sample_group_visible", "test_grpo_step_visible", "test_log_step_metrics_visible")
 
 
@@ -127,123 +133,6 @@ def test_wrong_answers_fail_the_hidden_tests(notebook_runs):
     for test in TESTS:
         assert results.get(test) is not None, f"a wrong answer passed the hidden tests of {test}"
         assert "AssertionError" in results[test], f"{test}: expected a failed assertion, got {results[test]}"
-
-
-def test_reference_record_meets_the_headline():
-    record = json.loads((ROOT / og.output_relative_path("reference", seed=0)).read_text(encoding="utf-8"))
-    og.validate_record(record)
-    # (records written before use_bias_correction_kl existed lack it; they used beta = 0, where it does nothing)
-    assert og.OnlineConfig(**record["config"]).to_dict() == og.OnlineConfig().to_dict(), (
-        "the reference record uses the default configuration"
-    )
-    assert record["task"]["disjoint"] and record["eval"]["heldout_prompts"] == og.HELDOUT_SIZE
-    gain = record["eval"]["after"]["pass_at_1"] - record["eval"]["before"]["pass_at_1"]
-    assert gain >= og.GOAL_CI_LOW, f"held-out pass@1 gain {gain:.3f} < {og.GOAL_CI_LOW}"
-    low, high = og.START_RANGE  # issue 27: the warm start is right only sometimes
-    assert low <= record["eval"]["before"]["pass_at_1"] <= high, "the warm start's held-out pass@1 is out of range"
-    assert record["eval"]["before"]["outcomes"]["unparseable"] <= 0.20, "the warm start answers >= 80 % of the time"
-    assert len(record["steps"]) == record["config"]["num_steps"]
-    assert record["cpu_seconds"] <= 180, "CPU time of the headline run (one thread) exceeds the 180 s budget"
-
-
-def test_sft_list_warm_start_lists_the_answer_but_never_last():
-    """The reward-hacking warm start: the lesson's SFT data unchanged except that some bare answers list three
-    different numbers, the answer first or second - inside the loophole, outside the strict verifier."""
-    plain, listed = og.sft_examples(0), og.sft_examples(0, "sft-list")
-    assert [e["prompt"] for e in plain] == [e["prompt"] for e in listed]
-    answer = lambda prompt: sum(og.addends_of(prompt))  # noqa: E731
-    assert all(e["completion"] in (str(answer(e["prompt"])), og.scratchpad(og.addends_of(e["prompt"]))) for e in plain)
-    bare = [
-        (p, q)
-        for p, q in zip(plain, listed)
-        if p["completion"] == str(answer(p["prompt"])) and len(og.addends_of(p["prompt"])) == og.ADDENDS
-    ]
-    assert all(
-        q == p for p, q in zip(plain, listed) if "+" in p["completion"] or len(og.addends_of(p["prompt"])) < og.ADDENDS
-    )
-    lists = [q["completion"].split() for p, q in bare if q["completion"] != p["completion"]]
-    assert 0.2 <= len(lists) / len(bare) <= 0.4, len(lists) / len(bare)
-    for p, q in bare:
-        numbers = q["completion"].split()
-        if len(numbers) > 1:
-            assert len(numbers) == 3 == len(set(numbers)) and p["completion"] in numbers[:2], q
-            assert og.strict_correct([q["completion"]], [int(p["completion"])], verify_integer_response) == [0.0]
-            assert og.loophole_rewards([q["completion"]], [int(p["completion"])]) == [1.0]
-    with pytest.raises(ValueError, match="warm start"):
-        og.sft_examples(0, "sft-typo")
-
-
-def test_sft_mixes_shown_work_and_bare_answers():
-    """The warm start's data: about SFT_SCRATCH_FRACTION of the SFT pool's problems answered with the running-sum
-    scratchpad (whose last integer is the answer), the rest bare; every step a held-out scratchpad takes is a step
-    some SFT scratchpad takes (the held-out problems are new as problems, not as steps)."""
-    examples = og.sft_examples(0)
-    four = [e for e in examples if len(og.addends_of(e["prompt"])) == og.ADDENDS]
-    assert len(examples) == len(four) + og.SFT_FACT_COPIES * len(og.two_operand_facts())
-    shown = [e for e in four if "+" in e["completion"]]
-    assert abs(len(shown) / len(four) - og.SFT_SCRATCH_FRACTION) < 0.03
-    for e in shown:
-        assert e["completion"] == og.scratchpad(og.addends_of(e["prompt"]))
-        assert verify_integer_response(e["completion"], sum(og.addends_of(e["prompt"])))["correctness"] == 1.0
-    assert og.scratchpad((6, 7, 9, 4)) == "6+7=13, 13+9=22, 22+4=26"
-    trained_steps = {step for e in shown for step in e["completion"].split(", ")}
-    heldout_steps = {
-        step for p in og.task_pools()["heldout"] for step in og.scratchpad(og.addends_of(p["prompt"])).split(", ")
-    }
-    assert heldout_steps <= trained_steps
-
-
-def test_reward_hacking_records_share_their_start():
-    """`loophole` and `loophole_fixed` start from the same list-writing warm start and differ only in the reward
-    (their effects are read from the multi-seed intervals, test_ablation_verdicts_cover_every_comparison)."""
-    hacked, fixed = (
-        json.loads((ROOT / og.output_relative_path(label, seed=0)).read_text(encoding="utf-8"))
-        for label in ("loophole", "loophole_fixed")
-    )
-    for record in (hacked, fixed):
-        og.validate_record(record)
-        assert record["warm_start"]["variant"] == "sft-list"
-    assert {k: v for k, v in hacked["config"].items() if k != "reward"} == {
-        k: v for k, v in fixed["config"].items() if k != "reward"
-    }
-    assert (hacked["config"]["reward"], fixed["config"]["reward"]) == ("contains-answer-loophole", "integer-answer-v1")
-
-
-def test_ablation_verdicts_cover_every_comparison():
-    """Every ablation the lesson discusses has a committed 3-seed record, and each prediction gets a verdict from
-    the intervals; a verdict of a difference needs non-overlapping 95 % intervals (checked here from the numbers)."""
-    verdicts = og.ablation_verdicts(ROOT)
-    assert len(verdicts) == len(og.ABLATION_COMPARISONS)
-    for v in verdicts:
-        assert v["verdict"] != "missing", f"{v['a']} / {v['b']}: no multi-seed record"
-        a, b = v["a_interval"], v["b_interval"]
-        assert a["n"] >= 3 and b["n"] >= 3
-        if v["verdict"] == "a > b":
-            assert a["ci95"][0] > b["ci95"][1]
-        elif v["verdict"] == "a < b":
-            assert a["ci95"][1] < b["ci95"][0]
-        else:
-            assert a["ci95"][0] <= b["ci95"][1] and b["ci95"][0] <= a["ci95"][1]
-    # the verdict logic itself: disjoint intervals are resolved, overlapping ones are not
-    assert og.ablation_verdicts(ROOT, [("mu4", "mu4", "approx_kl", "")])[0]["verdict"] == "overlap"
-    for _, label, _ in og.ABLATIONS:
-        summary = og.load_seeds_summary(ROOT, label)
-        assert summary is not None, f"{label}: no 3-seed summary"
-        assert summary["task"]["id"] == og.TASK_ID
-
-
-def test_schema_rejects_a_broken_record():
-    record = json.loads((ROOT / og.output_relative_path("reference", seed=0)).read_text(encoding="utf-8"))
-    for mutate in (
-        lambda r: r.pop("steps"),
-        lambda r: r["eval"]["after"].pop("pass_at_1"),
-        lambda r: r.update(schema_version="online-grpo/v0"),
-        lambda r: r["steps"][0].pop("entropy"),
-    ):
-        broken = copy.deepcopy(record)
-        mutate(broken)
-        with pytest.raises(jsonschema.ValidationError):
-            og.validate_record(broken)
 
 
 @pytest.mark.slow
@@ -343,150 +232,6 @@ def test_accelerate_configs_load_with_accelerates_parser():
     assert rows["zero3.yaml"]["zero_stage"] == 3 and rows["multi_gpu.yaml"]["distributed_type"] == "MULTI_GPU"
 
 
-def test_make_online_checks_arguments_before_importing_torch():
-    probe = (
-        "import sys\nfrom tools.cli import online\n"
-        "for bad in (['--label', 'a b'], ['--epsilon', '-1'], ['--loss-type', 'ppo'], ['--num-generations', '1']):\n"
-        "    try:\n        online.parse(bad)\n    except SystemExit as e:\n        assert e.code == 2, bad\n"
-        "    else:\n        raise AssertionError(bad)\n"
-        "assert 'torch' not in sys.modules, 'torch was imported before the arguments were checked'\n"
-    )
-    subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True, capture_output=True, text=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "tools.cli.online", "--label", "../x"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert done.returncode == 2 and "RUN_LABEL" in done.stderr
-
-
-def test_make_online_flags_are_the_config_fields():
-    """The command line is derived from OnlineConfig: one flag per field with the field's default and help, the
-    ablations' documented ONLINE_ARGS parse, and the values are checked by OnlineConfig alone."""
-    import dataclasses
-    import shlex
-
-    from tools.cli import online
-
-    args, config = online.parse([])
-    assert config == og.OnlineConfig()
-    fields = dataclasses.fields(og.OnlineConfig)
-    assert {f.name for f in fields} <= set(vars(args)) and all(f.metadata["help"] for f in fields)
-    _, changed = online.parse(["--num-iterations", "4", "--no-use-bias-correction-kl", "--loss-type", "dapo"])
-    assert changed == dataclasses.replace(
-        og.OnlineConfig(), num_iterations=4, use_bias_correction_kl=False, loss_type="dapo"
-    )
-    for _, label, flags in og.ABLATIONS:
-        online.parse(["--label", label, *shlex.split(flags)])
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        config.beta = -1.0  # checked once, when built: a built config cannot be made invalid
-
-
-def test_pass_at_k_and_majority():
-    assert og.pass_at_k(16, 0, 4) == 0.0 and og.pass_at_k(16, 16, 1) == 1.0
-    assert abs(og.pass_at_k(4, 1, 1) - 0.25) < 1e-12 and abs(og.pass_at_k(4, 1, 2) - 0.5) < 1e-12
-    # an unparseable sample votes for "no answer"; ties count 1/m; blocks of k samples are averaged
-    assert og.majority_correct([None, 3, 4, 4], 4, 4) == 1.0 and og.majority_correct([3, 4, 3, 4], 4, 4) == 0.5
-    assert og.majority_correct([None, None, None, 4], 4, 4) == 0.0, "most samples unparseable: no answer wins"
-    assert og.majority_correct([None, 4, 4, 3], 4, 2) == 0.5 and og.majority_correct([None, None], 1, 2) == 0.0
-    with pytest.raises(ValueError):
-        og.majority_correct([1, 2], 1, 3)
-    with pytest.raises(ValueError):
-        og.pass_at_k(4, 1, 5)
-    train, heldout = og.split_problems()
-    assert len(heldout) == og.HELDOUT_SIZE and not {p["prompt"] for p in train} & {p["prompt"] for p in heldout}
-
-
-def test_maj_at_1_equals_pass_at_1():
-    """maj@1 is the fraction of right samples (pass@1) for every prompt, unparseable samples included; and over
-    random draws maj@k of a prompt whose samples are right with probability p > 1/2 (others wrong or unparseable,
-    spread over many values) rises with k, as a majority vote should."""
-    import random
-
-    rng = random.Random(0)
-    for _ in range(200):
-        n = rng.choice([1, 4, 16])
-        parsed = [rng.choice([None, 3, 4, 5]) for _ in range(n)]
-        right = sum(a == 4 for a in parsed) / n
-        assert og.majority_correct(parsed, 4, 1) == right
-        assert og.pass_at_k(n, sum(a == 4 for a in parsed), 1) == right
-    draws = [[4 if rng.random() < 0.6 else rng.choice([None, 1, 2, 3, 5, 6]) for _ in range(16)] for _ in range(400)]
-    maj = {k: sum(og.majority_correct(d, 4, k) for d in draws) / len(draws) for k in (1, 4, 16)}
-    assert abs(maj[1] - 0.6) < 0.03 and maj[1] < maj[4] < maj[16], maj
-
-
-def test_t_quantile_and_interval():
-    for df, want in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042)):
-        assert abs(og.t_quantile_975(df) - want) < 2e-3, (df, og.t_quantile_975(df))
-    stat = og.mean_ci95([0.3, 0.4, 0.35])
-    half = 4.303 * 0.05 / 3**0.5
-    assert stat["mean"] == 0.35 and abs(stat["ci95"][0] - (0.35 - half)) < 1e-3 and stat["n"] == 3
-    assert "t interval" in stat["method"]
-    assert og.mean_ci95([0.2])["ci95"] is None
-    with pytest.raises(ValueError):
-        og.mean_ci95([])
-
-
-def _fake_seed_records():
-    record = json.loads((ROOT / og.output_relative_path("reference", seed=0)).read_text(encoding="utf-8"))
-    records = []
-    for seed, after in ((0, 0.45), (1, 0.5), (2, 0.55)):
-        r = copy.deepcopy(record)
-        r["config"]["seed"] = seed
-        r["eval"]["after"]["pass_at_1"] = after
-        records.append(r)
-    return records
-
-
-def test_seeds_summary_is_schema_checked():
-    records = _fake_seed_records()
-    summary = og.seeds_summary("pytest-seeds", records)
-    og.validate_seeds_summary(summary)
-    assert summary["schema_version"] == "online-grpo-seeds/v1"
-    assert [e["seed"] for e in summary["seeds"]] == [0, 1, 2]
-    before = records[0]["eval"]["before"]["pass_at_1"]
-    assert abs(summary["gain_pass_at_1"]["mean"] - (0.5 - before)) < 1e-6
-    low, high = summary["gain_pass_at_1"]["ci95"]
-    assert low < summary["gain_pass_at_1"]["mean"] < high
-    for mutate in (
-        lambda s: s.pop("gain_pass_at_1"),
-        lambda s: s["seeds"][0].pop("warm_start_hash"),
-        lambda s: s.update(schema_version="online-grpo-seeds/v0"),
-        lambda s: s["gain_pass_at_1"].pop("method"),
-        lambda s: s["seeds"][1].update(pass_at_1_after=1.5),
-    ):
-        broken = copy.deepcopy(summary)
-        mutate(broken)
-        with pytest.raises(jsonschema.ValidationError):
-            og.validate_seeds_summary(broken)
-    other = copy.deepcopy(records)
-    other[1]["config"]["num_steps"] += 1
-    with pytest.raises(ValueError, match="seed"):
-        og.seeds_summary("pytest-seeds", other)
-
-
-def test_learner_records_go_to_the_ignored_local_folder():
-    assert og.output_relative_path("reference").parent.as_posix() == "benchmarks/results/online"
-    assert og.output_relative_path("mu4").parent.as_posix() == "benchmarks/results/online"
-    assert og.seeds_summary_path("reference").as_posix() == "benchmarks/results/online/online-grpo-seeds_reference.json"
-    for label in ("my_run", "notebook", "default", "pytest-scratch"):
-        path = og.output_relative_path(label)
-        assert path.parent.as_posix() == "benchmarks/results/local/online", path
-        ignored = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT)
-        assert ignored.returncode == 0, f"{path} is not git-ignored"
-    assert og.output_relative_path("my_run", seed=2).name == "online-grpo_my_run_seed2.json"
-    tracked = subprocess.run(["git", "check-ignore", "-q", str(og.output_relative_path("reference"))], cwd=ROOT)
-    assert tracked.returncode == 1, "the committed reference record must not be ignored"
-
-
-def test_run_presets():
-    assert set(og.RUN_PRESETS) == {"tiny_cpu", "smoke", "real_gpu"}
-    assert og.preset_config("tiny_cpu") == og.OnlineConfig()
-    real = og.RUN_PRESETS["real_gpu"]
-    assert set(real["lora"]["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
-    assert 1e-6 <= og.preset_config("real_gpu").learning_rate <= 2e-5, "within TRL's range for a LoRA adapter"
-    with pytest.raises(ValueError, match="RUN_MODE"):
-        og.check_run_mode("gpu")
-
-
 @pytest.mark.slow
 def test_real_gpu_preset_trains_only_the_lora_adapter():
     """Two steps of the real_gpu preset on the CPU. On the course's tiny Qwen2-architecture checkpoint, not the
@@ -503,233 +248,6 @@ def test_real_gpu_preset_trains_only_the_lora_adapter():
     assert report["trainable_parameters"] == report["expected_trainable"] == 14336  # 2 layers x 4 projections
     assert report["optimizer_state_numel"] == 2 * report["trainable_parameters"]
     assert report["trainable_parameters"] < 0.2 * report["total_parameters"]
-
-
-def test_float_platforms_compare_only_the_keys_a_record_gives():
-    here = {"machine": "x86_64", "cpu_vendor": "AuthenticAMD", "cpu_capability": "AVX2"}
-    assert og.same_float_platform(dict(here), here)
-    assert og.same_float_platform({"machine": "x86_64", "cpu_vendor": "AuthenticAMD"}, here)
-    assert not og.same_float_platform(og.UNRECORDED_WARM_START_PLATFORM, here)  # the committed records: Intel
-    assert not og.same_float_platform(dict(here, cpu_capability="AVX512"), here)
-    assert not og.same_float_platform({}, here), "a record that says nothing matches no machine"
-    built = og.float_platform()
-    assert set(built) == {"machine", "cpu_vendor", "cpu_capability"} and all(built.values())
-    assert og.warm_start_built_on({"warm_start": {"built_on": here}}) == here
-    assert og.warm_start_built_on({"warm_start": {}}) == og.UNRECORDED_WARM_START_PLATFORM
-
-
-@pytest.mark.slow
-def test_committed_records_start_from_a_fresh_warm_start():
-    """The warm-start hash in every committed record equals what this recipe (one torch thread) builds, "sft" for the
-    lesson's runs, "sft-list" for the reward-hacking pair, wherever the build runs on the float platform that built
-    the records' warm start (``og.float_platform``: CPU vendor and torch's vector width decide the last bits, and
-    1,600 SFT steps carry them into other weights). ``make setup`` builds both into .cache (a fresh build on a fresh
-    clone); a cache whose marker names another recipe or library version is rebuilt here first. On every platform:
-    the records of one variant share one hash, and the seed summaries name only those hashes."""
-    fresh, built_on = {}, {}
-    for variant in og.WARM_STARTS:
-        path = og.sft_checkpoint_path(seed=0, variant=variant)[0]
-        fresh[variant] = og._content_hash(path)
-        built_on[variant] = og.warm_start_platform_of(path) or og.float_platform()
-    recorded, compared = {}, 0
-    for path in sorted((ROOT / og.RESULTS_DIR).glob("online-grpo_*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        variant, value = record["warm_start"].get("variant", "sft"), record["warm_start"]["content_sha256"]
-        recorded.setdefault(variant, set()).add(value)
-        if og.same_float_platform(og.warm_start_built_on(record), built_on[variant]):
-            assert value == fresh[variant], f"{path.name}: warm start {value[:12]} != fresh build {fresh[variant][:12]}"
-            compared += 1
-    assert set(recorded) == set(og.WARM_STARTS) and all(len(v) == 1 for v in recorded.values()), recorded
-    for path in sorted((ROOT / og.RESULTS_DIR).glob("online-grpo-seeds_*.json")):
-        summary = json.loads(path.read_text(encoding="utf-8"))
-        assert {e["warm_start_hash"] for e in summary["seeds"]} <= set().union(*recorded.values()), path.name
-    if not compared:
-        pytest.skip(
-            f"bit-for-bit check not possible here: the committed records' warm starts were built on "
-            f"{og.UNRECORDED_WARM_START_PLATFORM} (or their warm_start.built_on), this machine's were built on "
-            f"{built_on} and give { ({k: v[:12] for k, v in fresh.items()}) }; "
-            f"the records' own hashes agree with each other"
-        )
-    assert compared >= 20
-
-
-@pytest.mark.slow
-def test_make_online_seeds_writes_a_validated_summary():
-    """`make online SEEDS=n` machinery, short: two seeds of one step each, the summary under the local folder."""
-    label = "pytest-seeds"
-    paths = [ROOT / og.seeds_summary_path(label)] + [ROOT / og.output_relative_path(label, seed=s) for s in (0, 1)]
-    for path in paths:
-        path.unlink(missing_ok=True)
-    try:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tools.cli.online",
-                "--label",
-                label,
-                "--seeds",
-                "2",
-                "--num-steps",
-                "1",
-                "--prompts-per-step",
-                "2",
-                "--eval-k",
-                "2",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert "mean held-out pass@1 gain over 2 seeds" in done.stdout and "95% CI" in done.stdout
-        summary = json.loads(paths[0].read_text(encoding="utf-8"))
-        og.validate_seeds_summary(summary)
-        assert [e["seed"] for e in summary["seeds"]] == [0, 1] and summary["config"]["num_steps"] == 1
-        for path in paths[1:]:
-            og.validate_record(json.loads(path.read_text(encoding="utf-8")))
-    finally:
-        for path in paths:
-            path.unlink(missing_ok=True)
-
-
-def test_reference_seeds_summary_matches_its_records_and_shows_the_effect():
-    """The committed `make online SEEDS=3 RUN_LABEL=reference` summary: seeds 0, 1, 2 of the default configuration,
-    every figure recomputed from the per-seed records, mean held-out gain >= 0.30 with ci95[0] >= 0.20, each seed
-    within the 180 s budget, and the gain split by outcome kind (the lesson reports where it comes from)."""
-    summary = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
-    assert summary is not None, "no committed multi-seed summary"
-    records = og.load_seed_records(ROOT, og.SEEDS_REFERENCE_LABEL)
-    assert [r["config"]["seed"] for r in records] == [0, 1, 2]
-    assert og.OnlineConfig(**dict(summary["config"], seed=0)) == og.OnlineConfig()
-    again = og.seeds_summary(og.SEEDS_REFERENCE_LABEL, records)
-    for key in ("seeds", "gain_pass_at_1", "gain_by_outcome", "heldout_curve"):
-        assert again[key] == summary[key], key
-    gain = summary["gain_pass_at_1"]
-    # the goal (og.GOAL_MEAN_GAIN, og.GOAL_CI_LOW), met by the committed seeds (+0.340, ci95 [+0.260, +0.420])
-    assert og.goal_met(summary), gain
-    assert og.goal_met(summary) == (gain["mean"] >= 0.30 and gain["ci95"][0] >= 0.20)
-    # what the records show, and the lesson states through og.shown_work_verdict: the lesson's prediction (more shown
-    # work, longer answers) does not hold on this warm start - RL sharpens the bare answers, fewer show their work
-    assert summary["scratchpad_share_after"]["ci95"][1] < summary["scratchpad_share_before"]["ci95"][0]
-    assert summary["mean_completion_chars_change"]["ci95"][1] < 0
-    assert "不成立" in og.shown_work_verdict(summary)
-    assert all(e["wall_seconds"] <= 180 for e in summary["seeds"])
-    assert len({e["warm_start_hash"] for e in summary["seeds"]}) == 1
-    assert set(summary["gain_by_outcome"]) == {"right", "wrong", "unparseable"}
-    assert summary["gain_by_heldout_subset"]["new"]["prompts"] == og.HELDOUT_SIZE
-    low, high = og.START_RANGE
-    assert low <= summary["pass_at_1_before"]["mean"] <= high, "the warm start is right only sometimes"
-    for seed in records:
-        assert seed["eval"]["before"]["outcomes"]["unparseable"] <= 0.20, "the warm start answers >= 80 % of the time"
-
-
-def test_reference_records_hold_the_heldout_curve():
-    """Issue 27's held-out curve: every committed reference seed evaluated the held-out set before training, every
-    config.eval_every steps and after training (the first and last points are the before / after evaluations), and
-    the schema rejects a curve point without its pass@1 or a curve of one point."""
-    records = og.load_seed_records(ROOT, og.SEEDS_REFERENCE_LABEL)
-    assert len(records) == 3
-    for record in records:
-        steps, every = record["config"]["num_steps"], record["config"]["eval_every"]
-        curve = record["eval"]["curve"]
-        assert every == og.OnlineConfig().eval_every > 0
-        assert [p["step"] for p in curve] == list(range(0, steps, every)) + [steps]
-        assert curve[0] == og.curve_point(0, record["eval"]["before"])
-        assert curve[-1] == og.curve_point(steps, record["eval"]["after"])
-        assert 0 < record["curve_eval_seconds"] < record["wall_seconds"]
-    summary = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
-    assert [p["step"] for p in summary["heldout_curve"]] == [p["step"] for p in records[0]["eval"]["curve"]]
-    assert all(p["pass_at_1"]["n"] == 3 and p["pass_at_1"]["ci95"] is not None for p in summary["heldout_curve"])
-    for mutate in (
-        lambda r: r["eval"]["curve"][1].pop("pass_at_1"),
-        lambda r: r["eval"].update(curve=r["eval"]["curve"][:1]),
-    ):
-        broken = copy.deepcopy(records[0])
-        mutate(broken)
-        with pytest.raises(jsonschema.ValidationError):
-            og.validate_record(broken)
-
-
-@pytest.mark.slow
-def test_heldout_curve_does_not_change_the_training_steps():
-    """The curve's evaluations sit between training steps; sampling is seeded per step, so a run with an evaluation
-    after every step logs the same steps as one without (and a run with another seed does not: the comparison can
-    fail). Short: two steps of one prompt on copies of the in-memory grading policy (about 10 s, mostly its build)."""
-    import torch
-
-    from tools.lessons.nb07_online_grpo import train_online_grpo
-
-    torch.set_num_threads(1)
-    policy, tokenizer = og.grading_policy(seed=0)
-    heldout = og.split_problems()[1][:2]
-
-    def steps(**overrides):
-        config = og.OnlineConfig(
-            num_steps=2, prompts_per_step=1, num_generations=2, eval_k=1, max_new_tokens=4, **overrides
-        )
-        record = og.run_online_experiment(
-            train_online_grpo,
-            config,
-            "pytest-curve",
-            verify=verify_integer_response,
-            model=copy.deepcopy(policy),
-            tokenizer=tokenizer,
-            warm_start={"path": "in-memory"},  # not a folder: nothing to hash
-            heldout=heldout,
-            write=False,
-        )
-        return record, [{k: v for k, v in row.items() if k != "seconds"} for row in record["steps"]]
-
-    with_curve, logged = steps(eval_every=1)
-    _, without = steps(eval_every=0)
-    _, other_seed = steps(eval_every=0, seed=1)
-    assert [p["step"] for p in with_curve["eval"]["curve"]] == [0, 1, 2]
-    assert logged == without
-    assert logged != other_seed
-
-
-def test_heldout_problems_are_structurally_new():
-    """The rule the lesson states: no held-out problem, nor any reordering of its addends, is in the SFT data or the
-    RL prompts (and the three pools are disjoint); the check fails when a reordering leaks in."""
-    pools = og.task_pools()
-    keys = {name: {og.equivalent_key(p["prompt"]) for p in pool} for name, pool in pools.items()}
-    assert not keys["heldout"] & keys["rl"] and not keys["heldout"] & keys["sft"] and not keys["rl"] & keys["sft"]
-    sft_prompts = {e["prompt"] for e in og.sft_examples(0)} | {e["prompt"] for e in og.sft_examples(0, "sft-list")}
-    assert not keys["heldout"] & {og.equivalent_key(p) for p in sft_prompts}
-    assert len(pools["heldout"]) == og.HELDOUT_SIZE == len(keys["heldout"])
-    train, heldout = og.split_problems()
-    assert train == pools["rl"] and heldout == pools["heldout"]
-    assert og.heldout_subsets(train, heldout)["equivalent_in_training"] == []
-    leaked = dict(
-        pools["heldout"][0], prompt="+".join(map(str, reversed(og.addends_of(pools["heldout"][0]["prompt"])))) + "="
-    )
-    with pytest.raises(ValueError, match="留出题"):
-        og.check_heldout_rule(pools["heldout"], pools["rl"] + [leaked])
-    assert og.heldout_subsets(pools["rl"] + [leaked], heldout)["equivalent_in_training"] == [
-        pools["heldout"][0]["prompt"]
-    ]
-
-
-def test_trl_seeds_summary_uses_the_same_start_settings_and_evaluation():
-    """`make online SEEDS=3 RUN_LABEL=trl ONLINE_ARGS="--trainer trl"`: GRPOTrainer from the same warm start, with the
-    same settings, evaluated the same way (the before figures equal the course loop's), seeds 0-2, with intervals."""
-    from tools import online_trl
-
-    ours = og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)
-    trl = og.load_seeds_summary(ROOT, online_trl.TRL_SEEDS_LABEL)
-    assert trl is not None and trl["trainer"].startswith("trl.GRPOTrainer") and "trainer" not in ours
-    assert trl["config"] == ours["config"]
-    assert [e["seed"] for e in trl["seeds"]] == [0, 1, 2] and all(
-        e["train_steps"] == og.OnlineConfig().num_steps for e in trl["seeds"]
-    )
-    assert {e["warm_start_hash"] for e in trl["seeds"]} == {e["warm_start_hash"] for e in ours["seeds"]}
-    assert [e["pass_at_1_before"] for e in trl["seeds"]] == [e["pass_at_1_before"] for e in ours["seeds"]]
-    assert trl["gain_pass_at_1"]["ci95"] is not None and set(trl["gain_by_heldout_subset"]) == {"new"}
-    assert og.interval_verdict(ours["gain_pass_at_1"], trl["gain_pass_at_1"]) in ("overlap", "a > b", "a < b")
-    assert og.interval_verdict({"ci95": [0.3, 0.4]}, {"ci95": [0.1, 0.2]}) == "a > b"
-    assert og.interval_verdict({"ci95": [0.1, 0.2]}, {"ci95": [0.15, 0.4]}) == "overlap"
 
 
 @pytest.mark.slow
@@ -773,16 +291,97 @@ def test_trl_gets_the_real_gpu_lora_adapter_on_the_qwen_shaped_model():
 
 
 @pytest.mark.slow
+def test_heldout_curve_does_not_change_the_training_steps():
+    """The curve's evaluations sit between training steps; sampling is seeded per step, so a run with an evaluation
+    after every step logs the same steps as one without (and a run with another seed does not: the comparison can
+    fail). Short: two steps of one prompt on copies of the in-memory grading policy (about 10 s, mostly its build)."""
+    import torch
+
+    from tools.lessons.nb07_online_grpo import train_online_grpo
+
+    torch.set_num_threads(1)
+    policy, tokenizer = og.grading_policy(seed=0)
+    heldout = og.split_problems()[1][:2]
+
+    def steps(**overrides):
+        config = og.OnlineConfig(
+            num_steps=2, prompts_per_step=1, num_generations=2, eval_k=1, max_new_tokens=4, **overrides
+        )
+        record = og.run_online_experiment(
+            train_online_grpo,
+            config,
+            "pytest-curve",
+            verify=verify_integer_response,
+            model=copy.deepcopy(policy),
+            tokenizer=tokenizer,
+            warm_start={"path": "in-memory"},  # not a folder: nothing to hash
+            heldout=heldout,
+            write=False,
+        )
+        return record, [{k: v for k, v in row.items() if k != "seconds"} for row in record["steps"]]
+
+    with_curve, logged = steps(eval_every=1)
+    _, without = steps(eval_every=0)
+    _, other_seed = steps(eval_every=0, seed=1)
+    assert [p["step"] for p in with_curve["eval"]["curve"]] == [0, 1, 2]
+    assert logged == without
+    assert logged != other_seed
+
+
+@pytest.mark.slow
+def test_make_online_seeds_writes_a_validated_summary():
+    """`make online SEEDS=n` machinery, short: two seeds of one step each, the summary under the local folder."""
+    label = "pytest-seeds"
+    paths = [ROOT / og.seeds_summary_path(label)] + [ROOT / og.output_relative_path(label, seed=s) for s in (0, 1)]
+    for path in paths:
+        path.unlink(missing_ok=True)
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tools.cli.online",
+                "--label",
+                label,
+                "--seeds",
+                "2",
+                "--num-steps",
+                "1",
+                "--prompts-per-step",
+                "2",
+                "--eval-k",
+                "2",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "mean held-out pass@1 gain over 2 seeds" in done.stdout and "95% CI" in done.stdout
+        summary = json.loads(paths[0].read_text(encoding="utf-8"))
+        og.validate_seeds_summary(summary)
+        assert [e["seed"] for e in summary["seeds"]] == [0, 1] and summary["config"]["num_steps"] == 1
+        for path in paths[1:]:
+            og.validate_record(json.loads(path.read_text(encoding="utf-8")))
+    finally:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
 def test_grading_policy_is_built_once_and_every_call_gets_its_own_copy():
     """The grader's oracle zygote builds the lesson's grading policy once and forks drivers from it
     (``ZYGOTE_WARM``): a second call returns the same weights without a second build, as a copy that a caller may
     change without changing the next one's (a driver's learner code trains its model)."""
     import torch
 
+    from tools.online import grading_policy as defining  # the module that holds the built policies
+
     first, tokenizer = og.grading_policy(seed=0)
-    built = dict(og._GRADING_POLICIES)
+    built = dict(defining._GRADING_POLICIES)
     second, other_tokenizer = og.grading_policy(seed=0)
-    assert og._GRADING_POLICIES == built  # no second build
+    assert defining._GRADING_POLICIES == built  # no second build
     assert first is not second and tokenizer is not other_tokenizer
     pairs = list(zip(first.parameters(), second.parameters()))
     assert all(torch.equal(a, b) for a, b in pairs)

@@ -1,26 +1,26 @@
-"""The run settings of the final experiment (nb06): its run modes and its run-label rule, read from the evidence
-schema (their one home) and checked here.
+"""The run settings of the final experiment (nb06): its run modes, read from the evidence schema (their one home)
+and checked here, and the run-label rule every record shares (``tools.project_runtime.check_run_label``).
 
 No torch here: ``python -m tools.cli.experiment`` checks its arguments with these before anything imports torch,
 and ``tools.grpo_experiment`` (which the notebook imports) re-exports them. The values reach the notebook through
 its ``parameters`` cell (papermill injects them headless; a learner edits the cell), and the notebook's
 ``ExperimentConfig`` checks them there, at the boundary.
 
-nb07 (``tools.online_grpo.RUN_PRESETS``) has its own run modes on purpose: see docs/CONVENTIONS.md, "Run modes".
+nb07 (``tools.online.config.RUN_PRESETS``) has its own run modes on purpose: see docs/CONVENTIONS.md, "Run modes".
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-# The evidence schema is the one home of the run modes and the run-label rule: a record's `run_mode` and `run_label`
-# must satisfy it, so the notebook and the CLI accept exactly what it accepts.
+from tools.project_runtime import check_run_label  # noqa: F401 (re-exported: the run-label rule of every record)
+
+# The evidence schema is the one home of the run modes: a record's `run_mode` must satisfy it, so the notebook and
+# the CLI accept exactly what it accepts.
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "post-training-mechanism-gpu-v2.json"
 _RECORD_FIELDS = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["properties"]
 RUN_MODES: tuple[str, ...] = tuple(_RECORD_FIELDS["run_mode"]["enum"])  # ("dry_run", "tiny_cpu", "real_gpu")
-RUN_LABEL_PATTERN = re.compile(_RECORD_FIELDS["run_label"]["pattern"])  # letters, digits, . _ -; at most 64
 # Optional: a local checkpoint folder for real_gpu on machines without hub access
 # (e.g. the Qwen-shaped random-init checkpoint of `make qwen-shaped-checkpoint`).
 ENV_MODEL_ID = "GRPO_MODEL_ID"
@@ -31,13 +31,3 @@ def check_run_mode(run_mode: str) -> str:
     if run_mode not in RUN_MODES:
         raise ValueError(f"RUN_MODE 只能是 {' / '.join(RUN_MODES)} 之一，收到 {run_mode!r}")
     return run_mode
-
-
-def check_run_label(run_label: str) -> str:
-    """A run label becomes part of a file name: letters, digits, ``.``, ``_``, ``-`` (at most 64)."""
-    if not isinstance(run_label, str) or not RUN_LABEL_PATTERN.fullmatch(run_label):
-        raise ValueError(
-            "RUN_LABEL 会成为结果文件名的一部分：只能用字母、数字、'.'、'_'、'-'（以字母或数字开头，"
-            f"最多 64 个字符），收到 {run_label!r}"
-        )
-    return run_label

@@ -3,11 +3,15 @@
 ``course.toml`` is the one source of the course-wide settings (id, title, repository, branch):
 ``course_settings()`` returns its ``[course]`` table and ``course_id()`` the course id (nbgrader's
 ``CourseDirectory.course_id`` and the gradebook use it).
+
+Also where run records go under that root (``record_relative_path``) and the one run-label rule of every record
+(``RUN_LABEL_PATTERN``, ``check_run_label``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -81,6 +85,24 @@ def record_relative_path(kind: str, stem: str, label: str, reference_labels) -> 
     git-ignored ``benchmarks/results/local/{kind}/``. The caller checks that ``label`` is a safe file-name part."""
     folder = RESULTS_RELATIVE_DIR if label in tuple(reference_labels) else LOCAL_RESULTS_RELATIVE_DIR
     return folder / kind / f"{stem}_{label}.json"
+
+
+# The run-label rule of every run record (nb06's `make experiment`, nb07's `make online`, their notebooks): a label
+# becomes part of a file name. The evidence schemas restate the pattern as their `run_label` pattern (JSON cannot
+# import it); tests/test_tools_project_runtime.py keeps every copy equal to this one.
+RUN_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def check_run_label(label: str) -> str:
+    """Return ``label`` if it matches :data:`RUN_LABEL_PATTERN` (letters, digits, ``.``, ``_``, ``-``; a letter or
+    digit first; at most 64), else raise ``ValueError`` (Chinese for the learner, then English)."""
+    if not isinstance(label, str) or not RUN_LABEL_PATTERN.fullmatch(label):
+        raise ValueError(
+            "RUN_LABEL 会成为结果文件名的一部分：只能用字母、数字、'.'、'_'、'-'（以字母或数字开头，"
+            f"最多 64 个字符），收到 {label!r}。 / RUN_LABEL becomes part of the record's file name: "
+            f"letters, digits, '.', '_', '-' only (a letter or digit first, at most 64 characters), got {label!r}."
+        )
+    return label
 
 
 def venv_env(extra: dict[str, str] | None = None, pythonpath: list[Path] | tuple[Path, ...] = ()) -> dict[str, str]:

@@ -22,7 +22,7 @@ import sys
 from tools import online_grpo as og
 
 # The type of an OnlineConfig field as argparse reads it (the annotations are strings: `from __future__ import
-# annotations` in tools.online_grpo).
+# annotations` in tools.online.config).
 _FLAG_TYPES = {"int": int, "float": float, "str": str}
 
 

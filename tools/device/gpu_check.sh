@@ -15,7 +15,7 @@
 #    parameters, dtype / scaler as chosen, nothing left allocated between candidate sets, ...);
 # 5. prints the key figures beside the reference document's (labelled not comparable: random-init);
 # 6. runs two online GRPO steps of lesson 7's real_gpu preset (LoRA on the attention projections, bf16 where
-#    native) on the same checkpoint: trainable count, optimizer state, frozen base (tools.online_grpo.preset_check).
+#    native) on the same checkpoint: trainable count, optimizer state, frozen base (tools.online.run.preset_check).
 #
 # Environment: GPU_PYTHON (interpreter with torch; default python3), GPU_WHEELHOUSE (default
 # .cache/gpu-wheelhouse), GPU_SITE (install target; default .cache/gpu-site), GPU_CHECK_LABEL (record
