@@ -82,10 +82,10 @@ def test_benchmarked_group_advantages_match_the_seed_loop_on_both_paths():
     equal-size fast path, against the loop baseline; exact zeros for equal-reward groups on both paths."""
     import torch
 
-    from benchmarks.run import _ragged_case, seed_loop_advantages
+    from benchmarks.group_advantages import ragged_case, seed_loop_advantages
     from tools.lessons.nb01_group_advantages import compute_group_advantages as course
 
-    rewards, group_ids, _ = _ragged_case(300, seed=3)
+    rewards, group_ids, _ = ragged_case(300, seed=3)
     torch.testing.assert_close(
         course(rewards, group_ids), seed_loop_advantages(rewards, group_ids), rtol=1e-5, atol=1e-5
     )
