@@ -3,6 +3,7 @@
     python benchmarks/run.py                # full run, writes benchmarks/results/latest.json
     python benchmarks/run.py --tiny         # every benchmark once at tiny sizes (used by the tests)
     python benchmarks/run.py --only NAME    # one benchmark group (repeatable), see --help
+    python benchmarks/run.py --readme-table [--write | --check]   # the README's table of the committed results
 
 Every figure is a ratio against (or is reported next to) a baseline timed in this process, in this run,
 on this machine: medians of repeats. Results: ``{"machine": {...}, "metrics": [{"name", "value", "unit",
@@ -34,7 +35,7 @@ from benchmarks.harness import RESULTS  # noqa: E402
 from benchmarks.logprobs import bench_logprobs, logprobs_worker  # noqa: E402
 from benchmarks.logprobs_bf16 import bench_logprobs_bf16  # noqa: E402
 from benchmarks.machine import machine  # noqa: E402
-from benchmarks.report import markdown_table, table  # noqa: E402
+from benchmarks.report import markdown_table, readme_table_command, table  # noqa: E402
 
 BENCHMARKS = {
     "group_advantages": bench_group_advantages,
@@ -125,7 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--logprobs-worker", nargs=5, metavar=("VARIANT", "B", "T", "V", "REPEATS"), help=argparse.SUPPRESS
     )
+    readme = parser.add_argument_group("the table of figures in benchmarks/README.md (from benchmarks/results/*.json)")
+    readme.add_argument("--readme-table", action="store_true", help="print the table and exit")
+    readme.add_argument("--write", action="store_true", help="with --readme-table: write it into the README")
+    readme.add_argument("--check", action="store_true", help="with --readme-table: exit 1 when the README's is stale")
     args = parser.parse_args(argv)
+    if (args.write or args.check) and not args.readme_table:
+        parser.error("--write and --check go with --readme-table")
+    if args.readme_table:
+        return readme_table_command(write=args.write, check=args.check)
     if args.logprobs_worker:
         variants, *numbers = args.logprobs_worker
         print(json.dumps({variant: logprobs_worker(variant, *map(int, numbers)) for variant in variants.split(",")}))
