@@ -23,7 +23,15 @@ module                                  what it holds
                                         install the profile, preflight)
 ``tools.preflight``                     the environment check of a profile (``python -m tools.preflight``)
 ``tools.tiny_model``                    the course's own tiny Qwen2-architecture checkpoint (no downloads)
-``tools.grpo_experiment``               the pieces of the final experiment (nb06): update step, record, schema
+``tools.grpo_experiment``               the pieces of the final experiment (nb06): the names the notebook, the
+                                        entry points and the tests use, re-exported from ``tools.experiment``
+``tools.experiment.candidates``         nb06's fixed candidate groups, the verifier's scores, group advantages and
+                                        the zero-variance guard (imports nb01's and nb04's graded functions)
+``tools.experiment.model``              nb06's precision, checkpoint paths, LoRA policy and sequence log-probs
+``tools.experiment.update``             nb06's clipped objective, one update step, the effective-steps loop
+``tools.experiment.measures``           nb06's no-update noise margin, policy separation, peak memory, token hashes
+``tools.experiment.record``             nb06's evidence record, decision rule, evidence level, failure record
+``tools.experiment.evidence``           nb06's record paths, schema validation, writing, headlines, Markdown table
 ``tools.online_grpo``                   the online GRPO lesson's runtime (nb07): task, SFT warm start, completion
                                         log-probs, held-out pass@k / maj@k, ``OnlineConfig``, RUN_MODE presets, record
 ``tools.online_trl``                    nb07's TRL section: ``GRPOTrainer`` loss/gradient agreement, TRL training
