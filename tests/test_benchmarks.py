@@ -2,7 +2,8 @@
 
 Nothing here asserts a timing or a memory figure: speed claims live in benchmarks/results/, measured
 against baselines in the same run. These tests check structure, finiteness and that the benchmarked code
-computes the same numbers as its baseline.
+computes the same numbers as its baseline, and that benchmarks/README.md's table of figures is the one its
+committed result files give.
 """
 
 from __future__ import annotations
