@@ -164,7 +164,7 @@ def hidden_block_problems(path: Path) -> list[str]:
 
 
 def test_hidden_tests_are_the_oracles_cases():
-    """One specification per check (issue 25, item 8): the hidden-test region of every graded test cell of every
+    """One specification per check: the hidden-test region of every graded test cell of every
     lesson is one call of ``run_in_kernel`` for that very test cell (plain nbgrader then grades with the oracle's
     cases and verdicts), and no lesson writes a check of its own there."""
     sources = sorted(ROOT.glob("solutions/*.py"))

@@ -1,4 +1,4 @@
-"""Verdicts that judge what the learner wrote (issue 25): trivial answers score 0 on every test cell, the
+"""Verdicts that judge what the learner wrote: trivial answers score 0 on every test cell, the
 oracle's comparisons cannot be fooled by NaN or ±inf, and the return-type contract names what arrived.
 
 The trivial answers are called in this process on the oracle's own cases (the driver's codec turns what they
@@ -133,7 +133,7 @@ def trivial_answers(lesson: str, name: str) -> dict:
     return answers
 
 
-# (a constant letter of a multiple-choice question is a guess, not a trivial answer: item 6 of issue 25)
+# (a constant letter of a multiple-choice question is a guess, not a trivial answer)
 TRIVIAL_VALUES = {"None": None, "0": 0, "nan": NAN, "empty set": set(), "empty dict": {}}
 
 
@@ -285,8 +285,7 @@ def test_raises_cases_alone_never_make_a_test_cell(lesson):
 # ----------------------------------------------------------------------------- every case comes from the lesson
 # Each oracle module's ``CASE_SOURCES`` lists its case families: [(regex over a case's ``what``, the lesson line it
 # comes from)]; the line is quoted from what the learner sees (the released notebook: TODO text, docstrings, provided
-# checks, visible tests). A case whose ``what`` no family matches is an orphan: a check the lesson never states
-# (issue 25, item 2).
+# checks, visible tests). A case whose ``what`` no family matches is an orphan: a check the lesson never states.
 
 
 def _orphans(lesson: str, cases) -> tuple[list[str], list[str]]:
@@ -484,7 +483,7 @@ def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
 
 
 def test_nb07_rejects_an_over_long_sample_before_any_model_work(monkeypatch):
-    """README open item 12: lesson 7's sample check reruns the model over the tokens a learner returns; a return
+    """Lesson 7's sample check reruns the model over the tokens a learner returns; a return
     wider than ``max_new_tokens`` (here a million tokens a row) is rejected by its shape alone, before the policy is
     built or a log-prob computed. The check can fail: a return of allowed width does reach the model."""
     from autograde.grpo_grader.oracles import nb07_online_grpo as nb07
