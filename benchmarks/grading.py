@@ -18,6 +18,7 @@ from pathlib import Path
 
 from benchmarks.harness import ROOT, Unavailable, goal_met, median, metric, unavailable
 from benchmarks.notebooks import autograde_run, kernel_floor, load_chain, released_course
+from tools import env_vars
 
 
 def _grade_sample_class(course: Path, workers: int | None) -> dict:
@@ -150,7 +151,7 @@ def class_run(tiny: bool) -> dict:
             os.environ,
             PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
             TQDM_DISABLE="1",
-            GRPO_GRADING_SEED="bench-" + str(time.time_ns()),
+            **{env_vars.GRADING_SEED: "bench-" + str(time.time_ns())},
         )
         graded = autograde_run(
             [sys.executable, "-m", "autograde.pipeline", "autograde", "--course", str(course)],

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness import ROOT, goal_met, median, metric, timed, unavailable
+from tools import env_vars
 
 RUN_PY = ROOT / "benchmarks" / "run.py"  # the worker's entry point (`--logprobs-worker`)
 UNIT = "x logits bytes"  # the value and its baseline: peak memory growth / the logits' bytes
@@ -42,8 +43,8 @@ def logprobs_worker(variant: str, batch: int, length: int, vocab: int, repeats: 
 
     from tools.post_training_runtime import selective_log_softmax
 
-    if os.environ.get("GRPO_BENCH_THREADS"):
-        torch.set_num_threads(int(os.environ["GRPO_BENCH_THREADS"]))
+    if os.environ.get(env_vars.BENCH_THREADS):
+        torch.set_num_threads(int(os.environ[env_vars.BENCH_THREADS]))
 
     def naive(logits, ids):
         return torch.log_softmax(logits[:, :-1, :], dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
@@ -93,7 +94,7 @@ def _run_logprobs_worker(variant: str, shape: tuple[int, int, int], repeats: int
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        GRPO_BENCH_THREADS=str(torch.get_num_threads()),  # the same thread count as this process
+        **{env_vars.BENCH_THREADS: str(torch.get_num_threads())},  # the same thread count as this process
         # glibc otherwise raises its mmap threshold after the first large free and keeps freed
         # chunks in the heap, so the peak would depend on allocator history (1.02x-1.22x for the
         # same code in repeated runs); a fixed threshold returns freed tensors to the OS at once

@@ -35,7 +35,7 @@ from benchmarks.harness import RESULTS  # noqa: E402
 from benchmarks.logprobs import bench_logprobs, logprobs_worker  # noqa: E402
 from benchmarks.logprobs_bf16 import bench_logprobs_bf16  # noqa: E402
 from benchmarks.machine import machine  # noqa: E402
-from benchmarks.report import markdown_table, readme_table_command, table  # noqa: E402
+from benchmarks.report import LATEST, markdown_table, readme_table_command, table  # noqa: E402
 
 BENCHMARKS = {
     "group_advantages": bench_group_advantages,
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     notebooks.configure(args.released_course, args.series_from)
     results = run(args.tiny, args.only, threads=args.threads)
     print(table(results))
-    out = args.out if args.out is not None else (None if args.tiny else RESULTS / "latest.json")
+    out = args.out if args.out is not None else (None if args.tiny else RESULTS / LATEST)
     if out is not None:
         save(results, out)
         print(f"wrote {out}")

@@ -54,6 +54,8 @@ module                                  what it holds
 ``tools.online.trl_agreement``          ``grpo_step`` vs ``GRPOTrainer._compute_loss``: loss / gradient agreement
 ``tools.online.trl_runs``               ``GRPOTrainer.train()`` on the task, the committed multi-seed TRL record
 ``tools.online.trl_scaling``            accelerate configs (accelerate's parser), the vLLM ``GRPOConfig``
+``tools.env_vars``                      every ``GRPO_*`` environment variable: its one home, meaning and who sets it (the
+                                        table of docs/CONVENTIONS.md is generated from it)
 ``tools.loss_types``                    the TRL ``loss_type`` names the course teaches (``LOSS_TYPES``,
                                         ``CLIPPED_LOSS_TYPES``): their one home
 ``tools.trl_conformance``               nb03b's conformance check of the course's losses and advantages against

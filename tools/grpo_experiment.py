@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from tools.experiment.candidates import (
     GROUP_FIXTURES,
-    VERIFIER_ID,
     ZERO_VARIANCE_PROBES,
     CandidateSet,
     build_candidate_set,
@@ -107,8 +106,11 @@ from tools.experiment.update import (
 )
 from tools.experiment_settings import (
     ENV_MODEL_ID,
+    REAL_GPU_MODEL_ID,
     RUN_MODES,
     SCHEMA_PATH,
+    VERIFIER_ID,
+    WORKLOAD_ID,
     check_run_label,
     check_run_mode,
 )
@@ -119,6 +121,7 @@ __all__ = [
     "CandidateSet",
     "ENV_FORCE_DTYPE",
     "ENV_MODEL_ID",
+    "REAL_GPU_MODEL_ID",
     "EVIDENCE_LEVELS",
     "GROUP_FIXTURES",
     "LOGPROB_FUNCTION",
@@ -137,6 +140,7 @@ __all__ = [
     "SEMANTIC_ID",
     "StepResult",
     "VERIFIER_ID",
+    "WORKLOAD_ID",
     "ZERO_VARIANCE_PROBES",
     "add_update_measurements",
     "attach_lora",

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import os
 
+from tools.conformance import TRL_VERSION_WRITTEN_FOR
 from tools.conformance.advantages import advantage_checks
 from tools.conformance.cases import MAX_LEN
 from tools.conformance.loss_calls import case_batch, trl_loss_and_grad
 from tools.conformance.losses import extended_checks, family_checks
 from tools.conformance.rewards import reward_check
 from tools.conformance.stand_ins import TrlApiChanged, trl_config
-
-TRL_VERSION_WRITTEN_FOR = "1.16.0"
-
 
 _TOOLS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA_PATH = os.path.join(_TOOLS, "schemas", "trl-conformance-v1.json")

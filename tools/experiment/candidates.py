@@ -18,8 +18,6 @@ import torch
 from tools.lessons.nb01_group_advantages import compute_group_advantages  # nb01's graded rule
 from tools.lessons.nb04_verifiable_rewards import verify_integer_response  # nb04's graded verifier
 
-VERIFIER_ID = "integer-answer-v1"
-
 # The seed's two fixed groups: one prompt each, four fixed responses each. A candidate set of group
 # size G takes the first G responses of every group, so `minimal_pair` (G=2) is one correct, well
 # formatted answer against one wrong one, and `expanded_group` (G=4) adds a correct answer in prose

@@ -18,17 +18,13 @@ from typing import Any
 
 import torch
 
-from tools.experiment_settings import ENV_MODEL_ID, check_run_mode
+from tools import env_vars
+from tools.experiment_settings import ENV_MODEL_ID, REAL_GPU_MODEL_ID, check_run_mode, model_id_override  # noqa: F401
+from tools.tiny_model import MARKER_FILE
 
 # Optional, real_gpu only: force the compute dtype ("float16" -> fp16 autocast + GradScaler, "bfloat16").
 # Used by tools/device/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
-ENV_FORCE_DTYPE = "GRPO_REAL_GPU_DTYPE"
-
-
-def model_id_override(model_id: str, environ: Mapping[str, str] | None = None) -> str:
-    """``GRPO_MODEL_ID`` when set (a hub id or a local folder), else ``model_id``."""
-    environ = os.environ if environ is None else environ
-    return environ.get(ENV_MODEL_ID) or model_id
+ENV_FORCE_DTYPE = env_vars.REAL_GPU_DTYPE
 
 
 @dataclass(frozen=True)
@@ -113,7 +109,7 @@ def checkpoint_weights_kind(model_id: str) -> str:
     another local folder; ``pretrained_hub`` for a hub id."""
     path = Path(model_id)
     if path.is_dir():
-        marker = path / "course_checkpoint.json"
+        marker = path / MARKER_FILE
         if marker.is_file():
             try:
                 weights = json.loads(marker.read_text(encoding="utf-8")).get("weights")
