@@ -46,7 +46,9 @@ from autograde.grpo_grader.learner_grading import (
 )
 from autograde.grpo_grader.probe import ProbeFailure
 from autograde.grpo_grader.probe import Problem as ProbeProblem
-from autograde.grpo_grader.slots import SANDBOX_MODES, Slot, ZygoteWarm, choose_sandbox, mount_socket_tmpfs, unmount
+from autograde.grpo_grader.sandbox_choice import SANDBOX_MODES, choose_sandbox
+from autograde.grpo_grader.slots import Slot, mount_socket_tmpfs, unmount
+from autograde.grpo_grader.zygotes import NOTHING_WARM, ZygoteWarm
 from autograde.sample_class import build as sample_class
 
 GRADE_FIELDS = [
@@ -332,7 +334,7 @@ def autograde(
             mounted.append(sockets)
         zygotes = runnable > workers
         # what the zygotes import: read from the lessons' oracles (which import torch), so only where zygotes start
-        warm = zygote_warm(work for _, work in todo) if zygotes else ZygoteWarm()
+        warm = zygote_warm(work for _, work in todo) if zygotes else NOTHING_WARM
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         slots = [
             Slot(
