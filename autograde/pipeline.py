@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 
-from autograde.grpo_grader import nbgrader_forkserver
+from autograde.grpo_grader import nbgrader_forkserver, view
 from autograde.grpo_grader.course import GradingPipeline, load_settings, prepare_kernel_files, settings_tables
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import export_rows, load_course_info, make_template, merge, read_report
@@ -643,26 +643,37 @@ def _own_ipc_namespace() -> str:
 README = Path(__file__).resolve().parent / "README.md"
 
 
-def readme_with_settings_tables(text: str, settings: GradingPipeline) -> str:
-    """``text`` (autograde/README.md) with its generated settings blocks rewritten from the settings' definitions."""
+def _with_generated(text: str, name: str, generate) -> str:
+    """``text`` with the block between the markers ``<!-- name:<language> (generated) -->`` and
+    ``<!-- /name:<language> -->`` of each language half rewritten as ``generate(language)``."""
     for language in ("zh", "en"):
-        begin, end = f"<!-- settings-table:{language} (generated) -->", f"<!-- /settings-table:{language} -->"
+        begin, end = f"<!-- {name}:{language} (generated) -->", f"<!-- /{name}:{language} -->"
         if begin not in text or end not in text:
             raise ValueError(f"{README}: the markers {begin} ... {end} are missing")
         head, rest = text.split(begin, 1)
         tail = rest.split(end, 1)[1]
-        text = f"{head}{begin}\n{settings_tables(language, settings)}\n{end}{tail}"
+        text = f"{head}{begin}\n{generate(language)}\n{end}{tail}"
     return text
+
+
+def readme_with_settings_tables(text: str, settings: GradingPipeline) -> str:
+    """``text`` (autograde/README.md) with its generated settings blocks rewritten from the settings' definitions."""
+    return _with_generated(text, "settings-table", lambda language: settings_tables(language, settings))
+
+
+def readme_with_view(text: str) -> str:
+    """``text`` (autograde/README.md) with its generated sections on the sandbox's view rewritten from view.py."""
+    return _with_generated(text, "sandbox-view", view.describe)
 
 
 def settings_command(settings: GradingPipeline, write: bool, check: bool) -> int:
     """Print every setting with the value in force; ``--write``/``--check`` the README's generated tables."""
     if write or check:
         current = README.read_text(encoding="utf-8")
-        wanted = readme_with_settings_tables(current, settings)
+        wanted = readme_with_view(readme_with_settings_tables(current, settings))
         if check:
             print(
-                "settings tables up to date"
+                "settings tables and sandbox view up to date"
                 if wanted == current
                 else f"STALE {README}: run `python -m autograde.pipeline settings --write` (or `make release`)"
             )
@@ -697,9 +708,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="sample, settings: fail when the sample submissions or the README's settings tables are stale",
+        help="sample, settings: fail when the sample submissions or the README's generated sections are stale",
     )
-    parser.add_argument("--write", action="store_true", help="settings: regenerate the README's settings tables")
+    parser.add_argument(
+        "--write", action="store_true", help="settings: regenerate the README's settings tables and sandbox view"
+    )
     parser.add_argument("--json", action="store_true", help="probe: print the structured result (one JSON object)")
     parser.add_argument(
         "--imports",

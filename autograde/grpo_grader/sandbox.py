@@ -5,12 +5,10 @@ nbgrader starts one Jupyter kernel per submitted notebook. The grading pipeline 
 
     python sandbox.py <spec.json> -f <connection file> [kernel arguments]
 
-``bwrap`` builds the view with bubblewrap (``bwrap_args``): an empty root holding only ``/usr`` (and its links), the
-interpreter and the virtual environment, the slot's course copy (``course.toml`` + ``tools/`` + checkpoints,
-read-only) and, for a kernel, its socket folder; fresh size-limited tmpfs for ``/tmp``, ``/var/tmp``, ``/dev/shm``
-and the working folder (also ``HOME``); its own ``/proc`` and minimal ``/dev``; its own PID, IPC, UTS, network (a
-loopback only) and cgroup namespaces; no capabilities and ``no_new_privs``; killed with its parent. Nothing else
-of the machine exists in it: no checkout, gradebook, home folder or other learner's work to hide.
+``bwrap`` builds the view with bubblewrap (``bwrap_args``): an empty root holding only what the spec declares, which
+the slot takes from ``view.py`` (the one declaration of what a sandbox sees and never sees; the README's generated
+section lists it); its own PID, IPC, UTS, network (a loopback only) and cgroup namespaces; no capabilities and
+``no_new_privs``; killed with its parent. Nothing else of the machine exists in it.
 
 ``zygote`` (root): a slot starts one bubblewrap per kind (kernels, oracle drivers) ONCE; in it this file runs as a
     root process with only ``ROOT_CAPS`` (``CAP_SETUID``, ``CAP_SETGID``, ``CAP_KILL``) that imports torch, IPython, ipykernel, matplotlib and
@@ -143,15 +141,6 @@ def _connection_path(spec: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- bwrap: an allow-list view
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
-
-
-def _size(text: str) -> int:
-    """``"256m"`` -> bytes (tmpfs sizes of the spec)."""
-    units = {"k": 2**10, "m": 2**20, "g": 2**30}
-    return int(text[:-1]) * units[text[-1].lower()] if text[-1].lower() in units else int(text)
-
-
 def _ancestors(path: str):
     """The folders above ``path``, nearest first, ``/`` excluded."""
     parent = os.path.dirname(path.rstrip("/"))
@@ -161,11 +150,10 @@ def _ancestors(path: str):
 
 
 def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = False) -> list[str]:
-    """bubblewrap's command line for ``spec``, up to and including ``--``: an empty root with only the system's
-    programs and libraries (``/usr`` and its links), the spec's ``keep`` folders (interpreter, virtual environment,
-    the kernel's course copy and socket folder, or the driver's job folder), read-only unless marked ``rw``; fresh
-    private size-limited tmpfs for ``/tmp``, ``/var/tmp``, ``/dev/shm`` and the working folder; its own ``/proc`` and
-    a minimal ``/dev``; no network, its own IPC, UTS, PID and cgroup namespaces; killed with its parent.
+    """bubblewrap's command line for ``spec``, up to and including ``--``: an empty root holding only the view the spec
+    declares (``view.spec_view`` and the binds of ``view.kernel_binds``: its ``system``, ``system_files``,
+    ``devices``, ``scratch``, ``keep``, the working folder's tmpfs; the README's generated section lists them); no
+    network, its own IPC, UTS, PID and cgroup namespaces; killed with its parent.
 
     As root no user namespace is used (it would map root only): every capability but ``ROOT_CAPS`` is dropped, and
     the command drops to the spec's uid with ``setpriv`` (no groups, no capabilities, no new privileges); a
@@ -185,7 +173,7 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
         args += ["--unshare-user", "--disable-userns"]
     else:
         args += ["--cap-drop", "ALL"] + [a for cap in ROOT_CAPS for a in ("--cap-add", cap)]
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in spec["system"]:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -198,17 +186,18 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
                 args.extend(["--perms", "0755", "--dir", parent])
                 made.add(parent)
 
-    for path in SYSTEM_FILES:
+    for path in spec["system_files"]:
         if os.path.exists(path):
             parents(path)
             args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    for kind, path in spec["devices"]:
+        args += [f"--{kind}", path]
     for path, size in spec["scratch"]:
-        args += ["--size", str(_size(size)), "--perms", "1777", "--tmpfs", path]
+        args += ["--size", str(size), "--perms", "1777", "--tmpfs", path]
     for path, mode in spec["keep"]:
         parents(path)
         args += ["--bind" if mode == "rw" else "--ro-bind", path, path]
-    args += ["--size", str(_size(spec.get("workdir_size", "256m"))), "--perms", "1777", "--tmpfs", spec["workdir"]]
+    args += ["--size", str(spec["workdir_size"]), "--perms", "1777", "--tmpfs", spec["workdir"]]
     if connection_fd is not None:
         args += ["--perms", "0444", "--ro-bind-data", str(connection_fd), _connection_path(spec)]
     args += ["--chdir", spec["workdir"], "--"]

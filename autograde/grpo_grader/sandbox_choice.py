@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import probe
+from . import probe, view
 from .course import ROOT, GradingPipeline, prepare_kernel_files
 from .slots import Slot
 from .uids import lease_uids
-from .view import _never_bound, secret_probe_paths
 
 
 @dataclass
@@ -65,10 +63,12 @@ def choose_sandbox(
     before any notebook is graded. The folders outside the virtual environment the interpreter's ``sys.path`` needs
     are bound read-only into the sandbox (``Sandbox.paths``)."""
     prepare_kernel_files(settings)
-    homes = [str(Path.home().resolve()), "/root"]
-    shown = [str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve()), "/usr"]
+    homes = view.homes()
     paths = probe.interpreter_paths(
-        shown, _never_bound(settings, base) + homes, homes, [str(p) for p in settings.extra_readonly_paths]
+        view.shown_already(),
+        view.never_bound(settings, base) + homes,
+        homes,
+        [str(p) for p in settings.extra_readonly_paths],
     )
     imports = probe.probe_imports(ROOT, top_level=import_mode == "find")
     failures: list[probe.Problem] = [
@@ -98,15 +98,14 @@ def choose_sandbox(
             uid=sandbox.uids[0] if sandbox.uids else None,
             oracle_uid=sandbox.uids[1] if sandbox.uids else None,
         )
-        decoy = slot.nbgrader / "gradebook.db"
-        decoy.write_text("decoy")
+        (slot.nbgrader / "gradebook.db").write_text("decoy")  # the slot's own gradebook: a secret (view.SECRETS)
         report = slot.probe(
-            secret_probe_paths(settings, decoy), zygote=probe_driver, imports=imports, import_mode=import_mode
+            view.secret_paths(settings, slot.nbgrader), zygote=probe_driver, imports=imports, import_mode=import_mode
         )
         if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
             (slot.ipc / "kernel-socket").write_text("")
             report["oracle"] = slot.probe(
-                secret_probe_paths(settings, decoy) + [str(slot.ipc)],
+                view.secret_paths(settings, slot.nbgrader) + [str(slot.ipc)],
                 oracle=True,
                 imports=probe.ALWAYS_IMPORTED[:1],
                 import_mode=import_mode,

@@ -5,8 +5,8 @@ A slot is a folder under the run's temporary base folder::
     slotK/nbgrader/    nbgrader course root (the course's nbgrader_config.py, pointed here by command-line options:
                        ``Slot.nbgrader_options``), gradebook.db (a copy of the course gradebook without
                        learners), submitted/<learner>/, autograded/<learner>/
-    slotK/kernel/      what the kernel may read: course.toml + tools/ + checkpoints (copied from the checkout);
-                       read-only for the kernel
+    slotK/kernel/      the course copy a sandbox sees read-only (``kernel_files``: course.toml, tools/,
+                       checkpoints; what else it sees is declared in ``view.py``)
     slotK/jupyter/     kernels/python3/kernel.json -> sandbox.py (JUPYTER_PATH points here)
     slotK/runtime/     connection files, the sandbox specs, the launchers' pid files, the zygotes' stderr
     slotK/oracle/      the oracle's job (driver.py, job.json), written by the grader, sent to the driver
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import nbgrader_forkserver, probe
+from . import nbgrader_forkserver, probe, view
 from .course import ROOT, GradingPipeline, venv_env
 from .processes import kill, kill_group
 from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, BoundedPipe, DriverRun, pump
@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     from .sandbox_choice import Sandbox
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
-SCRATCH = [["/tmp", "256m"], ["/var/tmp", "16m"], ["/dev/shm", "64m"]]
-WORKDIR_SIZE = "256m"  # the kernel's private working folder (and HOME), a tmpfs of its own
 
 
 def visible_lessons(assignment: str) -> list[str]:
@@ -154,12 +152,6 @@ class Slot(SlotZygotes):
         python = str(Path(sys.prefix).resolve() / "bin" / Path(sys.executable).name)
         if not os.path.exists(python):
             python = os.path.realpath(sys.executable)
-        keep = [[str(Path(sys.prefix).resolve()), "ro"]]
-        base_prefix = str(Path(sys.base_prefix).resolve())
-        if base_prefix not in ("/usr", "/usr/local") and base_prefix != keep[0][0] and os.access(base_prefix, os.X_OK):
-            keep.append([base_prefix, "ro"])
-        keep += [[path, "ro"] for path in self.sandbox.paths.get("bind", [])]
-        keep += [[str(self.kernel), "ro"], [str(self.ipc), "rw"]]
         limits = {"AS": self.settings.memory_limit_bytes(), "FSIZE": 1 << 30, "CORE": 0}
         if self.uid is not None:
             limits["NPROC"] = 512
@@ -168,14 +160,13 @@ class Slot(SlotZygotes):
             "python": python,
             "uid": self.uid,
             "gid": self.uid,
-            "scratch": SCRATCH,
-            "keep": keep,
+            **view.spec_view(),  # what the sandbox sees besides its binds (view.py: the one declaration)
+            "keep": view.kernel_binds(self.sandbox.paths.get("bind", []), self.kernel, self.ipc),
             "course": str(self.kernel),
             "workdir": str(self.work),
             "pidfile": str(self.pidfile),
             "rlimits": limits,
             "threads": self.threads,
-            "workdir_size": WORKDIR_SIZE,
             "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
             "bwrap": shutil.which("bwrap") or "/usr/bin/bwrap",
             "setpriv": shutil.which("setpriv") or "setpriv",
@@ -340,13 +331,14 @@ class Slot(SlotZygotes):
         self.kill_kernels()
         self.kill_oracle()
 
-    def _oracle_spec(self, extra_keep: list[list[str]]) -> dict:
+    def _oracle_spec(self, job: Path | None = None) -> dict:
         """The kernel's sandbox spec for the oracle's driver: its own uid and pid file, the kernel's view without the
-        kernel's socket folder (it shares nothing with a kernel that may run at the same time), plus ``extra_keep``;
-        a smaller file-size limit and a non-interactive plot backend."""
+        kernel's socket folder (it shares nothing with a kernel that may run at the same time), plus the ``job``
+        folder where the driver runs in a fresh sandbox (``view.driver_binds``); a smaller file-size limit and a
+        non-interactive plot backend."""
         spec = json.loads(self.spec_path.read_text())
         spec.pop("zygote_socket", None)
-        spec["keep"] = [k for k in spec["keep"] if k[0] != str(self.ipc)] + extra_keep
+        spec["keep"] = view.driver_binds(spec["keep"], self.ipc, job)
         spec["uid"] = spec["gid"] = self.oracle_uid
         spec["pidfile"] = str(self.oracle_pidfile)
         spec["rlimits"] = {**spec["rlimits"], "FSIZE": 128 * 2**20}
@@ -381,7 +373,7 @@ class Slot(SlotZygotes):
         if self.zygote_enabled:
             return self._run_in_zygote(job_dir, timeout)
         results, errors = BoundedPipe(MAX_RESULTS_BYTES), BoundedPipe(STDERR_TAIL_BYTES, tail=True)
-        spec = self._oracle_spec([[str(job_dir), "ro"]])
+        spec = self._oracle_spec(job_dir)
         spec["command"] = [
             spec["python"],
             "-X",
@@ -440,7 +432,7 @@ class Slot(SlotZygotes):
     ) -> subprocess.CompletedProcess:
         """``python -c code args`` in this slot's kernel sandbox (a job of the kernel zygote where there is one and
         ``zygote``; else a fresh bubblewrap), or in the oracle driver's (``oracle``: a fresh one)."""
-        spec = self._oracle_spec([]) if oracle else json.loads(self.spec_path.read_text())
+        spec = self._oracle_spec() if oracle else json.loads(self.spec_path.read_text())
         if oracle or not zygote:
             spec.pop("zygote_socket", None)
         elif "zygote_socket" in spec:
@@ -469,7 +461,15 @@ class Slot(SlotZygotes):
         """Start the sandbox with the probe (probe.py) instead of a kernel (``oracle``: the oracle driver's sandbox;
         ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else a fresh
         bubblewrap of the same view); report what it can read and whether ``imports`` load (``import_mode``)."""
-        request = json.dumps({"paths": paths, "oracle": oracle, "imports": list(imports), "import_mode": import_mode})
+        request = json.dumps(
+            {
+                "paths": paths,
+                "environ": list(view.SECRET_ENVIRON),
+                "oracle": oracle,
+                "imports": list(imports),
+                "import_mode": import_mode,
+            }
+        )
         if oracle and self.zygote_enabled and zygote:  # a job of the zygote: the view the driver really gets
             job = self.oracle_job_dir()
             (job / "driver.py").write_text(
@@ -509,7 +509,15 @@ def mount_socket_tmpfs(folder: Path) -> bool:
     may write to cannot fill the disk (util-linux ``mount``). Returns whether it was mounted."""
     folder.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "mode=0755,size=8m,nosuid,nodev", "tmpfs", str(folder)],
+        [
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            f"mode=0755,size={view.SOCKETS_SIZE // view.MIB}m,nosuid,nodev",
+            "tmpfs",
+            str(folder),
+        ],
         capture_output=True,
         timeout=30,
     )

@@ -136,7 +136,7 @@ class SlotZygotes:
         if self.zygote is None or self.zygote.poll() is not None:
             self._stop_oracle_zygote()
             spec = {
-                **self._oracle_spec([]),
+                **self._oracle_spec(),
                 "warm_calls": list(self.warm.calls),
                 "warm_imports": list(self.warm.oracle),
             }
