@@ -22,8 +22,10 @@ from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline, run
 from nbformat.notebooknode import NotebookNode
 
 from autograde.grpo_grader.course import load_settings
-from autograde.grpo_grader.learner_grading import check_notebook_file, compare_with_release, pick_files, summarise
+from autograde.grpo_grader.learner_grading import check_notebook_file, pick_files
+from autograde.grpo_grader.outcomes import summarise
 from autograde.grpo_grader.preprocessors import HideHiddenTests, SafeExecute, is_demo_cell
+from autograde.grpo_grader.review import compare_with_release
 from autograde.sample_class import build as sample_class
 
 

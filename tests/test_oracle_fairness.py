@@ -393,7 +393,7 @@ def test_copies_of_the_reference_are_found_and_independent_answers_are_not(relea
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.learner_grading import COPY_THRESHOLD, reference_fingerprints
+    from autograde.grpo_grader.review import COPY_THRESHOLD, reference_fingerprints
     from autograde.grpo_grader.submission import MIN_PRINTS, answer_sources, containment, fingerprints, similarity
     from autograde.sample_class.build import load_cases, worked_answers
 
@@ -429,7 +429,7 @@ def test_review_flags_read_only_the_lines_the_learner_wrote():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.learner_grading import compare_with_release, scan_flags
+    from autograde.grpo_grader.review import compare_with_release, scan_flags
 
     lesson = "nb04_verifiable_rewards"
     release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)

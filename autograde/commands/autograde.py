@@ -18,14 +18,8 @@ from autograde.grpo_grader import nbgrader_forkserver
 from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import load_course_info, make_template, merge, read_report
-from autograde.grpo_grader.learner_grading import (
-    SAFE_ID,
-    AssignmentResult,
-    NotebookResult,
-    fingerprint,
-    grade_learner,
-    runnable_notebooks,
-)
+from autograde.grpo_grader.learner_grading import SAFE_ID, fingerprint, grade_learner, runnable_notebooks
+from autograde.grpo_grader.outcomes import AssignmentResult, NotebookResult
 from autograde.grpo_grader.sandbox_choice import choose_sandbox
 from autograde.grpo_grader.slots import Slot, mount_socket_tmpfs, unmount
 from autograde.grpo_grader.zygotes import NOTHING_WARM, ZygoteWarm

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.gradebook import export_rows
-from autograde.grpo_grader.learner_grading import NO_AUTO_POINTS
+from autograde.grpo_grader.outcomes import NO_AUTO_POINTS
 
 GRADE_FIELDS = [
     "learner",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.gradebook import merge
-from autograde.grpo_grader.learner_grading import AssignmentResult, NotebookResult
+from autograde.grpo_grader.outcomes import AssignmentResult, NotebookResult
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
