@@ -458,10 +458,12 @@ def test_sandbox_hides_the_course_sources():
 
 
 # ----------------------------------------------------------------------------- oracles (trusted side, fast)
+from autograde.grpo_grader import judging, wire  # noqa: E402
 from autograde.grpo_grader import oracle as oracle_lib  # noqa: E402
+from autograde.grpo_grader.oracles import oracle_assignments  # noqa: E402
 from autograde.grpo_grader.submission import read_notebook, rebuild_metadata  # noqa: E402
 
-ORACLES = oracle_lib.oracle_assignments()
+ORACLES = oracle_assignments()
 
 
 def _test_cells(assignment: str) -> set[str]:
@@ -522,10 +524,11 @@ def test_ragged_masks_are_ragged_for_every_seed():
 def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
     """What the driver writes is data: wrong kinds, broken tensors, deep nesting and missing results fail
     with a reason; a tensor subclass arrives as an object and fails; the first line of a case counts."""
-    from autograde.grpo_grader.oracle import Case, Close, Raises, judge
+    from autograde.grpo_grader.judging import judge
+    from autograde.grpo_grader.vocabulary import Case, Close, Raises
 
     case = Case("t", "f", (), {}, Close(torch.tensor([1.0, 2.0])))
-    good = {"status": "returned", "value": oracle_lib.encode(torch.tensor([1.0, 2.0]))}
+    good = {"status": "returned", "value": wire.encode(torch.tensor([1.0, 2.0]))}
     assert judge(case, good, "x") == (True, "")
     for record, reason in [
         ({"status": "returned", "value": {"__object__": "__main__._Mirror"}}, "_Mirror"),
@@ -551,7 +554,7 @@ def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
         '{"case": "a", "status": "returned", "value": 1}\nnot json\n'
         '{"case": "a", "status": "returned", "value": 2}\n' + "[" * 100000 + "\n"
     )
-    cases, _, problem = oracle_lib.read_results(results)
+    cases, _, problem = judging.read_results(results)
     assert cases["a"]["value"] == 1 and "malformed" in problem
 
 
@@ -587,8 +590,8 @@ def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    results, _, _ = oracle_lib.read_results(job / "results.jsonl")
-    return {o.assignment: oracle_lib.verdicts(o, cases[o.assignment], results, "not run") for o in oracles}
+    results, _, _ = judging.read_results(job / "results.jsonl")
+    return {o.assignment: judging.verdicts(o, cases[o.assignment], results, "not run") for o in oracles}
 
 
 @pytest.mark.slow
@@ -716,10 +719,7 @@ def test_commands_that_grade_nothing_import_no_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", f"importing autograde.pipeline imported {done.stdout.strip()}"
-    from autograde.grpo_grader import oracle as oracle_lib
-    from autograde.grpo_grader.oracles import oracle_assignments
-
-    assert oracle_lib.oracle_assignments is oracle_assignments and "nb01_group_advantages" in oracle_assignments()
+    assert "nb01_group_advantages" in oracle_assignments()  # listing the graded lessons imports no torch either
 
 
 def test_empty_or_missing_submissions_say_where_they_go(tmp_path):

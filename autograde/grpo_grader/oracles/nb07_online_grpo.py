@@ -22,7 +22,7 @@ import torch
 
 from tools.loss_types import CLIPPED_LOSS_TYPES
 
-from ..oracle import NUMBER_KINDS, Case, Raises, Satisfies, as_number, close_number, close_tensor
+from ..vocabulary import NUMBER_KINDS, Case, Raises, Satisfies, as_number, close_number, close_tensor
 from ._common import QWEN2_MODEL, choice, randint, uniform
 
 TESTS = {
