@@ -50,13 +50,15 @@ def seed_digest(seed: str) -> str:
 
 
 def oracle_digest(assignment: str) -> str:
-    """Changes when the oracle module of ``assignment`` changes (a regrade is then due), or the oracle machinery
-    (``ORACLE_MACHINERY``). The module is found, not imported."""
+    """Changes when the oracle module of ``assignment`` changes (a regrade is then due), the helpers the oracles share
+    (``oracles/_*.py``) or the oracle machinery (``ORACLE_MACHINERY``). The module is found, not imported."""
     try:
         spec = importlib.util.find_spec(f"{__package__}.oracles.{assignment}")
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.origin:
         return "none"
+    helpers = sorted((HERE / "oracles").glob("_*.py"))  # the oracles' shared references (_policy_losses.py, ...)
     parts = [Path(spec.origin).read_bytes(), *((HERE / name).read_bytes() for name in ORACLE_MACHINERY)]
+    parts += [path.read_bytes() for path in helpers]
     return hashlib.sha256(b"".join(parts)).hexdigest()[:16]
