@@ -63,7 +63,7 @@ class Oracle:
 
     def zygote_imports(self, kind: str) -> tuple[str, ...]:
         """Modules this lesson's kernels (``kind`` "kernel") or drivers ("oracle") import beyond what every zygote
-        imports (``sandbox.WARM``): ``ZYGOTE_IMPORTS[kind]``, imported once by a slot's zygote of that kind where the
+        imports (``zygotes.WARM``): ``ZYGOTE_IMPORTS[kind]``, imported once by a slot's zygote of that kind where the
         run grades this lesson. Only speed depends on it: a module left out is imported by each job itself."""
         return tuple(getattr(self.module, "ZYGOTE_IMPORTS", {}).get(kind, ()))
 

@@ -1,9 +1,7 @@
 """The sandbox of grading kernels and oracle drivers (Linux): bubblewrap's allow-list view, or nothing (``none``).
 
-nbgrader starts one Jupyter kernel per submitted notebook. The grading pipeline points the kernel spec
-``python3`` at this file, so every learner kernel is started as::
-
-    python sandbox.py <spec.json> -f <connection file> [kernel arguments]
+nbgrader starts one Jupyter kernel per submitted notebook. The grading pipeline points the kernel spec ``python3`` at
+this file, so every learner kernel is started as ``python sandbox.py <spec.json> -f <connection file> [arguments]``.
 
 ``bwrap`` builds the view with bubblewrap (``bwrap_args``): an empty root holding only what the spec declares, which
 the slot takes from ``view.py`` (the one declaration of what a sandbox sees and never sees; the README's generated
@@ -11,22 +9,21 @@ section lists it); its own PID, IPC, UTS, network (a loopback only) and cgroup n
 ``no_new_privs``; killed with its parent. Nothing else of the machine exists in it.
 
 ``zygote`` (root): a slot starts one bubblewrap per kind (kernels, oracle drivers) ONCE; in it this file runs as a
-    root process with only ``ROOT_CAPS`` (``CAP_SETUID``, ``CAP_SETGID``, ``CAP_KILL``) that imports torch, IPython, ipykernel, matplotlib and
-    transformers once, then serves jobs over a unix socket only the grader can reach: per job it forks, gives the
-    child the job's descriptors (a kernel: its launcher's stdio; a driver: stderr, the results pipe and a memfd with
-    the job), its limits and the slot's leased uid for good, and runs ipykernel or ``driver.py`` in that process.
-    After each job a helper with that uid kills every process of it and removes every file and System V IPC object
-    it left, before the next job starts (``_clean``); if anything of it is left, the zygote exits and is replaced.
-    The kernel spec's launcher only connects, passes its stdio, relays SIGINT and exits with the kernel's code.
+    root process with only ``ROOT_CAPS`` that imports torch & co once (``zygotes.WARM``, sent in the spec), then
+    serves jobs over a unix socket only the grader can reach: per job it forks, gives the child the job's
+    descriptors (a kernel: its launcher's stdio; a driver: stderr, the results pipe and a memfd with the job), its
+    limits and the slot's leased uid for good, and runs ipykernel or ``driver.py`` in that process. After each job a
+    helper with that uid kills every process of it and removes every file and System V IPC object it left
+    (``_clean``); if anything of it is left, the zygote exits and is replaced. The kernel spec's launcher only
+    connects, passes its stdio, relays SIGINT and exits with the kernel's code.
 not root: bubblewrap in a user namespace, one per kernel and per driver (``_exec_bwrap``): there is no other uid to
     drop to, and a job with the zygote's own uid could tamper with it.
 ``none`` (explicit only): the course copy, a working folder and the resource limits; kernels read what the grader can.
 
 In every mode: resource limits (address space, file size, core dumps, processes), a scrubbed environment (no
 tokens or credentials of the instructor's shell), a thread count that fits the number of grading slots, and a pid
-file that lets the pipeline kill the launcher (and with it the kernel) at the hard time limit.
-
-Only the standard library may be imported at module level: this file runs as the kernel launcher.
+file that lets the pipeline kill the launcher (and with it the kernel) at the hard time limit. Only the standard
+library may be imported at module level: this file runs as the kernel launcher (and its text as the zygote).
 """
 
 from __future__ import annotations
@@ -39,19 +36,6 @@ import signal
 import sys
 import time
 
-KEEP_ENV = (
-    "PATH",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "TERM",
-    "JPY_PARENT_PID",
-    "PYTHONUNBUFFERED",
-    "MPLBACKEND",
-    "NBGRADER_EXECUTION",
-    "PYDEVD_DISABLE_FILE_VALIDATION",
-    "SOURCE_DATE_EPOCH",
-)
 RLIMITS = {
     "AS": resource.RLIMIT_AS,
     "FSIZE": resource.RLIMIT_FSIZE,
@@ -61,26 +45,6 @@ RLIMITS = {
 }
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")  # as root, the only capabilities: drop to and signal a uid
 IPCRM = "/usr/bin/ipcrm"
-# What ipykernel imports while a kernel starts (its debugger, IPython's, history's sqlite3, tornado's loop): ~0.13 s of
-# each forked kernel's start when the parent has not imported them (the tests' kernel forkserver imports them too)
-KERNEL_INIT = (
-    "ipykernel.kernelapp",
-    "ipykernel.ipkernel",
-    "ipykernel.zmqshell",
-    "ipykernel.debugger",
-    "IPython.core.debugger",
-    "IPython.core.completerlib",
-    "IPython.extensions.storemagic",
-    "sqlite3",
-    "tornado.platform.asyncio",
-    "tornado.queues",
-)
-# What every zygote imports before it forks; a run adds what the lessons it grades import (their oracle modules'
-# ZYGOTE_IMPORTS: transformers' Qwen2 model, ~3 s, for lessons 5 and 7), sent in the spec ("warm_imports")
-WARM = {
-    "kernel": ("torch", *KERNEL_INIT, "matplotlib.pyplot"),
-    "oracle": ("torch", "IPython.core.interactiveshell", "matplotlib.pyplot"),
-}
 
 
 def _write(path: str, text: str) -> None:
@@ -97,15 +61,16 @@ def _limits(spec: dict) -> None:
         resource.setrlimit(RLIMITS[name], (value, value))
 
 
-def _kept_environ(environ=None) -> dict[str, str]:
-    """What a sandboxed process keeps of its launcher's environment."""
+def _kept_environ(spec: dict, environ=None) -> dict[str, str]:
+    """What a sandboxed process keeps of its launcher's environment (the spec's ``keep_env``: ``view.KEEP_ENV``)."""
+    names, prefixes = spec["keep_env"], tuple(spec["keep_env_prefixes"])
     return {
-        k: v for k, v in (os.environ if environ is None else environ).items() if k in KEEP_ENV or k.startswith("LC_")
+        k: v for k, v in (os.environ if environ is None else environ).items() if k in names or k.startswith(prefixes)
     }
 
 
 def _environment(spec: dict, launcher_env: dict | None = None) -> dict[str, str]:
-    env = _kept_environ(launcher_env)
+    env = _kept_environ(spec, launcher_env)
     work = spec["workdir"]
     threads = str(spec.get("threads", 1))
     env.update(
@@ -214,14 +179,6 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
     return args
 
 
-def zygote_command(spec: dict) -> list[str]:
-    """bubblewrap running this file as the slot's zygote of ``spec["zygote"]`` (kernel or oracle); its text goes in
-    with ``-c`` (the checkout is not in the view). Its stdin must be the listening socket of its requests."""
-    with open(os.path.abspath(__file__), encoding="utf-8") as handle:
-        source = handle.read()
-    return bwrap_args(spec, zygote=True) + [spec["python"], "-X", "utf8", "-c", source, "--zygote", json.dumps(spec)]
-
-
 def _exec_bwrap(spec: dict, connection_text: str, extra: list[str]) -> None:
     """Become bubblewrap running the kernel (or the spec's command). This process stays the one Jupyter knows (its
     pid is the pid file's): SIGINT is ignored here and in bubblewrap, so that Jupyter's interrupt (SIGINT to the
@@ -283,7 +240,7 @@ def _kernel_client(spec: dict, connection_text: str, extra: list[str]) -> int:
     """The launcher's side of a kernel job; returns the exit code for Jupyter."""
     import socket
 
-    request = {"env": _kept_environ()}
+    request = {"env": _kept_environ(spec)}
     command = spec.get("command")
     if command:  # the probe: [python, -c, code, args...] run as a kernel job instead of ipykernel
         request.update(code=command[2], argv=command[3:])
@@ -588,7 +545,7 @@ def _serve(spec: dict, conn) -> bool:
 
 
 def zygote_main(spec_text: str) -> None:
-    """The zygote: warm imports, then one job per connection on the listening socket (stdin), one at a time, until
+    """The zygote: its warm imports (``zygotes.WARM`` and the run's, sent in the spec), then one job per connection on the listening socket (stdin), one at a time, until
     the grader's end of the pipe ``spec["grader_fd"]`` closes."""
     import importlib
     import socket
@@ -600,7 +557,7 @@ def zygote_main(spec_text: str) -> None:
         del sys.path[0]
     # ipykernel sets this at start when it is unset, before any cell; matplotlib reads it at import (below)
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    for name in (*WARM[spec["zygote"]], *spec.get("warm_imports", ())) if spec.get("warm", True) else ():
+    for name in spec.get("warm_imports", ()) if spec.get("warm", True) else ():
         try:
             importlib.import_module(name)
         except Exception as error:  # noqa: BLE001 - an optional warm-up: the job imports what it needs itself

@@ -35,6 +35,22 @@ SCRATCH = (("/tmp", 256 * MIB), ("/var/tmp", 16 * MIB), ("/dev/shm", 64 * MIB)) 
 WORKDIR_SIZE = 256 * MIB  # the working folder (also HOME): a private tmpfs of its own
 SOCKETS_SIZE = 8 * MIB  # as root, the kernels' socket folders live on one tmpfs of the run (slots.mount_socket_tmpfs)
 SYSTEM_PREFIXES = (USR, "/usr/local")  # a base interpreter here is seen through /usr: no bind of its own
+# the only variables a sandboxed process keeps of its launcher's environment (the sandbox sets its own HOME, paths,
+# thread counts...: sandbox._environment); no token or credential of the instructor's shell gets in
+KEEP_ENV = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "JPY_PARENT_PID",
+    "PYTHONUNBUFFERED",
+    "MPLBACKEND",
+    "NBGRADER_EXECUTION",
+    "PYDEVD_DISABLE_FILE_VALIDATION",
+    "SOURCE_DATE_EPOCH",
+)
+KEEP_ENV_PREFIXES = ("LC_",)
 
 # ----------------------------------------------------------------------------- what a sandbox never sees
 # The folders below are named by anchor: ``_anchors`` says where each one is on this machine, ``ANCHORS`` how the
@@ -118,13 +134,16 @@ def _anchors(settings: GradingPipeline, run: Path | None = None, slot: Path | No
 
 # ----------------------------------------------------------------------------- read by the slots, the probe, bwrap
 def spec_view() -> dict:
-    """The parts of a sandbox spec that make its view beside the binds (``sandbox.bwrap_args`` reads them)."""
+    """The parts of a sandbox spec that make its view beside the binds (``sandbox.bwrap_args`` reads them) and the
+    environment it keeps of its launcher's (``sandbox._environment``)."""
     return {
         "system": list(SYSTEM),
         "system_files": list(SYSTEM_FILES),
         "devices": [list(device) for device in DEVICES],
         "scratch": [list(folder) for folder in SCRATCH],
         "workdir_size": WORKDIR_SIZE,
+        "keep_env": list(KEEP_ENV),
+        "keep_env_prefixes": list(KEEP_ENV_PREFIXES),
     }
 
 
@@ -266,6 +285,17 @@ def _rows(zh: bool) -> list[tuple[str, str, str]]:
             say("工作目录（也是 `HOME`）", "the working folder (also `HOME`)"),
             say("槽位的 `kernel/work`", "the slot's `kernel/work`"),
             say(f"私有 tmpfs（{_size(WORKDIR_SIZE)}）", f"private tmpfs ({_size(WORKDIR_SIZE)})"),
+        ),
+        (
+            say(
+                "从启动器继承的环境变量（其余由沙箱自己设置）",
+                "environment variables kept from the launcher (the sandbox sets the rest)",
+            ),
+            _paths([*KEEP_ENV, *(f"{prefix}*" for prefix in KEEP_ENV_PREFIXES)], zh),
+            say(
+                "只有这些：教师 shell 里的令牌和凭据不进沙箱",
+                "these only: no token or credential of the instructor's shell",
+            ),
         ),
         (
             say(

@@ -16,10 +16,31 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import sandbox
 from .processes import stop
-from .sandbox import _environment, zygote_command
+from .sandbox import _environment, bwrap_args
 from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, BoundedPipe, DriverRun, pump, read_capped
 
+# What ipykernel imports while a kernel starts (its debugger, IPython's, history's sqlite3, tornado's loop): ~0.13 s of
+# each forked kernel's start when the parent has not imported them (the tests' kernel forkserver imports them too)
+KERNEL_INIT = (
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.zmqshell",
+    "ipykernel.debugger",
+    "IPython.core.debugger",
+    "IPython.core.completerlib",
+    "IPython.extensions.storemagic",
+    "sqlite3",
+    "tornado.platform.asyncio",
+    "tornado.queues",
+)
+# What every zygote imports before it forks; a run adds what the lessons it grades import (their oracle modules'
+# ZYGOTE_IMPORTS: transformers' Qwen2 model, ~3 s, for lessons 5 and 7); the spec's "warm_imports" carries both
+WARM = {
+    "kernel": ("torch", *KERNEL_INIT, "matplotlib.pyplot"),
+    "oracle": ("torch", "IPython.core.interactiveshell", "matplotlib.pyplot"),
+}
 # A zygote's warm-up (imports, lesson 7's grading policy; seconds, longer on a busy machine) is the grader's time: a
 # slot waits up to this long for a new zygote to answer before the time limits of the learner's notebook or driver
 # start counting (the first learners of a run once lost points to the warm-ups of four zygotes on two cores).
@@ -28,7 +49,7 @@ ZYGOTE_READY_SECONDS = 180
 
 @dataclass(frozen=True)
 class ZygoteWarm:
-    """What a slot's zygotes prepare before they fork, beyond what every zygote imports (``sandbox.WARM``): what the
+    """What a slot's zygotes prepare before they fork, beyond what every zygote imports (``WARM``): what the
     lessons of the run import and build (their oracle modules' ``ZYGOTE_IMPORTS`` and ``ZYGOTE_WARM``), so that a
     run of lesson 1 alone does not import transformers in each zygote."""
 
@@ -37,7 +58,14 @@ class ZygoteWarm:
     calls: tuple[str, ...] = ()  # "module:function" calls the oracle zygote makes once (lesson 7's grading policy)
 
 
-NOTHING_WARM = ZygoteWarm()  # a run whose zygotes prepare nothing beyond sandbox.WARM
+NOTHING_WARM = ZygoteWarm()  # a run whose zygotes prepare nothing beyond WARM
+
+
+def zygote_command(spec: dict) -> list[str]:
+    """bubblewrap running ``sandbox.py`` as the slot's zygote of ``spec["zygote"]`` (kernel or oracle); its text goes
+    in with ``-c`` (the checkout is not in the view). Its stdin must be the listening socket of its requests."""
+    source = Path(sandbox.__file__).read_text(encoding="utf-8")
+    return bwrap_args(spec, zygote=True) + [spec["python"], "-X", "utf8", "-c", source, "--zygote", json.dumps(spec)]
 
 
 class SlotZygotes:
@@ -87,7 +115,7 @@ class SlotZygotes:
         if self.kernel_zygote_enabled and not (self.kernel_zygote is not None and self._answers(self.kernel_zygote)):
             stop(self.kernel_zygote)
             self._close_alive("kernel")
-            spec = {**json.loads(self.spec_path.read_text()), "warm_imports": list(self.warm.kernel)}
+            spec = {**json.loads(self.spec_path.read_text()), "warm_imports": [*WARM["kernel"], *self.warm.kernel]}
             self.kernel_zygote = self._start_zygote("kernel", spec, warm)
             self._answers(self.kernel_zygote, "kernel", ZYGOTE_READY_SECONDS)  # warm before a notebook's clock starts
 
@@ -138,7 +166,7 @@ class SlotZygotes:
             spec = {
                 **self._oracle_spec(),
                 "warm_calls": list(self.warm.calls),
-                "warm_imports": list(self.warm.oracle),
+                "warm_imports": [*WARM["oracle"], *self.warm.oracle],
             }
             self.zygote = self.oracle_process = self._start_zygote("oracle", spec, warm)
             self._answers(self.zygote, "oracle", ZYGOTE_READY_SECONDS)
