@@ -2,7 +2,8 @@
 
 Every sandbox (a kernel, an oracle driver, the zygotes they are forked from) is built by ``sandbox.bwrap_args`` from the
 spec its slot writes (``slots.Slot``). The parts of that spec that make the view come from here: ``spec_view`` (the
-system's folders and files, ``/proc`` and ``/dev``, the scratch tmpfs, the working folder's size) and ``kernel_binds``
+system's folders and files, ``/proc`` and ``/dev``, the scratch tmpfs, the working folder's size, the environment
+variables kept of the launcher's) and ``kernel_binds``
 / ``driver_binds`` (the interpreter, the folders of ``sys.path`` outside it, the slot's course copy of
 ``GradingPipeline.kernel_files``, the kernel's socket folder or the driver's job folder). What must never be seen is
 declared here too: ``never_bound`` (what no bind may be, hold or lie in, whatever ``sys.path`` or
