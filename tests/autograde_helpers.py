@@ -1,6 +1,5 @@
 """What the grading-pipeline test modules share: the checkout's paths, the graded lessons and how a test runs
-``python -m autograde.pipeline`` (tests/test_autograde.py, tests/test_autograde_class.py,
-tests/test_autograde_slot.py)."""
+``python -m autograde.pipeline`` (tests/test_autograde*.py)."""
 
 from __future__ import annotations
 

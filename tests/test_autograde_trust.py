@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from autograde.grpo_grader import judging
 from autograde.grpo_grader import oracle as oracle_lib
 from autograde.grpo_grader.transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES, BoundedPipe, pump, sanitise
 
@@ -43,11 +44,11 @@ def test_results_files_are_never_followed_blocked_on_or_read_whole(tmp_path):
         (tmp_path / "missing.jsonl", "no results"),
         (big, "too large"),
     ]:
-        cases, cells, problem = oracle_lib.read_results(path)
+        cases, cells, problem = judging.read_results(path)
         assert reason in problem, (path.name, problem)
         assert path is big or cases == cells == {}, path.name
     assert time.monotonic() - started < 5, "no read may block"
-    cases, _cells, problem = oracle_lib.read_results(secret)  # the same file, not through a link: read
+    cases, _cells, problem = judging.read_results(secret)  # the same file, not through a link: read
     assert cases["a"]["value"] == 1 and problem == ""
 
 
@@ -64,7 +65,7 @@ def test_results_lines_are_bounded_and_malformed_ones_skipped():
             b'{"case": "c", "status"',
         ]
     )
-    cases, cells, problem = oracle_lib.parse_results(data, dropped=5 * 2**20)
+    cases, cells, problem = judging.parse_results(data, dropped=5 * 2**20)
     assert set(cases) == {"a"} and set(cells) == {"__done__"}
     for reason in ("oversized line", "malformed", "truncated", "results too large"):
         assert reason in problem, (reason, problem)

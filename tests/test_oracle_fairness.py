@@ -13,9 +13,10 @@ import math
 import pytest
 import torch
 
+from autograde.grpo_grader import judging, wire
 from autograde.grpo_grader import oracle as oracle_lib
 from autograde.grpo_grader.driver import make_codec
-from autograde.grpo_grader.oracle import Close, Mismatch, Number, Raises, close_number, close_tensor
+from autograde.grpo_grader.vocabulary import Close, Mismatch, Number, Raises, close_number, close_tensor
 from autograde.sample_class.build import LESSONS
 
 ENCODE, _ = make_codec(torch)
@@ -184,12 +185,12 @@ def _trivial_passes(oracle, cases) -> list[str]:
         for label, function in trivial_answers(lesson, name).items():
             namespace[name] = function
             results = {c.id: _record(c, namespace) for c in mine}
-            verdicts = oracle_lib.verdicts(oracle, mine, results, "not run")
+            verdicts = judging.verdicts(oracle, mine, results, "not run")
             passed += [f"{name} / {label}: {gid}" for gid in tests if verdicts[gid].passed]
     for case in [c for c in cases if c.read]:
         for label, value in TRIVIAL_VALUES.items():
             results = {case.id: _record(case, {case.call: value})}
-            if oracle_lib.verdicts(oracle, [case], results, "not run")[case.test].passed:
+            if judging.verdicts(oracle, [case], results, "not run")[case.test].passed:
                 passed.append(f"{case.call} = {label}: {case.test}")
     return passed
 
@@ -211,7 +212,8 @@ def test_the_trivial_answers_find_a_comparison_that_nan_fools():
     and one whose only value case expects zeros are both reported."""
     from types import SimpleNamespace
 
-    from autograde.grpo_grader.oracle import Case, Oracle, Satisfies
+    from autograde.grpo_grader.oracle import Oracle
+    from autograde.grpo_grader.vocabulary import Case, Satisfies
 
     module = SimpleNamespace(TESTS={"t_nan": "f", "t_zeros": "f", "t_fair": "f"})
     rewards = torch.tensor([1.0, 2.0, 4.0])
@@ -256,7 +258,7 @@ def test_number_contract_accepts_numpy_and_0d_tensors_and_names_what_arrived():
         torch.tensor(0.25),
         torch.tensor(0.25, dtype=torch.float64),
     ):
-        check.check(oracle_lib.decode(ENCODE(value)))
+        check.check(wire.decode(ENCODE(value)))
     for value, named in (
         (torch.tensor([0.25]), "torch.Tensor[float32]，形状 (1,)"),
         ("0.25", "str"),
@@ -264,9 +266,9 @@ def test_number_contract_accepts_numpy_and_0d_tensors_and_names_what_arrived():
         (numpy.array([0.25]), "numpy.ndarray"),
     ):
         with pytest.raises(Mismatch) as caught:
-            check.check(oracle_lib.decode(ENCODE(value)))
+            check.check(wire.decode(ENCODE(value)))
         assert named in str(caught.value) and "0 维浮点张量" in str(caught.value), str(caught.value)
-    assert not isinstance(oracle_lib.decode(ENCODE(numpy.array([1.0, 2.0]))), float)
+    assert not isinstance(wire.decode(ENCODE(numpy.array([1.0, 2.0]))), float)
 
 
 @pytest.mark.parametrize(
@@ -324,7 +326,7 @@ def test_every_oracle_case_comes_from_a_line_of_the_lesson(lesson):
 def test_an_orphan_case_is_reported():
     """The check fails where it should: nb01's former "整数 rewards" case (no contract of the lesson) is an orphan,
     and a quote the notebook does not contain is reported."""
-    from autograde.grpo_grader.oracle import Case
+    from autograde.grpo_grader.vocabulary import Case
 
     orphan = Case("test_compute_group_advantages_hidden", "compute_group_advantages", what="整数 rewards")
     assert _orphans("nb01_group_advantages", [orphan])[0] == ["整数 rewards"]
@@ -392,7 +394,7 @@ def test_copies_of_the_reference_are_found_and_independent_answers_are_not(relea
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.learner_grading import COPY_THRESHOLD, reference_fingerprints
+    from autograde.grpo_grader.review import COPY_THRESHOLD, reference_fingerprints
     from autograde.grpo_grader.submission import MIN_PRINTS, answer_sources, containment, fingerprints, similarity
     from autograde.sample_class.build import load_cases, worked_answers
 
@@ -428,7 +430,7 @@ def test_review_flags_read_only_the_lines_the_learner_wrote():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.learner_grading import compare_with_release, scan_flags
+    from autograde.grpo_grader.review import compare_with_release, scan_flags
 
     lesson = "nb04_verifiable_rewards"
     release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
@@ -476,7 +478,7 @@ def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
     oracle = oracle_lib.load_oracle(lesson)
     cases = [c for c in oracle.cases("in-kernel-test") if c.test == "test_compute_group_advantages_hidden"]
     records = {c.id: _record(c, namespace) for c in cases}
-    want = oracle_lib.verdicts(oracle, cases, records, "not run")["test_compute_group_advantages_hidden"]
+    want = judging.verdicts(oracle, cases, records, "not run")["test_compute_group_advantages_hidden"]
     assert not want.passed and str(caught.value) == want.message and "第" in want.message
     with pytest.raises(ValueError):
         run_in_kernel(lesson, "test_no_such_cell", namespace)
@@ -535,7 +537,7 @@ def test_every_seed_catches_the_population_std_in_nb07_metrics():
         for case in mine:  # each value case alone catches it
             for function, passes in ((log_step_metrics, True), (population_std, False)):
                 results = {case.id: _record(case, {"log_step_metrics": function})}
-                assert oracle_lib.verdicts(oracle, [case], results, "not run")[test].passed is passes, (
+                assert judging.verdicts(oracle, [case], results, "not run")[test].passed is passes, (
                     case.what,
                     index,
                 )
@@ -565,7 +567,7 @@ def test_nb01_reference_answers_pass_every_drawn_case_in_float32_too():
     for index in range(200):
         mine = [c for c in oracle.cases(f"float32-seed-{index}", {}) if c.call in namespace]
         results = {c.id: _record(c, namespace) for c in mine}
-        verdicts = oracle_lib.verdicts(oracle, mine, results, "not run")
+        verdicts = judging.verdicts(oracle, mine, results, "not run")
         tests = {c.test for c in mine}
         failed += [f"seed {index}: {gid}: {v.message}" for gid, v in verdicts.items() if gid in tests and not v.passed]
         for case in mine:

@@ -13,7 +13,7 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
 from .course import ROOT, GradingPipeline
-from .learner_grading import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
+from .outcomes import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 from .roster import name_learners
 
 
@@ -121,9 +121,9 @@ def read_report(settings: GradingPipeline, learner: str, assignment: str) -> dic
 
 def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, str], list[tuple[str, float]]]:
     """{(learner, assignment): [(other learner of the batch, similarity)]} for answer cells whose winnowed
-    fingerprints mostly agree (``submission.similarity`` >= ``run.COPY_THRESHOLD``: renamed variables, comments,
+    fingerprints mostly agree (``submission.similarity`` >= ``review.COPY_THRESHOLD``: renamed variables, comments,
     layout, dead code and reordered statements do not hide a copy); the highest similarity per pair."""
-    from .learner_grading import COPY_THRESHOLD
+    from .review import COPY_THRESHOLD
     from .submission import similarity
 
     answers: dict[tuple[str, str], dict[str, list[str]]] = {}

@@ -530,7 +530,7 @@ class FeedbackExporter(HTMLExporter):
     BeautifulSoup to give images without ``alt`` a text and to make the lab template's cells focusable: on the
     course's feedback pages (nbgrader's ``feedback`` template, no lab cells) that pass was 57 % of
     `make feedback`'s time. Here the same alternative text is added with :func:`add_missing_alt`; the page is the
-    template's output otherwise. ``tests/test_autograde.py`` compares both exporters on a graded notebook.
+    template's output otherwise. ``tests/test_autograde_feedback.py`` compares both exporters on a graded notebook.
 
     Two more differences: Markdown formulas are written as MathML (:func:`tex_to_mathml`) and the MathJax script
     from a CDN is left out, so a page shows its formulas offline; and hidden-test regions still in a test cell

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ..oracle import Case, Close, Mismatch, Raises, Satisfies
+from ..vocabulary import Case, Close, Mismatch, Raises, Satisfies
 from ._common import choice, normal, randint, uniform
 
 TESTS = {
