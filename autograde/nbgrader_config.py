@@ -24,7 +24,9 @@ except ModuleNotFoundError:  # a copy away from any checkout and no editable ins
 else:
     # the id of course.toml (its one reader): of the checkout above this file, else of the checkout `tools` comes from
     c.CourseDirectory.course_id = course_id(
-        _CHECKOUT if os.path.isfile(os.path.join(_CHECKOUT, "course.toml")) else None
+        _CHECKOUT
+        if os.path.isfile(os.path.join(_CHECKOUT, "course.toml"))
+        else None  # mirrors tools.project_runtime.MARKER
     )
 
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))

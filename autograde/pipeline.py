@@ -33,7 +33,7 @@ from autograde.commands.sample import install as install_sample_class
 from autograde.commands.sample import sample
 from autograde.commands.settings import README, readme_with_settings_tables, readme_with_view, settings_command
 from autograde.grpo_grader.course import load_settings
-from autograde.grpo_grader.sandbox_choice import SANDBOX_MODES
+from autograde.grpo_grader.isolation import SANDBOX_MODES
 from autograde.sample_class import build as sample_class
 
 __all__ = [  # what other modules and the tests import from here

@@ -1,4 +1,4 @@
-"""The trusted side trusts nothing a learner can touch (issue 26): what a sandboxed driver sends back is read over
+"""The trusted side trusts nothing a learner can touch: what a sandboxed driver sends back is read over
 pipes the grader opened, with a size limit and a deadline; a results file (tests, drivers run by hand) is opened
 without following links or blocking on FIFOs; notes carry only sanitised text; each learner's cases come from a
 key of their own. The sample learners ``a01``/``a02`` (tests/test_autograde_class.py) attack the same end to end."""
@@ -206,7 +206,7 @@ def _traversable_for_others(*paths: Path):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_an_unprivileged_grader_grades_in_bwrap(released_course):
-    """Grading without root (issue 26): an unprivileged account (created when the tests run as root) probes the bwrap
+    """Grading without root: an unprivileged account (created when the tests run as root) probes the bwrap
     sandbox and grades four nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
     disk for answers, s07 exits): exactly their expected scores, status graded, nothing left running."""
     import shutil

@@ -12,7 +12,7 @@ from pathlib import Path
 from autograde import pipeline
 from autograde.grpo_grader import probe, sandbox, view
 from autograde.grpo_grader.course import GradingPipeline
-from autograde.grpo_grader.sandbox_choice import Sandbox
+from autograde.grpo_grader.isolation import Sandbox
 from autograde.grpo_grader.slots import Slot
 
 

@@ -87,10 +87,13 @@ VARIABLES = (
     EnvVar(REALISTIC_PYTHON, "the interpreter the realistic launch test uses", "tests"),
 )
 
-# Files that must write a name again, each with why: they run where ``tools`` cannot be imported.
+# Files that must write a name or a literal again, each with why: they run where ``tools`` cannot be imported (inside
+# the grading sandbox with the standard library only, or before the course is found). Each says which home it
+# mirrors in a comment. tests/test_one_home.py reads this list for the environment names and the literals.
 SANDBOX_SIDE_COPIES = {
-    "tools/bootstrap.py": "the locked first cell runs it before the course is on sys.path",
-    "autograde/grpo_grader/probe.py": "runs inside the grading sandbox, standard library only",
+    "autograde/grpo_grader/sandbox.py": "the kernel launcher and zygote: standard library only, inside the sandbox",
+    "autograde/grpo_grader/probe.py": "the pre-flight's sandbox side: standard library only, inside the sandbox",
+    "autograde/nbgrader_config.py": "nbgrader loads it before the course is importable: it finds the checkout",
 }
 
 TABLE_BEGIN = "<!-- env-vars-table (generated) -->"

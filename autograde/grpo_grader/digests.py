@@ -10,9 +10,11 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
+from tools import env_vars
+
 from .course import AUTOGRADE
 
-SEED_ENV = "GRPO_GRADING_SEED"
+SEED_ENV = env_vars.GRADING_SEED
 SEED_NAME = ".grading_seed"  # <course>/.grading_seed: git-ignored; created by `make autograde`
 HERE = Path(__file__).resolve().parent
 # what loads an oracle, draws its cases, carries them to the driver and back, and judges them

@@ -12,6 +12,8 @@ from pathlib import Path
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
+from tools.project_runtime import MARKER
+
 from .course import ROOT, GradingPipeline
 from .outcomes import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 from .roster import name_learners
@@ -77,7 +79,7 @@ def merge(settings: GradingPipeline, results: list[AssignmentResult]) -> None:
     with warnings.catch_warnings(), Gradebook(settings.db_url, settings.course_id) as gb:
         # nbgrader's add_submission triggers harmless SQLAlchemy 2 "not in session" autoflush warnings
         warnings.filterwarnings("ignore", message=".*not in session.*")
-        name_learners(gb, settings.course.parent / "course.toml", [learner])  # the roster's name, else the id
+        name_learners(gb, settings.course.parent / MARKER, [learner])  # the roster's name, else the id
         for result in results:
             kwargs = {"timestamp": result.timestamp} if result.timestamp else {}
             gb.update_or_create_submission(result.assignment, learner, **kwargs)

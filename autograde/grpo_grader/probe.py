@@ -335,7 +335,7 @@ def refusal(path: str, hidden: list[str], homes: list[str]) -> str:
             return f"it holds {folder}, which kernels must not see"
     folder = path
     while folder not in ("", "/") and folder != venv:
-        if os.path.isfile(os.path.join(folder, "course.toml")):
+        if os.path.isfile(os.path.join(folder, "course.toml")):  # mirrors tools.project_runtime.MARKER (stdlib side)
             return f"inside the course checkout {folder}"
         folder = os.path.dirname(folder)
     for folder in hidden:

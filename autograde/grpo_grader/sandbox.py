@@ -89,6 +89,7 @@ def _environment(spec: dict, launcher_env: dict | None = None) -> dict[str, str]
             "MPLCONFIGDIR": os.path.join(work, ".matplotlib"),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
+            # mirrors tools.env_vars (GRADING_SANDBOX, GRADING_READONLY_ROOT): standard library only here
             "GRPO_GRADING_SANDBOX": spec["mode"],
             "GRPO_GRADING_READONLY_ROOT": "1" if spec["mode"] == "bwrap" else "0",
             # the bootstrap cell installs what is missing; while grading nothing is installed (and there is no

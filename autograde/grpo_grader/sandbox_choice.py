@@ -5,37 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import probe, view
 from .course import ROOT, GradingPipeline, prepare_kernel_files
+from .isolation import SANDBOX_MODES, Sandbox
 from .slots import Slot
 from .uids import lease_uids
-
-
-@dataclass
-class Sandbox:
-    mode: str  # bwrap | none
-    uids: list[int] = field(default_factory=list)  # root: two leased uids per slot (kernel, oracle driver)
-    probe: dict = field(default_factory=dict)  # what a kernel sees; "oracle": what the driver beside it sees
-    problems: list[str] = field(default_factory=list)
-    leases: list = field(default_factory=list)  # open lock files holding the uids
-    # folders outside the virtual environment the interpreter's sys.path needs (probe.interpreter_paths): bound
-    # read-only into every sandbox ("bind"), the ones a kernel does not find itself on its PYTHONPATH ("pythonpath")
-    paths: dict = field(default_factory=dict)
-
-    def describe(self) -> str:
-        if self.mode == "bwrap":
-            who = f"uid {', '.join(map(str, self.uids))}" if self.uids else "the grader's uid in a user namespace"
-            return (
-                f"bwrap: kernels run as {who} in bubblewrap's allow-list view (interpreter, virtual environment, "
-                f"course copy, private tmpfs), private mount/PID/IPC/network namespaces"
-            )
-        return "none: kernels run as the grader's own user and can read whatever it can read"
-
-
-SANDBOX_MODES = ("bwrap", "none")
 
 
 def check_bwrap() -> None:

@@ -38,7 +38,7 @@ from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, Boun
 from .zygotes import NOTHING_WARM, SlotZygotes, ZygoteWarm
 
 if TYPE_CHECKING:
-    from .sandbox_choice import Sandbox
+    from .isolation import Sandbox
 
 SANDBOX_SCRIPT = Path(__file__).resolve().parent / "sandbox.py"
 

@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.project_runtime import MARKER
+
 from .course import AUTOGRADE, ROOT, GradingPipeline
 from .digests import SEED_ENV, SEED_NAME
 
@@ -99,7 +101,7 @@ class CheckoutFacts:
 
 def _checkout_of(path: Path) -> Path | None:
     for folder in [path, *path.parents]:
-        if (folder / "course.toml").is_file():
+        if (folder / MARKER).is_file():
             return folder
     return None
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import psutil
 
-from tools.project_runtime import course_id, resolve_project_root
+from tools.project_runtime import MARKER, course_id, resolve_project_root
 
 ROOT = resolve_project_root(Path(__file__))  # the checkout this module belongs to
 ROLES = ("learner", "instructor")
@@ -442,7 +442,7 @@ def name_gradebook_learners(root: Path = ROOT) -> list[str]:
 
     root = Path(root).resolve()
     with Gradebook(f"sqlite:///{root / 'autograde' / 'gradebook.db'}", course_id(root)) as gb:
-        return name_learners(gb, root / "course.toml")
+        return name_learners(gb, root / MARKER)
 
 
 class _Stop(Exception):

@@ -14,8 +14,10 @@ import os
 import secrets
 from pathlib import Path
 
+from tools import env_vars
+
 # a public seed for reproducible in-kernel runs (the test suite sets it); unset, every run draws fresh cases
-KERNEL_SEED_ENV = "GRPO_KERNEL_CASES_SEED"
+KERNEL_SEED_ENV = env_vars.KERNEL_CASES_SEED
 
 
 def oracle_assignments() -> list[str]:
