@@ -117,12 +117,12 @@ c.LimitOutput.max_traceback = 100
 
 # Feedback shows the messages of failed hidden tests but not their code.
 c.GenerateFeedback.preprocessors = [
-    "autograde.grpo_grader.preprocessors.HideHiddenTests",
+    "autograde.grpo_grader.feedback_pages.HideHiddenTests",
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 # nbconvert's HTML exporter without its BeautifulSoup pass over the whole page (most of the time it took)
-c.GenerateFeedback.exporter_class = "autograde.grpo_grader.preprocessors.FeedbackExporter"
+c.GenerateFeedback.exporter_class = "autograde.grpo_grader.feedback_pages.FeedbackExporter"
 
 # ----------------------------------------------------------------------------- the grading pipeline
 # `c.GradingPipeline.<name>`: the settings of `make autograde` (nbgrader ignores this section). Each one is defined

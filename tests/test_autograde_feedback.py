@@ -10,7 +10,7 @@ import nbformat
 from autograde_helpers import ROOT  # tests/autograde_helpers.py
 from nbformat.notebooknode import NotebookNode
 
-from autograde.grpo_grader.preprocessors import HideHiddenTests
+from autograde.grpo_grader.feedback_pages import HideHiddenTests
 
 
 def test_feedback_hides_hidden_tests():
@@ -42,7 +42,7 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
     from bs4 import BeautifulSoup
     from nbconvert.exporters import HTMLExporter
 
-    from autograde.grpo_grader.preprocessors import _MATHJAX_BLOCK, NO_ALT, FeedbackExporter, add_missing_alt
+    from autograde.grpo_grader.feedback_pages import _MATHJAX_BLOCK, NO_ALT, FeedbackExporter, add_missing_alt
 
     png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
     nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
@@ -86,7 +86,7 @@ def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
 def test_feedback_pages_reuse_rendered_cells_only_for_the_same_source():
     """The exporter memoises highlighted code and rendered Markdown across pages (a class shares most cells): a
     page renders as it does without the memo, and a changed source or language renders afresh."""
-    import autograde.grpo_grader.preprocessors as pre
+    import autograde.grpo_grader.feedback_pages as pre
 
     def page(code: str, text: str, lexer: str = "ipython3") -> str:
         nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": lexer}})
@@ -114,7 +114,7 @@ def test_feedback_pages_carry_formulas_as_mathml_and_never_hidden_tests():
     nbconvert's own exporter does both wrong on the same notebook (the check can fail)."""
     from nbconvert.exporters import HTMLExporter
 
-    from autograde.grpo_grader.preprocessors import HIDDEN_BEGIN, FeedbackExporter
+    from autograde.grpo_grader.feedback_pages import HIDDEN_BEGIN, FeedbackExporter
 
     nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
     hidden = "assert reference_secret(3) == 42"
@@ -152,7 +152,7 @@ def test_every_formula_of_the_course_converts_to_mathml():
     """Every Markdown formula of the learner notebooks becomes MathML (none left as TeX source in a feedback page)."""
     from nbconvert.filters.markdown_mistune import MarkdownWithMath
 
-    from autograde.grpo_grader import preprocessors
+    from autograde.grpo_grader import feedback_pages as preprocessors
 
     renderer = preprocessors._mathml_renderer_class()
     pages = [

@@ -284,7 +284,7 @@ def test_course_config_loads_from_any_folder_without_an_editable_install(tmp_pat
 
     done = run(ROOT / "autograde")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == repr([str(ROOT / "autograde" / "grpo_grader" / "preprocessors.py")]), done.stdout
+    assert done.stdout.strip() == repr([str(ROOT / "autograde" / "grpo_grader" / "feedback_pages.py")]), done.stdout
     copy_dir = tmp_path / "elsewhere"
     copy_dir.mkdir()
     shutil.copy2(ROOT / "autograde" / "nbgrader_config.py", copy_dir / "nbgrader_config.py")  # no package beside it
