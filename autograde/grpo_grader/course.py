@@ -14,7 +14,7 @@ from tools.project_runtime import MARKER
 
 AUTOGRADE = Path(__file__).resolve().parents[1]  # <checkout>/autograde
 ROOT = AUTOGRADE.parent  # the course checkout (holds course.toml, tools/)
-GRADER_VERSION = "3"  # bump when a change must regrade every submission
+GRADER_VERSION = "4"  # bump when a change must regrade every submission
 ZYGOTE_RESIDENT_BYTES = 400 * 2**20  # what one slot's zygote keeps resident (measured: ~375 MB)
 
 

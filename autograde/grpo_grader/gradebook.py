@@ -121,41 +121,6 @@ def read_report(settings: GradingPipeline, learner: str, assignment: str) -> dic
         return None
 
 
-def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, str], list[tuple[str, float]]]:
-    """{(learner, assignment): [(other learner of the batch, similarity)]} for answer cells whose winnowed
-    fingerprints mostly agree (``submission.similarity`` >= ``review.COPY_THRESHOLD``: renamed variables, comments,
-    layout, dead code and reordered statements do not hide a copy); the highest similarity per pair."""
-    from .review import COPY_THRESHOLD
-    from .submission import similarity
-
-    answers: dict[tuple[str, str], dict[str, list[str]]] = {}
-    prints: dict[tuple[str, str, str], set] = {}
-    for (learner, assignment), report in reports.items():
-        for nb in report.get("notebooks", []):
-            for gid, value in (nb.get("answers") or {}).items():
-                if isinstance(value, list):  # reports of grader version 2 hold a digest: not comparable
-                    prints[(learner, assignment, gid)] = set(value)
-                    answers.setdefault((assignment, gid), []).append(learner)
-    best: dict[tuple[str, str], dict[str, float]] = {}
-    for (assignment, gid), learners in answers.items():
-        for i, a in enumerate(learners):
-            for b in learners[i + 1 :]:
-                share = similarity(prints[(a, assignment, gid)], prints[(b, assignment, gid)])
-                if share >= COPY_THRESHOLD:
-                    for one, other in ((a, b), (b, a)):
-                        seen = best.setdefault((one, assignment), {})
-                        seen[other] = max(seen.get(other, 0.0), share)
-    return {key: sorted(value.items(), key=lambda item: (-item[1], item[0])) for key, value in best.items()}
-
-
-def _similar_flags(others: list[tuple[str, float]], limit: int = 5) -> list[str]:
-    """``similar:<learner>:<similarity>%`` for the most similar learners (then ``similar:+<more>``)."""
-    flags = [f"similar:{other}:{round(100 * share)}%" for other, share in others[:limit]]
-    if len(others) > limit:
-        flags.append(f"similar:+{len(others) - limit}")
-    return flags
-
-
 def manual_points_of(submission) -> dict[str, float]:
     """{"automatic": points the autograder gives, "pending": manual points no instructor has scored yet}."""
     automatic = pending = 0.0
@@ -183,13 +148,23 @@ def grade_reason(reason: str, score: float, points: dict[str, float], penalty: f
     return "；".join(p for p in parts if p)
 
 
-def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
-    """Rows of grades.csv (learner x assignment) and grades_by_test.csv (learner x test cell)."""
-    rows, test_rows = [], []
+def class_reports(settings: GradingPipeline) -> dict[tuple[str, str], dict]:
+    """{(learner, assignment): grading report} of every learner and assignment of the gradebook ({} when none)."""
     with Gradebook(settings.db_url, settings.course_id) as gb:
         pairs = [(s.id, a.name) for s in gb.students for a in gb.assignments]
-    reports = {pair: read_report(settings, *pair) or {} for pair in pairs}
-    similar = similar_learners(reports)
+    return {pair: read_report(settings, *pair) or {} for pair in pairs}
+
+
+def export_rows(settings: GradingPipeline, copies: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """Rows of grades.csv (learner x assignment) and grades_by_test.csv (learner x test cell); ``copies``: the class's
+    copy review (``copy_review.review_class``), made here when not given."""
+    from .copy_review import class_flags, review_class
+
+    rows, test_rows = [], []
+    reports = class_reports(settings)
+    if copies is None:
+        copies = review_class(settings.course, reports, ROOT / "notebooks")
+    copy_flags = class_flags(copies)
     with Gradebook(settings.db_url, settings.course_id) as gb:
         assignments = sorted(gb.assignments, key=lambda a: a.name)
         for student in sorted(gb.students, key=lambda s: s.id):
@@ -221,7 +196,7 @@ def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
                 flags = sorted({f for n in report.get("notebooks", []) for f in n.get("flags", [])})
                 if points["automatic"] == 0:  # nothing for an oracle to grade: its absence says nothing
                     flags = [f for f in flags if f != "no-oracle"]
-                flags += _similar_flags(similar.get((student.id, assignment.name), []))
+                flags += copy_flags.get((student.id, assignment.name), [])
                 rows.append(
                     {
                         "learner": student.id,

@@ -24,9 +24,9 @@ from .outcomes import (
     summarise,
     test_outcomes,
 )
-from .review import compare_with_release, copies_reference, scan_flags
+from .review import compare_with_release, review_notebook
 from .slots import Slot
-from .submission import answer_fingerprints, read_notebook, rebuild_metadata
+from .submission import read_notebook, rebuild_metadata
 
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
 
@@ -218,13 +218,12 @@ def grade_assignment(
                 oracle_run.wait()  # never leave the driver running into the next notebook's reset_work()
             nres.seconds = round(time.monotonic() - started, 1)
             nres.phases["nbgrader"] = round(seconds, 2)
-            nres.answers = answer_fingerprints(rebuilt[name], release)
             edited, deleted = [], []
             try:
-                edited, deleted, written = compare_with_release(rebuilt[name], release)
-                nres.flags = scan_flags(written) + copies_reference(assignment, nres.answers, settings.course)
+                edited, deleted, _ = compare_with_release(rebuilt[name], release)
+                nres.answers, nres.flags = review_notebook(rebuilt[name], release)
             except Exception:  # checked readable above; this review never blocks grading
-                nres.flags = []
+                nres.answers, nres.flags = {}, []
             if timed_out:
                 nres.status = "timeout"
                 nres.reason = (

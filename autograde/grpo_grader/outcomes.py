@@ -24,7 +24,7 @@ class NotebookResult:
     late_penalty: float | None = None
     tests: list[dict] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    answers: dict = field(default_factory=dict)  # answer grade_id -> its winnowed fingerprint (copies)
+    answers: dict = field(default_factory=dict)  # answer grade_id -> the learner's unit (learner_code.Unit, copies)
     seconds: float = 0.0
     phases: dict = field(default_factory=dict)  # seconds per step: nbgrader, oracle
     score: float = 0.0

@@ -1,17 +1,15 @@
 """What a human may want to look at in a submission; never a score change: the lines the learner wrote (compared
-with the release), patterns worth a look in them (``FLAG_PATTERNS``), and answer cells that are mostly the course's
-reference answer (winnowed fingerprints, ``submission.py``)."""
+with the release), patterns worth a look in them (``FLAG_PATTERNS``), ``exec`` of a decoded string, and the
+fingerprint of each graded function as the learner wrote it (``learner_code``), which ``copy_review`` compares with
+the reference and the rest of the class when the grades are exported."""
 
 from __future__ import annotations
 
-import functools
 import re
-from pathlib import Path
 
 import nbformat
 
-from .course import ROOT
-from .submission import containment, fingerprints, read_notebook, worked_answers
+from .learner_code import notebook_units
 
 # Patterns worth a human look in answer cells; they never change a score.
 FLAG_PATTERNS = [
@@ -65,39 +63,16 @@ def compare_with_release(
     return edited, deleted, written
 
 
-COPY_THRESHOLD = 0.8  # share of an answer's fingerprint found in the reference (or another learner's answer)
-
-
-@functools.cache
-def reference_fingerprints(assignment: str, course: Path) -> dict[str, frozenset]:
-    """{answer grade_id: fingerprint of the course's worked answer}, read from nbgrader's source version of the lesson
-    (``<course>/source/<assignment>/<assignment>.ipynb``, which `make release` builds from ``solutions/``), and under
-    ``"*"`` the fingerprint of the lesson's exported module (``tools/lessons/<assignment>.py``); empty where neither
-    exists."""
-    out: dict[str, frozenset] = {}
-    source = course / "source" / assignment / f"{assignment}.ipynb"
-    if source.is_file() and not source.is_symlink():
-        nb, _ = read_notebook(source.read_text(encoding="utf-8"))
-        if nb is not None:
-            out = {gid: frozenset(fingerprints(text)) for gid, text in worked_answers(nb).items()}
-    module = ROOT / "tools" / "lessons" / f"{assignment}.py"
-    if module.is_file():
-        out["*"] = frozenset(fingerprints(module.read_text(encoding="utf-8")))
-    return out
-
-
-def copies_reference(assignment: str, answers: dict[str, list[int]], course: Path) -> list[str]:
-    """``copies-reference:<share>%`` when an answer cell is (nearly) the course's reference answer: most of its
-    fingerprint is in the worked answer or the lesson module (a flag for a human; never a score change)."""
-    reference = reference_fingerprints(assignment, course)
-    shares = [
-        containment(prints, reference.get(gid, frozenset()) | reference.get("*", frozenset()))
-        for gid, prints in answers.items()
-    ]
-    best = max(shares, default=0.0)
-    return [f"copies-reference:{round(100 * best)}%"] if best >= COPY_THRESHOLD else []
-
-
 def scan_flags(code: str) -> list[str]:
     """Review flags for code the learner wrote; they never change a score."""
     return [name for name, pattern in FLAG_PATTERNS if re.search(pattern, code)]
+
+
+def review_notebook(nb: nbformat.NotebookNode, release: nbformat.NotebookNode) -> tuple[dict, list[str]]:
+    """({answer grade_id: the learner's unit, as stored in the grading report}, review flags) of a notebook whose
+    metadata has been rebuilt against ``release``: the patterns of ``FLAG_PATTERNS`` in the lines the learner
+    wrote and in what their strings decode to, and ``encoded-exec``."""
+    _, _, written = compare_with_release(nb, release)
+    units, flags = notebook_units(nb, release, scan=scan_flags)
+    own = scan_flags(written)
+    return {gid: unit.to_json() for gid, unit in units.items()}, own + [f for f in flags if f not in own]

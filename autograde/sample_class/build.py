@@ -27,7 +27,8 @@ A case is a dict ``{assignment: spec}``; a spec may hold:
   levels deep inside a cell's metadata.
 
 The lessons of the sample class are ``LESSONS``: every lesson with an oracle module. Adding a lesson = its entries in
-the cases s02 and s04 (s01 and s03 cover every lesson of ``LESSONS``) and its rows in ``expected.json``
+the cases s02 and s04 and the copy review's calibration learners ``calibration/k*.py`` (s01 and s03 cover every
+lesson of ``LESSONS``), its rows in ``expected.json``, then ``review --calibrate``
 (``tests/test_one_home.py::test_every_graded_lesson_is_in_each_of_its_places`` lists the places).
 """
 
