@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help ready setup build release check-release demo test test-fast test-integration lint format lab lab-instructor workspace \
-        autograde merge-shards feedback grades experiment online bench tiny-model warm-starts qwen-shaped-checkpoint \
+        autograde merge-shards feedback grades review experiment online bench tiny-model warm-starts qwen-shaped-checkpoint \
         gpu-wheelhouse preflight clean
 
 help: ## list the targets
@@ -122,6 +122,9 @@ feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feed
 grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and print the table
 	@$(PY) -m autograde.pipeline grades $(ARGS)
 
+review: $(VENV)/.setup-stamp ## the copy review: side-by-side similarity report autograde/review/similarity.html (+ .csv, .json)
+	@$(PY) -m autograde.pipeline review $(ARGS)
+
 experiment: ready ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
 	@$(PY) -m tools.cli.experiment --mode "$(RUN_MODE)" --label "$(RUN_LABEL)"
 
@@ -133,5 +136,5 @@ bench: ready ## run the benchmarks, write benchmarks/results/latest.json
 
 clean: ## remove generated files (keeps .venv and committed learner notebooks)
 	rm -rf autograde/source autograde/release autograde/autograded autograde/feedback autograde/gradebook.db \
-	       autograde/grades*.csv .cache artifacts build .pytest_cache
+	       autograde/grades*.csv autograde/review .cache artifacts build .pytest_cache
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +

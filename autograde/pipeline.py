@@ -4,6 +4,7 @@
     python -m autograde.pipeline merge-shards
     python -m autograde.pipeline feedback
     python -m autograde.pipeline grades
+    python -m autograde.pipeline review [--calibrate]
     python -m autograde.pipeline sample --rebuild | --check
     python -m autograde.pipeline probe [--json] [--imports find]
     python -m autograde.pipeline prepare
@@ -29,6 +30,7 @@ from autograde.commands.grades import grades, score_text
 from autograde.commands.merge_shards import merge_shards, parse_shard
 from autograde.commands.prepare import prepare
 from autograde.commands.probe import probe
+from autograde.commands.review import review
 from autograde.commands.sample import install as install_sample_class
 from autograde.commands.sample import sample
 from autograde.commands.settings import README, readme_with_settings_tables, readme_with_view, settings_command
@@ -57,7 +59,8 @@ __all__ = [  # what other modules and the tests import from here
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "command", choices=["autograde", "merge-shards", "feedback", "grades", "sample", "probe", "prepare", "settings"]
+        "command",
+        choices=["autograde", "merge-shards", "feedback", "grades", "review", "sample", "probe", "prepare", "settings"],
     )
     parser.add_argument("--shard", default=None, help="autograde: grade only shard k of N learners (k/N), into shards/")
     parser.add_argument("--course", type=Path, default=None, help="nbgrader course root (default: autograde/)")
@@ -77,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--write", action="store_true", help="settings: regenerate the README's settings tables and sandbox view"
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="review: recompute the copy review's calibration and its precision/recall on the sample class",
     )
     parser.add_argument("--json", action="store_true", help="probe: print the structured result (one JSON object)")
     parser.add_argument(
@@ -112,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         return feedback(settings)
     if args.command == "grades":
         return grades(settings)
+    if args.command == "review":
+        return review(settings, calibrate=args.calibrate)
     if args.command == "sample":
         return sample(args.rebuild)
     if args.command == "settings":

@@ -235,8 +235,8 @@ def test_feedback_and_export(graded_class):
     assert {t["test"] for t in tests} >= {"test_compute_group_advantages_hidden", "test_compute_grpo_loss_hidden"}
     failed = [t for t in tests if float(t["score"]) < float(t["max_score"]) and t["outcome"] != "manual"]
     assert failed and all(t["message"] for t in failed), "every lost point names its cause"
-    # copies are flagged, never scored: m1 is s01's nb01 with edited metadata; s02 wrote its own answers
-    # (similar:<learner>:<share>%: winnowed fingerprints of the answer cells)
+    # copies are flagged, never scored: m1 is s01's nb01 with edited metadata; each row of expected.json with
+    # "flags" lists exactly the copy review's flag kinds it gets (c01-c06: the disguised copies; h01, s02: honest)
     flags = {(r["learner"], r["assignment"]): r["flags"].split() for r in rows}
     names = {
         key: {f.rsplit(":", 1)[0] if f.startswith("similar:") else f.split(":")[0] for f in value}
@@ -245,12 +245,27 @@ def test_feedback_and_export(graded_class):
     assert "similar:m1_edited_metadata" in names[("s01_worked_answers", "nb01_group_advantages")]
     assert "similar:s01_worked_answers" in names[("m1_edited_metadata", "nb01_group_advantages")]
     assert "similar:s01_worked_answers:100%" in flags[("m1_edited_metadata", "nb01_group_advantages")]
-    s02 = names[("s02_independent_answers", "nb01_group_advantages")]
-    assert not any(f.startswith("similar:") for f in s02) and "copies-reference" not in s02
-    # a disguised copy of the reference (renamed, commented, dead code) keeps its points and is flagged; so is
-    # the copier in the batch it resembles; honest edits of setup cells raise no review flag
-    assert "copies-reference" in names[("f03_copies_the_reference", "nb01_group_advantages")]
+    copy_kinds = {"copies-reference", "similar", "encoded-exec"}
+    wrong = [
+        f"{learner}/{assignment}: {sorted({f.split(':')[0] for f in flags[(learner, assignment)]} & copy_kinds)} "
+        f"!= {sorted(row['flags'])} ({flags[(learner, assignment)]})"
+        for learner, lessons in expected.items()
+        for assignment, row in lessons.items()
+        if "flags" in row and {f.split(":")[0] for f in flags[(learner, assignment)]} & copy_kinds != set(row["flags"])
+    ]
+    assert not wrong, "\n".join(wrong)
+    assert sum("flags" in row for lessons in expected.values() for row in lessons.values()) >= 15
     assert "similar:f03_copies_the_reference" in names[("s01_worked_answers", "nb01_group_advantages")]
+    # the side-by-side report: written by `grades`, summarised on the terminal, no script; the class report's section
+    from autograde.commands.review import class_report_section
+    from autograde.grpo_grader.course import load_settings
+    from tests.test_similarity_report import page_problems
+
+    assert "[review] nb04_verifiable_rewards:" in exported.stdout and "similarity.html" in exported.stdout
+    page = (course / "review" / "similarity.html").read_text(encoding="utf-8")
+    assert page_problems(page) == [] and "c03_execs_an_encoded_reference" in page
+    data, fragment = class_report_section(load_settings(course))
+    assert data["assignments"]["nb05_logprobs_masks"]["flagged_reference"] >= 1 and "<script" not in fragment
     for learner, lesson in (
         ("f01_nb01_written_its_own_way", "nb01_group_advantages"),
         ("f02_uses_the_notebooks_own_names", "nb04_verifiable_rewards"),

@@ -62,7 +62,11 @@ def score_text(row: dict) -> str:
 
 
 def grades(settings: GradingPipeline) -> int:
-    rows, test_rows = export_rows(settings)
+    from autograde.commands.review import class_review
+    from autograde.grpo_grader.similarity_report import write_report
+
+    copies = class_review(settings)
+    rows, test_rows = export_rows(settings, copies)
     _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
     _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
     columns = shutil.get_terminal_size((160, 40)).columns
@@ -95,4 +99,6 @@ def grades(settings: GradingPipeline) -> int:
         f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
         f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}"
     )
+    for line in write_report(settings.course, copies)[1]:
+        print(line)
     return 0
