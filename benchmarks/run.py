@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import notebooks  # noqa: E402
+from benchmarks.copy_review import bench_copy_review  # noqa: E402
 from benchmarks.grading import bench_autograde, bench_autograde_class, bench_autograde_vs_floor  # noqa: E402
 from benchmarks.group_advantages import bench_group_advantages  # noqa: E402
 from benchmarks.grpo_loss import bench_grpo_loss  # noqa: E402
@@ -45,6 +46,7 @@ BENCHMARKS = {
     "autograde": bench_autograde,
     "autograde_floor": bench_autograde_vs_floor,
     "autograde_class": bench_autograde_class,
+    "copy_review": bench_copy_review,
     "series": notebooks.bench_series,
 }
 

@@ -34,6 +34,8 @@ METRICS = {
     "autograde_parallel_speedup": ["autograde/pipeline.py", "tools/chain/notebooks.py"],
     "autograde_seconds_per_notebook_vs_floor": ["autograde/pipeline.py", "tools/chain/notebooks.py"],
     "autograde_class_seconds": ["autograde/pipeline.py", "tools/chain/notebooks.py"],
+    "copy_review_fingerprint_vs_read_200": ["autograde/grpo_grader/review.py"],
+    "copy_review_compare_200_s": ["autograde/grpo_grader/copy_review.py"],
     "series_execution_s": ["tools/chain/notebooks.py"],
 }
 
