@@ -23,7 +23,8 @@ from .copy_review import CAP, COMMON, MARGIN, MIN_PRINTS, REFERENCE, AssignmentR
 REVIEW_DIR = "review"  # <course>/review/
 HTML_NAME, CSV_NAME, JSON_NAME = "similarity.html", "similarity.csv", "similarity.json"
 SHOWN_PAIRS = 100  # learner pairs listed per assignment besides the flagged ones (ranked)
-SIDE_BY_SIDE = 20  # unflagged comparisons shown side by side per assignment (every flagged one is)
+PAGE_ROWS = 300  # rows of an assignment's ranking on the page (the CSV and JSON list every one)
+SIDE_BY_SIDE = (40, 20)  # comparisons shown side by side per assignment: flagged, then unflagged
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; base-uri 'none'; form-action 'none'"
 CSV_FIELDS = [
     "assignment",
@@ -226,18 +227,19 @@ def assignment_html(review: AssignmentReview) -> str:
         f"<tr><td>{rank}</td><td>{_e(p.a)}</td><td>{_e(p.b)}</td>"
         f'<td class="{"flag" if p.flagged else ""}">{100 * p.share:.0f}%{" ⚑" if p.flagged else ""}</td>'
         f"<td>{_e(', '.join(f'{m.gid} {100 * m.share:.0f}%' for m in p.functions[:3]))}</td></tr>"
-        for rank, p in enumerate(listed, 1)
+        for rank, p in enumerate(listed[:PAGE_ROWS], 1)
     )
+    more = len(listed) - PAGE_ROWS
     parts.append(
         "<table><tr><th>#</th><th>学员（learner）</th><th>对比（other）</th><th>相似度（similarity）</th>"
         f"<th>最相似的函数（closest functions）</th></tr>{table}</table>"
+        + (f"<p>另有 {more} 行见 {CSV_NAME}（{more} more rows in {CSV_NAME}）。</p>" if more > 0 else "")
     )
-    unflagged = 0
+    shown = {True: 0, False: 0}
     for rank, p in enumerate(listed, 1):
-        if not p.flagged:
-            if unflagged >= SIDE_BY_SIDE:
-                continue
-            unflagged += 1
+        if shown[p.flagged] >= SIDE_BY_SIDE[0 if p.flagged else 1]:
+            continue
+        shown[p.flagged] += 1
         head = f"#{rank} {_e(p.a)} ↔ {_e(p.b)}：{100 * p.share:.0f}%{'（已标记 flagged）' if p.flagged else ''}"
         body = "".join(
             f"<p>{_e(m.gid)}：{100 * m.share:.0f}%，阈值（threshold）{_threshold(m.threshold)}</p>"
@@ -282,7 +284,7 @@ def write_report(course: Path, reviews: dict[str, AssignmentReview]) -> tuple[li
     paths = [folder / HTML_NAME, folder / CSV_NAME, folder / JSON_NAME]
     _write(paths[0], html_page(reviews))
     _write(paths[1], csv_text(data))
-    _write(paths[2], json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+    _write(paths[2], json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n")
     lines = []
     for assignment, entry in data["assignments"].items():
         top = [p for p in entry["pairs"] if p["flagged"]][:3]
