@@ -53,7 +53,11 @@ module                                  what it holds
 ``tools.online.trl_trainer``            a ``GRPOConfig`` mirroring an ``OnlineConfig``, the ``GRPOTrainer`` on the task
 ``tools.online.trl_agreement``          ``grpo_step`` vs ``GRPOTrainer._compute_loss``: loss / gradient agreement
 ``tools.online.trl_runs``               ``GRPOTrainer.train()`` on the task, the committed multi-seed TRL record
-``tools.online.trl_scaling``            accelerate configs (accelerate's parser), the vLLM ``GRPOConfig``
+``tools.online.trl_ranks``              one rank of the multi-process run under torchrun: ``GRPOTrainer.train()`` with
+                                        the batch split, one step per ``loss_type`` on a fixed batch
+``tools.online.trl_multiprocess``       the multi-process run's record (schema, checks, the lesson's tables)
+``tools.online.trl_scaling``            accelerate configs (accelerate's parser) beside the CPU run, the vLLM
+                                        ``GRPOConfig``
 ``tools.env_vars``                      every ``GRPO_*`` environment variable: its one home, meaning and who sets it (the
                                         table of docs/CONVENTIONS.md is generated from it)
 ``tools.loss_types``                    the TRL ``loss_type`` names the course teaches (``LOSS_TYPES``,
@@ -91,6 +95,7 @@ module                                  what it holds
 ``tools.cli.demo``                      ``make demo``: build, execute, release, grade the sample class, experiment
 ``tools.cli.experiment``                ``make experiment``: the final notebook headless
 ``tools.cli.online``                    ``make online``: nb07's online GRPO run headless (seeds, TRL trainer, presets)
+``tools.cli.multiprocess``              ``make online ONLINE_ARGS="--processes 2"``: torchrun launches and their workers
 ``tools.cli.testrun``                   ``make test`` / ``test-fast`` / ``test-integration``: pytest, timed into a git-ignored
                                         record
 ``tools.cli.commit_msg``                the pre-commit config's commit-msg check (subject at most 72 characters)
