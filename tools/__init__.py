@@ -84,9 +84,11 @@ module                                  what it holds
 ``tools.chain.cells``                   the badge cell and the locked bootstrap cell stamped on every notebook
 ``tools.chain.saved``                   the ``#@save`` extraction that writes ``tools/lessons/``
 ``tools.chain.readme_table``            the notebook table of README.md
-``tools.device.gpu_wheelhouse``        ``make gpu-wheelhouse``: the wheels the device check installs on a bare CUDA machine
-``tools.device.gpu_check``              the device check's Python side (``bash tools/device/gpu_check.sh`` runs it):
-                                        nb06's real_gpu cells, record invariants, report
+``tools.device.gpu_wheelhouse``        ``make gpu-wheelhouse``: the wheels ``benchmarks/gpu_check.sh`` installs on a bare
+                                        CUDA machine
+``tools.device.gpu_steps``              ``benchmarks/gpu_check.sh``'s steps (``--dry-run`` lists and checks them), their
+                                        runner and its record (``tools/schemas/gpu-check-v1.json``)
+``tools.device.gpu_check``              nb06 on the device for that script: its real_gpu cells, record invariants, report
 ``tools.cli.setup_env``                 ``make setup``: the virtual environment of a profile
 ``tools.cli.ready``                     what the course targets need beyond the venv (bubblewrap, checkpoints, warm
                                         starts, playwright-core), made ready by ``make setup``, ``demo``, ``test``...
