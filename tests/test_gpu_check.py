@@ -119,6 +119,10 @@ def test_runner_runs_in_order_skips_after_a_failure_and_writes_a_valid_record(tm
         assert (tmp_path / path.name).is_file()
         assert gpu_steps.run(label, py, __import__("time").time(), steps=steps[:1] + steps[2:3]) == 0
         assert json.loads(path.read_text(encoding="utf-8"))["result"] == "passed"
+        spent = __import__("time").time() - gpu_steps.BUDGET_S - 1  # started long ago: nothing runs any more
+        assert gpu_steps.run(label, py, spent, steps=steps[:1]) == 1
+        late = json.loads(path.read_text(encoding="utf-8"))
+        assert late["steps"][0]["status"] == "skipped" and "budget is spent" in late["steps"][0]["output_tail"]
     finally:
         path.unlink(missing_ok=True)
         (ROOT / gpu_steps.HARDWARE_JSON).unlink(missing_ok=True)

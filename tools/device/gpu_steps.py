@@ -61,6 +61,28 @@ class Step:
     stdout_to: str | None = None
 
 
+def _nb06_steps(case: str, force: str, expect_dtype: str, choice: str) -> tuple[Step, Step]:
+    """Notebook 6's real_gpu experiment on the checkpoint (``GRPO_REAL_GPU_DTYPE=force``; empty: the card decides),
+    then ``gpu_check.py verify`` of its record: dtype ``expect_dtype``, ``dtype_choice`` ``choice``."""
+    run = Step(
+        f"nb06_{case}",
+        ("{python}", "tools/device/gpu_check.py", "run-notebook", "--label", f"{{label}}_{case}"),
+        240,
+        ("file:solutions/nb06_real_model_grpo.py", "file:tools/device/gpu_check.py"),
+        env={env_vars.MODEL_ID: CHECKPOINT, env_vars.REAL_GPU_DTYPE: force},
+        after=("checkpoint",),
+    )
+    verify = Step(
+        f"nb06_{case}_verify",
+        ("{python}", "tools/device/gpu_check.py", "verify", f"{{nb06_{case}}}", "--expect-dtype", expect_dtype)
+        + ("--expect-choice", choice),
+        60,
+        ("module:tools.grpo_experiment",),
+        after=(run.name,),
+    )
+    return run, verify
+
+
 STEPS = (
     Step(
         "hardware",
@@ -83,38 +105,8 @@ STEPS = (
         env={env_vars.TEST_DEVICE: "cuda"},
         after=("hardware",),
     ),
-    Step(
-        "nb06_auto",
-        ("{python}", "tools/device/gpu_check.py", "run-notebook", "--label", "{label}_auto"),
-        240,
-        ("file:solutions/nb06_real_model_grpo.py", "file:tools/device/gpu_check.py"),
-        env={env_vars.MODEL_ID: CHECKPOINT, env_vars.REAL_GPU_DTYPE: ""},
-        after=("checkpoint",),
-    ),
-    Step(
-        "nb06_auto_verify",
-        ("{python}", "tools/device/gpu_check.py", "verify", "{nb06_auto}", "--expect-dtype", "{auto_dtype}")
-        + ("--expect-choice", "auto"),
-        60,
-        ("module:tools.grpo_experiment",),
-        after=("nb06_auto",),
-    ),
-    Step(
-        "nb06_fp16",
-        ("{python}", "tools/device/gpu_check.py", "run-notebook", "--label", "{label}_fp16"),
-        240,
-        ("file:solutions/nb06_real_model_grpo.py",),
-        env={env_vars.MODEL_ID: CHECKPOINT, env_vars.REAL_GPU_DTYPE: "float16"},
-        after=("checkpoint",),
-    ),
-    Step(
-        "nb06_fp16_verify",
-        ("{python}", "tools/device/gpu_check.py", "verify", "{nb06_fp16}", "--expect-dtype", "float16")
-        + ("--expect-choice", "forced"),
-        60,
-        ("module:tools.grpo_experiment",),
-        after=("nb06_fp16",),
-    ),
+    *_nb06_steps("auto", "", "{auto_dtype}", "auto"),
+    *_nb06_steps("fp16", "float16", "float16", "forced"),
     Step(
         "nb07_real_gpu",
         ("{python}", "-m", "tools.cli.online", "--preset-check", "real_gpu", "--model", CHECKPOINT),
@@ -205,13 +197,15 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def run_step(step: Step, fill: dict, python: str) -> dict:
+def run_step(step: Step, fill: dict, python: str, timeout_s: float | None = None) -> dict:
+    """Run ``step`` with its placeholders filled in, at most ``timeout_s`` (default: its own limit) seconds."""
     argv = [part.format(python=python, **fill) for part in step.argv]
     env = dict(os.environ, **{k: v.format(**fill) for k, v in step.env.items()})
     print(f"[gpu_check] {step.name}: {' '.join(argv)}", flush=True)
     started = time.perf_counter()
     try:
-        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=step.timeout_s)
+        limit = step.timeout_s if timeout_s is None else timeout_s
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
         status, code, out, err = (
             ("passed" if done.returncode == 0 else "failed"),
             done.returncode,
@@ -333,7 +327,9 @@ def run(label: str, python: str, started: float, copy_to: Path | None = None, st
         (ROOT / stale).unlink(missing_ok=True)
     for step in steps:
         blocked = [name for name in step.after if status.get(name) != "passed"]
-        if blocked:
+        left = BUDGET_S - (time.time() - started)
+        if blocked or left < 1:
+            why = f"{', '.join(blocked)} did not pass" if blocked else f"the {BUDGET_S} s budget is spent"
             results.append(
                 {
                     "name": step.name,
@@ -342,14 +338,14 @@ def run(label: str, python: str, started: float, copy_to: Path | None = None, st
                     "status": "skipped",
                     "returncode": None,
                     "seconds": 0.0,
-                    "output_tail": f"not run: {', '.join(blocked)} did not pass",
+                    "output_tail": f"not run: {why}",
                 }
             )
             status[step.name] = "skipped"
             continue
         if status.get("hardware") == "passed":
             fill["auto_dtype"] = _auto_dtype()
-        result = run_step(step, fill, python)
+        result = run_step(step, fill, python, min(step.timeout_s, left))
         results.append(result)
         status[step.name] = result["status"]
     hardware = _read_json(ROOT / HARDWARE_JSON) or {}
