@@ -84,6 +84,9 @@ def test_the_device_tests_take_the_device_from_the_variable_the_script_sets(monk
 
     step = next(s for s in gpu_steps.STEPS if s.name == "device_tests")
     assert step.env == {env_vars.TEST_DEVICE: "cuda"} and gpu_steps.DEVICE_TESTS in step.argv
+    argv = gpu_steps.command(step, {}, "python")  # no shell runs the steps: the glob is expanded to the files
+    assert "tests/test_device_multiprocess.py" in argv
+    assert not any("*" in part for part in argv)
     monkeypatch.setenv(env_vars.TEST_DEVICE, "cuda")
     assert devices_under_test(("cpu",)) == ["cuda"]
     monkeypatch.delenv(env_vars.TEST_DEVICE)
@@ -377,6 +380,12 @@ print("smoke ok", transformers.__version__)
         timeout=600,
     )
     assert ran.returncode == 0 and "smoke ok" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-3000:]
+    # the device tests as the script runs them (pytest --noconftest, the wheelhouse only), here on the CPU
+    step = next(s for s in gpu_steps.STEPS if s.name == "device_tests")
+    argv = gpu_steps.command(step, {}, str(python))
+    assert "tests/test_device_multiprocess.py" in argv and not any("*" in part for part in argv)
+    tests = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env_run, timeout=600)
+    assert tests.returncode == 0 and " passed" in tests.stdout, tests.stdout[-3000:] + tests.stderr[-2000:]
     shutil.rmtree(tmp_path / "site", ignore_errors=True)
 
 

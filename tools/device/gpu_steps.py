@@ -197,9 +197,19 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def command(step: Step, fill: dict, python: str) -> list[str]:
+    """``step.argv`` with its placeholders filled in and each glob (``tests/test_device_*.py``) expanded to the
+    matching files, relative to the course root, as a shell would (no shell runs the steps)."""
+    argv = []
+    for part in (p.format(python=python, **fill) for p in step.argv):
+        matches = sorted(glob.glob(part, root_dir=ROOT)) if any(c in part for c in "*?[") else [part]
+        argv += matches or [part]
+    return argv
+
+
 def run_step(step: Step, fill: dict, python: str, timeout_s: float | None = None) -> dict:
     """Run ``step`` with its placeholders filled in, at most ``timeout_s`` (default: its own limit) seconds."""
-    argv = [part.format(python=python, **fill) for part in step.argv]
+    argv = command(step, fill, python)
     env = dict(os.environ, **{k: v.format(**fill) for k, v in step.env.items()})
     print(f"[gpu_check] {step.name}: {' '.join(argv)}", flush=True)
     started = time.perf_counter()
