@@ -42,7 +42,6 @@ CHECKPOINT = ".cache/qwen2.5-0.5b-shaped"
 HARDWARE_JSON = ".cache/gpu_check_hardware.json"
 NB07_JSON = ".cache/gpu_check_nb07.json"
 DEVICE_TESTS = "tests/test_device_*.py"
-NB06_WORKLOAD = "pt-grpo-real-model-update"
 RESULTS_KIND = "gpu-check"
 
 
@@ -328,6 +327,7 @@ def run(label: str, python: str, started: float, copy_to: Path | None = None, st
     """Run every step (a step whose ``after`` did not pass is recorded as ``skipped``), write the record, print the
     comparison with the chapter; 0 when every step passed within BUDGET_S."""
     from tools.experiment.evidence import output_relative_path
+    from tools.experiment_settings import WORKLOAD_ID as NB06_WORKLOAD
 
     results, status = [], {}
     fill = {"label": label, "auto_dtype": "bfloat16"}
