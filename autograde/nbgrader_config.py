@@ -88,7 +88,7 @@ c.Execute.raise_on_iopub_timeout = False  # late output never fails a notebook: 
 # later cell reads a name they define: tests/test_autograde.py checks it): figures and printed walk-throughs that
 # cost every graded notebook 0.2-0.6 s each (lesson 1's timing loops, lesson 2's ratio, k1/k3 and weighting plots,
 # lesson 3's gradient, length-bias and clip-higher figures), lesson 3b's TRL conformance run (imports TRL, ~7 s),
-# lesson 5's memory probe (~5 s), lesson 7's experiment and what reads its record (it writes records into the
+# lesson 5's memory probe (~5 s), lesson 7's experiment and what reads its records (it writes records into the
 # course, which is read-only in the sandbox, and trains with TRL). The feedback shows a note in their place.
 c.SafeExecute.demo_cells = {  # by grade_id (locked cells of the lesson source); a learner's own cell is never one
     "nb01_group_advantages": ["demo_pipeline_answers", "demo_timing"],
@@ -109,6 +109,8 @@ c.SafeExecute.demo_cells = {  # by grade_id (locked cells of the lesson source);
         "demo_entropy_kinds",
         "demo_pass_maj",
         "demo_trl",
+        "demo_multiprocess",
+        "demo_loss_types_processes",
         "demo_accelerate",
     ],
 }

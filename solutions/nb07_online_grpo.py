@@ -858,9 +858,52 @@ else:
 # %% [markdown]
 # ## 第 10 步　放到多张 GPU 上（现成的引擎）
 #
-# 本机没有 GPU，这一节**只检查不需要 GPU 就能检查的部分**，其余是命令与配置，没有在这里测量过。
+# 本机没有 GPU，但多进程这条路径可以在 CPU 上真的跑：`torchrun` 启动两个进程，accelerate 把它们识别为 `MULTI_CPU`
+# （通信后端 gloo），`GRPOTrainer` 与多卡时一样用 DDP 把各进程的梯度求平均（all-reduce）。GPU 独有的部分（CUDA、NCCL、
+# bf16 混合精度、DeepSpeed ZeRO）没有在这里运行过；本步后面的表格逐项列出每份配置哪些跑过、哪些没有。
 #
-# **accelerate / DeepSpeed ZeRO。** `environments/accelerate/` 里有三份配置：`multi_gpu.yaml`（2 卡 DDP）、
+# **两个进程训练同一个任务。** `make online RUN_LABEL=multiprocess ONLINE_ARGS="--processes 2"`
+# （即 `python -m tools.cli.online --processes 2`）用第 9 步的 `GRPOConfig` 在两个进程里训练，全局批次与单进程相同
+# （`prompts_per_step × num_generations`），每个进程的 `per_device_train_batch_size` 是它的一半。TRL 要求全局批次能被
+# `num_generations` 整除；同一组的 G 个回答可以落在不同的进程上（组内均值与标准差在收集所有进程的奖励之后再算）。
+# 每个进程在训练前后各算一次全部权重的 sha256，并记下每一步自己训练的那些行的指纹：训练后两个进程的哈希相同，说明梯度的
+# all-reduce 让两份模型保持同步；各步的指纹互不相同，说明数据确实切分了。把 all-reduce 换成“只用本进程的梯度”，
+# 两个进程的权重就分开了，检查会报告它（`make test-integration` 的
+# `test_training_without_the_gradient_all_reduce_is_caught`）。下面读取课程提交的记录
+# `benchmarks/results/online/online-multiprocess_multiprocess.json`：
+
+# %% nbgrader={"locked": true, "grade_id": "demo_multiprocess"}
+MULTIPROCESS = online_trl.load_multiprocess_record(REPO_ROOT)
+if MULTIPROCESS is None:
+    print('还没有多进程记录：make online RUN_LABEL=multiprocess ONLINE_ARGS="--processes 2"')
+else:
+    display(Markdown(online_trl.sync_table(MULTIPROCESS)))
+    _problems = online_trl.multiprocess_problems(MULTIPROCESS)
+    assert not _problems, "多进程记录没有显示课文所说的内容：\n" + "\n".join(_problems)
+
+# %% [markdown]
+# **`loss_type` 与进程数。** 每个进程只对自己那一份数据求损失，DDP 再把各进程的梯度求平均（Trainer 记录的损失也是各进程
+# 损失的平均）。读 TRL 1.16 的 `_compute_loss`，四种归约在 N 个进程下分别是（这是从代码读出的**预测**）：
+#
+# - `grpo`：每行先在自己的词元上平均，再对本进程的行平均；各进程行数相同，N 个本地平均的平均就是全局平均——与进程数无关；
+# - `dr_grpo`：本进程的词元和 ÷（本进程的行数 × `max_completion_length`）；N 个取平均后等于全局词元和 ÷（全局行数 × L）——无关；
+# - `dapo`：本进程的词元和 ÷（**全局**有效词元数 ÷ N），全局词元数由各进程收集而来；取平均后等于全局词元和 ÷ 全局词元数——无关；
+# - `bnpo`：本进程的词元和 ÷ **本进程**的有效词元数；各进程词元数不同时，N 个比值的平均不等于全局的比值——**与进程数有关**。
+#
+# 下面是测量：同一批固定的数据（4 个提示 × 4 个写好的回答，有的写算式、有的直接答，长短不一；随机优势；旧对数概率加了噪声，
+# 3 个种子），用 `GRPOTrainer.training_step` 各算一步，一次用 1 个进程，一次用 2 个进程（每个进程拿连续的一半，与 TRL
+# 分发数据的方式相同）。“预测”一列是在 1 个进程里把两半各自单独计算、再取平均的结果与 2 个进程的实测之差。表和结论都由记录算出：
+
+# %% nbgrader={"locked": true, "grade_id": "demo_loss_types_processes"}
+if MULTIPROCESS is not None:
+    display(Markdown(online_trl.loss_types_table(MULTIPROCESS)))
+    print(online_trl.loss_types_verdict(MULTIPROCESS))
+
+# %% [markdown]
+# 所以多卡训练时，`bnpo` 的实际归约取决于进程数和每个进程分到的回答长短；要让结果与卡数无关，用 `dapo`（TRL 1.16 的默认）
+# 或 `grpo` / `dr_grpo`。
+#
+# **accelerate / DeepSpeed ZeRO 的配置。** `environments/accelerate/` 里有三份配置：`multi_gpu.yaml`（2 卡 DDP）、
 # `zero2.yaml`（8 卡 ZeRO-2：切分优化器状态与梯度）、`zero3.yaml`（8 卡 ZeRO-3：连参数也切分，模型一张卡放不下时用）。
 # 同一份 `GRPOConfig` 脚本这样启动：
 #
@@ -868,12 +911,16 @@ else:
 # accelerate launch --config_file environments/accelerate/zero2.yaml train_grpo.py   # train_grpo.py 构造 GRPOTrainer
 # ```
 #
-# 多卡时每个进程各自生成 `per_device_train_batch_size` 个回答，TRL 要求全局批次能被 `num_generations` 整除，
-# 同一组的 G 个回答可以落在不同的卡上（组内均值与标准差在所有进程收集之后再算）。`loss_type="dapo"` 的分母是
-# **全局**的词元数，所以结果与进程数无关；`grpo` 每行先在自己的词元上平均，各进程行数相同时，本地平均再跨进程平均
-# 也等于全局平均，同样与进程数无关；与进程数有关的是 `bnpo`：它除以**本地**的词元数，各卡词元数不同时，
-# 本地均值的平均不等于全局均值。
-#
+# 下表把上面的 CPU 运行与三份配置并排：配置由 accelerate **自己的**解析器加载，CPU 一行取自记录（各进程报告的值）；
+# 每份配置在本机运行过什么、没运行过什么，只在 `tools/online/trl_scaling.py` 的 `NOT_RUN_HERE` 里写一次：
+
+# %% nbgrader={"locked": true, "grade_id": "demo_accelerate"}
+accelerate_rows = online_trl.check_accelerate_configs(REPO_ROOT / "environments" / "accelerate")
+if MULTIPROCESS is not None:
+    display(Markdown(online_trl.scaling_comparison(accelerate_rows, MULTIPROCESS)))
+print(online_trl.describe_vllm_config())
+
+# %% [markdown]
 # **vLLM 生成。** 采样是在线 RL 最慢的部分。TRL 用 `use_vllm=True` 把生成交给 vLLM：
 #
 # - `vllm_mode="colocate"`：vLLM 与训练在同一组 GPU 上，用 `vllm_gpu_memory_utilization` 分显存；
@@ -883,6 +930,7 @@ else:
 # 用 vLLM 时采样的对数概率来自另一个引擎，与训练前向有数值差异；TRL 的 `vllm_importance_sampling_correction`
 # 用重要性权重修正这一点，默认的 `vllm_importance_sampling_mode="sequence_mask"` 按整条回答计算权重，超出
 # `[C_min, C_max]` 的回答被**屏蔽**（权重置 0），而不是截断；`*_truncate` 模式才截断（TRL 1.16 `GRPOConfig`；本机没有测量）。
+# 上面的单元格只构造了这两种 `GRPOConfig`，没有启动 vLLM。
 #
 # **单卡真实模型。** `RUN_MODE = "real_gpu"` 用同一份代码在一张 CUDA 卡上训练 `Qwen/Qwen2.5-0.5B-Instruct`，
 # 不做 SFT 热启动。设置在 `og.RUN_PRESETS["real_gpu"]`：只训练注意力投影（`q_proj`、`k_proj`、`v_proj`、`o_proj`）上的
@@ -890,14 +938,13 @@ else:
 # 显卡支持 bf16 时用 bf16。全参数 AdamW 配 1e-3 这样的学习率会毁掉一个预训练模型。测试在 CPU 上用同一个预设对
 # Qwen2 结构的小模型走两步（形状、可训练参数个数、优化器只为 LoRA 参数保存状态）；完整的 `real_gpu` 训练**没有在这里运行过**。
 #
-# 下面用 accelerate **自己的**解析器加载三份配置，并构造一份多卡的 `GRPOConfig`（只检查参数，不启动训练）：
-
-# %% nbgrader={"locked": true, "grade_id": "demo_accelerate"}
-accelerate_rows = online_trl.check_accelerate_configs(REPO_ROOT / "environments" / "accelerate")
-display(Markdown("| 配置 | distributed_type | num_processes | mixed_precision | ZeRO stage |\n| --- | --- | --- | --- | --- |\n"
-                 + "\n".join(f"| `{r['file']}` | {r['distributed_type']} | {r['num_processes']} | {r['mixed_precision']} | "
-                             f"{r['zero_stage']} |" for r in accelerate_rows)))
-print(online_trl.describe_vllm_config())
+# **在哪里运行过。**
+#
+# - 两个 CPU 进程（`MULTI_CPU`、gloo）：`GRPOTrainer.train()` 与上面的 `loss_type` 测量，在本机运行过（记录见上）；
+# - `benchmarks/gpu_check.sh`（一张 CUDA 卡：设备与 dtype 测试、第 6 课与本课的 `real_gpu` 冒烟运行、第 6 课实验的峰值显存与
+#   更新时间）：在 CPU 上只做过 `--dry-run`（列出每一步，测试检查每一步用到的文件、make 目标、测试与模块都存在），
+#   **没有在 GPU 上运行过**；
+# - `multi_gpu.yaml`、`zero2.yaml`、`zero3.yaml`：只用 accelerate 的解析器加载过，**没有运行过**。
 
 # %% [markdown]
 # ---

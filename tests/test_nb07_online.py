@@ -235,7 +235,7 @@ def test_accelerate_configs_load_with_accelerates_parser():
 @pytest.mark.slow
 def test_real_gpu_preset_trains_only_the_lora_adapter():
     """Two steps of the real_gpu preset on the CPU. On the course's tiny Qwen2-architecture checkpoint, not the
-    Qwen-shaped one (0.5 B parameters: too heavy for a test on 2 cores; tools/device/gpu_check.sh runs that one on a
+    Qwen-shaped one (0.5 B parameters: too heavy for a test on 2 cores; benchmarks/gpu_check.sh runs that one on a
     GPU): LoRA r=16 on q/k/v/o, trainable count from the shapes, AdamW state for the adapter only, base unchanged."""
     import torch
 

@@ -53,7 +53,11 @@ module                                  what it holds
 ``tools.online.trl_trainer``            a ``GRPOConfig`` mirroring an ``OnlineConfig``, the ``GRPOTrainer`` on the task
 ``tools.online.trl_agreement``          ``grpo_step`` vs ``GRPOTrainer._compute_loss``: loss / gradient agreement
 ``tools.online.trl_runs``               ``GRPOTrainer.train()`` on the task, the committed multi-seed TRL record
-``tools.online.trl_scaling``            accelerate configs (accelerate's parser), the vLLM ``GRPOConfig``
+``tools.online.trl_ranks``              one rank of the multi-process run under torchrun: ``GRPOTrainer.train()`` with
+                                        the batch split, one step per ``loss_type`` on a fixed batch
+``tools.online.trl_multiprocess``       the multi-process run's record (schema, checks, the lesson's tables)
+``tools.online.trl_scaling``            accelerate configs (accelerate's parser) beside the CPU run, the vLLM
+                                        ``GRPOConfig``
 ``tools.env_vars``                      every ``GRPO_*`` environment variable: its one home, meaning and who sets it (the
                                         table of docs/CONVENTIONS.md is generated from it)
 ``tools.loss_types``                    the TRL ``loss_type`` names the course teaches (``LOSS_TYPES``,
@@ -80,9 +84,11 @@ module                                  what it holds
 ``tools.chain.cells``                   the badge cell and the locked bootstrap cell stamped on every notebook
 ``tools.chain.saved``                   the ``#@save`` extraction that writes ``tools/lessons/``
 ``tools.chain.readme_table``            the notebook table of README.md
-``tools.device.gpu_wheelhouse``        ``make gpu-wheelhouse``: the wheels the device check installs on a bare CUDA machine
-``tools.device.gpu_check``              the device check's Python side (``bash tools/device/gpu_check.sh`` runs it):
-                                        nb06's real_gpu cells, record invariants, report
+``tools.device.gpu_wheelhouse``        ``make gpu-wheelhouse``: the wheels ``benchmarks/gpu_check.sh`` installs on a bare
+                                        CUDA machine
+``tools.device.gpu_steps``              ``benchmarks/gpu_check.sh``'s steps (``--dry-run`` lists and checks them), their
+                                        runner and its record (``tools/schemas/gpu-check-v1.json``)
+``tools.device.gpu_check``              nb06 on the device for that script: its real_gpu cells, record invariants, report
 ``tools.cli.setup_env``                 ``make setup``: the virtual environment of a profile
 ``tools.cli.ready``                     what the course targets need beyond the venv (bubblewrap, checkpoints, warm
                                         starts, playwright-core), made ready by ``make setup``, ``demo``, ``test``...
@@ -91,6 +97,7 @@ module                                  what it holds
 ``tools.cli.demo``                      ``make demo``: build, execute, release, grade the sample class, experiment
 ``tools.cli.experiment``                ``make experiment``: the final notebook headless
 ``tools.cli.online``                    ``make online``: nb07's online GRPO run headless (seeds, TRL trainer, presets)
+``tools.cli.multiprocess``              ``make online ONLINE_ARGS="--processes 2"``: torchrun launches and their workers
 ``tools.cli.testrun``                   ``make test`` / ``test-fast`` / ``test-integration``: pytest, timed into a git-ignored
                                         record
 ``tools.cli.commit_msg``                the pre-commit config's commit-msg check (subject at most 72 characters)

@@ -87,6 +87,8 @@ BENCH_THREADS = "GRPO_BENCH_THREADS"
 TEST_WARM_KERNELS = "GRPO_TEST_WARM_KERNELS"
 #: tests | `1`: run the opt-in test that installs the GPU wheelhouse
 TEST_GPU_WHEELHOUSE = "GRPO_TEST_GPU_WHEELHOUSE"
+#: tests | the device `tests/test_device_*.py` run on (`cuda`: set by `benchmarks/gpu_check.sh`; unset: their CPU default)
+TEST_DEVICE = "GRPO_TEST_DEVICE"
 #: tests | seconds a browser test may take (default 180)
 BROWSER_TIMEOUT_S = "GRPO_BROWSER_TIMEOUT_S"
 

@@ -11,7 +11,10 @@ the learners' notebooks use ``from tools import online_trl``). Each name is defi
                                     loss and gradient, over the whole ``MATRIX``, with sensitivity checks
 ``tools.online.trl_runs``           ``train_with_trl`` and the committed multi-seed TRL record (``trl_seed_entry``,
                                     ``trl_seeds_summary``), the comparison with the course loop
-``tools.online.trl_scaling``        ``check_accelerate_configs`` (accelerate's own parser), the vLLM ``GRPOConfig``
+``tools.online.trl_multiprocess``   the two-process run's record (``tools.online.trl_ranks`` runs the ranks):
+                                    ``load_multiprocess_record``, ``multiprocess_problems``, the lesson's tables
+``tools.online.trl_scaling``        ``check_accelerate_configs`` (accelerate's own parser), ``scaling_comparison``
+                                    (each configuration beside the CPU run), the vLLM ``GRPOConfig``
 ==================================  ===================================================================================
 """
 
@@ -32,6 +35,14 @@ from tools.online.trl_agreement import (  # noqa: F401 (re-exported)
     trl_agreement,
     trl_loss_and_grad,
 )
+from tools.online.trl_multiprocess import (  # noqa: F401 (re-exported)
+    MULTIPROCESS_LABEL,
+    load_multiprocess_record,
+    loss_types_table,
+    loss_types_verdict,
+    multiprocess_problems,
+    sync_table,
+)
 from tools.online.trl_runs import (  # noqa: F401 (re-exported)
     TRL_METRIC_NAMES,
     comparison_table,
@@ -44,6 +55,7 @@ from tools.online.trl_runs import (  # noqa: F401 (re-exported)
 from tools.online.trl_scaling import (  # noqa: F401 (re-exported)
     check_accelerate_configs,
     describe_vllm_config,
+    scaling_comparison,
     vllm_grpo_config,
 )
 from tools.online.trl_trainer import (  # noqa: F401 (re-exported)

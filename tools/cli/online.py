@@ -82,8 +82,17 @@ def parse(argv=None):
         help="trl: train each seed with trl.GRPOTrainer instead of the lesson's loop, same evaluation; "
         "writes only the seeds summary (needs --seeds >= 2)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="N > 1: trl.GRPOTrainer in N processes under torchrun (the global batch split over them; tools.cli."
+        "multiprocess) plus the loss_type measurement with 1 and N processes -> online-multiprocess_<label>.json",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.processes < 1 or (args.processes > 1 and args.seeds != 1):
+            raise ValueError(f"--processes 必须是正整数，且 > 1 时不能与 --seeds 同用，收到 {args.processes}")
         og.check_run_label(args.label)
         if isinstance(args.seeds, bool) or args.seeds < 1:
             raise ValueError(f"--seeds 必须是正整数，收到 {args.seeds}")
@@ -105,6 +114,10 @@ def parse(argv=None):
 
 def main(argv=None) -> int:
     args, config = parse(argv)  # exits with status 2 on a bad argument, before torch is imported
+    if args.processes > 1:
+        from tools.cli.multiprocess import run
+
+        return run(args.label, config, args.processes)
     import torch
 
     torch.set_num_threads(args.threads)

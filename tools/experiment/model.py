@@ -23,7 +23,7 @@ from tools.experiment_settings import ENV_MODEL_ID, REAL_GPU_MODEL_ID, check_run
 from tools.tiny_model import MARKER_FILE
 
 # Optional, real_gpu only: force the compute dtype ("float16" -> fp16 autocast + GradScaler, "bfloat16").
-# Used by tools/device/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
+# Used by benchmarks/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
 ENV_FORCE_DTYPE = env_vars.REAL_GPU_DTYPE
 
 

@@ -22,5 +22,7 @@ MODULES = (
     "trl_trainer",
     "trl_agreement",
     "trl_runs",
+    "trl_ranks",
+    "trl_multiprocess",
     "trl_scaling",
 )
