@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.online.record import load_seeds_summary
+from tools.online.record import load_seed_records, load_seeds_summary
 from tools.online.report import ABLATION_SEED_METRICS, GROUP_NAMES, tail_interval
 
 
@@ -98,13 +98,14 @@ def plot_ablation_intervals(root, labels, tail: int = 10) -> bytes | None:
     if not present:
         return None
     panels = [("gain", "held-out pass@1 gain")] + list(ABLATION_SEED_METRICS)
+    records = {label: load_seed_records(root, label) for label in present}  # read once, not once per panel
     fig, axes = plt.subplots(1, len(panels), figsize=(2.1 * len(panels), 3.6))
     for axis, (key, name) in zip(axes, panels):
         for i, label in enumerate(present):
             stat = (
                 load_seeds_summary(root, label)["gain_pass_at_1"]
                 if key == "gain"
-                else tail_interval(root, label, key, tail)
+                else tail_interval(root, label, key, tail, records=records[label])
             )
             if stat is None:
                 continue

@@ -260,13 +260,14 @@ ABLATION_COMPARISONS = [
 ]
 
 
-def tail_interval(root, label: str, key: str, tail: int = 10):
+def tail_interval(root, label: str, key: str, tail: int = 10, records=None):
     """The interval a comparison reads: the held-out gain (HELDOUT_GAIN) from the seeds summary, else the mean over
-    seeds of the last ``tail`` steps' ``key`` with its t interval (None with fewer than two seeds)."""
+    seeds of the last ``tail`` steps' ``key`` with its t interval (None with fewer than two seeds). ``records``: the
+    label's per-seed records when the caller has read them already."""
     if key == HELDOUT_GAIN:
         summary = load_seeds_summary(root, label)
         return None if summary is None else summary["gain_pass_at_1"]
-    records = load_seed_records(root, label)
+    records = load_seed_records(root, label) if records is None else records
     values = []
     for record in records:
         rows = [r[key] for r in record["steps"][-tail:] if r.get(key) is not None]

@@ -154,18 +154,17 @@ def training_neighbours(heldout, *training_sets) -> dict:
     once, as a multiset): ``one_addend_away`` - training multisets that differ from it in exactly one addend;
     ``answer_trained`` / ``carries_trained`` - whether some training problem with as many addends has the same
     answer / the same number of carries. The held-out rule keeps the multisets apart, not their neighbours."""
-    from collections import Counter
-
     trained = {equivalent_key(p["prompt"]) for data in training_sets for p in data}
     trained = {key for key in trained if len(key) == ADDENDS}
     answers = {sum(key) for key in trained}
     carry_counts = {carries("+".join(map(str, key)) + "=") for key in trained}
     out = {}
     for p in heldout:
-        key = Counter(equivalent_key(p["prompt"]))
-        near = sum(1 for other in trained if sum((key - Counter(other)).values()) == 1)
+        key = equivalent_key(p["prompt"])
+        # every multiset one addend away: drop one addend (each distinct value once), put in another digit
+        near = {tuple(sorted(key[:i] + key[i + 1 :] + (d,))) for i in range(len(key)) for d in range(10) if d != key[i]}
         out[p["prompt"]] = {
-            "one_addend_away": near,
+            "one_addend_away": len(near & trained),
             "answer_trained": p["answer"] in answers,
             "carries_trained": carries(p["prompt"]) in carry_counts,
         }
@@ -179,7 +178,7 @@ def transfer_problems(addends: int, size: int = HELDOUT_SIZE, seed: int = SPLIT_
     (``check_heldout_rule`` against every pool and the facts)."""
     if addends not in TRANSFER_ADDENDS:
         raise ValueError(f"迁移集的加数个数必须是 {TRANSFER_ADDENDS} 之一，收到 {addends!r}")
-    multisets = sorted({tuple(sorted(t)) for t in itertools.product(range(10), repeat=addends)})
+    multisets = list(itertools.combinations_with_replacement(range(10), addends))  # sorted, as task_pools' are
     rng = random.Random(seed * 1000 + addends)
     rng.shuffle(multisets)
     chosen = [problem(rng.choice(sorted(set(itertools.permutations(m))))) for m in multisets[:size]]
