@@ -323,12 +323,13 @@ def test_every_oracle_case_comes_from_a_line_of_the_lesson(lesson):
 
 
 def test_an_orphan_case_is_reported():
-    """The check fails where it should: nb01's former "整数 rewards" case (no contract of the lesson) is an orphan,
-    and a quote the notebook does not contain is reported."""
+    """The check fails where it should: a case no contract of the lesson states ("rewards 必须是 float64": the
+    lesson asks for a floating tensor, of any precision) is an orphan, and a quote the notebook does not contain is
+    reported."""
     from autograde.grpo_grader.oracle import Case
 
-    orphan = Case("test_compute_group_advantages_hidden", "compute_group_advantages", what="整数 rewards")
-    assert _orphans("nb01_group_advantages", [orphan])[0] == ["整数 rewards"]
+    orphan = Case("test_compute_group_advantages_hidden", "compute_group_advantages", what="rewards 必须是 float64")
+    assert _orphans("nb01_group_advantages", [orphan])[0] == ["rewards 必须是 float64"]
     sources = oracle_lib.load_oracle("nb01_group_advantages").module.CASE_SOURCES
     sources.append((r"^never$", "这句话不在笔记本里"))
     try:
@@ -481,6 +482,35 @@ def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
     assert not want.passed and str(caught.value) == want.message and "第" in want.message
     with pytest.raises(ValueError):
         run_in_kernel(lesson, "test_no_such_cell", namespace)
+
+
+def test_nb01_non_float_rewards_are_a_stated_contract():
+    """nb01's TODO 1 lists non-float rewards among its ValueError contracts, and the hidden cell checks it: honest
+    spellings of the check pass (s02's ``is_floating_point``, a dtype whitelist), an answer that converts integer or
+    bool rewards to float instead fails that case only, with its Chinese message."""
+    from autograde.grpo_grader.oracles import run_in_kernel
+
+    lesson, test = "nb01_group_advantages", "test_compute_group_advantages_hidden"
+    namespace = _nb01_answers()
+    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
+    honest = namespace["compute_group_advantages"]
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+    def whitelist(rewards, group_ids, eps=1e-6):
+        if torch.is_tensor(rewards) and rewards.dtype not in floats:
+            raise ValueError("rewards 必须是浮点张量")
+        return honest(rewards, group_ids, eps)
+
+    def converts(rewards, group_ids, eps=1e-6):
+        if torch.is_tensor(rewards) and not rewards.is_floating_point():
+            rewards = rewards.double()
+        return honest(rewards, group_ids, eps)
+
+    namespace["compute_group_advantages"] = whitelist
+    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
+    namespace["compute_group_advantages"] = converts
+    with pytest.raises(AssertionError, match="rewards 不是浮点张量"):
+        run_in_kernel(lesson, test, namespace, seed="in-kernel-test")
 
 
 def test_nb07_rejects_an_over_long_sample_before_any_model_work(monkeypatch):
