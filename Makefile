@@ -46,12 +46,14 @@ release: $(VENV)/.setup-stamp ## regenerate the learner versions under notebooks
 	@$(PY) -m tools.chain.notebooks release
 	@$(PY) -m tools.chain.readme_table
 	@$(PY) -m autograde.pipeline settings --write
+	@$(PY) -m tools.env_vars --write
 	@$(PY) -m tools.cli.workspace --notice
 
 check-release: $(VENV)/.setup-stamp ## fail if notebooks/ or the README table is stale, or a learner version leaks
 	@$(PY) -m tools.chain.notebooks check
 	@$(PY) -m tools.chain.readme_table --check
 	@$(PY) -m autograde.pipeline settings --check
+	@$(PY) -m tools.env_vars --check
 
 tiny-model: $(VENV)/.setup-stamp ## build (once) the tiny Qwen2-architecture checkpoint used by tests and tiny_cpu runs
 	@$(PY) -m tools.tiny_model

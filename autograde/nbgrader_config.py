@@ -17,7 +17,18 @@ if os.path.isfile(os.path.join(_CHECKOUT, "autograde", "__init__.py")) and sys.p
 
 c = get_config()  # noqa: F821  (provided by nbgrader)
 
-c.CourseDirectory.course_id = "grpo-in-practice"
+try:
+    from tools.project_runtime import course_id  # this checkout's tools where the package is beside this file
+except ModuleNotFoundError:  # a copy away from any checkout and no editable install: no course code at all, and
+    pass  # nbgrader stops at the grader's preprocessors below, naming the package that is missing
+else:
+    # the id of course.toml (its one reader): of the checkout above this file, else of the checkout `tools` comes from
+    c.CourseDirectory.course_id = course_id(
+        _CHECKOUT
+        if os.path.isfile(os.path.join(_CHECKOUT, "course.toml"))
+        else None  # mirrors tools.project_runtime.MARKER
+    )
+
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
@@ -106,12 +117,12 @@ c.LimitOutput.max_traceback = 100
 
 # Feedback shows the messages of failed hidden tests but not their code.
 c.GenerateFeedback.preprocessors = [
-    "autograde.grpo_grader.preprocessors.HideHiddenTests",
+    "autograde.grpo_grader.feedback_pages.HideHiddenTests",
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 # nbconvert's HTML exporter without its BeautifulSoup pass over the whole page (most of the time it took)
-c.GenerateFeedback.exporter_class = "autograde.grpo_grader.preprocessors.FeedbackExporter"
+c.GenerateFeedback.exporter_class = "autograde.grpo_grader.feedback_pages.FeedbackExporter"
 
 # ----------------------------------------------------------------------------- the grading pipeline
 # `c.GradingPipeline.<name>`: the settings of `make autograde` (nbgrader ignores this section). Each one is defined

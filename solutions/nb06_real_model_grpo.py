@@ -107,12 +107,12 @@ class ExperimentConfig:
     run_mode: str = RUN_MODE  # dry_run / tiny_cpu / real_gpu；其他值 -> ValueError
     run_label: str = RUN_LABEL  # 结果文件名的一部分（字母、数字、. _ -）
     # ---- 模型快照（real_gpu）----
-    model_id: str = gx.model_id_override("Qwen/Qwen2.5-0.5B-Instruct")  # hub id 或本地检查点文件夹；GRPO_MODEL_ID 可覆盖
+    model_id: str = gx.model_id_override(gx.REAL_GPU_MODEL_ID)  # Qwen/Qwen2.5-0.5B-Instruct；GRPO_MODEL_ID 可改成本地文件夹
     model_revision: str = "main"  # 请求的分支；运行时解析成不可变 commit 并记录
     local_files_only: bool = False  # True：只用本地 hub 缓存（同一快照已缓存、需要离线时）
     # ---- 固定工作负载：改动以下任何一项都要递增 workload_version ----
     environment_profile: str = "PT-RL-CUDA"  # 本实验的环境 profile（单卡 RL 机制实验）
-    workload_id: str = "pt-grpo-real-model-update"  # 工作负载名，也是结果文件名的前缀
+    workload_id: str = gx.WORKLOAD_ID  # 工作负载名 pt-grpo-real-model-update，也是结果文件名的前缀
     workload_version: str = "v3"  # v3：两档输入是“候选覆盖条件”，不再自动选优
     verifier_id: str = gx.VERIFIER_ID  # "integer-answer-v1"：答案解析、正确性与格式规则的版本
     correctness_weight: float = 1.0  # 答案正确时的奖励

@@ -89,7 +89,6 @@
 import copy
 import json
 import math
-import os
 import time
 
 import torch
@@ -112,8 +111,7 @@ RUN_MODE = "tiny_cpu"  # "tiny_cpu" | "smoke" | "real_gpu"
 RUN_LABEL = "notebook"  # 结果写到 benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json（不进 git）
 
 # %%
-RUN_MODE = og.check_run_mode(os.environ.get("GRPO_ONLINE_RUN_MODE", RUN_MODE))
-RUN_LABEL = og.check_run_label(os.environ.get("GRPO_ONLINE_RUN_LABEL", RUN_LABEL))
+RUN_MODE, RUN_LABEL = og.run_parameters(RUN_MODE, RUN_LABEL)  # GRPO_ONLINE_RUN_MODE / _LABEL override; checked
 DEVICE = torch.device("cuda" if RUN_MODE == "real_gpu" else "cpu")
 if RUN_MODE == "real_gpu" and not torch.cuda.is_available():
     raise ValueError("RUN_MODE = real_gpu 需要一张 CUDA 卡：本机没有可用的 CUDA 设备")
@@ -155,7 +153,7 @@ print("迁移集（与全部训练数据不相交，已核对）：" + "；".joi
     f"{n} 个数相加 {len(t)} 道，例如 {t[0]['prompt']}" for n, t in TRANSFER_SETS.items()))
 
 if RUN_MODE == "real_gpu":
-    MODEL_PATH = os.environ.get("GRPO_MODEL_ID", og.REAL_GPU_MODEL_ID)  # no SFT warm start: an instruct model
+    MODEL_PATH = og.model_id_override(og.REAL_GPU_MODEL_ID)  # GRPO_MODEL_ID or Qwen2.5-0.5B-Instruct (no warm start)
     policy, tokenizer = og.load_preset_policy(RUN_MODE, MODEL_PATH, device=DEVICE)  # LoRA, bf16 where supported
     print(f"可训练参数 {sum(p.numel() for p in policy.parameters() if p.requires_grad):,}"
           f" / 全部 {sum(p.numel() for p in policy.parameters()):,}，dtype {og.preset_dtype(RUN_MODE)}")

@@ -254,7 +254,8 @@ class WarmKernels:
 LONG_CHAINS = (
     "test_autograde_class.py",  # the sample class graded once, then regraded, exported and sharded
     "test_nb07_online.py",  # lesson 7 executed and trained
-    "test_launch.py",  # lab servers and the course's launch paths
+    "test_launch.py",  # the course's launch paths: simulated platform starts from a snapshot of the checkout
+    "test_launch_local.py",  # lab servers, the local exchange
     "test_browser.py",  # JupyterLab in Chromium
     "test_benchmarks.py",  # every benchmark at tiny size
 )

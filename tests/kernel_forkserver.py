@@ -41,7 +41,7 @@ WARM = (
     "transformers",
     "transformers.models.qwen2.modeling_qwen2",
     "peft",
-)  # and the grader's sandbox.KERNEL_INIT: what ipykernel imports while a kernel starts
+)  # and the grader's zygotes.KERNEL_INIT: what ipykernel imports while a kernel starts
 # variables that modules read when they are imported (interpreter, threads, caches, config folders)
 IMPORT_TIME_ENV = (
     "PYTHON",
@@ -178,8 +178,9 @@ def serve(socket_path: str) -> None:
         del sys.path[0]  # the script's folder: not on a fresh kernel's path
     baseline = _import_time_env(os.environ)
     from autograde.grpo_grader import sandbox  # what each kernel runs with; no server without it
+    from autograde.grpo_grader.zygotes import KERNEL_INIT
 
-    for name in (*WARM, *sandbox.KERNEL_INIT):
+    for name in (*WARM, *KERNEL_INIT):
         try:
             importlib.import_module(name)
         except Exception as error:  # noqa: BLE001 - optional: a kernel imports what it needs itself

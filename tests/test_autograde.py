@@ -1,13 +1,13 @@
-"""The instructor pipeline: oracles, submissions read without trust, hidden tests kept from kernels and feedback,
-the kernel sandbox. The graded sample class is tests/test_autograde_class.py, the slot's zygotes (bubblewrap as root)
-tests/test_autograde_slot.py (helpers shared by the three: tests/autograde_helpers.py).
+"""The instructor pipeline: submissions read without trust, hidden tests kept from kernels, the kernel sandbox, the
+commands. The oracles are tests/test_autograde_oracles.py, the feedback pages tests/test_autograde_feedback.py, the
+graded sample class tests/test_autograde_class.py, the slot's zygotes (bubblewrap as root) tests/test_autograde_slot.py
+(helpers shared by them: tests/autograde_helpers.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -17,13 +17,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import torch
 from autograde_helpers import ASSIGNMENTS, ROOT, pipeline_env, run_pipeline, run_probe  # tests/autograde_helpers.py
-from nbformat.notebooknode import NotebookNode
 
 from autograde.grpo_grader.course import load_settings
-from autograde.grpo_grader.learner_grading import check_notebook_file, compare_with_release, pick_files, summarise
-from autograde.grpo_grader.preprocessors import HideHiddenTests, SafeExecute, is_demo_cell
+from autograde.grpo_grader.learner_grading import check_notebook_file, pick_files
+from autograde.grpo_grader.outcomes import summarise
+from autograde.grpo_grader.preprocessors import SafeExecute, is_demo_cell
+from autograde.grpo_grader.review import compare_with_release
+from autograde.grpo_grader.submission import read_notebook, rebuild_metadata
 from autograde.sample_class import build as sample_class
 
 
@@ -163,27 +164,6 @@ def test_output_cap_keeps_what_nbgrader_grades():
     assert any("输出超过" in o.get("text", "") for o in outs), "the cell says that its output was capped"
 
 
-def test_feedback_hides_hidden_tests():
-    cell = nbformat.v4.new_code_cell(
-        '"""检查"""\nassert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(5) == 6  # secret\n### END HIDDEN TESTS\n',
-        metadata={"nbgrader": {"grade": True, "grade_id": "t", "locked": True, "solution": False, "points": 1}},
-    )
-    cell.outputs = [
-        NotebookNode(
-            output_type="error",
-            ename="AssertionError",
-            evalue="不符",
-            traceback=["---> 4 assert f(5) == 6  # secret", "AssertionError: 不符"],
-        )
-    ]
-    restore = nbformat.v4.new_code_cell("restore", metadata={"tags": ["grader-restore"]})
-    nb = nbformat.v4.new_notebook(cells=[restore, cell])
-    nb, _ = HideHiddenTests().preprocess(nb, {})
-    assert len(nb.cells) == 1
-    assert "secret" not in nb.cells[0].source and "assert f(1) == 2" in nb.cells[0].source
-    assert nb.cells[0].outputs[0]["traceback"] == ["AssertionError: 不符"]
-
-
 def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
     """StripHiddenTests (the pipeline's slots): an oracle-graded test cell runs without its hidden region, other
     cells keep theirs; empty by default, so a plain `nbgrader autograde` keeps nbgrader's hidden tests. The slot
@@ -293,140 +273,6 @@ json.dump({"status": status, "torch": "torch" in sys.modules}, open(sys.argv[2],
     assert json.loads(out.read_text()) == {"status": 0, "torch": False}
 
 
-def test_feedback_exporter_matches_nbconvert_without_its_soup_pass():
-    """FeedbackExporter (feedback pages without nbconvert's BeautifulSoup pass) renders what HTMLExporter renders:
-    the same text, the same tags, the same alternative texts; `<img` inside a script or a comment stays as it was."""
-    import base64
-
-    from bs4 import BeautifulSoup
-    from nbconvert.exporters import HTMLExporter
-
-    from autograde.grpo_grader.preprocessors import _MATHJAX_BLOCK, NO_ALT, FeedbackExporter, add_missing_alt
-
-    png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a")).decode()
-    nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
-    nb.cells = [
-        nbformat.v4.new_markdown_cell(
-            "### 自动评分说明（note）\n\n![](data:image/png;base64,AAAA) and ![a badge](x.svg) "
-            "<img src='y.png'> &#60;b&#62; &#33258;"
-        ),
-        nbformat.v4.new_code_cell(
-            "plot()",
-            outputs=[
-                nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
-                nbformat.v4.new_output(
-                    "display_data",
-                    data={
-                        "text/html": "<div><img src='z.png' alt='kept'>"
-                        "<script>var s = '<img src=q>';</script><!-- <img src=c> --></div>"
-                    },
-                ),
-                nbformat.v4.new_output("stream", name="stdout", text="<img src=not-a-tag>\n"),
-            ],
-        ),
-    ]
-    theirs, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
-    ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(nb)
-    assert "MathJax.Hub" in theirs and "MathJax.Hub" not in ours  # feedback pages load no MathJax (MathML)
-    theirs = _MATHJAX_BLOCK.sub("", theirs, count=1)
-    a, b = BeautifulSoup(theirs, "html.parser"), BeautifulSoup(ours, "html.parser")
-    assert a.get_text() == b.get_text()
-    assert [t.name for t in a.find_all()] == [t.name for t in b.find_all()]
-    alts = [i.get("alt") for i in b.find_all("img")]
-    assert alts == [i.get("alt") for i in a.find_all("img")] and NO_ALT in alts and "kept" in alts and None not in alts
-    assert "var s = '<img src=q>';" in ours and "<!-- <img src=c> -->" in ours
-    assert "自动评分说明（note）" in ours  # nbconvert's heading anchors write non-ASCII as references: written back
-    assert add_missing_alt('<IMG src="a"><img alt="" src="b">') == (
-        f'<img alt="{NO_ALT}" src="a"><img alt="" src="b">',
-        1,
-    )
-
-
-def test_feedback_pages_reuse_rendered_cells_only_for_the_same_source():
-    """The exporter memoises highlighted code and rendered Markdown across pages (a class shares most cells): a
-    page renders as it does without the memo, and a changed source or language renders afresh."""
-    import autograde.grpo_grader.preprocessors as pre
-
-    def page(code: str, text: str, lexer: str = "ipython3") -> str:
-        nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": lexer}})
-        nb.cells = [nbformat.v4.new_markdown_cell(text, id="m"), nbformat.v4.new_code_cell(code, id="c")]
-        return pre.FeedbackExporter(template_name="classic").from_notebook_node(nb)[0]
-
-    pre.clear_rendered()
-    first = page("x = compute(1)  # 一", "**粗体** $a^2$")
-    assert pre._RENDERED, "nothing was memoised"
-    assert page("x = compute(1)  # 一", "**粗体** $a^2$") == first
-    other = page("y = compute(2)  # 二", "*斜体* $b^2$")
-    assert "二" in other and "斜体" in other and "粗体" not in other and "一" not in other
-    assert page("x = compute(1)  # 一", "**粗体** $a^2$", lexer="text") != first  # another lexer: no highlight spans
-    kept, pre._RENDERED_MAX = pre._RENDERED_MAX, 0
-    try:
-        pre.clear_rendered()
-        assert page("x = compute(1)  # 一", "**粗体** $a^2$") == first  # the same page without the memo
-    finally:
-        pre._RENDERED_MAX = kept
-
-
-def test_feedback_pages_carry_formulas_as_mathml_and_never_hidden_tests():
-    """Feedback pages need no network for maths (MathML written in the page, no MathJax from a CDN) and never show
-    hidden-test source, even for a notebook that still holds it (plain `nbgrader autograde`, another config);
-    nbconvert's own exporter does both wrong on the same notebook (the check can fail)."""
-    from nbconvert.exporters import HTMLExporter
-
-    from autograde.grpo_grader.preprocessors import HIDDEN_BEGIN, FeedbackExporter
-
-    nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python", "pygments_lexer": "ipython3"}})
-    hidden = "assert reference_secret(3) == 42"
-    nb.cells = [
-        nbformat.v4.new_markdown_cell(
-            r"组内优势 $\hat{A}_i = \frac{r_i - \operatorname{mean}(r)}{\operatorname{std}(r)}$："
-            "\n\n$$\\mathcal{L} = -\\frac{1}{G}\\sum_{i=1}^{G} \\min(\\rho_i \\hat{A}_i, \\text{clip})$$"
-        ),
-        nbformat.v4.new_code_cell(
-            f"assert f(1) == 2\n{HIDDEN_BEGIN}\n{hidden}\n### END HIDDEN TESTS",
-            metadata={
-                "nbgrader": {
-                    "grade": True,
-                    "solution": False,
-                    "grade_id": "t1",
-                    "points": 1,
-                    "locked": True,
-                    "schema_version": 3,
-                }
-            },
-        ),
-    ]
-    theirs, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
-    ours, _ = FeedbackExporter(template_name="classic").from_notebook_node(nb)
-    assert (
-        "libs/mathjax" in theirs and "\\hat{A}_i" in theirs and "reference_secret" in theirs
-    )  # what the check catches
-    assert "MathJax.Hub" not in ours and "libs/mathjax" not in ours
-    assert ours.count("<math") == 2 and 'display="block"' in ours and "<mfrac>" in ours and "\\hat" not in ours
-    assert "reference_secret" not in ours and "BEGIN HIDDEN TESTS" not in ours and "hidden tests are not shown" in ours
-    assert nb.cells[1].source.count("reference_secret") == 1  # the notebook handed in is left as it was
-
-
-def test_every_formula_of_the_course_converts_to_mathml():
-    """Every Markdown formula of the learner notebooks becomes MathML (none left as TeX source in a feedback page)."""
-    from nbconvert.filters.markdown_mistune import MarkdownWithMath
-
-    from autograde.grpo_grader import preprocessors
-
-    renderer = preprocessors._mathml_renderer_class()
-    pages = [
-        MarkdownWithMath(renderer=renderer(escape=False)).render(cell.source)
-        for path in sorted((ROOT / "notebooks").glob("*/*.ipynb"))
-        for cell in nbformat.read(path, as_version=4).cells
-        if cell.cell_type == "markdown"
-    ]
-    page = "".join(pages)
-    assert page.count("<math") > 100, page.count("<math")
-    left = re.findall(rf'<code class="{preprocessors.TEX_FALLBACK_CLASS}">(.*?)</code>', page)
-    assert not left, left
-    assert preprocessors.TEX_FALLBACK_CLASS in preprocessors.tex_to_mathml(r"\frac{1}{", display=False)
-
-
 @pytest.mark.slow
 def test_sandbox_hides_the_course_sources():
     """The kernel sandbox (`pipeline.py probe --json`): solutions, gradebook, sources, .git unreadable from a kernel or
@@ -453,151 +299,6 @@ def test_sandbox_hides_the_course_sources():
         assert oracle["uid"] != kernel["uid"], "as root the oracle's driver runs as a uid of its own"
         assert oracle["zygote"], "as root the probe checks a job of the driver's zygote"
         assert kernel["zygote"], "as root the probe checks a kernel zygote's job"
-
-
-# ----------------------------------------------------------------------------- oracles (trusted side, fast)
-from autograde.grpo_grader import oracle as oracle_lib  # noqa: E402
-from autograde.grpo_grader.submission import read_notebook, rebuild_metadata  # noqa: E402
-
-ORACLES = oracle_lib.oracle_assignments()
-
-
-def _test_cells(assignment: str) -> set[str]:
-    nb = nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
-    return {
-        c.metadata["nbgrader"]["grade_id"]
-        for c in nb.cells
-        if c.cell_type == "code"
-        and c.metadata.get("nbgrader", {}).get("grade")
-        and not c.metadata["nbgrader"].get("solution")
-    }
-
-
-def test_every_test_cell_has_an_oracle_and_cases_come_from_the_seed():
-    """Each oracle covers exactly its notebook's test cells, draws its
-    inputs from the seed (two seeds differ, one seed repeats) and keeps every flag off by default."""
-    covered: dict[str, set[str]] = {}
-    for name in ORACLES:
-        oracle = oracle_lib.load_oracle(name)
-        assert oracle is not None, name
-        covered.setdefault(name, set()).update(oracle.tests)
-        one, again, other = (oracle.cases(seed) for seed in ("seed-a", "seed-a", "seed-b"))
-        for index in range(8):  # every seed must give well-formed cases
-            oracle.cases(f"seed-{index}", {k: True for k in getattr(oracle.module, "FLAGS", {})})
-        wire = lambda cases: json.dumps([c.wire() for c in cases], sort_keys=True)  # noqa: E731
-        assert wire(one) == wire(again), f"{name}: cases must be a function of the seed"
-        assert wire(one) != wire(other), f"{name}: cases must change with the seed"
-        assert {c.test for c in one} == set(oracle.tests), f"{name}: every test cell has cases"
-        assert not any(getattr(oracle.module, "FLAGS", {}).values()), f"{name}: flags are off by default"
-        flagged = oracle.cases("seed-a", {k: True for k in getattr(oracle.module, "FLAGS", {})})
-        assert len(flagged) >= len(one)
-        for case in one:  # the expectations never travel to the kernel
-            assert "expect" not in case.wire() and "grads" not in case.wire()
-    for notebook, tests in covered.items():
-        assert tests == _test_cells(notebook), f"{notebook}: oracle tests != the notebook's test cells"
-    assert oracle_lib.load_oracle("nb99_no_such_lesson") is None
-
-
-def test_ragged_masks_are_ragged_for_every_seed():
-    """The oracles' masks always have two row lengths (where the shape allows it): with equal lengths a token
-    mean equals the per-candidate mean, and s10's score moved with the seed (6 instead of 4 in ~5 % of seeds)."""
-    from autograde.grpo_grader.oracles._common import ragged_mask
-
-    for index in range(3000):
-        gen = torch.Generator().manual_seed(index)
-        rows, cols, min_valid = 2 + index % 6, 1 + index % 4, 1 + index % 2
-        prefix = index % 3 == 0
-        mask = ragged_mask(gen, rows, cols, prefix=prefix, min_valid=min(min_valid, cols))
-        counts = mask.sum(dim=1)
-        assert mask.shape == (rows, cols) and mask.dtype == torch.bool
-        assert int(counts.min()) >= min(min_valid, cols)
-        if prefix:  # a prefix mask: valid tokens first
-            assert torch.equal(mask, torch.arange(cols).unsqueeze(0) < counts.unsqueeze(1))
-        if cols > min(min_valid, cols):
-            assert len(set(counts.tolist())) >= 2, (rows, cols, prefix, mask)
-
-
-def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
-    """What the driver writes is data: wrong kinds, broken tensors, deep nesting and missing results fail
-    with a reason; a tensor subclass arrives as an object and fails; the first line of a case counts."""
-    from autograde.grpo_grader.oracle import Case, Close, Raises, judge
-
-    case = Case("t", "f", (), {}, Close(torch.tensor([1.0, 2.0])))
-    good = {"status": "returned", "value": oracle_lib.encode(torch.tensor([1.0, 2.0]))}
-    assert judge(case, good, "x") == (True, "")
-    for record, reason in [
-        ({"status": "returned", "value": {"__object__": "__main__._Mirror"}}, "_Mirror"),
-        ({"status": "returned", "value": {"__tensor__": "float32", "shape": [3], "data": [1.0, 2.0]}}, "不符"),
-        ({"status": "returned", "value": {"__tensor__": "float64", "shape": [2], "data": [1.0, 2.0]}}, "dtype"),
-        ({"status": "returned", "value": {"__tensor__": "float32", "shape": [2], "data": ["1", 2.0]}}, "只能是数"),
-        ({"status": "returned", "value": {"__tensor__": "object", "shape": [2], "data": [1, 2]}}, "格式不对"),
-        (
-            {"status": "returned", "value": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
-            "嵌套过深",
-        ),
-        ({"status": "raised", "type": "NotImplementedError", "message": "请先完成这个 TODO"}, "NotImplementedError"),
-        ({"status": "missing", "message": "SyntaxError"}, "找不到函数"),
-        (None, "未运行"),
-    ]:
-        ok, message = judge(case, record, "未运行的原因")
-        assert not ok and reason in message, (record, message)
-    raises = Case("t", "f", (), {}, Raises("ValueError"))
-    assert judge(raises, {"status": "raised", "type": "E", "mro": ["E", "ValueError", "Exception"]}, "")[0]
-    assert not judge(raises, {"status": "returned", "value": None}, "")[0]
-    results = tmp_path / "results.jsonl"
-    results.write_text(
-        '{"case": "a", "status": "returned", "value": 1}\nnot json\n'
-        '{"case": "a", "status": "returned", "value": 2}\n' + "[" * 100000 + "\n"
-    )
-    cases, _, problem = oracle_lib.read_results(results)
-    assert cases["a"]["value"] == 1 and "malformed" in problem
-
-
-def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, str], tmp_path: Path) -> dict:
-    """Run the driver (no sandbox: a plain subprocess) once for several oracles of one notebook."""
-    from autograde.grpo_grader.oracle_job import DRIVER, job_cells
-
-    release = nbformat.read(ROOT / "notebooks" / notebook / f"{notebook}.ipynb", as_version=4)
-    sub = nbformat.reads(nbformat.writes(release), as_version=4)
-    for cell in sub.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in answers:
-            cell.source = answers[gid]
-    rebuilt, _ = rebuild_metadata(sub, release)
-    oracles = [oracle_lib.load_oracle(n) for n in oracle_names]
-    cases = {o.assignment: o.cases("test-seed-" + notebook) for o in oracles}
-    for name, group in cases.items():
-        for case in group:
-            case.id = f"{name}:{case.id}"
-    job = tmp_path / "job"
-    job.mkdir()
-    shutil.copy(DRIVER, job / "driver.py")
-    cells = job_cells(release, rebuilt, oracles[0], load_settings().demo_cells.get(notebook, ()))
-    (job / "job.json").write_text(
-        json.dumps({"cells": cells, "cases": [c.wire() for g in cases.values() for c in g], "cell_timeout": 120})
-    )
-    env = {**pipeline_env(), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [sys.executable, str(job / "driver.py"), str(job)],
-        cwd=tmp_path,
-        env=env,
-        timeout=600,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    results, _, _ = oracle_lib.read_results(job / "results.jsonl")
-    return {o.assignment: oracle_lib.verdicts(o, cases[o.assignment], results, "not run") for o in oracles}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("lesson", ["nb03a_cispo_trace_lab", "nb03b_loss_family_trl"])
-def test_lesson3_oracles_accept_the_current_solution(lesson, tmp_path):
-    """The nb03a/nb03b oracles on their split notebooks without the pipeline (one driver run each): the worked
-    answers pass every test cell (the sample class checks every lesson end to end, in the sandbox)."""
-    answers = sample_class.worked_answers(lesson)
-    verdicts = _driver_verdicts([lesson], lesson, answers, tmp_path)
-    failed = {f"{a}/{gid}": v.message for a, group in verdicts.items() for gid, v in group.items() if not v.passed}
-    assert not failed, failed
 
 
 def _reads_and_binds(source: str) -> tuple[set[str], set[str]]:
@@ -714,10 +415,9 @@ def test_commands_that_grade_nothing_import_no_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", f"importing autograde.pipeline imported {done.stdout.strip()}"
-    from autograde.grpo_grader import oracle as oracle_lib
     from autograde.grpo_grader.oracles import oracle_assignments
 
-    assert oracle_lib.oracle_assignments is oracle_assignments and "nb01_group_advantages" in oracle_assignments()
+    assert "nb01_group_advantages" in oracle_assignments()  # listing the graded lessons imports no torch either
 
 
 def test_empty_or_missing_submissions_say_where_they_go(tmp_path):

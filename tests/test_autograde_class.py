@@ -236,7 +236,7 @@ def test_feedback_and_export(graded_class):
     failed = [t for t in tests if float(t["score"]) < float(t["max_score"]) and t["outcome"] != "manual"]
     assert failed and all(t["message"] for t in failed), "every lost point names its cause"
     # copies are flagged, never scored: m1 is s01's nb01 with edited metadata; s02 wrote its own answers
-    # (similar:<learner>:<share>%: winnowed fingerprints of the answer cells, issue 25)
+    # (similar:<learner>:<share>%: winnowed fingerprints of the answer cells)
     flags = {(r["learner"], r["assignment"]): r["flags"].split() for r in rows}
     names = {
         key: {f.rsplit(":", 1)[0] if f.startswith("similar:") else f.split(":")[0] for f in value}
@@ -260,7 +260,7 @@ def test_feedback_and_export(graded_class):
 
 @pytest.mark.slow
 def test_attacks_on_the_results_channel_cost_nothing_and_the_seed_never_leaks(graded_class):
-    """Issue 26: a01 sent a forged 12 MB results line (skipped with a reason, full marks: its answers are right); no
+    """a01 sent a forged 12 MB results line (skipped with a reason, full marks: its answers are right); no
     process a02 left running survives grading; and the grading seed is in no output of the run - the pipeline's
     output, grades.csv, grades_by_test.csv, the feedback pages, the autograded notebooks and reports, the gradebook."""
     course, seed = graded_class.course, graded_class.seed

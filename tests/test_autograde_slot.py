@@ -87,7 +87,8 @@ def zygote_slot():
     import tempfile
 
     from autograde.grpo_grader.course import load_settings
-    from autograde.grpo_grader.slots import Slot, choose_sandbox
+    from autograde.grpo_grader.sandbox_choice import choose_sandbox
+    from autograde.grpo_grader.slots import Slot
 
     if os.geteuid() != 0:
         pytest.skip("the zygotes exist as root only (not root: a fresh bubblewrap per kernel and per driver)")
@@ -151,7 +152,7 @@ def test_kernel_zygote_behaves_like_a_kernel_process(zygote_slot):
     from jupyter_client import KernelManager
     from jupyter_client.kernelspec import KernelSpecManager
 
-    from autograde.grpo_grader.slots import _uids_running
+    from autograde.grpo_grader.uids import _uids_running
 
     slot = zygote_slot
     slot.ensure_kernel_zygote()

@@ -1,4 +1,4 @@
-"""The trusted side trusts nothing a learner can touch (issue 26): what a sandboxed driver sends back is read over
+"""The trusted side trusts nothing a learner can touch: what a sandboxed driver sends back is read over
 pipes the grader opened, with a size limit and a deadline; a results file (tests, drivers run by hand) is opened
 without following links or blocking on FIFOs; notes carry only sanitised text; each learner's cases come from a
 key of their own. The sample learners ``a01``/``a02`` (tests/test_autograde_class.py) attack the same end to end."""
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from autograde.grpo_grader import judging
 from autograde.grpo_grader import oracle as oracle_lib
 from autograde.grpo_grader.transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES, BoundedPipe, pump, sanitise
 
@@ -43,11 +44,11 @@ def test_results_files_are_never_followed_blocked_on_or_read_whole(tmp_path):
         (tmp_path / "missing.jsonl", "no results"),
         (big, "too large"),
     ]:
-        cases, cells, problem = oracle_lib.read_results(path)
+        cases, cells, problem = judging.read_results(path)
         assert reason in problem, (path.name, problem)
         assert path is big or cases == cells == {}, path.name
     assert time.monotonic() - started < 5, "no read may block"
-    cases, _cells, problem = oracle_lib.read_results(secret)  # the same file, not through a link: read
+    cases, _cells, problem = judging.read_results(secret)  # the same file, not through a link: read
     assert cases["a"]["value"] == 1 and problem == ""
 
 
@@ -64,7 +65,7 @@ def test_results_lines_are_bounded_and_malformed_ones_skipped():
             b'{"case": "c", "status"',
         ]
     )
-    cases, cells, problem = oracle_lib.parse_results(data, dropped=5 * 2**20)
+    cases, cells, problem = judging.parse_results(data, dropped=5 * 2**20)
     assert set(cases) == {"a"} and set(cells) == {"__done__"}
     for reason in ("oversized line", "malformed", "truncated", "results too large"):
         assert reason in problem, (reason, problem)
@@ -205,7 +206,7 @@ def _traversable_for_others(*paths: Path):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_an_unprivileged_grader_grades_in_bwrap(released_course):
-    """Grading without root (issue 26): an unprivileged account (created when the tests run as root) probes the bwrap
+    """Grading without root: an unprivileged account (created when the tests run as root) probes the bwrap
     sandbox and grades four nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
     disk for answers, s07 exits): exactly their expected scores, status graded, nothing left running."""
     import shutil

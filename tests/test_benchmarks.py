@@ -2,13 +2,16 @@
 
 Nothing here asserts a timing or a memory figure: speed claims live in benchmarks/results/, measured
 against baselines in the same run. These tests check structure, finiteness and that the benchmarked code
-computes the same numbers as its baseline.
+computes the same numbers as its baseline, and that benchmarks/README.md's table of figures is the one its
+committed result files give.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import tools.chain.notebooks as chain
+from benchmarks import report
 from benchmarks.course_code import CourseCodeUnavailable, load_answers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,10 +86,10 @@ def test_benchmarked_group_advantages_match_the_seed_loop_on_both_paths():
     equal-size fast path, against the loop baseline; exact zeros for equal-reward groups on both paths."""
     import torch
 
-    from benchmarks.run import _ragged_case, seed_loop_advantages
+    from benchmarks.group_advantages import ragged_case, seed_loop_advantages
     from tools.lessons.nb01_group_advantages import compute_group_advantages as course
 
-    rewards, group_ids, _ = _ragged_case(300, seed=3)
+    rewards, group_ids, _ = ragged_case(300, seed=3)
     torch.testing.assert_close(
         course(rewards, group_ids), seed_loop_advantages(rewards, group_ids), rtol=1e-5, atol=1e-5
     )
@@ -106,6 +110,44 @@ def test_benchmarked_group_advantages_match_the_seed_loop_on_both_paths():
     rewards = torch.tensor([1.0, 2.0, 3.0, 5.0, 4.0, 0.0])  # [N]
     group_ids = torch.tensor([0, 0, 1, 1, 0, 0])  # [N]
     torch.testing.assert_close(course(rewards, group_ids), seed_loop_advantages(rewards, group_ids))
+
+
+def test_the_readme_table_is_generated_from_the_committed_result_files():
+    from benchmarks.run import main
+
+    assert main(["--readme-table", "--check"]) == 0, "run `python benchmarks/run.py --readme-table --write`"
+    latest = json.loads((report.RESULTS / "latest.json").read_text(encoding="utf-8"))
+    rows = [line for line in report.readme_table().splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == [m["name"] for m in latest["metrics"]]
+
+
+def test_the_readme_table_check_fails_on_a_stale_table(tmp_path, capsys):
+    """The check above can fail: a newer committed run of one metric makes the README's table stale until it is
+    rewritten, and the rewritten row names the newer file; a run at tiny size never counts."""
+    results, readme = tmp_path / "results", tmp_path / "README.md"
+    results.mkdir()
+    for path in report.RESULTS.glob("*.json"):
+        shutil.copy2(path, results)
+    shutil.copy2(report.README, readme)
+    assert report.readme_table_command(write=False, check=True, readme=readme, folder=results) == 0
+    latest = json.loads((results / "latest.json").read_text(encoding="utf-8"))
+    newer = copy.deepcopy({**latest, "metrics": latest["metrics"][:1]})
+    newer["machine"].update(date_utc="2999-01-01T00:00:00+00:00", git_commit="f" * 40)
+    newer["metrics"][0]["value"] = 123456.0
+    (results / "group_advantages-fffffff.json").write_text(json.dumps(newer), encoding="utf-8")
+    (results / "tiny.json").write_text(json.dumps({**newer, "mode": "tiny"}), encoding="utf-8")
+    assert report.readme_table_command(write=False, check=True, readme=readme, folder=results) == 1
+    assert "stale" in capsys.readouterr().err
+    assert report.readme_table_command(write=True, check=False, readme=readme, folder=results) == 0
+    block = readme.read_text(encoding="utf-8").split(report.TABLE_START)[1].split(report.TABLE_END)[0]
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    assert rows[0].startswith(f"| `{latest['metrics'][0]['name']}` | 123456 |")
+    assert "`fffffff`" in rows[0] and "`results/group_advantages-fffffff.json`" in rows[0]
+    assert all("results/latest.json" in row for row in rows[1:] if "autograde-" not in row)
+    assert report.readme_table_command(write=False, check=True, readme=readme, folder=results) == 0
+    readme.write_text("# Benchmarks\n\nno generated table\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="bench-table"):
+        report.readme_table_command(write=False, check=True, readme=readme, folder=results)
 
 
 @pytest.fixture(scope="module")

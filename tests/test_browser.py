@@ -229,7 +229,7 @@ def _course_of_its_own(root: Path, assignment: str, learner: str) -> Path:
     (root / "course.toml").write_text(
         text + f'\n[roster]\n{learner} = {{ first_name = "小明", last_name = "王" }}\n', encoding="utf-8"
     )
-    for part in ("__init__.py", "grpo_grader", "pipeline.py"):
+    for part in ("__init__.py", "grpo_grader", "commands", "pipeline.py"):
         (root / "autograde" / part).symlink_to(ROOT / "autograde" / part)
     for part in ("tools", "solutions", "environments", "pyproject.toml"):
         (root / part).symlink_to(ROOT / part)

@@ -11,7 +11,7 @@ from nbgrader.api import Gradebook
 
 from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.gradebook import grade_reason, manual_points_of
-from autograde.grpo_grader.learner_grading import NotebookResult, note_markdown
+from autograde.grpo_grader.outcomes import NotebookResult, note_markdown
 from autograde.pipeline import score_text
 from tools.chain.notebooks import alembic_in_process
 

@@ -68,7 +68,7 @@ import json, os, random, sys
 warm = "torch" in sys.modules  # imported before any cell ran: the kernel was forked from the warm server
 import matplotlib
 import numpy as np
-print(json.dumps({"warm": warm, "cwd": os.getcwd(), "path": sys.path, "probe": os.environ.get("GRPO_PROBE"),
+print(json.dumps({"warm": warm, "cwd": os.getcwd(), "path": sys.path, "probe": os.environ.get("KERNEL_ENV_PROBE"),
                   "backend": matplotlib.get_backend(), "random": random.random(), "numpy": float(np.random.rand()),
                   "parent_poller": bool(get_ipython().kernel.parent.poller),
                   "main": type(sys.modules["__main__"]).__name__, "argv0": os.path.basename(sys.argv[0])}))
@@ -87,12 +87,12 @@ def test_warm_kernels_behave_like_fresh_ones(tmp_path, notebook_runs):
         assert chain.cell_errors(done) == []
         return json.loads(done.cells[0].outputs[0]["text"])
 
-    first, second = probe({"GRPO_PROBE": "a"}), probe({"GRPO_PROBE": "b"})
-    fresh = probe({"GRPO_PROBE": "c"}, kernel_name="python3")
-    other_import_env = probe({"GRPO_PROBE": "d", "MPLCONFIGDIR": str(tmp_path / "mpl")})
+    first, second = probe({"KERNEL_ENV_PROBE": "a"}), probe({"KERNEL_ENV_PROBE": "b"})
+    fresh = probe({"KERNEL_ENV_PROBE": "c"}, kernel_name="python3")
+    other_import_env = probe({"KERNEL_ENV_PROBE": "d", "MPLCONFIGDIR": str(tmp_path / "mpl")})
     import peft  # noqa: F401 - its import sets TORCHINDUCTOR_CACHE_DIR here, maybe after the server started
 
-    late = probe({"GRPO_PROBE": "e"})  # a worker that imported peft in a test still gets warm kernels
+    late = probe({"KERNEL_ENV_PROBE": "e"})  # a worker that imported peft in a test still gets warm kernels
     assert first["warm"] and second["warm"], "no warm kernel: see the server log in the grpo-kfs-* folder"
     assert late["warm"], "a default set by an import made kernels cold: see the server log in grpo-kfs-*"
     assert not fresh["warm"] and not other_import_env["warm"]

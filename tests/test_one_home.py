@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import collections
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import tools.chain.notebooks as chain
@@ -164,7 +166,7 @@ def hidden_block_problems(path: Path) -> list[str]:
 
 
 def test_hidden_tests_are_the_oracles_cases():
-    """One specification per check (issue 25, item 8): the hidden-test region of every graded test cell of every
+    """One specification per check: the hidden-test region of every graded test cell of every
     lesson is one call of ``run_in_kernel`` for that very test cell (plain nbgrader then grades with the oracle's
     cases and verdicts), and no lesson writes a check of its own there."""
     sources = sorted(ROOT.glob("solutions/*.py"))
@@ -275,3 +277,191 @@ def test_a_lesson_missing_from_a_place_is_reported():
     assert lesson_places("nb99_new_lesson", sample.LESSONS, cases, expected) == [
         "nb99_new_lesson: no oracle module autograde/grpo_grader/oracles/nb99_new_lesson.py"
     ]
+
+
+# ------------------------------------------------------------------------------------------- literals, regexes, env
+ENV_NAME = re.compile(r"^GRPO_[A-Z0-9_]*[A-Z0-9]$")
+# A module-level constant whose value looks like an identifier with punctuation (a file name, a verifier id, a model
+# id, a version, a token) is that value's home: typing the value again anywhere else is a second home. Plain words
+# ("default", "tiny_cpu") are too common to be a constant's own.
+KEY_LITERAL = re.compile(r"^(?=.*[./\-<>|:@])[\w./\-<>|:@+]{4,}$")
+REGEX_FUNCTIONS = {"compile", "match", "search", "fullmatch", "findall", "finditer", "sub", "subn", "split"}
+
+
+def _string_constants(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of ``tree`` that are not docstrings (prose may name anything)."""
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+def answer_lines(path: Path) -> set[int]:
+    """The lines of a lesson source's answer and test cells (``"solution": true`` / ``"grade": true``): a learner's
+    answer stands alone by design (it may define a constant the runtime also holds, e.g. nb04's ``VERIFIER_ID``) and
+    a visible test states the specification to the learner in plain values, so neither is a home nor a copy. Empty
+    for every other file."""
+    if path.parent.name != "solutions":
+        return set()
+    lines, inside = set(), False
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("# %%"):
+            inside = '"solution": true' in line or '"grade": true' in line
+        if inside:
+            lines.add(number)
+    return lines
+
+
+def literal_homes(files: list[Path]) -> list[str]:
+    """Where a key literal has a second home: defined as a module constant in two files, or a constant's value typed
+    as a literal in another file. ``path:line value (home: path)``."""
+    trees = {path: ast.parse(path.read_text(encoding="utf-8"), filename=str(path)) for path in files}
+    answers = {path: answer_lines(path) for path in files}
+    homes: dict[str, set[Path]] = collections.defaultdict(set)
+    for path, tree in trees.items():
+        for node in tree.body:
+            if (
+                node.lineno not in answers[path]
+                and isinstance(node, ast.Assign)
+                and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+                and KEY_LITERAL.fullmatch(node.value.value)
+            ):
+                homes[node.value.value].add(path)
+    found = []
+    for value, where in homes.items():
+        if len(where) > 1:
+            found.append(f"{value!r} defined in {sorted(_shown(p) for p in where)}")
+    for path, tree in trees.items():
+        for node in _string_constants(tree):
+            where = homes.get(node.value)
+            if where and path not in where and node.lineno not in answers[path]:
+                found.append(f"{_shown(path)}:{node.lineno} {node.value!r} (home: {_shown(sorted(where)[0])})")
+    return found
+
+
+def _shown(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def test_no_key_literal_has_a_second_home():
+    """A file name, a verifier id, a model id, a version or a token is defined once (a module constant) and imported
+    elsewhere, never typed again: the second copy is what goes stale when the first changes. The stated sandbox-side
+    files (``tools.env_vars.SANDBOX_SIDE_COPIES``: standard library only) may mirror one, saying so."""
+    from tools.env_vars import SANDBOX_SIDE_COPIES
+
+    found = [f for f in literal_homes(_sources()) if f.split(":", 1)[0] not in SANDBOX_SIDE_COPIES]
+    assert not found, "literals typed again (import the constant instead):\n" + "\n".join(found)
+
+
+def test_the_literal_check_finds_a_second_home(tmp_path):
+    home = tmp_path / "home.py"
+    home.write_text('VERIFIER = "integer-answer-v1"\nWORD = "default"\n', encoding="utf-8")
+    copy = tmp_path / "copy.py"
+    copy.write_text('def f():\n    """Uses integer-answer-v1."""\n    return "integer-answer-v1", "default"\n')
+    twice = tmp_path / "twice.py"
+    twice.write_text('ID = "integer-answer-v1"\n', encoding="utf-8")
+    assert [f.split(" ", 1)[1] for f in literal_homes([home, copy])] == [f"'integer-answer-v1' (home: {home})"]
+    assert any("defined in" in f for f in literal_homes([home, twice]))
+    assert literal_homes([home]) == []
+
+
+def regex_homes(files: list[Path]) -> dict[str, list[str]]:
+    """{pattern: [path:line, ...]} for every regex literal (the pattern argument of a ``re`` function) written in
+    more than one file."""
+    places = collections.defaultdict(list)
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in REGEX_FUNCTIONS
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "re"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                places[node.args[0].value].append(f"{_shown(path)}:{node.lineno}")
+    return {p: w for p, w in places.items() if len({x.rsplit(":", 1)[0] for x in w}) > 1}
+
+
+def test_no_regex_is_written_in_two_files():
+    found = regex_homes(_sources())
+    assert not found, "the same regex in several files (define it once):\n" + "\n".join(
+        f"{p!r}: {' == '.join(w)}" for p, w in found.items()
+    )
+
+
+def test_the_regex_check_finds_a_copied_pattern(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text('import re\nNORMAL = re.compile(r"[-_.]+")\n', encoding="utf-8")
+    b.write_text('import re\n\ndef norm(x):\n    return re.sub(r"[-_.]+", "-", x)\n', encoding="utf-8")
+    assert list(regex_homes([a, b])) == ["[-_.]+"]
+    assert regex_homes([a]) == {}
+
+
+def env_name_problems(files: list[Path], registry: set[str], allowed: dict[str, str]) -> list[str]:
+    """Where a ``GRPO_*`` environment variable's name is typed outside its home ``tools/env_vars.py`` (a string
+    constant or a keyword argument such as ``dict(os.environ, GRPO_X=...)``), or named but not registered."""
+    found = []
+    for path in files:
+        shown = _shown(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        names = [(n.lineno, n.value) for n in _string_constants(tree) if ENV_NAME.fullmatch(n.value)]
+        names += [(k.value.lineno, k.arg) for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg]
+        for line, name in names:
+            if not ENV_NAME.fullmatch(name):
+                continue
+            if name not in registry:
+                found.append(f"{shown}:{line} {name} is not in tools/env_vars.py")
+            elif shown != "tools/env_vars.py" and shown not in allowed:
+                found.append(f"{shown}:{line} types {name} (use tools.env_vars)")
+    return found
+
+
+def test_every_environment_variable_has_one_home_and_a_meaning():
+    """Every ``GRPO_*`` variable is registered once in ``tools/env_vars.py`` with its meaning (the generated table of
+    docs/CONVENTIONS.md lists them all), code reads it through that module, and the only files that write a name
+    again are the stated sandbox-side ones; every name a file of the course mentions (code, scripts, docs, the
+    tests' opt-in switches) is registered."""
+    from tools import env_vars
+
+    registry = [v.name for v in env_vars.VARIABLES]
+    assert len(registry) == len(set(registry)) >= 20
+    constants = {v for k, v in vars(env_vars).items() if k.isupper() and isinstance(v, str) and ENV_NAME.match(v)}
+    assert constants == set(registry), "a constant without a meaning, or a meaning without a constant"
+    found = env_name_problems(_sources(), set(registry), env_vars.SANDBOX_SIDE_COPIES)
+    assert not found, "\n".join(found)
+    for allowed in env_vars.SANDBOX_SIDE_COPIES:
+        assert "mirrors tools." in (ROOT / allowed).read_text(encoding="utf-8"), f"{allowed}: say which home it mirrors"
+    mentioned = set()
+    texts = [*ROOT.glob("*.md"), *ROOT.glob("*/*.md"), *ROOT.glob("*/*/*.md"), ROOT / "Makefile"]
+    texts += [*ROOT.glob("autograde/**/*.sh"), *ROOT.glob("autograde/**/*.sbatch"), *ROOT.glob("tools/**/*.sh")]
+    texts += [*ROOT.glob("benchmarks/*.sh"), *ROOT.glob("autograde/recipes/*")]
+    for path in texts + _sources():
+        mentioned |= set(env_vars.NAME.findall(path.read_text(encoding="utf-8")))
+    for path in ROOT.glob("tests/*.py"):  # the tests' own switches: what they read from the environment
+        mentioned |= set(re.findall(r"environ(?:\.get\(|\[)\s*\"(GRPO_[A-Z0-9_]+)\"", path.read_text("utf-8")))
+    mentioned -= {"GRPO_"}
+    assert mentioned <= set(registry), f"named but not registered: {sorted(mentioned - set(registry))}"
+    assert subprocess.run([sys.executable, "-m", "tools.env_vars", "--check"], cwd=ROOT).returncode == 0
+
+
+def test_the_environment_check_finds_a_typed_name_and_an_unregistered_one(tmp_path):
+    typed = tmp_path / "typed.py"
+    typed.write_text(
+        'import os\nSEED = os.environ.get("GRPO_GRADING_SEED")\nenv = dict(os.environ, GRPO_BENCH_THREADS="1")\n'
+    )
+    found = env_name_problems([typed], {"GRPO_GRADING_SEED", "GRPO_BENCH_THREADS"}, {})
+    assert len(found) == 2 and all("use tools.env_vars" in f for f in found)
+    assert "not in tools/env_vars.py" in env_name_problems([typed], {"GRPO_BENCH_THREADS"}, {})[0]
+    assert env_name_problems([typed], {"GRPO_GRADING_SEED", "GRPO_BENCH_THREADS"}, {_shown(typed): "why"}) == []

@@ -1,4 +1,4 @@
-"""Verdicts that judge what the learner wrote (issue 25): trivial answers score 0 on every test cell, the
+"""Verdicts that judge what the learner wrote: trivial answers score 0 on every test cell, the
 oracle's comparisons cannot be fooled by NaN or ±inf, and the return-type contract names what arrived.
 
 The trivial answers are called in this process on the oracle's own cases (the driver's codec turns what they
@@ -12,10 +12,12 @@ import math
 
 import pytest
 import torch
+from autograde_helpers import nb01_answers  # tests/autograde_helpers.py
 
+from autograde.grpo_grader import judging, wire
 from autograde.grpo_grader import oracle as oracle_lib
 from autograde.grpo_grader.driver import make_codec
-from autograde.grpo_grader.oracle import Close, Mismatch, Number, Raises, close_number, close_tensor
+from autograde.grpo_grader.vocabulary import Close, Mismatch, Number, Raises, close_number, close_tensor
 from autograde.sample_class.build import LESSONS
 
 ENCODE, _ = make_codec(torch)
@@ -133,7 +135,7 @@ def trivial_answers(lesson: str, name: str) -> dict:
     return answers
 
 
-# (a constant letter of a multiple-choice question is a guess, not a trivial answer: item 6 of issue 25)
+# (a constant letter of a multiple-choice question is a guess, not a trivial answer)
 TRIVIAL_VALUES = {"None": None, "0": 0, "nan": NAN, "empty set": set(), "empty dict": {}}
 
 
@@ -184,12 +186,12 @@ def _trivial_passes(oracle, cases) -> list[str]:
         for label, function in trivial_answers(lesson, name).items():
             namespace[name] = function
             results = {c.id: _record(c, namespace) for c in mine}
-            verdicts = oracle_lib.verdicts(oracle, mine, results, "not run")
+            verdicts = judging.verdicts(oracle, mine, results, "not run")
             passed += [f"{name} / {label}: {gid}" for gid in tests if verdicts[gid].passed]
     for case in [c for c in cases if c.read]:
         for label, value in TRIVIAL_VALUES.items():
             results = {case.id: _record(case, {case.call: value})}
-            if oracle_lib.verdicts(oracle, [case], results, "not run")[case.test].passed:
+            if judging.verdicts(oracle, [case], results, "not run")[case.test].passed:
                 passed.append(f"{case.call} = {label}: {case.test}")
     return passed
 
@@ -211,7 +213,8 @@ def test_the_trivial_answers_find_a_comparison_that_nan_fools():
     and one whose only value case expects zeros are both reported."""
     from types import SimpleNamespace
 
-    from autograde.grpo_grader.oracle import Case, Oracle, Satisfies
+    from autograde.grpo_grader.oracle import Oracle
+    from autograde.grpo_grader.vocabulary import Case, Satisfies
 
     module = SimpleNamespace(TESTS={"t_nan": "f", "t_zeros": "f", "t_fair": "f"})
     rewards = torch.tensor([1.0, 2.0, 4.0])
@@ -256,7 +259,7 @@ def test_number_contract_accepts_numpy_and_0d_tensors_and_names_what_arrived():
         torch.tensor(0.25),
         torch.tensor(0.25, dtype=torch.float64),
     ):
-        check.check(oracle_lib.decode(ENCODE(value)))
+        check.check(wire.decode(ENCODE(value)))
     for value, named in (
         (torch.tensor([0.25]), "torch.Tensor[float32]，形状 (1,)"),
         ("0.25", "str"),
@@ -264,9 +267,9 @@ def test_number_contract_accepts_numpy_and_0d_tensors_and_names_what_arrived():
         (numpy.array([0.25]), "numpy.ndarray"),
     ):
         with pytest.raises(Mismatch) as caught:
-            check.check(oracle_lib.decode(ENCODE(value)))
+            check.check(wire.decode(ENCODE(value)))
         assert named in str(caught.value) and "0 维浮点张量" in str(caught.value), str(caught.value)
-    assert not isinstance(oracle_lib.decode(ENCODE(numpy.array([1.0, 2.0]))), float)
+    assert not isinstance(wire.decode(ENCODE(numpy.array([1.0, 2.0]))), float)
 
 
 @pytest.mark.parametrize(
@@ -285,8 +288,7 @@ def test_raises_cases_alone_never_make_a_test_cell(lesson):
 # ----------------------------------------------------------------------------- every case comes from the lesson
 # Each oracle module's ``CASE_SOURCES`` lists its case families: [(regex over a case's ``what``, the lesson line it
 # comes from)]; the line is quoted from what the learner sees (the released notebook: TODO text, docstrings, provided
-# checks, visible tests). A case whose ``what`` no family matches is an orphan: a check the lesson never states
-# (issue 25, item 2).
+# checks, visible tests). A case whose ``what`` no family matches is an orphan: a check the lesson never states.
 
 
 def _orphans(lesson: str, cases) -> tuple[list[str], list[str]]:
@@ -326,7 +328,7 @@ def test_an_orphan_case_is_reported():
     """The check fails where it should: a case no contract of the lesson states ("rewards 必须是 float64": the
     lesson asks for a floating tensor, of any precision) is an orphan, and a quote the notebook does not contain is
     reported."""
-    from autograde.grpo_grader.oracle import Case
+    from autograde.grpo_grader.vocabulary import Case
 
     orphan = Case("test_compute_group_advantages_hidden", "compute_group_advantages", what="rewards 必须是 float64")
     assert _orphans("nb01_group_advantages", [orphan])[0] == ["rewards 必须是 float64"]
@@ -394,7 +396,7 @@ def test_copies_of_the_reference_are_found_and_independent_answers_are_not(relea
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.learner_grading import COPY_THRESHOLD, reference_fingerprints
+    from autograde.grpo_grader.review import COPY_THRESHOLD, reference_fingerprints
     from autograde.grpo_grader.submission import MIN_PRINTS, answer_sources, containment, fingerprints, similarity
     from autograde.sample_class.build import load_cases, worked_answers
 
@@ -430,7 +432,7 @@ def test_review_flags_read_only_the_lines_the_learner_wrote():
     import nbformat
 
     from autograde.grpo_grader.course import ROOT
-    from autograde.grpo_grader.learner_grading import compare_with_release, scan_flags
+    from autograde.grpo_grader.review import compare_with_release, scan_flags
 
     lesson = "nb04_verifiable_rewards"
     release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
@@ -444,16 +446,6 @@ def test_review_flags_read_only_the_lines_the_learner_wrote():
 
 
 # ----------------------------------------------------------------------------- one specification per check
-def _nb01_answers() -> dict:
-    """A notebook namespace holding s02's independently written nb01 answers."""
-    from autograde.sample_class.build import load_cases
-
-    namespace = {"torch": torch, "math": math}
-    for source in load_cases()["s02_independent_answers"]["nb01_group_advantages"]["cells"].values():
-        exec(source, namespace)  # noqa: S102
-    return namespace
-
-
 def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
     """The hidden tests' call (plain nbgrader, formgrader): ``run_in_kernel`` runs the oracle's cases of one test
     cell on the notebook's namespace, passes honest answers, and fails zeros with the oracle's Chinese message - the
@@ -462,7 +454,7 @@ def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
     from autograde.grpo_grader.oracles import run_in_kernel
 
     lesson = "nb01_group_advantages"
-    namespace = _nb01_answers()
+    namespace = nb01_answers()
     for test in oracle_lib.load_oracle(lesson).tests:
         assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
     monkeypatch.delenv("GRPO_KERNEL_CASES_SEED", raising=False)  # the test session's public seed
@@ -478,43 +470,14 @@ def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
     oracle = oracle_lib.load_oracle(lesson)
     cases = [c for c in oracle.cases("in-kernel-test") if c.test == "test_compute_group_advantages_hidden"]
     records = {c.id: _record(c, namespace) for c in cases}
-    want = oracle_lib.verdicts(oracle, cases, records, "not run")["test_compute_group_advantages_hidden"]
+    want = judging.verdicts(oracle, cases, records, "not run")["test_compute_group_advantages_hidden"]
     assert not want.passed and str(caught.value) == want.message and "第" in want.message
     with pytest.raises(ValueError):
         run_in_kernel(lesson, "test_no_such_cell", namespace)
 
 
-def test_nb01_non_float_rewards_are_a_stated_contract():
-    """nb01's TODO 1 lists non-float rewards among its ValueError contracts, and the hidden cell checks it: honest
-    spellings of the check pass (s02's ``is_floating_point``, a dtype whitelist), an answer that converts integer or
-    bool rewards to float instead fails that case only, with its Chinese message."""
-    from autograde.grpo_grader.oracles import run_in_kernel
-
-    lesson, test = "nb01_group_advantages", "test_compute_group_advantages_hidden"
-    namespace = _nb01_answers()
-    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
-    honest = namespace["compute_group_advantages"]
-    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-    def whitelist(rewards, group_ids, eps=1e-6):
-        if torch.is_tensor(rewards) and rewards.dtype not in floats:
-            raise ValueError("rewards 必须是浮点张量")
-        return honest(rewards, group_ids, eps)
-
-    def converts(rewards, group_ids, eps=1e-6):
-        if torch.is_tensor(rewards) and not rewards.is_floating_point():
-            rewards = rewards.double()
-        return honest(rewards, group_ids, eps)
-
-    namespace["compute_group_advantages"] = whitelist
-    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
-    namespace["compute_group_advantages"] = converts
-    with pytest.raises(AssertionError, match="rewards 不是浮点张量"):
-        run_in_kernel(lesson, test, namespace, seed="in-kernel-test")
-
-
 def test_nb07_rejects_an_over_long_sample_before_any_model_work(monkeypatch):
-    """README open item 12: lesson 7's sample check reruns the model over the tokens a learner returns; a return
+    """Lesson 7's sample check reruns the model over the tokens a learner returns; a return
     wider than ``max_new_tokens`` (here a million tokens a row) is rejected by its shape alone, before the policy is
     built or a log-prob computed. The check can fail: a return of allowed width does reach the model."""
     from autograde.grpo_grader.oracles import nb07_online_grpo as nb07
@@ -566,7 +529,7 @@ def test_every_seed_catches_the_population_std_in_nb07_metrics():
         for case in mine:  # each value case alone catches it
             for function, passes in ((log_step_metrics, True), (population_std, False)):
                 results = {case.id: _record(case, {"log_step_metrics": function})}
-                assert oracle_lib.verdicts(oracle, [case], results, "not run")[test].passed is passes, (
+                assert judging.verdicts(oracle, [case], results, "not run")[test].passed is passes, (
                     case.what,
                     index,
                 )
@@ -596,7 +559,7 @@ def test_nb01_reference_answers_pass_every_drawn_case_in_float32_too():
     for index in range(200):
         mine = [c for c in oracle.cases(f"float32-seed-{index}", {}) if c.call in namespace]
         results = {c.id: _record(c, namespace) for c in mine}
-        verdicts = oracle_lib.verdicts(oracle, mine, results, "not run")
+        verdicts = judging.verdicts(oracle, mine, results, "not run")
         tests = {c.test for c in mine}
         failed += [f"seed {index}: {gid}: {v.message}" for gid, v in verdicts.items() if gid in tests and not v.passed]
         for case in mine:

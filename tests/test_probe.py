@@ -1,4 +1,4 @@
-"""The grading pre-flight (autograde/grpo_grader/probe.py, issue 30 item 2): each condition that stops grading is named
+"""The grading pre-flight (autograde/grpo_grader/probe.py): each condition that stops grading is named
 with its cause and its fix, before any notebook is graded; tests read the probe's JSON, never its prose.
 
 Fast tests: the diagnosis of each machine condition, the lessons' imports, the folders bound from ``sys.path`` and

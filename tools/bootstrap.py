@@ -32,14 +32,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tools.preflight import PROFILES, collect_rows, profile_requirements, run_preflight
+from tools import env_vars
+from tools.preflight import PROFILES, collect_rows, normalise_name, profile_requirements, run_preflight
 
 # --- settings shared with the generated cell -------------------------------------------------------
-ENV_PLATFORM = "GRPO_COURSE_PLATFORM"  # force "colab" | "modelscope" | "local"
-ENV_REPO_URL = "GRPO_COURSE_REPO_URL"  # clone URL (default: https://github.com/<repository>.git)
-ENV_BRANCH = "GRPO_COURSE_BRANCH"  # branch to clone (default: course.toml's branch)
-ENV_DIR = "GRPO_COURSE_DIR"  # where to clone (default: CLONE_PARENTS[platform] / <repo name>)
-ENV_PLATFORM_ROOT = "GRPO_PLATFORM_ROOT"  # tests: a temporary "/" under which /content, /mnt/workspace lie
+ENV_PLATFORM = env_vars.COURSE_PLATFORM  # force "colab" | "modelscope" | "local"
+ENV_REPO_URL = env_vars.COURSE_REPO_URL  # clone URL (default: https://github.com/<repository>.git)
+ENV_BRANCH = env_vars.COURSE_BRANCH  # branch to clone (default: course.toml's branch)
+ENV_DIR = env_vars.COURSE_DIR  # where to clone (default: CLONE_PARENTS[platform] / <repo name>)
+ENV_PLATFORM_ROOT = env_vars.PLATFORM_ROOT  # tests: a temporary "/" under which /content, /mnt/workspace lie
 PLATFORMS = ("colab", "modelscope", "local")
 # Colab sets COLAB_RELEASE_TAG in every runtime (and has google.colab importable);
 # ModelScope notebooks run on Alibaba PAI-DSW images, which set MODELSCOPE_ENVIRONMENT
@@ -126,7 +127,7 @@ def install_specs(requirements: list, torch_version: str | None) -> list[str]:
     the driver is installed by hand)."""
     specs = []
     for requirement in requirements:
-        if _normalise(requirement.name) in PLATFORM_PACKAGES:
+        if normalise_name(requirement.name) in PLATFORM_PACKAGES:
             if torch_version is not None or ".txt:" not in requirement.source:
                 continue
         specs.append(_spec(requirement))
@@ -166,7 +167,7 @@ def ensure_requirements(profile: str, root: Path) -> list[str]:
             f"    {sys.executable} -m pip install {' '.join(missing)}"
         )
     importlib.invalidate_caches()
-    installed = {_normalise(re.match(r"[A-Za-z0-9._-]+", spec).group(0)) for spec in missing}
+    installed = {normalise_name(re.match(r"[A-Za-z0-9._-]+", spec).group(0)) for spec in missing}
     stale = sorted(installed & _imported_distributions())
     if stale:
         print(
@@ -174,10 +175,6 @@ def ensure_requirements(profile: str, root: Path) -> list[str]:
             "然后重新运行本单元格。"
         )
     return missing
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _imported_distributions() -> set[str]:
@@ -189,7 +186,7 @@ def _imported_distributions() -> set[str]:
     names = set()
     for module in {name.split(".", 1)[0] for name in sys.modules}:
         for dist in mapping.get(module, ()):
-            names.add(_normalise(dist))
+            names.add(normalise_name(dist))
     return names
 
 

@@ -12,8 +12,11 @@ nb07 (``tools.online.config.RUN_PRESETS``) has its own run modes on purpose: see
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
+from tools import env_vars
 from tools.project_runtime import check_run_label  # noqa: F401 (re-exported: the run-label rule of every record)
 
 # The evidence schema is the one home of the run modes: a record's `run_mode` must satisfy it, so the notebook and
@@ -23,7 +26,19 @@ _RECORD_FIELDS = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["properties
 RUN_MODES: tuple[str, ...] = tuple(_RECORD_FIELDS["run_mode"]["enum"])  # ("dry_run", "tiny_cpu", "real_gpu")
 # Optional: a local checkpoint folder for real_gpu on machines without hub access
 # (e.g. the Qwen-shaped random-init checkpoint of `make qwen-shaped-checkpoint`).
-ENV_MODEL_ID = "GRPO_MODEL_ID"
+ENV_MODEL_ID = env_vars.MODEL_ID
+# The verifier every record of the course names (nb04's ``verify_integer_response``), and nb06's workload: the
+# record's ``workload.id`` and the prefix of its file name.
+VERIFIER_ID = "integer-answer-v1"
+WORKLOAD_ID = "pt-grpo-real-model-update"
+# The model real_gpu loads by default in nb06 and nb07 (the reference chapter's model).
+REAL_GPU_MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def model_id_override(model_id: str, environ: Mapping[str, str] | None = None) -> str:
+    """``GRPO_MODEL_ID`` when set (a hub id or a local folder), else ``model_id``."""
+    environ = os.environ if environ is None else environ
+    return environ.get(ENV_MODEL_ID) or model_id
 
 
 def check_run_mode(run_mode: str) -> str:

@@ -43,9 +43,11 @@ from tools.online.config import (  # noqa: F401 (re-exported)
     check_run_mode,
     load_preset_policy,
     make_optimizer,
+    model_id_override,
     preset_config,
     preset_dtype,
     preset_lora_config,
+    run_parameters,
 )
 from tools.online.evaluation import (  # noqa: F401 (re-exported)
     COMPLETION_KINDS,

@@ -17,6 +17,7 @@ the learners' notebooks use ``from tools import online_trl``). Each name is defi
 
 from __future__ import annotations
 
+from tools.conformance import TRL_VERSION_WRITTEN_FOR  # noqa: F401 (re-exported)
 from tools.online.record import TRL_SEEDS_LABEL  # noqa: F401 (re-exported)
 from tools.online.trl_agreement import (  # noqa: F401 (re-exported)
     AGREEMENT_RTOL,
@@ -46,7 +47,6 @@ from tools.online.trl_scaling import (  # noqa: F401 (re-exported)
     vllm_grpo_config,
 )
 from tools.online.trl_trainer import (  # noqa: F401 (re-exported)
-    TRL_VERSION_WRITTEN_FOR,
     grpo_config,
     make_trainer,
     quiet,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from tools.tiny_model import IM_END
+
 __all__ = [
     "build_response_batch",
     "move_response_batch",
@@ -20,7 +22,7 @@ __all__ = [
 ]
 
 # Tokens that close a turn in common chat templates (ChatML / Qwen, Llama 3, Gemma, Phi-3).
-_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+_END_OF_TURN_TOKENS = (IM_END, "<|eot_id|>", "<end_of_turn>", "<|end|>")
 
 
 def _encode(tokenizer, text: str, add_special_tokens: bool) -> list[int]:

@@ -111,11 +111,12 @@ def parse_requirements(path, _seen=None) -> list[Requirement]:
             )
     unique: dict[str, Requirement] = {}
     for requirement in requirements:
-        unique.setdefault(_normalise(requirement.name), requirement)
+        unique.setdefault(normalise_name(requirement.name), requirement)
     return list(unique.values())
 
 
-def _normalise(name: str) -> str:
+def normalise_name(name: str) -> str:
+    """A distribution name as PEP 503 compares it: runs of ``-``, ``_`` and ``.`` become ``-``, lower case."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -149,6 +150,14 @@ def _profile(profile: str) -> tuple[str, dict]:
     return key, PROFILES[key]
 
 
+def pinned_version(package: str, profile: str = "PT-CPU", root=None) -> str:
+    """The version ``profile``'s requirement file pins ``package`` to (``name==X``): its one home."""
+    for requirement in profile_requirements(profile, root):
+        if normalise_name(requirement.name) == normalise_name(package) and requirement.op == "==":
+            return str(requirement.version)
+    raise LookupError(f"{profile} pins no version of {package}")
+
+
 def profile_requirements(profile: str, root=None) -> list[Requirement]:
     """The packages ``profile`` needs, read from ``<root>/environments/<file>`` (torch added for PT-RL-CUDA)."""
     key, spec = _profile(profile)
@@ -156,7 +165,7 @@ def profile_requirements(profile: str, root=None) -> list[Requirement]:
     if not path.is_file():
         raise FileNotFoundError(f"requirement file for {key} not found: {path}")
     requirements = parse_requirements(path)
-    if spec["cuda"] and all(_normalise(r.name) != "torch" for r in requirements):
+    if spec["cuda"] and all(normalise_name(r.name) != "torch" for r in requirements):
         # The CUDA profile installs torch separately (a CUDA wheel matching the driver).
         requirements.insert(0, Requirement("torch", ">=", TORCH_PLATFORM_MINIMUM, "CUDA build, installed separately"))
     return requirements
@@ -190,11 +199,11 @@ def _package_row(requirement: Requirement) -> dict:
     # what is accepted, not the pin: `name==X` reads as X or newer, and any torch from TORCH_PLATFORM_MINIMUM on
     op = ">=" if requirement.op in ("==", "===") else requirement.op
     wanted = f"{op}{requirement.version}" if requirement.op else "any"
-    if _normalise(name) == "torch":
+    if normalise_name(name) == "torch":
         wanted = f">={TORCH_PLATFORM_MINIMUM}"
     if installed is None:
         return _row(name, wanted, "-", "missing", True)
-    if _normalise(name) == "torch":
+    if normalise_name(name) == "torch":
         if _at_least(installed, TORCH_PLATFORM_MINIMUM):
             return _row(name, wanted, installed, "ok", True, TORCH_RULE)
         return _row(name, wanted, installed, "too old", True, TORCH_RULE)

@@ -9,6 +9,9 @@ from pathlib import Path
 from traitlets import Bool, Dict, Integer, List, Unicode
 from traitlets.config import Configurable
 
+from tools import env_vars
+from tools.project_runtime import MARKER
+
 AUTOGRADE = Path(__file__).resolve().parents[1]  # <checkout>/autograde
 ROOT = AUTOGRADE.parent  # the course checkout (holds course.toml, tools/)
 GRADER_VERSION = "3"  # bump when a change must regrade every submission
@@ -82,7 +85,7 @@ class GradingPipeline(Configurable):
     kernel_files = List(
         Unicode(),
         default_value=[
-            "course.toml",
+            MARKER,
             "pyproject.toml",
             "tools",
             "environments",
@@ -113,7 +116,7 @@ class GradingPipeline(Configurable):
         '`{"nb02_grpo_objective": {"zero_one_masks": True}}`',
     ).tag(config=True, zh='打开 oracle 里默认关闭的用例族，例如 `{"nb02_grpo_objective": {"zero_one_masks": True}}`')
     kernel_env = Dict(
-        default_value={"GRPO_ONLINE_RUN_MODE": "smoke"},
+        default_value={env_vars.ONLINE_RUN_MODE: "smoke"},
         help="environment variables of every grading kernel and oracle driver, whatever the instructor's shell "
         "holds (the sandbox passes on only a few); lesson 7 reads this one and runs its short experiment",
     ).tag(

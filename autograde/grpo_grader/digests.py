@@ -10,11 +10,15 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
+from tools import env_vars
+
 from .course import AUTOGRADE
 
-SEED_ENV = "GRPO_GRADING_SEED"
+SEED_ENV = env_vars.GRADING_SEED
 SEED_NAME = ".grading_seed"  # <course>/.grading_seed: git-ignored; created by `make autograde`
 HERE = Path(__file__).resolve().parent
+# what loads an oracle, draws its cases, carries them to the driver and back, and judges them
+ORACLE_MACHINERY = ("oracle.py", "vocabulary.py", "wire.py", "judging.py", "driver.py")
 
 
 def grading_seed(create: bool = False, announce: Callable[[str], None] = print, course: Path = AUTOGRADE) -> str:
@@ -48,13 +52,15 @@ def seed_digest(seed: str) -> str:
 
 
 def oracle_digest(assignment: str) -> str:
-    """Changes when the oracle module of ``assignment`` changes (a regrade is then due), or the oracle machinery
-    (``oracle.py``, ``driver.py``). The module is found, not imported."""
+    """Changes when the oracle module of ``assignment`` changes (a regrade is then due), the helpers the oracles share
+    (``oracles/_*.py``) or the oracle machinery (``ORACLE_MACHINERY``). The module is found, not imported."""
     try:
         spec = importlib.util.find_spec(f"{__package__}.oracles.{assignment}")
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.origin:
         return "none"
-    parts = [Path(spec.origin).read_bytes(), (HERE / "oracle.py").read_bytes(), (HERE / "driver.py").read_bytes()]
+    helpers = sorted((HERE / "oracles").glob("_*.py"))  # the oracles' shared references (_policy_losses.py, ...)
+    parts = [Path(spec.origin).read_bytes(), *((HERE / name).read_bytes() for name in ORACLE_MACHINERY)]
+    parts += [path.read_bytes() for path in helpers]
     return hashlib.sha256(b"".join(parts)).hexdigest()[:16]

@@ -9,7 +9,7 @@ not there run at the end), and writes one JSON line per cell and per case to the
 opened and reads with a size limit and a deadline (without one, ``<job>/results.jsonl``: tests only).
 
 Nothing here is trusted: the learner's code runs in this process and may change anything in it. The job holds
-inputs only; the expected values and the comparison stay in the grader's process (``oracle.py``), which
+inputs only; the expected values and the comparison stay in the grader's process (``judging.py``), which
 reads these lines as plain data. Only the standard library and torch (and IPython to run cells) are used.
 """
 
@@ -58,7 +58,7 @@ def dtype_table(torch) -> dict:
 
 
 def make_codec(torch):
-    """(encode, decode) between the learner's values and the plain data format of ``oracle.py``: only exact
+    """(encode, decode) between the learner's values and the plain data format of ``wire.py``: only exact
     ``torch.Tensor``, tuple, list, dict with str keys, set, bool/int/float/str/None - and NumPy scalars or 0-d
     arrays, sent as the Python number their ``.item()`` gives - are sent as themselves; anything else becomes
     ``{"__object__": type name}``. A function of ``torch`` so that this file imports nothing heavy at the top."""

@@ -112,13 +112,14 @@ class CollectAndName(BaseApiHandler):
         from nbgrader.api import Gradebook
 
         from autograde.grpo_grader.roster import name_learners
+        from tools.project_runtime import MARKER
 
         result = self.api.collect(assignment_id)
         if result.get("success"):
             course = Path(self.coursedir.root)
             learners = sorted(p.parent.name for p in course.glob(f"submitted/*/{assignment_id}") if p.is_dir())
             with Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
-                name_learners(gb, course.parent / "course.toml", learners)
+                name_learners(gb, course.parent / MARKER, learners)
         self.write(json.dumps(result))
 
 
@@ -131,7 +132,7 @@ ROUTES = [
 
 
 def _jupyter_server_extension_points():
-    return [{"module": "autograde.grpo_grader.formgrader_guard"}]
+    return [{"module": __name__}]
 
 
 def _load_jupyter_server_extension(serverapp) -> None:

@@ -12,8 +12,10 @@ from pathlib import Path
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
+from tools.project_runtime import MARKER
+
 from .course import ROOT, GradingPipeline
-from .learner_grading import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
+from .outcomes import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 from .roster import name_learners
 
 
@@ -77,7 +79,7 @@ def merge(settings: GradingPipeline, results: list[AssignmentResult]) -> None:
     with warnings.catch_warnings(), Gradebook(settings.db_url, settings.course_id) as gb:
         # nbgrader's add_submission triggers harmless SQLAlchemy 2 "not in session" autoflush warnings
         warnings.filterwarnings("ignore", message=".*not in session.*")
-        name_learners(gb, settings.course.parent / "course.toml", [learner])  # the roster's name, else the id
+        name_learners(gb, settings.course.parent / MARKER, [learner])  # the roster's name, else the id
         for result in results:
             kwargs = {"timestamp": result.timestamp} if result.timestamp else {}
             gb.update_or_create_submission(result.assignment, learner, **kwargs)
@@ -121,9 +123,9 @@ def read_report(settings: GradingPipeline, learner: str, assignment: str) -> dic
 
 def similar_learners(reports: dict[tuple[str, str], dict]) -> dict[tuple[str, str], list[tuple[str, float]]]:
     """{(learner, assignment): [(other learner of the batch, similarity)]} for answer cells whose winnowed
-    fingerprints mostly agree (``submission.similarity`` >= ``run.COPY_THRESHOLD``: renamed variables, comments,
+    fingerprints mostly agree (``submission.similarity`` >= ``review.COPY_THRESHOLD``: renamed variables, comments,
     layout, dead code and reordered statements do not hide a copy); the highest similarity per pair."""
-    from .learner_grading import COPY_THRESHOLD
+    from .review import COPY_THRESHOLD
     from .submission import similarity
 
     answers: dict[tuple[str, str], dict[str, list[str]]] = {}

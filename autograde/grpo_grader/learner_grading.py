@@ -3,105 +3,32 @@ grades and test outcomes, and stage the autograded notebooks (with a grading not
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
 import re
 import shutil
-import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import nbformat
 
 from .course import GRADER_VERSION, ROOT, GradingPipeline
 from .digests import oracle_digest, seed_digest
+from .oracle_run import OracleRun, apply_oracle, stripped_tests
+from .outcomes import (
+    NO_AUTO_POINTS,
+    AssignmentResult,
+    NotebookResult,
+    add_note,
+    manual_points,
+    summarise,
+    test_outcomes,
+)
+from .review import compare_with_release, copies_reference, scan_flags
 from .slots import Slot
-from .submission import answer_fingerprints, containment, fingerprints, read_notebook, rebuild_metadata, worked_answers
+from .submission import answer_fingerprints, read_notebook, rebuild_metadata
 
-if TYPE_CHECKING:  # the oracles (and torch) are imported when a notebook is graded, not by the other commands
-    from .oracle_job import OracleOutcome
-
-STUB_MESSAGE = "请先完成这个 TODO"  # the text of nbgrader's ClearSolutions stub (autograde/nbgrader_config.py)
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
-NOTE_TAG = "grading-note"
-
-# Patterns worth a human look in answer cells; they never change a score.
-FLAG_PATTERNS = [
-    (
-        "ipython-hooks",
-        r"input_transformers|ast_transformers|events\.register|set_custom_exc|register_magic"
-        r"|\.run_cell\b|showtraceback",
-    ),
-    ("grader-internals", r"tools\.grading|_ORIGINALS|\btampered\b|sys\.modules"),
-    (
-        "monkeypatch",
-        r"\b(?:torch|torch\.testing|torch\.Tensor|builtins|math|numpy|np)\.[A-Za-z_]+\s*=(?!=)"
-        r"|__builtins__|setattr\(\s*(?:torch|builtins|math)",
-    ),
-    ("exit", r"os\._exit|sys\.exit|\bquit\(|\bexit\(|SystemExit|os\.kill\b"),
-    ("file-access", r"\bopen\(|os\.walk|\bglob\b|listdir|scandir|read_text|read_bytes|gradebook|solutions/"),
-    ("processes", r"subprocess|os\.system|os\.popen|os\.fork|ctypes|multiprocessing|\bsocket\b"),
-]
-
-
-@dataclass
-class NotebookResult:
-    notebook: str
-    status: str  # graded | timeout | invalid | missing | error
-    reason: str = ""
-    notes: list[str] = field(default_factory=list)
-    grades: dict = field(default_factory=dict)  # grade_id -> {"auto_score", "needs_manual_grade"}
-    comments: dict = field(default_factory=dict)  # grade_id -> auto_comment
-    late_penalty: float | None = None
-    tests: list[dict] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
-    answers: dict = field(default_factory=dict)  # answer grade_id -> its winnowed fingerprint (copies)
-    seconds: float = 0.0
-    phases: dict = field(default_factory=dict)  # seconds per step: nbgrader, oracle
-    score: float = 0.0
-    max_score: float = 0.0
-
-
-@dataclass
-class AssignmentResult:
-    learner: str
-    assignment: str
-    fingerprint: str
-    timestamp: str | None = None
-    files: list[str] = field(default_factory=list)
-    notebooks: list[NotebookResult] = field(default_factory=list)
-    staged: str | None = None  # folder holding the autograded notebooks + grading_report.json
-
-    @property
-    def status(self) -> str:
-        order = ["error", "invalid", "timeout", "missing", "graded"]
-        return min((n.status for n in self.notebooks), key=order.index, default="missing")
-
-    @property
-    def score(self) -> float:
-        return sum(n.score for n in self.notebooks)
-
-    @property
-    def max_score(self) -> float:
-        return sum(n.max_score for n in self.notebooks)
-
-    @property
-    def reason(self) -> str:
-        parts = []
-        for n in self.notebooks:
-            text = "；".join([p for p in [n.reason, *n.notes] if p])
-            if text:
-                parts.append(text if len(self.notebooks) == 1 else f"{n.notebook}: {text}")
-        return " | ".join(parts)
-
-    def report(self) -> dict:
-        data = asdict(self)
-        data.update(status=self.status, score=self.score, max_score=self.max_score, reason=self.reason)
-        return data
 
 
 # ----------------------------------------------------------------------------- submitted files
@@ -171,204 +98,6 @@ def runnable_notebooks(settings: GradingPipeline, course_info: dict, todo, enoug
                 if enough is not None and count >= enough:
                     return count
     return count
-
-
-def compare_with_release(
-    submitted: nbformat.NotebookNode, release: nbformat.NotebookNode
-) -> tuple[list[str], list[str], str]:
-    """(locked cells the learner edited, locked cells the learner deleted, the code the learner wrote).
-
-    nbgrader restores both kinds of locked cells from the gradebook; the learner's own code is every line of a
-    code cell that no code cell of the released notebook has (answers, added cells, lines added to a setup
-    cell): ``import numpy as np`` added to the imports cell is the learner's, the cell's released lines are not.
-    """
-
-    def locked(cell):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        return meta.get("grade_id") and meta.get("locked") and not meta.get("solution")
-
-    released = {c.metadata["nbgrader"]["grade_id"]: c for c in release.cells if locked(c)}
-    mine = {}
-    for cell in submitted.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid:
-            mine.setdefault(gid, cell)
-    edited = [gid for gid, cell in released.items() if gid in mine and mine[gid].source != cell.source]
-    deleted = [gid for gid in released if gid not in mine]
-    release_lines = {line.strip() for c in release.cells if c.cell_type == "code" for line in c.source.splitlines()}
-    written = "\n".join(
-        line
-        for c in submitted.cells
-        if c.cell_type == "code"
-        for line in c.source.splitlines()
-        if line.strip() not in release_lines
-    )
-    return edited, deleted, written
-
-
-COPY_THRESHOLD = 0.8  # share of an answer's fingerprint found in the reference (or another learner's answer)
-
-
-@functools.cache
-def reference_fingerprints(assignment: str, course: Path) -> dict[str, frozenset]:
-    """{answer grade_id: fingerprint of the course's worked answer}, read from nbgrader's source version of the lesson
-    (``<course>/source/<assignment>/<assignment>.ipynb``, which `make release` builds from ``solutions/``), and under
-    ``"*"`` the fingerprint of the lesson's exported module (``tools/lessons/<assignment>.py``); empty where neither
-    exists."""
-    out: dict[str, frozenset] = {}
-    source = course / "source" / assignment / f"{assignment}.ipynb"
-    if source.is_file() and not source.is_symlink():
-        nb, _ = read_notebook(source.read_text(encoding="utf-8"))
-        if nb is not None:
-            out = {gid: frozenset(fingerprints(text)) for gid, text in worked_answers(nb).items()}
-    module = ROOT / "tools" / "lessons" / f"{assignment}.py"
-    if module.is_file():
-        out["*"] = frozenset(fingerprints(module.read_text(encoding="utf-8")))
-    return out
-
-
-def copies_reference(assignment: str, answers: dict[str, list[int]], course: Path) -> list[str]:
-    """``copies-reference:<share>%`` when an answer cell is (nearly) the course's reference answer: most of its
-    fingerprint is in the worked answer or the lesson module (a flag for a human; never a score change)."""
-    reference = reference_fingerprints(assignment, course)
-    shares = [
-        containment(prints, reference.get(gid, frozenset()) | reference.get("*", frozenset()))
-        for gid, prints in answers.items()
-    ]
-    best = max(shares, default=0.0)
-    return [f"copies-reference:{round(100 * best)}%"] if best >= COPY_THRESHOLD else []
-
-
-def scan_flags(code: str) -> list[str]:
-    """Review flags for code the learner wrote; they never change a score."""
-    return [name for name, pattern in FLAG_PATTERNS if re.search(pattern, code)]
-
-
-# ----------------------------------------------------------------------------- outcomes
-def _first_line(text: str, limit: int = 160) -> str:
-    line = next((l.strip() for l in str(text).splitlines() if l.strip()), "")
-    return line if len(line) <= limit else line[:limit] + "…"
-
-
-def cell_message(cell, cell_timeout: int) -> str:
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "error":
-            ename = out.get("ename", "Error")
-            if ename == "CellTimeoutError":
-                return f"CellTimeoutError: 单元运行超过 {cell_timeout} 秒被中断（cell timeout）"
-            if ename == "KeyboardInterrupt":
-                return f"KeyboardInterrupt: 单元运行超过 {cell_timeout} 秒被中断（cell timeout）"
-            return f"{ename}: {_first_line(out.get('evalue', ''))}".rstrip(": ")
-        if out.get("output_type") == "stream" and out.get("name") == "stderr":
-            return f"向 stderr 输出了内容（nbgrader 判为未通过）：{_first_line(out.get('text', ''))}"
-    return ""
-
-
-def test_outcomes(nb: nbformat.NotebookNode | None, cells: dict, grades: dict, cell_timeout: int) -> list[dict]:
-    """One row per graded cell of the notebook, in notebook order."""
-    by_id = {}
-    if nb is not None:
-        for cell in nb.cells:
-            gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            if gid:
-                by_id[gid] = cell
-    rows = []
-    for gid, info in cells.items():
-        grade = grades.get(gid, {})
-        score = grade.get("auto_score")
-        cell = by_id.get(gid)
-        if info["kind"] == "manual":
-            outcome, message = "manual", "需要人工评分（manual grading）"
-        elif score is None:
-            outcome, message = "not run", "未运行（not run）"
-        elif score >= info["max_score"]:
-            outcome, message = "passed", ""
-        else:
-            outcome = "failed" if score == 0 else "partial"
-            message = cell_message(cell, cell_timeout) if cell is not None else "未运行（not run）"
-        rows.append(
-            {
-                "grade_id": gid,
-                "max_score": info["max_score"],
-                "score": score or 0.0,
-                "outcome": outcome,
-                "message": message,
-            }
-        )
-    return rows
-
-
-def summarise(tests: list[dict]) -> str:
-    failed = [t for t in tests if t["outcome"] in ("failed", "partial", "not run")]
-    if not failed:
-        return ""
-    messages = {t["message"] for t in failed}
-    nothing_passed = all(t["outcome"] != "passed" for t in tests if t["outcome"] != "manual")
-    if nothing_passed and len(messages) == 1:
-        message = messages.pop()
-        if message == f"NotImplementedError: {STUB_MESSAGE}":
-            return "所有 TODO 都未完成：NotImplementedError（no TODO done）"
-        return f"所有测试都未通过：{message}（all tests failed）"
-    parts = [f"{t['grade_id']}: {t['message'] or t['outcome']}" for t in failed[:6]]
-    if len(failed) > 6:
-        parts.append(f"…另有 {len(failed) - 6} 项未通过")
-    return "未通过 " + "；".join(parts)
-
-
-# ----------------------------------------------------------------------------- the grading note
-STATUS_TEXT = {
-    "graded": "已评分（graded）",
-    "timeout": "超时终止（timeout）",
-    "invalid": "无法评分（invalid）",
-    "missing": "未提交（missing）",
-    "error": "评分出错（error）",
-}
-
-
-NO_AUTO_POINTS = "无自动评分"
-
-
-def manual_pending_text(points: float) -> str:
-    """How a grade row and the note say that points wait for the instructor (never a bare '-' or a lost point)."""
-    return f"待人工评分 {points:g} 分"
-
-
-def manual_points(result: NotebookResult) -> float:
-    """The notebook's points that only the instructor can give (manually graded answers)."""
-    return sum(t["max_score"] for t in result.tests if t["outcome"] == "manual")
-
-
-def note_markdown(result: NotebookResult) -> str:
-    manual = manual_points(result)
-    automatic = result.max_score - manual
-    lines = ["### 自动评分说明（autograder note）", "", f"- 状态：{STATUS_TEXT.get(result.status, result.status)}"]
-    if automatic > 0:
-        lines.append(f"- 自动评分得分：{result.score:g} / {automatic:g}（教师人工调整后以上方总分为准）")
-    else:
-        lines.append(f"- 自动评分：{NO_AUTO_POINTS}（这一课没有自动计分的测试）")
-    if manual > 0:
-        lines.append(f"- {manual_pending_text(manual)}：问答题由教师评阅后计入总分（满分共 {result.max_score:g} 分）")
-    if result.reason:
-        lines.append(f"- 原因：{result.reason}")
-    lines += [f"- 说明：{note}" for note in result.notes]
-    failed = [t for t in result.tests if t["outcome"] in ("failed", "partial", "not run")]
-    if failed and result.status == "graded":
-        lines.append("- 未通过的测试：")
-        lines += [
-            f"  - `{t['grade_id']}`（{t['score']:g} / {t['max_score']:g} 分）：{t['message'] or t['outcome']}"
-            for t in failed
-        ]
-    return "\n".join(lines)
-
-
-def add_note(path: Path, result: NotebookResult) -> None:
-    os.chmod(path, 0o644)
-    nb = nbformat.read(path, as_version=4)
-    nb.cells = [c for c in nb.cells if NOTE_TAG not in c.get("metadata", {}).get("tags", [])]
-    cell = nbformat.v4.new_markdown_cell(note_markdown(result), metadata={"tags": [NOTE_TAG]})
-    cell["id"] = NOTE_TAG
-    nb.cells.insert(0, cell)
-    nbformat.write(nb, path)
 
 
 def placeholder(settings: GradingPipeline, assignment: str, notebook: str) -> nbformat.NotebookNode:
@@ -570,145 +299,6 @@ def grade_assignment(
         result.notebooks.append(nres)
     (stage / "grading_report.json").write_text(json.dumps(result.report(), ensure_ascii=False, indent=1))
     return result
-
-
-_CASES_LOCK = threading.Lock()
-
-
-def oracle_cases(oracle, settings: GradingPipeline, learner: str, seed: str):
-    """The cases of an assignment for one learner: drawn from a key derived from this run's ``seed``, the learner and
-    the assignment (``oracle.case_generator``). One slot at a time: an oracle's first draw may load a model (lesson
-    7), and two threads importing transformers at once can fail."""
-    with _CASES_LOCK:
-        return oracle.cases(seed, settings.oracle_flags.get(oracle.assignment, {}), learner=learner)
-
-
-class OracleRun:
-    """The oracle's driver for one notebook. Where the slot allows it (``Slot.concurrent_oracle``), it starts at
-    once and runs beside nbgrader's execution, in a sandbox of its own (its own uid as root): both
-    mostly wait on their interpreters and torch's import, so the notebook takes about as long as the slower of
-    the two. Otherwise it runs when ``outcome()`` is first asked for, after nbgrader, as before. Either way it
-    is the same driver on the same job (inputs drawn from the grading seed); a notebook that nbgrader could not
-    grade discards its result."""
-
-    def __init__(
-        self,
-        slot: Slot,
-        settings: GradingPipeline,
-        assignment: str,
-        release: nbformat.NotebookNode,
-        rebuilt: nbformat.NotebookNode,
-        learner: str,
-        seed: str,
-    ) -> None:
-        self._slot, self._settings, self._release, self._rebuilt = slot, settings, release, rebuilt
-        self._result: OracleOutcome | None = None
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        self.oracle = self.cases = None
-        self.concurrent = False
-        try:
-            from .oracle import load_oracle
-
-            self.oracle = load_oracle(assignment)
-            if self.oracle is not None:
-                self.cases = oracle_cases(self.oracle, settings, learner, seed)
-        except Exception as error:  # reported as the grader's fault by outcome(), for this notebook only
-            self._error = error
-            return
-        self.concurrent = self.oracle is not None and slot.concurrent_oracle
-        if self.concurrent:
-            self._thread = threading.Thread(target=self._run, name=f"oracle-{slot.dir.name}", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            from .oracle_job import run_oracle
-
-            self._result = run_oracle(
-                self._slot,
-                self.oracle,
-                self.cases,
-                self._release,
-                self._rebuilt,
-                self._settings.cell_timeout,
-                self._settings.notebook_timeout,
-                self._settings.demo_cells.get(self.oracle.assignment, ()),
-            )
-        except BaseException as error:  # noqa: BLE001 - handed to outcome()
-            self._error = error
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def cancel(self) -> None:
-        """Kill a driver that runs beside nbgrader (its result is not needed)."""
-        if self._thread is not None and self._thread.is_alive():
-            self._slot.stop_oracle()
-        self.wait()
-
-    def outcome(self) -> OracleOutcome | None:
-        """The driver's outcome (None: this notebook has no oracle); raises what went wrong on the grader's side."""
-        if self._error is None and self._result is None and self.oracle is not None:
-            if self._thread is None:
-                self._run()
-            else:
-                self.wait()
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-def stripped_tests(executed: nbformat.NotebookNode | None) -> set[str]:
-    """The test cells whose hidden tests did not run in the kernel (``StripHiddenTests``)."""
-    from .preprocessors import STRIPPED_NOTE
-
-    return {
-        c.metadata["nbgrader"]["grade_id"]
-        for c in (executed.cells if executed is not None else [])
-        if c.cell_type == "code"
-        and STRIPPED_NOTE in c.source
-        and c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-    }
-
-
-def apply_oracle(run: OracleRun, cells: dict, nres: NotebookResult, stripped: set[str] = frozenset()) -> dict[str, str]:
-    """Replace the in-kernel scores of the oracle's test cells by the oracle's verdicts; {grade_id: message}.
-    ``stripped``: test cells that ran without their hidden tests in the kernel (their in-kernel pass says little)."""
-    outcome = run.outcome()
-    oracle = run.oracle
-    if outcome is None:
-        nres.flags = sorted({*nres.flags, "no-oracle"})
-        return {}
-    if not run.concurrent:  # ran after nbgrader: its time adds up
-        nres.seconds = round(nres.seconds + outcome.seconds, 1)
-    nres.phases["oracle"] = outcome.seconds
-    if outcome.problem:
-        nres.notes.append(outcome.problem)
-    messages, comments = {}, {}
-    in_kernel = {gid: (nres.grades.get(gid) or {}).get("auto_score") or 0.0 for gid in outcome.verdicts if gid in cells}
-    for gid, verdict in outcome.verdicts.items():
-        if gid not in cells:
-            continue
-        nres.grades[gid] = {
-            "auto_score": cells[gid]["max_score"] if verdict.passed else 0.0,
-            "needs_manual_grade": False,
-        }
-        messages[gid] = verdict.message
-        answer = oracle.tests[gid]
-        line = f"{gid}：{'通过' if verdict.passed else '未通过'}（{verdict.cases - verdict.failed}/{verdict.cases} 个用例）"
-        comments.setdefault(answer, []).append(line + (f"：{verdict.message}" if verdict.message else ""))
-    for gid, info in cells.items():
-        if info["kind"] == "test" and gid not in outcome.verdicts:
-            nres.flags = sorted({*nres.flags, "in-kernel-test"})
-    # tests that passed in the learner's kernel but not in the oracle: worth a look (a trick, or flaky code)
-    if any(in_kernel[gid] > nres.grades[gid]["auto_score"] for gid in in_kernel if gid not in stripped):
-        nres.flags = sorted({*nres.flags, "kernel-disagrees"})
-    nres.phases["in_kernel_score"] = sum(in_kernel.values())
-    for answer, lines in comments.items():
-        nres.comments[answer] = "评分器（在学员内核之外、用评分时抽取的输入）的判定：\n" + "\n".join(lines)
-    return messages
 
 
 def grade_learner(

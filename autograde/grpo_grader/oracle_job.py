@@ -10,7 +10,8 @@ from pathlib import Path
 
 import nbformat
 
-from .oracle import Oracle, TestVerdict, parse_results, verdicts
+from .judging import TestVerdict, parse_results, verdicts
+from .oracle import Oracle
 from .preprocessors import BOOTSTRAP_ID, is_demo_cell
 
 DRIVER = Path(__file__).resolve().parent / "driver.py"

@@ -59,7 +59,7 @@ def _try_import(name: str, mode: str) -> str:
 
 def inside(request: dict) -> dict:
     """What this sandboxed process sees and can do; ``request``: ``paths`` (to try reading: all should be hidden),
-    ``imports`` (module names), ``import_mode`` (``import`` or ``find``), ``oracle`` (the driver's sandbox)."""
+    ``environ`` (variables it must not hold), ``imports`` (module names), ``import_mode`` (``import`` or ``find``), ``oracle`` (the driver's sandbox)."""
     import resource
     import socket
 
@@ -75,9 +75,12 @@ def inside(request: dict) -> dict:
     }
     try:
         with open("/proc/self/environ", "rb") as handle:
-            out["seed_in_environ"] = b"GRPO_GRADING_SEED" in handle.read() or "GRPO_GRADING_SEED" in os.environ
+            environ = handle.read()
     except OSError:
-        out["seed_in_environ"] = "GRPO_GRADING_SEED" in os.environ
+        environ = b""
+    # the grading seed's variable (view.SECRET_ENVIRON, sent in the request): neither in the process's initial
+    # environment nor in os.environ
+    out["seed_in_environ"] = any(name.encode() in environ or name in os.environ for name in request.get("environ", []))
     try:
         out["ipc_namespace"] = os.readlink("/proc/self/ns/ipc")
     except OSError:
@@ -332,7 +335,7 @@ def refusal(path: str, hidden: list[str], homes: list[str]) -> str:
             return f"it holds {folder}, which kernels must not see"
     folder = path
     while folder not in ("", "/") and folder != venv:
-        if os.path.isfile(os.path.join(folder, "course.toml")):
+        if os.path.isfile(os.path.join(folder, "course.toml")):  # mirrors tools.project_runtime.MARKER (stdlib side)
             return f"inside the course checkout {folder}"
         folder = os.path.dirname(folder)
     for folder in hidden:

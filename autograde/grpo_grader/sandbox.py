@@ -1,34 +1,29 @@
 """The sandbox of grading kernels and oracle drivers (Linux): bubblewrap's allow-list view, or nothing (``none``).
 
-nbgrader starts one Jupyter kernel per submitted notebook. The grading pipeline points the kernel spec
-``python3`` at this file, so every learner kernel is started as::
+nbgrader starts one Jupyter kernel per submitted notebook. The grading pipeline points the kernel spec ``python3`` at
+this file, so every learner kernel is started as ``python sandbox.py <spec.json> -f <connection file> [arguments]``.
 
-    python sandbox.py <spec.json> -f <connection file> [kernel arguments]
-
-``bwrap`` builds the view with bubblewrap (``bwrap_args``): an empty root holding only ``/usr`` (and its links), the
-interpreter and the virtual environment, the slot's course copy (``course.toml`` + ``tools/`` + checkpoints,
-read-only) and, for a kernel, its socket folder; fresh size-limited tmpfs for ``/tmp``, ``/var/tmp``, ``/dev/shm``
-and the working folder (also ``HOME``); its own ``/proc`` and minimal ``/dev``; its own PID, IPC, UTS, network (a
-loopback only) and cgroup namespaces; no capabilities and ``no_new_privs``; killed with its parent. Nothing else
-of the machine exists in it: no checkout, gradebook, home folder or other learner's work to hide.
+``bwrap`` builds the view with bubblewrap (``bwrap_args``): an empty root holding only what the spec declares, which
+the slot takes from ``view.py`` (the one declaration of what a sandbox sees and never sees; the README's generated
+section lists it); its own PID, IPC, UTS, network (a loopback only) and cgroup namespaces; no capabilities and
+``no_new_privs``; killed with its parent. Nothing else of the machine exists in it.
 
 ``zygote`` (root): a slot starts one bubblewrap per kind (kernels, oracle drivers) ONCE; in it this file runs as a
-    root process with only ``ROOT_CAPS`` (``CAP_SETUID``, ``CAP_SETGID``, ``CAP_KILL``) that imports torch, IPython, ipykernel, matplotlib and
-    transformers once, then serves jobs over a unix socket only the grader can reach: per job it forks, gives the
-    child the job's descriptors (a kernel: its launcher's stdio; a driver: stderr, the results pipe and a memfd with
-    the job), its limits and the slot's leased uid for good, and runs ipykernel or ``driver.py`` in that process.
-    After each job a helper with that uid kills every process of it and removes every file and System V IPC object
-    it left, before the next job starts (``_clean``); if anything of it is left, the zygote exits and is replaced.
-    The kernel spec's launcher only connects, passes its stdio, relays SIGINT and exits with the kernel's code.
+    root process with only ``ROOT_CAPS`` that imports torch & co once (``zygotes.WARM``, sent in the spec), then
+    serves jobs over a unix socket only the grader can reach: per job it forks, gives the child the job's
+    descriptors (a kernel: its launcher's stdio; a driver: stderr, the results pipe and a memfd with the job), its
+    limits and the slot's leased uid for good, and runs ipykernel or ``driver.py`` in that process. After each job a
+    helper with that uid kills every process of it and removes every file and System V IPC object it left
+    (``_clean``); if anything of it is left, the zygote exits and is replaced. The kernel spec's launcher only
+    connects, passes its stdio, relays SIGINT and exits with the kernel's code.
 not root: bubblewrap in a user namespace, one per kernel and per driver (``_exec_bwrap``): there is no other uid to
     drop to, and a job with the zygote's own uid could tamper with it.
 ``none`` (explicit only): the course copy, a working folder and the resource limits; kernels read what the grader can.
 
 In every mode: resource limits (address space, file size, core dumps, processes), a scrubbed environment (no
 tokens or credentials of the instructor's shell), a thread count that fits the number of grading slots, and a pid
-file that lets the pipeline kill the launcher (and with it the kernel) at the hard time limit.
-
-Only the standard library may be imported at module level: this file runs as the kernel launcher.
+file that lets the pipeline kill the launcher (and with it the kernel) at the hard time limit. Only the standard
+library may be imported at module level: this file runs as the kernel launcher (and its text as the zygote).
 """
 
 from __future__ import annotations
@@ -41,19 +36,6 @@ import signal
 import sys
 import time
 
-KEEP_ENV = (
-    "PATH",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "TERM",
-    "JPY_PARENT_PID",
-    "PYTHONUNBUFFERED",
-    "MPLBACKEND",
-    "NBGRADER_EXECUTION",
-    "PYDEVD_DISABLE_FILE_VALIDATION",
-    "SOURCE_DATE_EPOCH",
-)
 RLIMITS = {
     "AS": resource.RLIMIT_AS,
     "FSIZE": resource.RLIMIT_FSIZE,
@@ -63,26 +45,6 @@ RLIMITS = {
 }
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")  # as root, the only capabilities: drop to and signal a uid
 IPCRM = "/usr/bin/ipcrm"
-# What ipykernel imports while a kernel starts (its debugger, IPython's, history's sqlite3, tornado's loop): ~0.13 s of
-# each forked kernel's start when the parent has not imported them (the tests' kernel forkserver imports them too)
-KERNEL_INIT = (
-    "ipykernel.kernelapp",
-    "ipykernel.ipkernel",
-    "ipykernel.zmqshell",
-    "ipykernel.debugger",
-    "IPython.core.debugger",
-    "IPython.core.completerlib",
-    "IPython.extensions.storemagic",
-    "sqlite3",
-    "tornado.platform.asyncio",
-    "tornado.queues",
-)
-# What every zygote imports before it forks; a run adds what the lessons it grades import (their oracle modules'
-# ZYGOTE_IMPORTS: transformers' Qwen2 model, ~3 s, for lessons 5 and 7), sent in the spec ("warm_imports")
-WARM = {
-    "kernel": ("torch", *KERNEL_INIT, "matplotlib.pyplot"),
-    "oracle": ("torch", "IPython.core.interactiveshell", "matplotlib.pyplot"),
-}
 
 
 def _write(path: str, text: str) -> None:
@@ -99,15 +61,16 @@ def _limits(spec: dict) -> None:
         resource.setrlimit(RLIMITS[name], (value, value))
 
 
-def _kept_environ(environ=None) -> dict[str, str]:
-    """What a sandboxed process keeps of its launcher's environment."""
+def _kept_environ(spec: dict, environ=None) -> dict[str, str]:
+    """What a sandboxed process keeps of its launcher's environment (the spec's ``keep_env``: ``view.KEEP_ENV``)."""
+    names, prefixes = spec["keep_env"], tuple(spec["keep_env_prefixes"])
     return {
-        k: v for k, v in (os.environ if environ is None else environ).items() if k in KEEP_ENV or k.startswith("LC_")
+        k: v for k, v in (os.environ if environ is None else environ).items() if k in names or k.startswith(prefixes)
     }
 
 
 def _environment(spec: dict, launcher_env: dict | None = None) -> dict[str, str]:
-    env = _kept_environ(launcher_env)
+    env = _kept_environ(spec, launcher_env)
     work = spec["workdir"]
     threads = str(spec.get("threads", 1))
     env.update(
@@ -126,6 +89,7 @@ def _environment(spec: dict, launcher_env: dict | None = None) -> dict[str, str]
             "MPLCONFIGDIR": os.path.join(work, ".matplotlib"),
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
+            # mirrors tools.env_vars (GRADING_SANDBOX, GRADING_READONLY_ROOT): standard library only here
             "GRPO_GRADING_SANDBOX": spec["mode"],
             "GRPO_GRADING_READONLY_ROOT": "1" if spec["mode"] == "bwrap" else "0",
             # the bootstrap cell installs what is missing; while grading nothing is installed (and there is no
@@ -143,15 +107,6 @@ def _connection_path(spec: dict) -> str:
 
 
 # ----------------------------------------------------------------------------- bwrap: an allow-list view
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
-
-
-def _size(text: str) -> int:
-    """``"256m"`` -> bytes (tmpfs sizes of the spec)."""
-    units = {"k": 2**10, "m": 2**20, "g": 2**30}
-    return int(text[:-1]) * units[text[-1].lower()] if text[-1].lower() in units else int(text)
-
-
 def _ancestors(path: str):
     """The folders above ``path``, nearest first, ``/`` excluded."""
     parent = os.path.dirname(path.rstrip("/"))
@@ -161,11 +116,10 @@ def _ancestors(path: str):
 
 
 def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = False) -> list[str]:
-    """bubblewrap's command line for ``spec``, up to and including ``--``: an empty root with only the system's
-    programs and libraries (``/usr`` and its links), the spec's ``keep`` folders (interpreter, virtual environment,
-    the kernel's course copy and socket folder, or the driver's job folder), read-only unless marked ``rw``; fresh
-    private size-limited tmpfs for ``/tmp``, ``/var/tmp``, ``/dev/shm`` and the working folder; its own ``/proc`` and
-    a minimal ``/dev``; no network, its own IPC, UTS, PID and cgroup namespaces; killed with its parent.
+    """bubblewrap's command line for ``spec``, up to and including ``--``: an empty root holding only the view the spec
+    declares (``view.spec_view`` and the binds of ``view.kernel_binds``: its ``system``, ``system_files``,
+    ``devices``, ``scratch``, ``keep``, the working folder's tmpfs; the README's generated section lists them); no
+    network, its own IPC, UTS, PID and cgroup namespaces; killed with its parent.
 
     As root no user namespace is used (it would map root only): every capability but ``ROOT_CAPS`` is dropped, and
     the command drops to the spec's uid with ``setpriv`` (no groups, no capabilities, no new privileges); a
@@ -185,7 +139,7 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
         args += ["--unshare-user", "--disable-userns"]
     else:
         args += ["--cap-drop", "ALL"] + [a for cap in ROOT_CAPS for a in ("--cap-add", cap)]
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in spec["system"]:
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -198,17 +152,18 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
                 args.extend(["--perms", "0755", "--dir", parent])
                 made.add(parent)
 
-    for path in SYSTEM_FILES:
+    for path in spec["system_files"]:
         if os.path.exists(path):
             parents(path)
             args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    for kind, path in spec["devices"]:
+        args += [f"--{kind}", path]
     for path, size in spec["scratch"]:
-        args += ["--size", str(_size(size)), "--perms", "1777", "--tmpfs", path]
+        args += ["--size", str(size), "--perms", "1777", "--tmpfs", path]
     for path, mode in spec["keep"]:
         parents(path)
         args += ["--bind" if mode == "rw" else "--ro-bind", path, path]
-    args += ["--size", str(_size(spec.get("workdir_size", "256m"))), "--perms", "1777", "--tmpfs", spec["workdir"]]
+    args += ["--size", str(spec["workdir_size"]), "--perms", "1777", "--tmpfs", spec["workdir"]]
     if connection_fd is not None:
         args += ["--perms", "0444", "--ro-bind-data", str(connection_fd), _connection_path(spec)]
     args += ["--chdir", spec["workdir"], "--"]
@@ -223,14 +178,6 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
             "--",
         ]
     return args
-
-
-def zygote_command(spec: dict) -> list[str]:
-    """bubblewrap running this file as the slot's zygote of ``spec["zygote"]`` (kernel or oracle); its text goes in
-    with ``-c`` (the checkout is not in the view). Its stdin must be the listening socket of its requests."""
-    with open(os.path.abspath(__file__), encoding="utf-8") as handle:
-        source = handle.read()
-    return bwrap_args(spec, zygote=True) + [spec["python"], "-X", "utf8", "-c", source, "--zygote", json.dumps(spec)]
 
 
 def _exec_bwrap(spec: dict, connection_text: str, extra: list[str]) -> None:
@@ -294,7 +241,7 @@ def _kernel_client(spec: dict, connection_text: str, extra: list[str]) -> int:
     """The launcher's side of a kernel job; returns the exit code for Jupyter."""
     import socket
 
-    request = {"env": _kept_environ()}
+    request = {"env": _kept_environ(spec)}
     command = spec.get("command")
     if command:  # the probe: [python, -c, code, args...] run as a kernel job instead of ipykernel
         request.update(code=command[2], argv=command[3:])
@@ -599,7 +546,7 @@ def _serve(spec: dict, conn) -> bool:
 
 
 def zygote_main(spec_text: str) -> None:
-    """The zygote: warm imports, then one job per connection on the listening socket (stdin), one at a time, until
+    """The zygote: its warm imports (``zygotes.WARM`` and the run's, sent in the spec), then one job per connection on the listening socket (stdin), one at a time, until
     the grader's end of the pipe ``spec["grader_fd"]`` closes."""
     import importlib
     import socket
@@ -611,7 +558,7 @@ def zygote_main(spec_text: str) -> None:
         del sys.path[0]
     # ipykernel sets this at start when it is unset, before any cell; matplotlib reads it at import (below)
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    for name in (*WARM[spec["zygote"]], *spec.get("warm_imports", ())) if spec.get("warm", True) else ():
+    for name in spec.get("warm_imports", ()) if spec.get("warm", True) else ():
         try:
             importlib.import_module(name)
         except Exception as error:  # noqa: BLE001 - an optional warm-up: the job imports what it needs itself

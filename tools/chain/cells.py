@@ -24,13 +24,13 @@ import json
 import re
 from pathlib import Path
 
-from tools import bootstrap
+from tools import bootstrap, env_vars
 from tools.preflight import PROFILES
-from tools.project_runtime import resolve_project_root
+from tools.project_runtime import MARKER, resolve_project_root
 
 ROOT = resolve_project_root(Path(__file__))  # the checkout this module belongs to
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
-ENV_UPDATE = "GRPO_COURSE_UPDATE"  # "1": the bootstrap cell runs `git pull --ff-only` on a stale clone
+ENV_UPDATE = env_vars.COURSE_UPDATE  # "1": the bootstrap cell runs `git pull --ff-only` on a stale clone
 STAMP_LENGTH = 12
 
 
@@ -81,7 +81,7 @@ def release_stamp(assignment: str, root: Path | None = None) -> str:
     digest = hashlib.sha256()
     source = root / "solutions" / f"{assignment}.py"
     public = _SECRET_REGION.sub("", source.read_text(encoding="utf-8")).encode("utf-8")
-    for name, data in ((source.name, public), ("course.toml", (root / "course.toml").read_bytes())):
+    for name, data in ((source.name, public), (MARKER, (root / MARKER).read_bytes())):
         digest.update(name.encode() + b"\0" + data + b"\0")
     return digest.hexdigest()[:STAMP_LENGTH]
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import nbformat
 
+from tools import env_vars
 from tools.project_runtime import course_settings as _course_settings
 from tools.project_runtime import (
     resolve_project_root,
@@ -414,7 +415,7 @@ def _progress_wanted(progress: bool | None) -> bool:
     """``progress=None``: on when stderr is a terminal or ``GRPO_PROGRESS=1`` (``make demo`` / ``experiment``)."""
     if progress is not None:
         return bool(progress)
-    flag = os.environ.get("GRPO_PROGRESS", "").strip().lower()
+    flag = os.environ.get(env_vars.PROGRESS, "").strip().lower()
     if flag:
         return flag not in ("0", "false", "no", "off")
     return sys.stderr.isatty()

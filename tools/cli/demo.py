@@ -34,7 +34,7 @@ def evidence_paths() -> list[Path]:
     """Where ``make experiment`` writes the demo's records (the labels are not reference labels: the git-ignored
     ``benchmarks/results/local/``), relative to the course root."""
     from tools import grpo_experiment as gx
-    from tools.cli.experiment import WORKLOAD_ID
+    from tools.experiment_settings import WORKLOAD_ID
 
     return [gx.output_relative_path(WORKLOAD_ID, label) for _, label in EXPERIMENT_RUNS]
 

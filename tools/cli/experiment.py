@@ -28,10 +28,9 @@ from pathlib import Path
 
 # No torch here: the arguments are checked before anything imports torch (a bad RUN_MODE is reported in well under
 # a second), with the experiment's own checks (tools.experiment_settings, which tools.grpo_experiment re-exports).
-from tools.experiment_settings import ENV_MODEL_ID, RUN_MODES, check_run_label, check_run_mode
+from tools.experiment_settings import ENV_MODEL_ID, RUN_MODES, WORKLOAD_ID, check_run_label, check_run_mode
 
 ASSIGNMENT = "nb06_real_model_grpo"
-WORKLOAD_ID = "pt-grpo-real-model-update"
 
 
 def _root() -> Path:

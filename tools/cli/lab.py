@@ -40,7 +40,7 @@ from pathlib import Path
 
 import psutil
 
-from tools.project_runtime import resolve_project_root
+from tools.project_runtime import MARKER, course_id, resolve_project_root
 
 ROOT = resolve_project_root(Path(__file__))  # the checkout this module belongs to
 ROLES = ("learner", "instructor")
@@ -65,14 +65,6 @@ EXCHANGE_DIR = "autograde/exchange"
 WORK_DIR = "work"
 FETCH_DIR = "work/fetched"  # where the Assignment List's Fetch puts a released assignment (not the work copy)
 STATE_DIR = ".cache/lab"
-
-
-def course_id(root: Path = ROOT) -> str:
-    """``[course] id`` of ``course.toml`` (nbgrader's course id, also the exchange folder's name)."""
-    import tomllib
-
-    with open(Path(root) / "course.toml", "rb") as handle:
-        return str(tomllib.load(handle)["course"]["id"])
 
 
 def ensure_exchange(root: Path = ROOT) -> Path:
@@ -450,7 +442,7 @@ def name_gradebook_learners(root: Path = ROOT) -> list[str]:
 
     root = Path(root).resolve()
     with Gradebook(f"sqlite:///{root / 'autograde' / 'gradebook.db'}", course_id(root)) as gb:
-        return name_learners(gb, root / "course.toml")
+        return name_learners(gb, root / MARKER)
 
 
 class _Stop(Exception):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device check of notebook 6's real_gpu path (issue 16), for a bare CUDA machine: torch installed,
+# Device check of notebook 6's real_gpu path, for a bare CUDA machine: torch installed,
 # nothing else, no network. Carry the working tree plus .cache/gpu-wheelhouse (`make gpu-wheelhouse`).
 #
 #   bash tools/device/gpu_check.sh                 # the whole check (< 8 minutes on one modern card)

@@ -20,12 +20,13 @@ import argparse
 import hashlib
 import importlib.metadata as md
 import json
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from tools.preflight import normalise_name
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOTS = (
@@ -70,10 +71,6 @@ PLATFORMS = (
 )
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def closure(python_versions: list[str]) -> dict[str, str]:
     """{normalised name: installed version} of ROOTS and their (non-extra) requirements, for every
     target interpreter's markers; torch and its own dependencies left out."""
@@ -82,7 +79,7 @@ def closure(python_versions: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     todo = list(ROOTS)
     while todo:
-        name = _norm(todo.pop())
+        name = normalise_name(todo.pop())
         if name in found or name in LEFT_TO_TORCH or name in NOT_IMPORTED or name.startswith("nvidia-"):
             continue
         try:

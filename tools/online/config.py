@@ -8,9 +8,13 @@ adapter, the policy a preset loads, and the optimizer a run uses.
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tools import env_vars
+from tools.experiment_settings import REAL_GPU_MODEL_ID, VERIFIER_ID, model_id_override  # noqa: F401 (re-exported)
 from tools.loss_types import CLIPPED_LOSS_TYPES as LOSS_TYPES  # the --loss-type values (lesson 7's grpo_step)
 from tools.online.task import REWARDS
 
@@ -44,7 +48,7 @@ class OnlineConfig:
     max_grad_norm: float = _setting(1.0, "gradient clipping (TRL max_grad_norm)")
     seed: int = _setting(0, "sampling and batch-order seed (overridden by --seeds)")
     reward: str = _setting(
-        "integer-answer-v1",
+        VERIFIER_ID,
         f"the training reward: {' | '.join(REWARDS)} (the loophole verifier is the reward-hacking ablation's)",
     )
     format_weight: float = _setting(
@@ -109,7 +113,6 @@ def check_config(config: OnlineConfig) -> None:
 # warm start, LoRA on the attention projections only (the base weights stay frozen, AdamW keeps state for the adapter
 # only), a learning rate within TRL's range (GRPOConfig's default 1e-6 is for full fine-tuning; LoRA adapters are
 # usually trained about ten times faster), bf16 where the card supports it natively, else float32.
-REAL_GPU_MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 RUN_PRESETS = {
     "tiny_cpu": {"config": {}, "heldout": None, "lora": None},
@@ -132,6 +135,18 @@ def check_run_mode(mode: str) -> str:
     if mode not in RUN_PRESETS:
         raise ValueError(f"RUN_MODE 必须是 {' / '.join(RUN_PRESETS)} 之一，收到 {mode!r}")
     return mode
+
+
+def run_parameters(run_mode: str, run_label: str, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The notebook's ``RUN_MODE`` and ``RUN_LABEL``, each overridden by its environment variable when set
+    (``GRPO_ONLINE_RUN_MODE``: the grading kernels set ``smoke``; ``GRPO_ONLINE_RUN_LABEL``), then checked
+    (``ValueError`` for a mode that is not a preset or a label that is not a safe file-name part)."""
+    from tools.project_runtime import check_run_label
+
+    environ = os.environ if environ is None else environ
+    mode = environ.get(env_vars.ONLINE_RUN_MODE, run_mode)
+    label = environ.get(env_vars.ONLINE_RUN_LABEL, run_label)
+    return check_run_mode(mode), check_run_label(label)
 
 
 def preset_config(mode: str, **overrides) -> OnlineConfig:

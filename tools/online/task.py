@@ -15,8 +15,10 @@ import functools
 import itertools
 import random
 
+from tools.experiment_settings import VERIFIER_ID
+
 TASK_ID = "four-digit-sum-scratchpad-v1"
-REWARDS = ("integer-answer-v1", "contains-answer-loophole")
+REWARDS = (VERIFIER_ID, "contains-answer-loophole")
 
 # The task: the sum of ADDENDS single digits, "6+7+9+4=". The tiny model does not add four digits reliably in one
 # step, but it can add two numbers at a time: the scratchpad (scratchpad()) writes the running sum,
@@ -250,7 +252,7 @@ def loophole_rewards(completions, answers) -> list[float]:
 def reward_function(name: str, verify, format_weight: float):
     """The reward ``name`` (REWARDS) as ``fn(completions, answers) -> list[float]``; ``verify`` is nb04's verifier,
     ``format_weight`` its format bonus (integer-answer-v1 only: OnlineConfig.format_weight)."""
-    if name == "integer-answer-v1":
+    if name == VERIFIER_ID:
         return functools.partial(strict_rewards, verify=verify, format_weight=format_weight)
     if name == "contains-answer-loophole":
         return loophole_rewards

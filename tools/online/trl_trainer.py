@@ -13,8 +13,6 @@ import warnings
 from tools.online.config import OnlineConfig
 from tools.online.task import chat_prompt
 
-TRL_VERSION_WRITTEN_FOR = "1.16.0"
-
 
 def quiet():
     """No progress bars from transformers, no FutureWarning / UserWarning from the libraries (the lesson's TRL cell

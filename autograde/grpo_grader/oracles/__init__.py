@@ -14,13 +14,15 @@ import os
 import secrets
 from pathlib import Path
 
+from tools import env_vars
+
 # a public seed for reproducible in-kernel runs (the test suite sets it); unset, every run draws fresh cases
-KERNEL_SEED_ENV = "GRPO_KERNEL_CASES_SEED"
+KERNEL_SEED_ENV = env_vars.KERNEL_CASES_SEED
 
 
 def oracle_assignments() -> list[str]:
     """Every assignment with an oracle module (``oracles/<assignment>.py``; ``_*.py`` are the oracles' helpers):
-    the graded lessons, found where a new lesson's oracle is added. Here, not in ``oracle.py``, so that listing them
+    the graded lessons, found where a new lesson's oracle is added. Here, beside them, so that listing them
     imports no torch (``python -m autograde.pipeline feedback``, ``grades``... never need it)."""
     return sorted(path.stem for path in Path(__file__).resolve().parent.glob("*.py") if not path.stem.startswith("_"))
 
@@ -30,7 +32,7 @@ def run_in_kernel(
 ) -> int:
     """Run the oracle's cases of the test cell ``test`` of ``assignment`` on the functions in ``namespace`` (the
     notebook's ``globals()``), in this process, as the pipeline's driver runs them (``driver.make_case_runner``, the
-    same plain-data round trip, the same ``oracle.verdicts``). Raises ``AssertionError`` with the oracle's Chinese
+    same plain-data round trip, the same ``judging.verdicts``). Raises ``AssertionError`` with the oracle's Chinese
     message when a case fails; returns the number of cases. ``flags``: the oracle's case families switched on (default:
     the course config's ``c.GradingPipeline.oracle_flags``, as the pipeline); ``seed``: for tests (default: the public
     ``GRPO_KERNEL_CASES_SEED`` if set, else fresh entropy; never the instructor's grading seed)."""
@@ -38,7 +40,8 @@ def run_in_kernel(
 
     from ..course import load_settings
     from ..driver import make_case_runner
-    from ..oracle import load_oracle, verdicts
+    from ..judging import verdicts
+    from ..oracle import load_oracle
 
     oracle = load_oracle(assignment)
     if oracle is None or test not in oracle.tests:

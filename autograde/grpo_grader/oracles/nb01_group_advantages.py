@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import torch
 
-from ..oracle import Case, Close, Each, Mismatch, Raises, Satisfies, close_number
+from ..vocabulary import Case, Close, Each, Mismatch, Raises, Satisfies, close_number
 from ._common import choice, conditioned, distinct_ids, group_ids, normal, randint, uniform
 
 # test-cell grade_id -> the answer cell it grades (its comment carries the verdicts)

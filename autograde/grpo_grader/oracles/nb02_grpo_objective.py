@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ..oracle import Case, Close, Each, NoGrad, Raises
+from ..vocabulary import Case, Close, Each, NoGrad, Raises
 from ._common import conditioned, group_ids, normal, ragged_mask, randint, uniform
 from .nb01_group_advantages import course_advantages
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..oracle import Case, Close, Exact, Raises, Satisfies, as_number, close_number
+from ..vocabulary import Case, Close, Exact, Raises, Satisfies, as_number, close_number
 from . import _policy_losses as ref_impl
 from ._common import choice, randint, uniform
 

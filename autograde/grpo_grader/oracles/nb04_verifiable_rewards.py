@@ -10,7 +10,9 @@ import math
 
 import torch
 
-from ..oracle import Case, Close, Mismatch, Raises, Satisfies
+from tools.experiment_settings import VERIFIER_ID
+
+from ..vocabulary import Case, Close, Mismatch, Raises, Satisfies
 from ._common import choice, normal, randint, uniform
 
 TESTS = {
@@ -64,7 +66,7 @@ def verify_reference(response: str, expected: int, cw: float = 1.0, fw: float = 
     body = stripped[1:] if stripped.startswith("-") else stripped
     fmt = 1.0 if body and all(ch in DIGITS for ch in body) else 0.0
     return {
-        "verifier_id": "integer-answer-v1",
+        "verifier_id": VERIFIER_ID,
         "status": "ok" if parsed is not None else "unjudgeable",
         "parsed_answer": parsed,
         "correctness": correct,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..oracle import Case, Close, Raises
+from ..vocabulary import Case, Close, Raises
 from ._common import QWEN2_MODEL, choice, randint
 
 TESTS = {

@@ -6,7 +6,7 @@ learner-side namespace: they build ``tools.online_grpo.grading_policy()`` (an in
 build, once per process: the slot's oracle zygote builds it before forking, ``ZYGOTE_WARM``) and call the learner's function on it with the inputs the grader sends. The grader builds the same policy in its own process and computes every expectation itself:
 float64 log-probs of the returned tokens at the given temperature, the EOS mask of the returned ids, the sampled
 first-token frequency against the softmax, and for grpo_step a float64 re-derivation of the whole update (losses,
-clip ratios, approx KL, parameters after AdamW). log_step_metrics is pure data. The setup cells that load the SFT
+clip ratios, approx KL, parameters after AdamW: ``_policy_losses.reference_step``). log_step_metrics is pure data. The setup cells that load the SFT
 warm start and run the experiments are skipped.
 """
 
@@ -22,7 +22,8 @@ import torch
 
 from tools.loss_types import CLIPPED_LOSS_TYPES
 
-from ..oracle import NUMBER_KINDS, Case, Raises, Satisfies, as_number, close_number, close_tensor
+from ..vocabulary import NUMBER_KINDS, Case, Raises, Satisfies, as_number, close_number, close_tensor
+from . import _policy_losses as policy_losses
 from ._common import QWEN2_MODEL, choice, randint, uniform
 
 TESTS = {
@@ -218,76 +219,12 @@ def _seeds_check(got):
     return None
 
 
-def reference_step(
-    model,
-    rollout,
-    advantages,
-    lr,
-    num_iterations=1,
-    epsilon=0.2,
-    epsilon_high=None,
-    beta=0.0,
-    loss_type="grpo",
-    max_grad_norm=1.0,
-    temperature=1.0,
-    max_completion_length=None,
-    use_bias_correction_kl=True,
-    extras=None,
-):
-    """Float64 re-derivation of one ``grpo_step`` (same keyword arguments and defaults; ``epsilon_high=None`` means
-    ``epsilon``) on a copy of ``model`` with AdamW at ``lr``: (per-epoch losses, parameters after, clip_ratio_low,
-    clip_ratio_high and approx_kl per epoch). The one reference of the update (the lesson's hidden tests run this
-    oracle's cases). ``extras`` (a dict) also receives ``entropy`` (the first epoch's masked mean token entropy)
-    and ``grad_norms`` (each epoch's gradient norm before clipping)."""
-    epsilon_high = epsilon if epsilon_high is None else epsilon_high
-    m = copy.deepcopy(model).double()
-    opt = torch.optim.AdamW(m.parameters(), lr=lr)
-    mask = rollout["completion_mask"] != 0
-    w = mask.double()
-    old = rollout["old_per_token_logps"].double()
-    adv = advantages.double()[:, None]
-    n, width = rollout["completion_ids"].shape
-    lmax = max_completion_length or width
-    losses, lows, highs, kls = [], [], [], []
-    for _ in range(num_iterations):
-        ids = torch.cat([rollout["prompt_ids"], rollout["completion_ids"]], 1)
-        att = torch.cat([rollout["prompt_mask"].long(), mask.long()], 1)
-        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -width - 1 : -1] / temperature
-        logps = torch.log_softmax(logits, -1).gather(-1, rollout["completion_ids"].unsqueeze(-1)).squeeze(-1)
-        if extras is not None and not losses:
-            with torch.no_grad():
-                token_entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
-                extras["entropy"] = float((token_entropy * w).sum() / w.sum().clamp(min=1))
-        lr_ = torch.where(mask, logps - old, torch.zeros_like(logps))
-        ratio = torch.exp(lr_)
-        ptl = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high) * adv)
-        if beta > 0:
-            d = torch.where(mask, rollout["ref_per_token_logps"].double() - logps, torch.zeros_like(logps))
-            ptl = ptl + beta * (torch.exp(d) - d - 1) * (ratio if use_bias_correction_kl else 1.0)
-        if loss_type == "grpo":
-            loss = ((ptl * w).sum(-1) / w.sum(-1).clamp(min=1)).mean()
-        elif loss_type in ("bnpo", "dapo"):
-            loss = (ptl * w).sum() / w.sum().clamp(min=1)
-        else:
-            loss = (ptl * w).sum() / (n * lmax)
-        opt.zero_grad()
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(list(m.parameters()), max_grad_norm)
-        if extras is not None:
-            extras.setdefault("grad_norms", []).append(float(norm))
-        opt.step()
-        tot = w.sum().clamp(min=1)
-        losses.append(float(loss.detach()))
-        lows.append(float((((ratio < 1 - epsilon) & (adv < 0)).double() * w).sum() / tot))
-        highs.append(float((((ratio > 1 + epsilon_high) & (adv > 0)).double() * w).sum() / tot))
-        kls.append(float(((ratio - 1 - lr_).detach() * w).sum() / tot))  # a metric: no graph
-    return losses, [p.detach() for p in m.parameters()], lows, highs, kls
-
-
 def _step_reference(rollout, advantages, settings, lr):
     model, _ = _policy()
     extras: dict = {}
-    losses, params, lows, highs, kls = reference_step(model, rollout, advantages, lr, extras=extras, **settings)
+    losses, params, lows, highs, kls = policy_losses.reference_step(
+        model, rollout, advantages, lr, extras=extras, **settings
+    )
     return losses, lows, highs, kls, torch.cat([p.reshape(-1) for p in params]), extras
 
 

@@ -1,4 +1,4 @@
-"""Worked answers (nb01) whose first answer cell also attacks the way results come back to the grader (issue 26).
+"""Worked answers (nb01) whose first answer cell also attacks the way results come back to the grader.
 In the oracle's driver (``sys.argv`` = driver, job folder, results fd) it tries to replace the job folder's
 ``results.jsonl`` and ``stderr.txt`` by symlinks to the grading seed and ``/proc/1/cmdline``, a FIFO and a
 directory (the job folder is read-only: nothing is created, and the grader reads no file there anyway), writes

@@ -1,4 +1,4 @@
-"""Full marks (issue 25, honest variants): nb01 written the way learners write notebooks.
+"""Full marks (honest variants): nb01 written the way learners write notebooks.
 
 - the input checks of compute_group_advantages live in a helper defined in a cell the learner added above the
   answer (the oracle's driver ran only the answer cells: 5/17);

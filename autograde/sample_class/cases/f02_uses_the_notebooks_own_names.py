@@ -1,4 +1,4 @@
-"""Full marks (issue 25, honest variants): answers that use what the notebook itself provides, and fixes below.
+"""Full marks (honest variants): answers that use what the notebook itself provides, and fixes below.
 
 - nb03a: grpo_policy_loss reads ``sys`` (imported by the locked bootstrap cell); the oracle's driver used to skip
   the bootstrap (``SKIP_SETUP = ("trace_lab",)`` matched it as a substring: 6/14);

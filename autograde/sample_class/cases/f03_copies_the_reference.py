@@ -1,4 +1,4 @@
-"""Full marks and a ``copies-reference`` flag (issue 25): nb01's reference answers copied from ``solutions/`` with
+"""Full marks and a ``copies-reference`` flag: nb01's reference answers copied from ``solutions/`` with
 local names renamed, comments added and a dead assignment (``_ = None``) in each function. Copying is never a
 score change; the winnowed fingerprint still finds most of the reference in every answer (the exact-hash check
 missed it, and a lone copier was never compared with the reference at all).

@@ -1,4 +1,4 @@
-"""0 points (issue 25, zero-work answers): nb01's two functions return zeros of the right shape and dtype and
+"""0 points (zero-work answers): nb01's two functions return zeros of the right shape and dtype and
 raise ValueError on nothing; the conventions question is left as released. Before the fix a test cell whose every
 case expected zeros (or a raised ValueError) gave such an answer a point.
 """

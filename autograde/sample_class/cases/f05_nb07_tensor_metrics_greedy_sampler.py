@@ -1,4 +1,4 @@
-"""6 of 9 (issue 25): nb07 with grpo_step's metrics returned as 0-d tensors (honest: the lesson asks for numbers
+"""6 of 9: nb07 with grpo_step's metrics returned as 0-d tensors (honest: the lesson asks for numbers
 and a 0-d tensor is one; the oracle required Python numbers: 5/9) and a sample_group that does not sample (greedy
 decoding, one token per row whatever max_new_tokens says: the oracle checked neither the budget, nor that
 different seeds differ, nor the temperature: 9/9). Fair: sample_group's 3 points lost, the other 6 kept.

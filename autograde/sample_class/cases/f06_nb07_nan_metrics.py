@@ -1,4 +1,4 @@
-"""3 of 9 (issue 25, zero-work answers): nb07 with a real sample_group but metrics that are NaN - grpo_step updates
+"""3 of 9 (zero-work answers): nb07 with a real sample_group but metrics that are NaN - grpo_step updates
 the model correctly and returns NaN for every metric, log_step_metrics returns NaN for every number it computes.
 Comparisons written as ``abs(got - want) > tol`` are False for NaN, so such an answer once took all 9 points; the
 oracle compares with ``close_number`` (NaN only where NaN is expected): grpo_step's 4 and log_step_metrics' 2 points

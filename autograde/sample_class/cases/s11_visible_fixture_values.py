@@ -1,7 +1,7 @@
 """Answers that return the visible tests' expected values whatever the input (nb01). The oracle draws the
 visible tests' inputs too - the conventions question's included (a function of the group, checked on drawn 0/1
-groups of different means) - so nothing passes: 0 of 17 (1 before issue 25 item 6, from the format test of the
-fixed [0, 0, 0, 1] question)."""
+groups of different means) - so nothing passes: 0 of 17 (1 before the conventions question became a function,
+from the format test of the fixed [0, 0, 0, 1] question)."""
 CASE = {
     "nb01_group_advantages": {"base": "release", "cells": {
         "compute_group_advantages": '''

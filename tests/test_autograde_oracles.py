@@ -1,0 +1,194 @@
+"""The oracles (the trusted side, fast): every test cell has one whose cases come from the seed, masks stay ragged,
+the driver's results are parsed as plain data and judged, the lesson 3 oracles accept the worked answers, and nb01's
+non-float-rewards contract passes honest spellings and fails a converting answer. The fairness of each oracle:
+tests/test_oracle_fairness.py; the rest of the pipeline: tests/test_autograde.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from autograde_helpers import ROOT, nb01_answers, pipeline_env  # tests/autograde_helpers.py
+
+from autograde.grpo_grader import judging, wire
+from autograde.grpo_grader import oracle as oracle_lib
+from autograde.grpo_grader.course import load_settings
+from autograde.grpo_grader.oracles import oracle_assignments
+from autograde.grpo_grader.submission import rebuild_metadata
+from autograde.sample_class import build as sample_class
+
+ORACLES = oracle_assignments()
+
+
+def _test_cells(assignment: str) -> set[str]:
+    nb = nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+    return {
+        c.metadata["nbgrader"]["grade_id"]
+        for c in nb.cells
+        if c.cell_type == "code"
+        and c.metadata.get("nbgrader", {}).get("grade")
+        and not c.metadata["nbgrader"].get("solution")
+    }
+
+
+def test_every_test_cell_has_an_oracle_and_cases_come_from_the_seed():
+    """Each oracle covers exactly its notebook's test cells, draws its
+    inputs from the seed (two seeds differ, one seed repeats) and keeps every flag off by default."""
+    covered: dict[str, set[str]] = {}
+    for name in ORACLES:
+        oracle = oracle_lib.load_oracle(name)
+        assert oracle is not None, name
+        covered.setdefault(name, set()).update(oracle.tests)
+        one, again, other = (oracle.cases(seed) for seed in ("seed-a", "seed-a", "seed-b"))
+        for index in range(8):  # every seed must give well-formed cases
+            oracle.cases(f"seed-{index}", {k: True for k in getattr(oracle.module, "FLAGS", {})})
+        wire = lambda cases: json.dumps([c.wire() for c in cases], sort_keys=True)  # noqa: E731
+        assert wire(one) == wire(again), f"{name}: cases must be a function of the seed"
+        assert wire(one) != wire(other), f"{name}: cases must change with the seed"
+        assert {c.test for c in one} == set(oracle.tests), f"{name}: every test cell has cases"
+        assert not any(getattr(oracle.module, "FLAGS", {}).values()), f"{name}: flags are off by default"
+        flagged = oracle.cases("seed-a", {k: True for k in getattr(oracle.module, "FLAGS", {})})
+        assert len(flagged) >= len(one)
+        for case in one:  # the expectations never travel to the kernel
+            assert "expect" not in case.wire() and "grads" not in case.wire()
+    for notebook, tests in covered.items():
+        assert tests == _test_cells(notebook), f"{notebook}: oracle tests != the notebook's test cells"
+    assert oracle_lib.load_oracle("nb99_no_such_lesson") is None
+
+
+def test_ragged_masks_are_ragged_for_every_seed():
+    """The oracles' masks always have two row lengths (where the shape allows it): with equal lengths a token
+    mean equals the per-candidate mean, and s10's score moved with the seed (6 instead of 4 in ~5 % of seeds)."""
+    from autograde.grpo_grader.oracles._common import ragged_mask
+
+    for index in range(3000):
+        gen = torch.Generator().manual_seed(index)
+        rows, cols, min_valid = 2 + index % 6, 1 + index % 4, 1 + index % 2
+        prefix = index % 3 == 0
+        mask = ragged_mask(gen, rows, cols, prefix=prefix, min_valid=min(min_valid, cols))
+        counts = mask.sum(dim=1)
+        assert mask.shape == (rows, cols) and mask.dtype == torch.bool
+        assert int(counts.min()) >= min(min_valid, cols)
+        if prefix:  # a prefix mask: valid tokens first
+            assert torch.equal(mask, torch.arange(cols).unsqueeze(0) < counts.unsqueeze(1))
+        if cols > min(min_valid, cols):
+            assert len(set(counts.tolist())) >= 2, (rows, cols, prefix, mask)
+
+
+def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
+    """What the driver writes is data: wrong kinds, broken tensors, deep nesting and missing results fail
+    with a reason; a tensor subclass arrives as an object and fails; the first line of a case counts."""
+    from autograde.grpo_grader.judging import judge
+    from autograde.grpo_grader.vocabulary import Case, Close, Raises
+
+    case = Case("t", "f", (), {}, Close(torch.tensor([1.0, 2.0])))
+    good = {"status": "returned", "value": wire.encode(torch.tensor([1.0, 2.0]))}
+    assert judge(case, good, "x") == (True, "")
+    for record, reason in [
+        ({"status": "returned", "value": {"__object__": "__main__._Mirror"}}, "_Mirror"),
+        ({"status": "returned", "value": {"__tensor__": "float32", "shape": [3], "data": [1.0, 2.0]}}, "不符"),
+        ({"status": "returned", "value": {"__tensor__": "float64", "shape": [2], "data": [1.0, 2.0]}}, "dtype"),
+        ({"status": "returned", "value": {"__tensor__": "float32", "shape": [2], "data": ["1", 2.0]}}, "只能是数"),
+        ({"status": "returned", "value": {"__tensor__": "object", "shape": [2], "data": [1, 2]}}, "格式不对"),
+        (
+            {"status": "returned", "value": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+            "嵌套过深",
+        ),
+        ({"status": "raised", "type": "NotImplementedError", "message": "请先完成这个 TODO"}, "NotImplementedError"),
+        ({"status": "missing", "message": "SyntaxError"}, "找不到函数"),
+        (None, "未运行"),
+    ]:
+        ok, message = judge(case, record, "未运行的原因")
+        assert not ok and reason in message, (record, message)
+    raises = Case("t", "f", (), {}, Raises("ValueError"))
+    assert judge(raises, {"status": "raised", "type": "E", "mro": ["E", "ValueError", "Exception"]}, "")[0]
+    assert not judge(raises, {"status": "returned", "value": None}, "")[0]
+    results = tmp_path / "results.jsonl"
+    results.write_text(
+        '{"case": "a", "status": "returned", "value": 1}\nnot json\n'
+        '{"case": "a", "status": "returned", "value": 2}\n' + "[" * 100000 + "\n"
+    )
+    cases, _, problem = judging.read_results(results)
+    assert cases["a"]["value"] == 1 and "malformed" in problem
+
+
+def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, str], tmp_path: Path) -> dict:
+    """Run the driver (no sandbox: a plain subprocess) once for several oracles of one notebook."""
+    from autograde.grpo_grader.oracle_job import DRIVER, job_cells
+
+    release = nbformat.read(ROOT / "notebooks" / notebook / f"{notebook}.ipynb", as_version=4)
+    sub = nbformat.reads(nbformat.writes(release), as_version=4)
+    for cell in sub.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    rebuilt, _ = rebuild_metadata(sub, release)
+    oracles = [oracle_lib.load_oracle(n) for n in oracle_names]
+    cases = {o.assignment: o.cases("test-seed-" + notebook) for o in oracles}
+    for name, group in cases.items():
+        for case in group:
+            case.id = f"{name}:{case.id}"
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(DRIVER, job / "driver.py")
+    cells = job_cells(release, rebuilt, oracles[0], load_settings().demo_cells.get(notebook, ()))
+    (job / "job.json").write_text(
+        json.dumps({"cells": cells, "cases": [c.wire() for g in cases.values() for c in g], "cell_timeout": 120})
+    )
+    env = {**pipeline_env(), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
+    subprocess.run(
+        [sys.executable, str(job / "driver.py"), str(job)],
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    results, _, _ = judging.read_results(job / "results.jsonl")
+    return {o.assignment: judging.verdicts(o, cases[o.assignment], results, "not run") for o in oracles}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", ["nb03a_cispo_trace_lab", "nb03b_loss_family_trl"])
+def test_lesson3_oracles_accept_the_current_solution(lesson, tmp_path):
+    """The nb03a/nb03b oracles on their split notebooks without the pipeline (one driver run each): the worked
+    answers pass every test cell (the sample class checks every lesson end to end, in the sandbox)."""
+    answers = sample_class.worked_answers(lesson)
+    verdicts = _driver_verdicts([lesson], lesson, answers, tmp_path)
+    failed = {f"{a}/{gid}": v.message for a, group in verdicts.items() for gid, v in group.items() if not v.passed}
+    assert not failed, failed
+
+
+def test_nb01_non_float_rewards_are_a_stated_contract():
+    """nb01's TODO 1 lists non-float rewards among its ValueError contracts, and the hidden cell checks it: honest
+    spellings of the check pass (s02's ``is_floating_point``, a dtype whitelist), an answer that converts integer or
+    bool rewards to float instead fails that case only, with its Chinese message."""
+    from autograde.grpo_grader.oracles import run_in_kernel
+
+    lesson, test = "nb01_group_advantages", "test_compute_group_advantages_hidden"
+    namespace = nb01_answers()
+    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
+    honest = namespace["compute_group_advantages"]
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+    def whitelist(rewards, group_ids, eps=1e-6):
+        if torch.is_tensor(rewards) and rewards.dtype not in floats:
+            raise ValueError("rewards 必须是浮点张量")
+        return honest(rewards, group_ids, eps)
+
+    def converts(rewards, group_ids, eps=1e-6):
+        if torch.is_tensor(rewards) and not rewards.is_floating_point():
+            rewards = rewards.double()
+        return honest(rewards, group_ids, eps)
+
+    namespace["compute_group_advantages"] = whitelist
+    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
+    namespace["compute_group_advantages"] = converts
+    with pytest.raises(AssertionError, match="rewards 不是浮点张量"):
+        run_in_kernel(lesson, test, namespace, seed="in-kernel-test")

@@ -1,0 +1,1 @@
+"""The pieces of the final experiment (nb06); ``tools.grpo_experiment`` is their public face."""
