@@ -215,7 +215,7 @@ print(f"留出题上的平均词元数（含 EOS）：直接作答 {_tokens['dir
 # 掩码在词元处为 1、填充处为 0。它不重复提示：每个提示重复 G 次（`repeat_interleave`）是你的事。
 #
 # 给定 `seed` 时，在调用 `generate` 之前 `torch.manual_seed(seed)`，同一个种子得到同样的样本。
-# 输入契约（`ValueError`）：`prompts` 为空或不是字符串的列表或元组（元组和列表一样接受）；`num_generations` 不是 ≥ 2 的整数；
+# 输入契约（`ValueError`）：`prompts` 为空或不是字符串列表（元组也一样接受）；`num_generations` 不是 ≥ 2 的整数；
 # `temperature` 不是正的有限数；`top_p` 不在 `(0, 1]`；`max_new_tokens` 不是正整数。
 
 # %% nbgrader={"solution": true, "grade_id": "sample_group"}
