@@ -30,19 +30,26 @@
 # 一次只加两个数——`"6+7=13, 13+9=22, 22+4=26"`；其余**直接给出**答案 `"26"`。两数相加的每一步只出现在算式里。
 # 于是热启动后的模型有时写算式、有时直接答。奖励只看最后一个整数对不对。
 #
-# **预测**（教科书的说法，还不是实测）：直接答要一步算出四个数的和，对这么小的模型很难；写算式只需要一连串两数相加，
-# 所以写算式的回答更常得分，策略会越来越多地写算式，留出集上的准确率和回答长度一起上涨（DeepSeek-R1-Zero 里
-# “回答越来越长”的缩影）。这个预测有一个前提：写算式那种答法在起点**确实更准**。SFT 里算式只占一小部分时，
+# **一个问题，先不回答**：强化学习会把策略推向哪种答法？一种想法是：直接答要一步算出四个数的和，对这么小的模型很难；
+# 写算式只需要一连串两数相加，所以写算式的回答更常得分，策略会越来越多地写算式，回答越来越长（DeepSeek-R1-Zero 里
+# “回答越来越长”的缩影）。这个想法有一个前提：写算式那种答法在起点**确实更准**。SFT 里算式只占一小部分时，
 # 模型的算式本身也写得不熟，这个前提未必成立——那时强化学习会把更准的那种答法（也许正是直接作答）练得更准。
-# 哪一种发生，不在这里断言：第 7 步的表格给出两种答法在训练前后各占多少、各自答对多少，多种子汇总按区间判断预测是否成立。
+# 这里不猜：第 7 步的表格给出两种答法在训练前后各占多少、各自答对多少，3 个种子的汇总用区间回答这个问题。
+#
+# **读区间只用一条规则**（`og.interval_verdict`，第 7 步的单元格把它的原话打印出来）：两个 95% 区间不重叠才说有差别，
+# 与一个数比较时区间不含这个数才说有差别；区间重叠只说明这些种子和题目分辨不出来。本课每一句“变多了”“更少”
+# 都由这条规则从记录里算出；区间怎样算（哪些随机性算进去了）在第 7 步说明。
 #
 # 两个设计上的选择，先说清楚：
 #
-# - **留出题在结构上是新题。** 四个一位数的所有组合（不计顺序）按固定种子打乱，分成三份：一份留作评测（每种组合取一个固定的顺序），
+# - **留出题是什么意义上的“新题”。** 四个一位数的所有组合（不计顺序）按固定种子打乱，分成三份：一份留作评测（每种组合取一个固定的顺序），
 #   一份（所有顺序）作强化学习的训练提示，其余组合的所有顺序用于 SFT（每一份有几种组合、几个提示，由第 1 步的单元格数出来）。规则是：**任何留出题，以及它的任何换序形式，
 #   都不出现在 SFT 或强化学习的数据里**（`og.check_heldout_rule`；测试 `test_heldout_problems_are_structurally_new`
-#   还检查这个核对在泄漏一个换序形式时会失败）。留出题拆开后的每一步两数相加，SFT 的某个算式里都出现过（测试
-#   `test_sft_mixes_shown_work_and_bare_answers`）：新的是题目，不是步骤。
+#   还检查这个核对在泄漏一个换序形式时会失败）。“新”只到这一步为止：没有训练过的是这道题的**加数组合**（以及它的所有换序）。
+#   它离训练数据并不远——第 1 步的单元格数出每道留出题只差一个加数的训练组合有多少个，并核对它的答案、进位次数在训练数据里是否都出现过；
+#   留出题拆开后的每一步两数相加，SFT 的某个算式里也都出现过（测试 `test_sft_mixes_shown_work_and_bare_answers`）。
+#   所以留出集量的是“同一类题里没见过的组合”，不是新的题型。题型变了会怎样，用两个**迁移集**量：3 个数相加、5 个数相加
+#   （`og.transfer_problems`，训练数据里没有任何一道题是这么多个加数，第 1 步核对它们与所有训练数据不相交），只评测，不训练。
 # - **训练奖励不给格式分。** 第 4 课的 `integer-answer-v1` 给“恰好一个整数”的回答 0.1 的格式分，写算式的回答永远拿不到它：
 #   格式分等于对“展示过程”收税。所以本课训练时用 `format_weight = 0`（`og.OnlineConfig` 的设置），奖励就是正确性；
 #   评测用的也只是正确性。
@@ -59,7 +66,8 @@
 #     LoRA（只训练注意力投影上的低秩适配器）、bf16（显卡支持时）、TRL 常用范围内的学习率，走同一份代码；
 #     三种模式各自的设置都在 `og.RUN_PRESETS` 里（一处定义）。本课程的开发机器没有 GPU，`real_gpu` 的完整训练**没有在这里运行过**。
 # - 无界面运行：`make online RUN_LABEL=my_run`（`python -m tools.cli.online --label my_run`），结果写到
-#   `benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json`。`benchmarks/results/local/` 不进 git：你自己的运行不会弄脏仓库。
+#   `benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json`，它的训练曲线画在旁边的同名 `.png` 里
+#   （`SEEDS=3` 时汇总旁边还有留出集曲线 `online-grpo-seeds_<RUN_LABEL>.png`）。`benchmarks/results/local/` 不进 git：你自己的运行不会弄脏仓库。
 #   课程提交的参考记录（标签 `reference`、`mu4` 等）在 `benchmarks/results/online/`。
 # - 本课的行为约定见[约定卡](../../docs/CONVENTIONS.md)。
 #
@@ -114,6 +122,9 @@ print(f"RUN_MODE = {RUN_MODE}   RUN_LABEL = {RUN_LABEL}   device = {DEVICE}   to
 #
 # 题目分成三个互不相交的池子（`og.task_pools`）：SFT 数据、强化学习的训练提示、留出集。下面的单元格数出每个池子的大小，
 # 用 `og.check_heldout_rule` 核对“留出题及其换序形式不在 SFT 或强化学习数据里”，并给出一道留出题的算式写法。
+# 它还数出留出题离训练数据有多近（`og.training_neighbours`：只差一个加数的训练组合有几个，答案与进位次数是否在训练数据里出现过），
+# 核对两个迁移集与全部训练数据不相交，并量出两种答法各有多少个词元（正确的直接作答与正确的算式，各加上结尾的 EOS，
+# 在留出题上取平均）——后面说到“算式比直接作答长”时，长多少就是这里算出的倍数。
 # 提示按 ChatML 渲染成一个用户轮次，再打开助手轮次：
 
 # %% nbgrader={"locked": true, "grade_id": "setup_warm_start"}
@@ -132,6 +143,14 @@ print(f"提示：留出 {len(HELDOUT_PROBLEMS)} 个，强化学习 {len(TRAIN_PR
 print("留出题与训练数据（任何顺序）的交集：", og.heldout_subsets(TRAIN_PROBLEMS + POOLS["sft"], HELDOUT_PROBLEMS)["equivalent_in_training"])
 print("留出的前 5 题：", [p["prompt"] for p in HELDOUT_PROBLEMS[:5]], "  第一题的算式写法：",
       og.scratchpad(og.addends_of(HELDOUT_PROBLEMS[0]["prompt"])))
+NEIGHBOURS = og.training_neighbours(HELDOUT_PROBLEMS, TRAIN_PROBLEMS, POOLS["sft"])
+_near = [v["one_addend_away"] for v in NEIGHBOURS.values()]
+print(f"每道留出题只差一个加数的训练组合：{min(_near)}–{max(_near)} 个；答案在训练数据里出现过的留出题 "
+      f"{sum(v['answer_trained'] for v in NEIGHBOURS.values())} / {len(NEIGHBOURS)} 道，进位次数出现过的 "
+      f"{sum(v['carries_trained'] for v in NEIGHBOURS.values())} / {len(NEIGHBOURS)} 道")
+TRANSFER_SETS = {n: og.transfer_problems(n) for n in og.TRANSFER_ADDENDS}  # raises ValueError if one is trained on
+print("迁移集（与全部训练数据不相交，已核对）：" + "；".join(
+    f"{n} 个数相加 {len(t)} 道，例如 {t[0]['prompt']}" for n, t in TRANSFER_SETS.items()))
 
 if RUN_MODE == "real_gpu":
     MODEL_PATH = og.model_id_override(og.REAL_GPU_MODEL_ID)  # GRPO_MODEL_ID or Qwen2.5-0.5B-Instruct (no warm start)
@@ -147,6 +166,13 @@ else:
     print(f"SFT 热启动：{WARM_START['path']}（{'缓存' if was_cached else f'刚刚构建，{build_seconds:.1f} s'}）")
 print("一个渲染好的提示：", repr(og.chat_prompt(tokenizer, HELDOUT_PROBLEMS[0]["prompt"])))
 print("EOS =", repr(tokenizer.eos_token), tokenizer.eos_token_id, "  pad =", repr(tokenizer.pad_token), tokenizer.pad_token_id)
+_tokens = {kind: sum(len(tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"])
+                     for text in texts) / len(texts)
+           for kind, texts in (("direct", [str(p["answer"]) for p in HELDOUT_PROBLEMS]),
+                               ("scratchpad", [og.scratchpad(og.addends_of(p["prompt"])) for p in HELDOUT_PROBLEMS]))}
+LENGTH_RATIO = _tokens["scratchpad"] / _tokens["direct"]
+print(f"留出题上的平均词元数（含 EOS）：直接作答 {_tokens['direct']:.1f}，写出算式 {_tokens['scratchpad']:.1f}，"
+      f"算式是直接作答的 {LENGTH_RATIO:.1f} 倍")
 
 # %% [markdown]
 # ## 第 2 步　采样一组回答
@@ -173,16 +199,23 @@ print("EOS =", repr(tokenizer.eos_token), tokenizer.eos_token_id, "  pad =", rep
 #
 # | 键 | 形状 / 类型 | 含义 |
 # | --- | --- | --- |
-# | `prompt_ids`、`prompt_mask` | `[N, P]`，N = 提示数 × G | 左侧填充的提示（每个提示重复 G 次）；`og.encode_prompts` 可以用 |
+# | `prompt_ids`、`prompt_mask` | `[N, P]`，N = 提示数 × G | 左侧填充的提示（每个提示重复 G 次）；`og.encode_prompts` 可以用（见表下） |
 # | `completion_ids` | `[N, C]` long | 生成的词元（不含提示） |
 # | `completion_mask` | `[N, C]` bool | 第 5 课的 EOS 规则 |
 # | `old_per_token_logps` | `[N, C]` float | 采样时的对数概率，掩码外为 0，不带梯度 |
 # | `ref_per_token_logps` | `[N, C]` 或 `None` | 参考模型的对数概率 |
 # | `completions` | `list[str]`，长度 N | 掩码内词元解码成的文本（`skip_special_tokens=True`） |
-# | `group_ids` | `[N]` long | 第几个提示 |
+# | `group_ids` | `[N]` long | 第几个提示（0 到 提示数 − 1） |
+#
+# 所有张量都放在模型所在的设备上（`next(model.parameters()).device`），`group_ids` 也一样；训练循环在需要时自己 `.cpu()`。
+#
+# `og.encode_prompts(tokenizer, prompts)` 的契约：`prompts` 是非空的字符串列表或元组（其他输入，包括单个字符串，抛出
+# `ValueError`）；返回字典 `{"input_ids", "attention_mask"}`，两个 `torch.long` 张量，形状都是 `[B, P]`（B 个提示，
+# P 是最长提示的词元数），在 CPU 上（自己 `.to(device)`）；**左侧填充**：每行的词元靠右，左边用 pad（没有 pad 时用 EOS）补齐，
+# 掩码在词元处为 1、填充处为 0。它不重复提示：每个提示重复 G 次（`repeat_interleave`）是你的事。
 #
 # 给定 `seed` 时，在调用 `generate` 之前 `torch.manual_seed(seed)`，同一个种子得到同样的样本。
-# 输入契约（`ValueError`）：`prompts` 为空或不是字符串列表；`num_generations` 不是 ≥ 2 的整数；
+# 输入契约（`ValueError`）：`prompts` 为空或不是字符串列表（元组也一样接受）；`num_generations` 不是 ≥ 2 的整数；
 # `temperature` 不是正的有限数；`top_p` 不在 `(0, 1]`；`max_new_tokens` 不是正整数。
 
 # %% nbgrader={"solution": true, "grade_id": "sample_group"}
@@ -347,7 +380,13 @@ display(Markdown("| 组 | 提示 | 回答 | 奖励 | 优势 |\n| --- | --- | ---
 #
 # `completion_mask` 接受 bool 或任意实数 dtype 的 0/1 张量（约定 C1），其他值 → `ValueError`。
 # 其余输入契约：`advantages` 必须是长度为 N 的一维有限浮点张量；`num_iterations` 为正整数；`epsilon`、`max_grad_norm` 为正数；
-# `epsilon_high` 为 `None`（= `epsilon`）或正数；`beta` 非负；`loss_type` 是上面四种之一；`use_bias_correction_kl` 是 `True` 或 `False`。
+# `epsilon_high` 为 `None`（= `epsilon`）或正数；`temperature` 为正的有限数（与采样时相同：重算对数概率时 logits 也除以它）；
+# `beta` 非负；`loss_type` 是上面四种之一；`use_bias_correction_kl` 是 `True` 或 `False`。
+#
+# `grpo_step` **不切换模型的模式**：不调用 `model.train()`，也不调用 `model.eval()`，模型保持调用者给它的模式。课程的模型
+# 从 `og.load_policy` 出来就在 eval 模式，而且没有 dropout（`real_gpu` 的 LoRA dropout 也是 0），所以第 0 轮重算的对数概率
+# 与采样时记下的完全一样——μ = 1 时“approx_kl 小于 1e-6”的可见测试依赖这一点。换成带 dropout 的模型时要自己决定模式：
+# train 模式下 dropout 每次前向都不同，第 0 轮的概率比就不再恰为 1。
 
 # %% nbgrader={"solution": true, "grade_id": "grpo_step"}
 #@save
@@ -634,7 +673,7 @@ print(og.headline(RECORD))
 # ### 曲线
 #
 # 每一步的指标都画在这里（全部来自刚才的运行）。读图顺序：奖励均值在涨吗？零方差组的比例（没有学习信号的组）怎样变化？
-# 回答长度——直接作答只有一两个词元，写算式要二十个左右——是变长还是变短？它告诉你策略在往哪种答法上移。
+# 回答长度——两种答法的词元数由第 1 步量出，算式长得多——是变长还是变短？它告诉你策略在往哪种答法上移。
 # μ = 1 时两条裁剪比例恒为 0，approx_kl 也恒为 0：这不是 bug，见第 4 步。
 #
 # **熵的曲线要小心读。** `entropy` 是这一步所有回答词元的**平均**逐词元熵，它既取决于每个位置有多确定，也取决于
@@ -675,21 +714,38 @@ else:
 # 投给“不作答”，它永远算错；并列第一时若正确答案在其中，记 1/并列数（等于随机打破平局的期望）。
 # 这样 maj@1 就是“一个样本对不对”，与 pass@1 完全相等（`og.MAJ_RULE`，测试 `test_maj_at_1_equals_pass_at_1`）。
 # DeepSeekMath 的观察是：RL 之后 maj@k 和 pass@1 明显上升，而 k 较大时的 pass@k 提高得少得多——RL 主要是把模型
-# **已经会**的答案变得更可能被采到，而不是教会新答案。下表和图给出本次运行的实测值，最后一行把“pass@1 的提高”
-# 与“最大 k 处 pass@k 的提高”直接放在一起比较（DeepSeekMath 的说法在这里是否成立，看这一行）。再下面两张表把留出集的
-# 回答分成三类（答对 / 答错的整数 / 无法解析）和两种答法（写出算式 / 直接作答：回答里有没有 `+`，`og.completion_kind`），
-# 看提高来自哪里：是每种答法都更准了，还是策略换成了更准的那种答法？
+# **已经会**的答案变得更可能被采到，而不是教会新答案。下表和图先给出本次运行（一个种子，没有区间）的实测值，
+# 再下面两张表把留出集的回答分成三类（答对 / 答错的整数 / 无法解析）和两种答法（写出算式 / 直接作答：回答里有没有 `+`，
+# `og.completion_kind`），看提高来自哪里：是每种答法都更准了，还是策略换成了更准的那种答法？
 #
-# 最后是课程提交的 3 个种子的汇总（`make online SEEDS=3 RUN_LABEL=reference`，均值与 95% t 区间）：提高的区间、
-# 写算式的比例在训练前后的区间、回答平均长度变化的区间。导读里的预测（准确率与长度一起上涨）是否成立，只按这些区间判断。
-# 课程给这个实验定过两个要求：3 个种子的平均提高不低于 `og.GOAL_MEAN_GAIN`、区间下端不低于 `og.GOAL_CI_LOW`；热启动的
+# ### 多种子汇总与它的区间
+#
+# 一次运行说明不了多少。课程提交了 `make online SEEDS=3 RUN_LABEL=reference` 的记录：种子 0、1、2，同一个热启动、同一份配置。
+# 留出集上的一个数有三个随机来源：训练（采样哪些回答、抽哪些提示），评测本身（每道题只采 16 个样本），以及留出了哪 40 道题。
+# 所以每个种子的评测用**它自己的**采样种子（`og.evaluation_seed`：由运行的种子和训练步数算出），训练前的那次评测也不例外，
+# “训练前”因此也有一个区间；区间用按种子与提示的双向自助法计算，把三种随机性都算进去（单元格打印方法的原话）。
+# 训练中记录的指标（裁剪比例、长度……）每个种子只有一个数，用跨种子的 t 区间。读区间的规则就是导读里的那一条，单元格也把它打印出来。
+#
+# 汇总表给出提高的区间、写算式的比例在训练前后的区间、回答平均长度变化的区间，最后一行用这些区间回答导读里的问题。
+# 课程给这个实验定过两个要求：3 个种子的平均提高不低于 `og.GOAL_MEAN_GAIN`、整个区间在 `og.GOAL_CI_LOW` 之上；热启动的
 # pass@1 落在 `og.START_RANGE` 之内（模型“有时对”）。表格下面的两行由记录判断它们是否满足——不满足时照实写出来。
+#
+# ### 模型学到了什么，没学到什么
+#
+# 平均提高只是一个数。把同样的区间拆开看（`og.learned_table`，数据都来自这 3 个种子的记录）：
+#
+# - **按进位次数分组**：算式的每一步若越过一个整十（`6+7=13`）就算一次进位（`og.carries`）；0、1、2 次进位的留出题各提高多少？
+# - **加数里很多 0 的题**（至少一半加数是 0，`og.zero_heavy`）：它们也变好了吗？下面另有一张逐题的表（逐题只有 3 个种子的平均，
+#   没有区间：只用来看是哪几道题，不据此下结论）。
+# - **迁移**：3 个数相加、5 个数相加（导读里的两个迁移集）在训练前后的 pass@1；
+# - **pass@k 对 maj@k**：k 较大时 pass@k（k 次里至少一次答对）没有上升、maj@k（k 次投票）上升，说明强化学习让模型更常选中它
+#   本来就能采到的答案，而不是让它够到新的题——这就是上面 DeepSeekMath 的说法，这里用区间检验它（最后一行由 `og.sharpens_verdict` 写出）。
 #
 # **训练中的留出集曲线。** 只看训练前后两个点，看不出提高是一开始就来了还是慢慢积累的。训练时每隔 `eval_every` 步
 # （`og.OnlineConfig` 的设置，上面打印的配置里有它的值；0 表示只评测前后两次）在留出集上做一次与训练前后**完全相同**的评测，
 # 记在记录的 `eval.curve` 里。评测在两步训练之间进行、采样有自己的种子，训练的每一步不受它影响（测试
 # `test_heldout_curve_does_not_change_the_training_steps`：有没有曲线，训练日志逐步相同）。最后一张图画出 3 个种子的
-# 均值与 95% t 区间（阴影）和本次运行的曲线：留出集 pass@1、写算式的回答比例、回答的平均长度。
+# 均值与 95% 区间（阴影，同样是按种子与提示的自助法）和本次运行的曲线：留出集 pass@1、写算式的回答比例、回答的平均长度。
 
 # %% nbgrader={"locked": true, "grade_id": "demo_pass_maj"}
 if RECORD is None:
@@ -725,7 +781,24 @@ else:
     if _seeds is None:
         print("还没有多种子汇总：make online SEEDS=3 RUN_LABEL=reference")
     else:
+        display(Markdown(f"**区间怎样算。** {og.INTERVAL_METHOD_WORDS['heldout']}；{og.INTERVAL_METHOD_WORDS['training']}。\n\n"
+                         f"**读区间的规则**（`og.interval_verdict`）：{og.VERDICT_RULE}。"))
         display(Markdown(og.seeds_table(_seeds)))
+        display(Markdown("**模型学到了什么，没学到什么**（3 个种子，区间按种子与提示）：\n\n" + og.learned_table(_seeds)
+                         + "\n\n" + og.sharpens_verdict(_seeds)))
+        _zero = _seeds["heldout_groups"]["zero_heavy"]
+        _seed_records = og.load_seed_records(REPO_ROOT, og.SEEDS_REFERENCE_LABEL)
+        _order = _seed_records[0]["eval"]["before"]["per_prompt"]["prompts"]
+
+        def _mean_over_seeds(prompt, phase):
+            return sum(r["eval"][phase]["per_prompt"]["pass_at_1"][_order.index(prompt)]
+                       for r in _seed_records) / len(_seed_records)
+
+        display(Markdown("至少一半加数是 0 的留出题，逐题（3 个种子的平均，没有区间）：\n\n| 题目 | pass@1 前 | pass@1 后 |\n"
+                         "| --- | --- | --- |\n" + "\n".join(
+                             f"| `{prompt}` | {_mean_over_seeds(prompt, 'before'):.3f} | {_mean_over_seeds(prompt, 'after'):.3f} |"
+                             for prompt in _seed_records[0]["eval"]["groups"]["zero_heavy"])))
+        display(Image(og.plot_learned(_seeds)))
     _curves = {f"this run ({RECORD['run_label']})": og.seeds_summary(RECORD["run_label"], [RECORD])}
     if _seeds is not None:
         _curves = {f"reference, {len(_seeds['seeds'])} seeds": _seeds, **_curves}
@@ -741,14 +814,15 @@ else:
 # 文件不存在时只打印运行命令。
 #
 # **这些记录能证明什么。** 每个对照有 3 个种子（0、1、2）的记录（还没有在当前任务上重跑的对照，单元格会先列出来），同一个热启动、同一个任务
-# （`make online SEEDS=3 RUN_LABEL=<标签> ONLINE_ARGS="..."`）。下面每一条先写教科书的**预测**，再由最后两张表按区间判断：
-# 两个 95% 区间不重叠才说“看得到”，重叠就说“这一规模上看不出”（这不证明没有效应，只说明 3 个种子分辨不出来）。
-# 本节的文字里没有实测数字；数字都在表格里，由单元格从记录算出。
+# （`make online SEEDS=3 RUN_LABEL=<标签> ONLINE_ARGS="..."`）。下面每一条先写教科书的**预测**，再由最后的表按导读里那一条规则判断
+# （`og.interval_verdict`：区间不重叠才说有差别；重叠不证明没有效应，只说明 3 个种子分辨不出来）。留出集提高的区间按种子与提示
+# 计算，训练指标（末 10 步）的区间是跨种子的 t 区间（第 7 步）。本节的文字里没有实测数字；数字都在表格里，由单元格从记录算出。
 #
-# - **μ = 1 对 μ = 4**（`--num-iterations 4`）：本课的循环里 μ = 1 时裁剪从不触发（第 4 步，由构造保证）；μ = 4 时后面的轮次
-#   已经离策略。预测：μ = 4 的裁剪比例与 approx_kl 更大。
+# - **μ = 1 对 μ = 4**（`--num-iterations 4`）：本课的循环里 μ = 1 时裁剪比例与 approx_kl **由构造恒为 0**（第 4 步：唯一的轮次
+#   在任何更新之前计算概率比，概率比恰为 1）；μ = 4 时后面的轮次已经离策略，两者必然大于 0。所以“μ = 4 的裁剪与 approx_kl 更大”
+#   不是发现，只是确认代码按定义在走。真正的问题是 μ = 4（同一批数据多优化三轮）对**留出集提高**有什么影响：表里有它的区间与判断。
 # - **`loss_type`**（`--loss-type grpo|dr_grpo|dapo`）：`grpo` 每行先按长度平均，长回答里每个词元的权重更小；
-#   `dr_grpo` 与 `dapo` 按词元计。这个任务的两种答法长度差十倍，预测：三者的回答长度走向不同。
+#   `dr_grpo` 与 `dapo` 按词元计。这个任务的两种答法长度相差好几倍（第 1 步算出的倍数），预测：三者的回答长度走向不同。
 # - **ε_high 0.2 对 0.28**（DAPO 的 clip-higher）：μ = 1 时裁剪从不触发，ε_high 改了也**完全没有作用**；所以这一对照放在
 #   μ = 4 上（`--num-iterations 4 --epsilon-high 0.28`，与 `mu4` 比）。预测（DAPO 的报告）：上界放宽后 clip high 更少、
 #   熵下降得更慢。
@@ -757,7 +831,9 @@ else:
 #   钻空子的回答必须先能被**采样到**，所以这一对照换一个起点 `--warm-start sft-list`：同样的 SFT 数据，其中一部分直接作答
 #   改成三个数的列表、答案在第一或第二个（例如 `7 12 3`）——包含答案，但严格验证器取最后一个整数，判为错。
 #   两条记录从同一个起点出发，只差奖励函数：`loophole`（漏洞验证器）与 `loophole_fixed`（严格验证器）。
-#   预测：漏洞那一条训练中的 `strict` 更低、回答更长。留出集的例子在记录的 `eval.after.examples` 里。
+#   预测：漏洞那一条训练中的 `strict` 更低、回答更长、留出集 pass@1 提高得更少。最后一张表把两条记录逐个种子并排：
+#   3 个种子里有几个是漏洞那一条更大；区间的判断在它上面的表里。两者可以不一致——3 个种子方向全同，区间仍可能重叠——
+#   这时本课只说区间支持什么，并把逐种子的方向照实列出。留出集的例子在记录的 `eval.after.examples` 里。
 #
 # 第一张图和表是每个对照种子 0 的一次运行（曲线形状），之后是跨种子的区间与判断。表格只写记录里的数：训练奖励、
 # `strict`（严格验证器判对的比例）、长度、熵都是最后 10 步的平均；“包含答案”是留出集采样回答里含有答案数字的比例。
@@ -773,13 +849,18 @@ _records = og.load_records(REPO_ROOT, [label for _, label, _ in ABLATIONS])
 if _records:
     display(Image(og.plot_ablations(_records)))
     display(Markdown(og.ablation_table(_records)))
-display(Markdown("多种子（`SEEDS=3`）的对照：最后 10 步的平均，均值 [95% t 区间]，区间跨种子计算。只有区间不重叠的差别才算"
-                 "这一规模上看得到的效应。\n\n" + og.ablation_seeds_table(REPO_ROOT, [label for _, label, _ in ABLATIONS])))
+display(Markdown("多种子（`SEEDS=3`）的对照：留出集提高的区间按种子与提示；其余各列是最后 10 步的平均，均值 [95% t 区间]，"
+                 "区间跨种子计算。\n\n" + og.ablation_seeds_table(REPO_ROOT, [label for _, label, _ in ABLATIONS])))
 _interval_png = og.plot_ablation_intervals(REPO_ROOT, [label for _, label, _ in ABLATIONS])
 if _interval_png is not None:
     display(Image(_interval_png))
-display(Markdown("每条预测与区间的对照（`og.ABLATION_COMPARISONS`；“区间重叠”不证明没有效应，只说明 3 个种子分辨不出来）：\n\n"
+display(Markdown(f"每条预测与区间的对照（`og.ABLATION_COMPARISONS`；规则：{og.VERDICT_RULE}）：\n\n"
                  + og.verdicts_table(og.ablation_verdicts(REPO_ROOT))))
+display(Markdown("奖励投机的两条记录，逐个种子（训练指标是最后 10 步的平均）：\n\n"
+                 + og.paired_seeds_table(REPO_ROOT, "loophole", "loophole_fixed",
+                                         ["strict_accuracy", "completion_length", og.HELDOUT_GAIN])))
+display(Markdown("μ = 4 与 μ = 1 的留出集提高，逐个种子：\n\n"
+                 + og.paired_seeds_table(REPO_ROOT, "mu4", "reference", [og.HELDOUT_GAIN])))
 
 # %% [markdown]
 # ## 第 9 步　同一个任务交给 TRL 的 `GRPOTrainer`

@@ -1,6 +1,7 @@
 """The oracles (the trusted side, fast): every test cell has one whose cases come from the seed, masks stay ragged,
-the driver's results are parsed as plain data and judged, and the lesson 3 oracles accept the worked answers. The
-fairness of each oracle: tests/test_oracle_fairness.py; the rest of the pipeline: tests/test_autograde.py."""
+the driver's results are parsed as plain data and judged, the lesson 3 oracles accept the worked answers, and nb01's
+non-float-rewards contract passes honest spellings and fails a converting answer. The fairness of each oracle:
+tests/test_oracle_fairness.py; the rest of the pipeline: tests/test_autograde.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from autograde_helpers import ROOT, pipeline_env  # tests/autograde_helpers.py
+from autograde_helpers import ROOT, nb01_answers, pipeline_env  # tests/autograde_helpers.py
 
 from autograde.grpo_grader import judging, wire
 from autograde.grpo_grader import oracle as oracle_lib
@@ -162,3 +163,32 @@ def test_lesson3_oracles_accept_the_current_solution(lesson, tmp_path):
     verdicts = _driver_verdicts([lesson], lesson, answers, tmp_path)
     failed = {f"{a}/{gid}": v.message for a, group in verdicts.items() for gid, v in group.items() if not v.passed}
     assert not failed, failed
+
+
+def test_nb01_non_float_rewards_are_a_stated_contract():
+    """nb01's TODO 1 lists non-float rewards among its ValueError contracts, and the hidden cell checks it: honest
+    spellings of the check pass (s02's ``is_floating_point``, a dtype whitelist), an answer that converts integer or
+    bool rewards to float instead fails that case only, with its Chinese message."""
+    from autograde.grpo_grader.oracles import run_in_kernel
+
+    lesson, test = "nb01_group_advantages", "test_compute_group_advantages_hidden"
+    namespace = nb01_answers()
+    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
+    honest = namespace["compute_group_advantages"]
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+    def whitelist(rewards, group_ids, eps=1e-6):
+        if torch.is_tensor(rewards) and rewards.dtype not in floats:
+            raise ValueError("rewards 必须是浮点张量")
+        return honest(rewards, group_ids, eps)
+
+    def converts(rewards, group_ids, eps=1e-6):
+        if torch.is_tensor(rewards) and not rewards.is_floating_point():
+            rewards = rewards.double()
+        return honest(rewards, group_ids, eps)
+
+    namespace["compute_group_advantages"] = whitelist
+    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
+    namespace["compute_group_advantages"] = converts
+    with pytest.raises(AssertionError, match="rewards 不是浮点张量"):
+        run_in_kernel(lesson, test, namespace, seed="in-kernel-test")

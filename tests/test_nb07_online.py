@@ -73,6 +73,20 @@ def test_solution_runs_green_and_writes_a_valid_record(solution_run):
     assert record["config"]["num_steps"] == len(record["steps"]) == 3
     text = json.dumps([c.get("outputs", []) for c in done.cells], ensure_ascii=False)
     assert "TRL 损失" in text and "DEEPSPEED" in text
+    # what the lesson computes from the committed records instead of stating it: the one rule, the intervals' method,
+    # what the model learned and did not, how far the held-out problems are from training, the length ratio
+    for computed in (
+        og.VERDICT_RULE,
+        og.INTERVAL_METHOD_WORDS["heldout"],
+        "模型学到了什么",
+        "迁移集：3 个数相加",
+        "只差一个加数的训练组合",
+        "算式是直接作答的",
+        og.shown_work_verdict(og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)),
+        og.sharpens_verdict(og.load_seeds_summary(ROOT, og.SEEDS_REFERENCE_LABEL)),
+        "奖励投机的两条记录，逐个种子",
+    ):
+        assert json.dumps(computed, ensure_ascii=False)[1:-1] in text, computed
     trl_cell = [c for c in done.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "demo_trl"]
     trl_text = json.dumps(trl_cell[0].get("outputs", []), ensure_ascii=False)
     for noise in ("FutureWarning", "it/s]"):
@@ -330,7 +344,8 @@ def test_heldout_curve_does_not_change_the_training_steps():
 
 @pytest.mark.slow
 def test_make_online_seeds_writes_a_validated_summary():
-    """`make online SEEDS=n` machinery, short: two seeds of one step each, the summary under the local folder."""
+    """`make online SEEDS=n` machinery, short: two seeds of one step each, the summary under the local folder, a PNG
+    beside every record and beside the summary."""
     label = "pytest-seeds"
     paths = [ROOT / og.seeds_summary_path(label)] + [ROOT / og.output_relative_path(label, seed=s) for s in (0, 1)]
     for path in paths:
@@ -364,9 +379,12 @@ def test_make_online_seeds_writes_a_validated_summary():
         assert [e["seed"] for e in summary["seeds"]] == [0, 1] and summary["config"]["num_steps"] == 1
         for path in paths[1:]:
             og.validate_record(json.loads(path.read_text(encoding="utf-8")))
+        for path in paths:  # each record's training curve and the summary's held-out curve, beside the JSON
+            assert og.figure_paths(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", og.figure_paths(path)
     finally:
         for path in paths:
             path.unlink(missing_ok=True)
+            og.figure_paths(path).unlink(missing_ok=True)
 
 
 @pytest.mark.slow

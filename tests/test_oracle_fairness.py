@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from autograde_helpers import nb01_answers  # tests/autograde_helpers.py
 
 from autograde.grpo_grader import judging, wire
 from autograde.grpo_grader import oracle as oracle_lib
@@ -324,12 +325,13 @@ def test_every_oracle_case_comes_from_a_line_of_the_lesson(lesson):
 
 
 def test_an_orphan_case_is_reported():
-    """The check fails where it should: nb01's former "整数 rewards" case (no contract of the lesson) is an orphan,
-    and a quote the notebook does not contain is reported."""
+    """The check fails where it should: a case no contract of the lesson states ("rewards 必须是 float64": the
+    lesson asks for a floating tensor, of any precision) is an orphan, and a quote the notebook does not contain is
+    reported."""
     from autograde.grpo_grader.vocabulary import Case
 
-    orphan = Case("test_compute_group_advantages_hidden", "compute_group_advantages", what="整数 rewards")
-    assert _orphans("nb01_group_advantages", [orphan])[0] == ["整数 rewards"]
+    orphan = Case("test_compute_group_advantages_hidden", "compute_group_advantages", what="rewards 必须是 float64")
+    assert _orphans("nb01_group_advantages", [orphan])[0] == ["rewards 必须是 float64"]
     sources = oracle_lib.load_oracle("nb01_group_advantages").module.CASE_SOURCES
     sources.append((r"^never$", "这句话不在笔记本里"))
     try:
@@ -444,16 +446,6 @@ def test_review_flags_read_only_the_lines_the_learner_wrote():
 
 
 # ----------------------------------------------------------------------------- one specification per check
-def _nb01_answers() -> dict:
-    """A notebook namespace holding s02's independently written nb01 answers."""
-    from autograde.sample_class.build import load_cases
-
-    namespace = {"torch": torch, "math": math}
-    for source in load_cases()["s02_independent_answers"]["nb01_group_advantages"]["cells"].values():
-        exec(source, namespace)  # noqa: S102
-    return namespace
-
-
 def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
     """The hidden tests' call (plain nbgrader, formgrader): ``run_in_kernel`` runs the oracle's cases of one test
     cell on the notebook's namespace, passes honest answers, and fails zeros with the oracle's Chinese message - the
@@ -462,7 +454,7 @@ def test_run_in_kernel_grades_a_test_cell_with_the_oracles_cases(monkeypatch):
     from autograde.grpo_grader.oracles import run_in_kernel
 
     lesson = "nb01_group_advantages"
-    namespace = _nb01_answers()
+    namespace = nb01_answers()
     for test in oracle_lib.load_oracle(lesson).tests:
         assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") >= 2
     monkeypatch.delenv("GRPO_KERNEL_CASES_SEED", raising=False)  # the test session's public seed

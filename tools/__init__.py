@@ -37,18 +37,22 @@ module                                  what it holds
                                         modules below (``task`` ... ``grading_policy``), defines nothing
 ``tools.online_trl``                    nb07's TRL section under one name: re-exports the ``tools.online.trl_*`` modules
 ``tools.online.task``                   nb07's task: four-digit sums, the disjoint held-out / RL / SFT pools, the
-                                        held-out rule, scratchpad, prompt encoding; the rewards
+                                        held-out rule and groups, the transfer sets, scratchpad, prompt encoding;
+                                        the rewards
 ``tools.online.logprobs``               ``completion_logps``: per-token log-probs (and entropies) at a temperature
 ``tools.online.record``                 nb07's record paths and course root, hardware / framework snapshot, validated
                                         read and write of a run's record and of a multi-seed summary
 ``tools.online.warm_start``             nb07's SFT warm start (built once, cached), its float platform, ``load_policy``
-``tools.online.evaluation``             held-out pass@1 / pass@k / maj@k, outcomes, completion kinds
+``tools.online.evaluation``             held-out pass@1 / pass@k / maj@k (also per prompt), outcomes, completion
+                                        kinds, the evaluation seed of a run
 ``tools.online.config``                 ``OnlineConfig`` and its check, the RUN_MODE presets (dtype, LoRA), optimizer
 ``tools.online.run``                    ``run_online_experiment`` (evaluate -> train -> evaluate -> record),
                                         ``preset_check``
-``tools.online.seeds``                  several seeds: the t quantile, ``mean_ci95``, ``seeds_summary``
-``tools.online.report``                 nb07's goal, seeds table, ablation verdicts from intervals, Markdown tables
-``tools.online.figures``                nb07's figures (PNG bytes)
+``tools.online.seeds``                  several seeds: the bootstrap over seeds and prompts (held-out figures), the
+                                        t interval (training figures), ``seeds_summary``
+``tools.online.report``                 nb07's one verdict rule, goal, seeds table, what the model learned, ablation
+                                        verdicts from intervals, Markdown tables
+``tools.online.figures``                nb07's figures (PNG bytes), the PNGs ``make online`` saves
 ``tools.online.grading_policy``         the in-memory policy of nb07's grading oracle
 ``tools.online.trl_trainer``            a ``GRPOConfig`` mirroring an ``OnlineConfig``, the ``GRPOTrainer`` on the task
 ``tools.online.trl_agreement``          ``grpo_step`` vs ``GRPOTrainer._compute_loss``: loss / gradient agreement
