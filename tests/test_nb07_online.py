@@ -136,21 +136,36 @@ def test_wrong_answers_fail_the_hidden_tests(notebook_runs):
 
 
 @pytest.mark.slow
-def test_step0_table_is_in_the_notebook(solution_run):
-    """The notebook's TRL cell asserts agreement and sensitivity itself (a failure is a cell error, caught above);
-    here: its table is there and covers the whole matrix."""
+def test_trl_tables_are_in_the_notebook(solution_run):
+    """The notebook's TRL cell asserts agreement, sensitivity and that every mutation is caught itself (a failure is
+    a cell error, caught above); here: its tables are there - the matrix covers the whole MATRIX, the scenario table
+    has a row per scenario with nothing that disagrees, the mutation table a row per registered mutation, each
+    caught by one part or the other - and its summary line is printed."""
     done, _ = solution_run
-    tables = [
+    online_trl = online_trl_module()
+    markdown = [
         o["data"]["text/markdown"]
         for c in done.cells
         for o in c.get("outputs", [])
-        if "data" in o and "TRL 损失" in o["data"].get("text/markdown", "")
+        if "text/markdown" in o.get("data", {})
     ]
-    assert len(tables) == 1
-    rows = [[x.strip() for x in line.split("|")[1:-1]] for line in tables[0].splitlines()[2:]]
+
+    def table(marker):
+        found = [t for t in markdown if marker in t]
+        assert len(found) == 1, marker
+        return [[x.strip() for x in line.split("|")[1:-1]] for line in found[0].splitlines()[2:]]
+
+    rows = table("TRL 损失")
     assert {(r[0], float(r[1]), r[2] == "True") for r in rows} == {
-        (m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl_module().MATRIX
+        (m["loss_type"], m["beta"], m["use_bias_correction_kl"]) for m in online_trl.MATRIX
     }
+    scenarios = table("裁剪比例最大绝对差")
+    assert len(scenarios) == len(online_trl.SCENARIOS) and all(r[-1] == "—" for r in scenarios)
+    mutations = table("整次更新的场景")
+    assert [r[0] for r in mutations] == [m.what for m in online_trl.MUTATIONS]
+    assert all(r[3] != "—" or r[4] != "—" for r in mutations)
+    text = json.dumps([c.get("outputs", []) for c in done.cells], ensure_ascii=False)
+    assert f"故意改坏的副本 {len(online_trl.MUTATIONS)} 个" in text
 
 
 def online_trl_module():
