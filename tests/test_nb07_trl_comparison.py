@@ -175,3 +175,20 @@ def test_mutate_builds_a_broken_copy_and_leaves_the_course_code_alone():
         online_trl.mutate(nb07.grpo_step, "no_such_mutation")
     table = online_trl.mutation_table()
     assert table.count("\n") == len(online_trl.MUTATIONS) + 1
+
+
+@pytest.mark.slow
+def test_a_scenario_that_does_not_exercise_clipping_is_refused(comparison):
+    """trl_scenario reads from TRL's own log whether the scenario does what it is for, and refuses it otherwise: old
+    log-probs equal to the policy's (no ratio leaves the clip range at the first step), or a max_grad_norm above
+    every step's gradient norm (clipping never binds). Two one-step TRL runs."""
+    _, policy, references, _ = comparison
+    ref = references["scenarios"][0]
+    scenario = dict(ref["scenario"], num_iterations=1)
+    tokenizer = og.load_policy(og.sft_checkpoint_path(seed=0)[0])[1]
+    train, _ = og.split_problems()
+    on_policy = dict(ref["batch"], old_per_token_logps=ref["batch"]["on_policy_old"])
+    with pytest.raises(ValueError, match="clipping must fire"):
+        online_trl.trl_scenario(policy, tokenizer, train, on_policy, scenario)
+    with pytest.raises(ValueError, match="clipping must bind"):
+        online_trl.trl_scenario(policy, tokenizer, train, ref["batch"], scenario, settings={"max_grad_norm": 1e6})

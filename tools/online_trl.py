@@ -70,6 +70,7 @@ from tools.online.trl_scenarios import (  # noqa: F401 (re-exported)
     SCENARIOS,
     scenario_rows,
     scenario_table,
+    trl_scenario,
 )
 from tools.online.trl_trainer import (  # noqa: F401 (re-exported)
     grpo_config,

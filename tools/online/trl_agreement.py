@@ -163,6 +163,23 @@ def reward_never_called(completions, **kwargs):
     raise RuntimeError("the trainer's rollout is given; no reward is scored")
 
 
+def trl_inputs(batch) -> dict:
+    """``batch`` (the lesson's rollout keys plus ``advantages``) as TRL's trainer holds a rollout: the dict its
+    ``_generate_and_score_completions`` returns and ``_compute_loss`` reads (masks as integers,
+    ``num_items_in_batch``: the batch's count of valid completion tokens)."""
+    mask = batch["completion_mask"]
+    return {
+        "prompt_ids": batch["prompt_ids"],
+        "prompt_mask": batch["prompt_mask"].long(),
+        "completion_ids": batch["completion_ids"],
+        "completion_mask": mask.long(),
+        "advantages": batch["advantages"],
+        "old_per_token_logps": batch["old_per_token_logps"],
+        "ref_per_token_logps": batch["ref_per_token_logps"],
+        "num_items_in_batch": mask.sum().to(batch["old_per_token_logps"].dtype),
+    }
+
+
 def trl_loss_and_grad(
     model,
     tokenizer,
@@ -202,17 +219,7 @@ def trl_loss_and_grad(
     )
     if trainer.args.use_bias_correction_kl is not use_bias_correction_kl or trainer.beta != beta:
         raise RuntimeError("GRPOConfig did not take the settings")
-    mask = batch["completion_mask"]
-    inputs = {
-        "prompt_ids": batch["prompt_ids"],
-        "prompt_mask": batch["prompt_mask"].long(),
-        "completion_ids": batch["completion_ids"],
-        "completion_mask": mask.long(),
-        "advantages": batch["advantages"],
-        "old_per_token_logps": batch["old_per_token_logps"],
-        "ref_per_token_logps": batch["ref_per_token_logps"],
-        "num_items_in_batch": mask.sum().float(),
-    }
+    inputs = trl_inputs(batch)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.training_step during train(); one step here
     trainer.model.zero_grad(set_to_none=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 
 from tools.online.config import OnlineConfig
-from tools.online.trl_agreement import relative_difference, reward_never_called
+from tools.online.trl_agreement import relative_difference, reward_never_called, trl_inputs
 from tools.online.trl_trainer import grpo_config, make_trainer
 
 # Each scenario: a loss type, a temperature != 1 (or 1 for one of them), mu, beta and TRL's KL option. Together they
@@ -86,6 +86,14 @@ def _flat_delta(model, start):
     return torch.cat([(p.detach() - q.detach()).reshape(-1).double() for p, q in zip(model.parameters(), start)])
 
 
+def _update_settings(scenario, settings) -> dict:
+    """grpo_step's keyword arguments for ``scenario`` with the shared ``settings`` (TRL's names, as OnlineConfig's
+    but ``max_completion_length``)."""
+    keys = ("loss_type", "temperature", "num_iterations", "beta", "use_bias_correction_kl")
+    shared = ("epsilon", "epsilon_high", "max_grad_norm", "max_completion_length")
+    return {**{k: scenario[k] for k in keys}, **{k: settings[k] for k in shared}}
+
+
 def trl_scenario(policy, tokenizer, problems, batch, scenario, settings=None) -> dict:
     """``GRPOTrainer.train()`` for mu = ``num_iterations`` steps on ``batch`` (a ``scenario_batch``) from a copy of
     ``policy``, SGD. Returns TRL's per-step log (``steps``) and the change of the weights (``delta``). Raises
@@ -94,36 +102,20 @@ def trl_scenario(policy, tokenizer, problems, batch, scenario, settings=None) ->
     import torch
 
     s = dict(SCENARIO_SETTINGS, **(settings or {}))
-    mu, n_rows = scenario["num_iterations"], batch["completion_ids"].shape[0]
+    update = _update_settings(scenario, s)
+    mu = update["num_iterations"]
     config = OnlineConfig(
         num_generations=4,
-        prompts_per_step=n_rows // 4,
-        max_new_tokens=s["max_completion_length"],
-        num_iterations=mu,
-        loss_type=scenario["loss_type"],
-        beta=scenario["beta"],
-        epsilon=s["epsilon"],
-        epsilon_high=s["epsilon_high"],
-        temperature=scenario["temperature"],
-        use_bias_correction_kl=scenario["use_bias_correction_kl"],
+        prompts_per_step=batch["completion_ids"].shape[0] // 4,
+        max_new_tokens=update.pop("max_completion_length"),
         learning_rate=s["learning_rate"],
-        max_grad_norm=s["max_grad_norm"],
+        **update,
     )
     model = copy.deepcopy(policy)
     start = [p.detach().clone() for p in model.parameters()]
     args = grpo_config(config, max_steps=mu, optim="sgd", weight_decay=0.0)
     trainer = make_trainer(model, tokenizer, problems[: config.prompts_per_step], args, reward_never_called)
-    mask = batch["completion_mask"]
-    rollout = {
-        "prompt_ids": batch["prompt_ids"],
-        "prompt_mask": batch["prompt_mask"].long(),
-        "completion_ids": batch["completion_ids"],
-        "completion_mask": mask.long(),
-        "advantages": batch["advantages"],
-        "old_per_token_logps": batch["old_per_token_logps"],
-        "ref_per_token_logps": batch["ref_per_token_logps"],
-        "num_items_in_batch": mask.sum().to(batch["old_per_token_logps"].dtype),
-    }
+    rollout = trl_inputs(batch)
     # TRL's sampling and scoring is the one part left out: its rollout is this batch (copied: TRL shuffles it)
     trainer._generate_and_score_completions = lambda generation_batch: {k: v.clone() for k, v in rollout.items()}
     torch.manual_seed(0)  # TRL's shuffle of the rows (the losses do not depend on the order)
@@ -146,21 +138,8 @@ def course_scenario(grpo_step, policy, batch, scenario, settings=None) -> dict:
     s = dict(SCENARIO_SETTINGS, **(settings or {}))
     model = copy.deepcopy(policy)
     start = [p.detach().clone() for p in model.parameters()]
-    out = grpo_step(
-        model,
-        torch.optim.SGD(model.parameters(), lr=s["learning_rate"]),
-        batch,
-        batch["advantages"],
-        num_iterations=scenario["num_iterations"],
-        epsilon=s["epsilon"],
-        epsilon_high=s["epsilon_high"],
-        beta=scenario["beta"],
-        loss_type=scenario["loss_type"],
-        max_grad_norm=s["max_grad_norm"],
-        temperature=scenario["temperature"],
-        max_completion_length=s["max_completion_length"],
-        use_bias_correction_kl=scenario["use_bias_correction_kl"],
-    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=s["learning_rate"])
+    out = grpo_step(model, optimizer, batch, batch["advantages"], **_update_settings(scenario, s))
     return {"metrics": out, "delta": _flat_delta(model, start)}
 
 
