@@ -213,13 +213,13 @@ def step_cases(gen, model, tok, test) -> list[Case]:
             "use_bias_correction_kl": bias_correction,
         }
         optimizer, lr = "adamw", uniform(gen, 1e-4, 3e-3)
-        if index == sgd_slot:  # the weights after show the clipped gradient's scale; a step of norm 0.5 to 2
+        if index == sgd_slot:  # the weights after show the clipped gradient's scale; a step of norm 0.1 to 0.4
             extras: dict = {}
             policy_losses.reference_step(
                 model, rollout, advantages, 0.0, **dict(settings, num_iterations=1, max_grad_norm=1e12), extras=extras
             )
             settings["max_grad_norm"] = extras["grad_norms"][0] * uniform(gen, 0.2, 0.5)
-            optimizer, lr = "sgd", uniform(gen, 0.5, 2.0) / settings["max_grad_norm"]
+            optimizer, lr = "sgd", uniform(gen, 0.1, 0.4) / settings["max_grad_norm"]
         if choice(gen, [False, True]):
             rollout = dict(
                 rollout, completion_mask=rollout["completion_mask"].to(choice(gen, [torch.float32, torch.int64]))
