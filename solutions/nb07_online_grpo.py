@@ -882,9 +882,10 @@ display(Markdown("μ = 4 与 μ = 1 的留出集提高，逐个种子：\n\n"
 #
 # | `grpo_step(..., use_bias_correction_kl=True)` | `use_bias_correction_kl`（默认 `True`） | β > 0 时 KL 项乘以概率比；β = 0 时不起作用 |
 #
-# 先做**同一批数据上的损失与梯度核对**：把一批 rollout 原样交给 TRL 的 `_compute_loss`，与 `grpo_step` 的第 0 轮比较
-# 损失的值**和**对全部参数的梯度，覆盖 4 种 `loss_type` × β ∈ {0, 0.04} × `use_bias_correction_kl` ∈ {False, True}
-# 共 16 行（相对差必须不超过 1e-5）。一个核对只有在“做错时会失败”才有意义，所以这批数据特意构造成能把错误暴露出来：
+# 先做**同一批数据上的损失与梯度核对**（第一张表）：把一批 rollout 原样交给 TRL 的 `_compute_loss`，与 `grpo_step`
+# 的第 0 轮比较损失的值**和**对全部参数的梯度，覆盖 4 种 `loss_type` × β ∈ {0, 0.04} × `use_bias_correction_kl` ∈
+# {False, True} 共 16 行（相对差必须不超过 1e-5）。一个核对只有在“做错时会失败”才有意义，所以这批数据特意构造成能把
+# 错误暴露出来：
 #
 # - 同一组里的回答长度各不相同（否则 `grpo` 的“每行先平均”与 `bnpo` 的“所有词元一起平均”给出同样的数）；
 # - 优势是随机数，每组之和不为 0（否则各种归约都约等于 0，谁也分不出谁）；
@@ -895,6 +896,28 @@ display(Markdown("μ = 4 与 μ = 1 的留出集提高，逐个种子：\n\n"
 # 令 ε_high = ε、β > 0 时令 β = 0、在本课或 TRL 一侧翻转 `use_bias_correction_kl`），每一种改动都必须让核对失败。
 # 单进程、每批只走一步时，`bnpo` 与 `dapo` 的分母相同（都是这批的有效词元数），两者本来就相等，不算作改动；
 # β = 0 时 TRL 忽略 `use_bias_correction_kl`，翻转它也不改变结果。
+#
+# 第 0 轮的核对看不到只在整次更新里才出现的错误：温度只在它不等于 1 时起作用；μ > 1 时旧对数概率必须在所有轮次里
+# 保持采样时的值；梯度裁剪只在梯度范数超过 `max_grad_norm` 时起作用；记录的指标也不进入损失。所以第二张表让
+# `GRPOTrainer.train()` 自己在同一批数据上跑完整的一次更新（μ 个优化器步骤；它的 rollout 就是这批数据，之后的缓存、
+# 损失、梯度裁剪、优化器步骤和日志都是 TRL 自己的代码），与 `grpo_step` 逐项比较：
+#
+# - 每个轮次的损失、各轮次梯度范数的平均、μ 步之后的全部权重；
+# - TRL 自己记下的指标：`clip_ratio/low_mean`、`clip_ratio/high_mean`、`clip_ratio/region_mean`（两端互斥，等于前两者
+#   之和）、第一个轮次的 `entropy`，以及 β > 0 且不做偏差修正时的 `kl`。做偏差修正时 TRL 记下的是 k3 乘以概率比，
+#   与本课的 `kl_ref` 不是同一个量；`approx_kl` 是本课自己的指标，TRL 不记录它：这两处没有可比的对象，不比较。
+#
+# 每个场景用一种 `loss_type`，四种都有；温度大多不等于 1；μ ≥ 2；β > 0 时做与不做偏差修正的场景都有；
+# `max_completion_length` 大于这批回答的宽度（`dr_grpo` 的分母用到它）。旧对数概率加了噪声，第一步两端的裁剪都会触发；
+# `max_grad_norm` 取得很小，每一步的梯度范数都超过它。这两点都从 TRL 的日志里检查，不成立时单元格报错。两侧都用 SGD：
+# AdamW 的第一步在每个坐标上除以梯度本身的大小，梯度按错误的范数裁剪，在权重上也看不出来。
+#
+# 一个核对能发现什么，要用**故意改坏的副本**来量。第三张表的每一行是课程参考版 `grpo_step`（以及它调用的第 3B 课
+# `extended_loss`、`reduce_per_token_loss`）的一处改动；这份列表只有一个家，`tools/online/trl_mutations.py`：
+# 课程对这个核对、对第 7 课评分的测试读的都是它。“独立审计”的一组来自对这个核对的一次独立审计，“课程补充”的是后来加上的。
+# 后两列是两部分核对各自最先发现它的地方，“—”表示那一部分没有发现它：第 0 轮矩阵一列为“—”的行，就是只有整次
+# 更新才能暴露的错误。同一份列表也检查评分：课程的测试（`tests/test_nb07_oracle_mutations.py`）在一组评分
+# 种子下逐个确认，每一处改动在每个种子下都至少让 `grpo_step` 的一个隐藏用例失败。
 #
 # 然后用 `GRPOTrainer.train()` 在同一个热启动模型上真的训练几十步（`smoke` 模式只训练 2 步），并把它的日志与上面的
 # 曲线放在一起。这是**一个种子**的对照，两条曲线的差别没有区间，不能据此说谁学得更好；能比较的是最后两张表：
@@ -915,11 +938,26 @@ else:
     else:
         _sft_policy = og.load_policy(og.sft_checkpoint_path(seed=0)[0])[0]  # the warm start, not the trained policy
         agreement_ref = online_trl.mixed_reference(_sft_policy, og.load_policy(tiny_checkpoint_path(seed=0))[0])
+        # TRL's side of the whole comparison, computed once: the matrix's _compute_loss calls, the scenarios' train()
+        trl_side = online_trl.trl_references(sample_group, _sft_policy, agreement_ref, tokenizer, TRAIN_PROBLEMS)
         agreement = online_trl.trl_agreement(sample_group, grpo_step, _sft_policy, agreement_ref, tokenizer,
-                                             TRAIN_PROBLEMS)
+                                             TRAIN_PROBLEMS, references=trl_side)
         display(Markdown(online_trl.agreement_table(agreement)))
         assert all(row["agree"] for row in agreement), "本课 grpo_step 与 TRL 的损失或梯度相对差超过 1e-5"
         assert all(c["detected"] for row in agreement for c in row["sensitivity"].values()), "改掉一项后核对应当失败"
+        scenarios = online_trl.scenario_rows(grpo_step, _sft_policy, trl_side["scenarios"])
+        display(Markdown(online_trl.scenario_table(scenarios)))
+        assert all(row["agree"] for row in scenarios), "本课 grpo_step 与 GRPOTrainer.train() 的某一项超出容差"
+        # the mutations edit the text of the course's reference grpo_step (tools/lessons), not of yours
+        from tools.lessons.nb07_online_grpo import grpo_step as course_grpo_step
+
+        caught = online_trl.catch_mutations(course_grpo_step, _sft_policy, trl_side)
+        display(Markdown(online_trl.mutation_table(caught)))
+        _audit = [m.name for m in online_trl.MUTATIONS if m.origin == "audit"]
+        print(f"故意改坏的副本 {len(caught)} 个：第 0 轮的矩阵发现 {sum(bool(c['matrix']) for c in caught.values())} 个"
+              f"（独立审计的 {len(_audit)} 个里 {sum(bool(caught[n]['matrix']) for n in _audit)} 个），"
+              f"加上整次更新的场景发现 {sum(bool(c['matrix'] or c['scenarios']) for c in caught.values())} 个")
+        assert all(c["matrix"] or c["scenarios"] for c in caught.values()), "有故意改坏的副本没有被核对发现"
     trl_run = online_trl.train_with_trl(og.sft_checkpoint_path(seed=0)[0] if RUN_MODE != "real_gpu" else MODEL_PATH,
                                         CONFIG, TRAIN_PROBLEMS, verify_integer_response, max_steps=2 if RUN_MODE == "smoke" else 30,
                                         mode=RUN_MODE)  # real_gpu: the preset's LoRA adapter as TRL's peft_config

@@ -56,6 +56,10 @@ module                                  what it holds
 ``tools.online.grading_policy``         the in-memory policy of nb07's grading oracle
 ``tools.online.trl_trainer``            a ``GRPOConfig`` mirroring an ``OnlineConfig``, the ``GRPOTrainer`` on the task
 ``tools.online.trl_agreement``          ``grpo_step`` vs ``GRPOTrainer._compute_loss``: loss / gradient agreement
+``tools.online.trl_scenarios``          ``grpo_step`` vs ``GRPOTrainer.train()`` on a fixed batch: mu epochs, temperature,
+                                        clipping, weights and TRL's logged metrics
+``tools.online.trl_mutations``          the broken copies of ``grpo_step`` the comparisons must catch (``MUTATIONS``)
+``tools.online.trl_comparison``         TRL's side computed once, the first disagreement, the mutations caught
 ``tools.online.trl_runs``               ``GRPOTrainer.train()`` on the task, the committed multi-seed TRL record
 ``tools.online.trl_ranks``              one rank of the multi-process run under torchrun: ``GRPOTrainer.train()`` with
                                         the batch split, one step per ``loss_type`` on a fixed batch

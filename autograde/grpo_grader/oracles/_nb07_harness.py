@@ -66,10 +66,12 @@ def _oracle_sample_seeds(prompts, num_generations, temperature, max_new_tokens, 
     ]
 
 
-def _oracle_step(rollout, advantages, settings, lr):
+def _oracle_step(rollout, advantages, settings, lr, optimizer="adamw"):
+    from tools.online.grading_policy import grading_optimizer as _grading_optimizer
+
     model, _ = _oracle_policy()
     model = copy.deepcopy(model).double()
     metrics = _learner("grpo_step")(
-        model, torch.optim.AdamW(model.parameters(), lr=lr), rollout, advantages, **settings
+        model, _grading_optimizer(optimizer, model.parameters(), lr), rollout, advantages, **settings
     )
     return {"metrics": metrics, "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}
