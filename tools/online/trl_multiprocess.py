@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tools.loss_types import CLIPPED_LOSS_TYPES
 from tools.online.record import _SCHEMAS_DIR, RESULTS_KIND, framework_versions, hardware_snapshot, utc_now
-from tools.online.trl_agreement import AGREEMENT_RTOL, _relative
+from tools.online.trl_agreement import AGREEMENT_RTOL, relative_difference
 from tools.online.trl_ranks import (
     HALVES,
     LOSS_EPSILON,
@@ -104,10 +104,10 @@ def loss_types_part(one: list[dict], many: list[dict], one_dir, many_dir) -> dic
                 "rank_losses": [r["loss"] for r in ranked],
                 "rank_tokens": [r["local_tokens"] for r in ranked],
                 "predicted_loss": predicted,
-                "loss_rel": _relative(single["loss"], loss_many),
-                "grad_rel": _relative(g_one, g_many),
-                "predicted_loss_rel": _relative(predicted, loss_many),
-                "predicted_grad_rel": _relative(sum(halves) / HALVES, g_many),
+                "loss_rel": relative_difference(single["loss"], loss_many),
+                "grad_rel": relative_difference(g_one, g_many),
+                "predicted_loss_rel": relative_difference(predicted, loss_many),
+                "predicted_grad_rel": relative_difference(sum(halves) / HALVES, g_many),
                 "grad_norm_one_process": single["grad_norm"],
             }
             row["changes"] = max(row["loss_rel"], row["grad_rel"]) > RTOL
