@@ -38,7 +38,8 @@ module                                  what it holds
 ``tools.online_trl``                    nb07's TRL section under one name: re-exports the ``tools.online.trl_*`` modules
 ``tools.online.task``                   nb07's task: four-digit sums, the disjoint held-out / RL / SFT pools, the
                                         held-out rule, scratchpad, prompt encoding; the rewards
-``tools.online.logprobs``               ``completion_logps``: per-token log-probs (and entropies) at a temperature
+``tools.online.logprobs``               ``completion_logps``: per-token log-probs (and entropies) at a temperature;
+                                        ``grad_forward_gap`` / ``mu1_bounds``: what mu = 1 allows when two forwards differ
 ``tools.online.record``                 nb07's record paths and course root, hardware / framework snapshot, validated
                                         read and write of a run's record and of a multi-seed summary
 ``tools.online.warm_start``             nb07's SFT warm start (built once, cached), its float platform, ``load_policy``
