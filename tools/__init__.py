@@ -28,7 +28,8 @@ module                                  what it holds
                                         entry points and the tests use, re-exported from ``tools.experiment``
 ``tools.experiment.candidates``         nb06's fixed candidate groups, the verifier's scores, group advantages and
                                         the zero-variance guard (imports nb01's and nb04's graded functions)
-``tools.experiment.model``              nb06's precision, checkpoint paths, LoRA policy and sequence log-probs
+``tools.experiment.model``              nb06's precision (per card, its memory estimate), checkpoint paths, LoRA
+                                        policy and sequence log-probs
 ``tools.experiment.update``             nb06's clipped objective, one update step, the effective-steps loop
 ``tools.experiment.measures``           nb06's no-update noise margin, policy separation, peak memory, token hashes
 ``tools.experiment.record``             nb06's evidence record, decision rule, evidence level, failure record
