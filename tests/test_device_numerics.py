@@ -24,6 +24,7 @@ import math
 
 import pytest
 import torch
+from experiment_helpers import nb06_policy
 from meta_device import rollout_on
 from real_gpu_cells import A7, cell_source, nb07_namespace, run_cell, run_nb06_real_gpu
 
@@ -222,17 +223,7 @@ def _nb06_steps(path, dtype, sets, steps, rows=None):
         keep = slice(0, rows)
         advantages = gx.group_advantages(torch.tensor(cs.rewards[keep]), torch.tensor(cs.group_ids[keep]))
         batch = build_response_batch(tokenizer, cs.prompts[keep], cs.responses[keep], max_length=96)
-        policy, trainable = gx.load_lora_policy(
-            str(path),
-            precision,
-            revision=None,
-            local_files_only=True,
-            lora_rank=8,
-            lora_alpha=16,
-            lora_dropout=0.0,
-            target_modules=("q_proj", "v_proj"),
-            seed=42,
-        )
+        policy, trainable = nb06_policy(str(path), precision)
         assert {p.dtype for p in trainable} == {torch.float32}
         assert {p.dtype for p in policy.parameters() if not p.requires_grad} == {dtype}
         optimizer = torch.optim.AdamW(trainable, lr=2e-4)
@@ -329,44 +320,33 @@ def _mu1_exact(policy, tokenizer):
     assert abs(out["loss"] - reference) <= 1e-6
 
 
-@pytest.mark.slow
-def test_nb07_real_gpu_bf16_preset_two_steps_on_the_cpu(qwen_path, bf16_preset):
-    """The bf16 preset through the lesson's loop (``og.preset_check``: LoRA only, base weights unchanged, metrics
-    finite) at a reduced batch (1 prompt x 2 completions of 4 tokens), and mu = 1 exact in bf16."""
+@pytest.mark.parametrize(
+    "bf16_native",
+    [
+        pytest.param(True, marks=pytest.mark.slow, id="native_bf16"),
+        pytest.param(False, marks=pytest.mark.integration, id="t4_float32"),
+    ],
+)
+def test_nb07_real_gpu_preset_two_steps_on_the_cpu(qwen_path, bf16_native, request):
+    """The preset for the card through the lesson's loop (``og.preset_check``: LoRA only, base weights unchanged,
+    metrics finite) at a reduced batch (1 prompt x 2 completions of 4 tokens); mu = 1 exact. bf16 in ``make test``;
+    the T4's float32 (0.5 B float32 weights: slower, twice the memory on the CPU) in ``make test-integration``."""
     from tools.lessons.nb07_online_grpo import train_online_grpo
 
     report = og.preset_check(
         train_online_grpo,
         "real_gpu",
         qwen_path,
-        bf16_native=True,
+        bf16_native=bf16_native,
         prompts_per_step=1,
         num_generations=2,
         max_new_tokens=4,
     )
     assert report["passed"], report["checks"]
-    assert report["dtype"] == "torch.bfloat16" and report["checks"]["dtype_is_preset"]
+    assert report["dtype"] == str(og.preset_dtype("real_gpu", bf16_native)) and report["checks"]["dtype_is_preset"]
     assert report["approx_kl"] == [0.0, 0.0] and report["clip_ratio"] == [0.0, 0.0]  # mu = 1: ratio exactly 1
-    _mu1_exact(*bf16_preset)
-
-
-@pytest.mark.integration
-def test_nb07_real_gpu_t4_preset_two_steps_on_the_cpu(qwen_path):
-    """The T4 variant (float32, its batch reduced the same way; in ``make test-integration``: float32 weights of
-    0.5 B parameters are slower and twice the memory on the CPU)."""
-    from tools.lessons.nb07_online_grpo import train_online_grpo
-
-    report = og.preset_check(
-        train_online_grpo,
-        "real_gpu",
-        qwen_path,
-        bf16_native=False,
-        prompts_per_step=1,
-        num_generations=2,
-        max_new_tokens=4,
-    )
-    assert report["passed"], report["checks"]
-    assert report["dtype"] == "torch.float32" and report["config"]["learning_rate"] == 1e-5
+    if bf16_native:
+        _mu1_exact(*request.getfixturevalue("bf16_preset"))
 
 
 @pytest.mark.parametrize("checkpoint", ["tiny", pytest.param("qwen_shaped", marks=pytest.mark.integration)])

@@ -9,8 +9,9 @@ data-dependent read these paths make.
 Covered: the loss family (lessons 2/3A/3B, nb06's clipped surrogate), group advantages (lesson 1, nb06), the log-prob
 helpers (``response_sequence_logps``, ``selective_log_softmax``, ``og.completion_logps``), lesson 7's ``grpo_step``,
 its training loop and its visible test cells (``test_grpo_step_visible``, ``test_log_step_metrics_visible``; the
-sampling test samples in most of its lines: not run), and nb06's experiment cell with ``RUN_MODE=real_gpu`` (slow:
-the Qwen-shaped checkpoint). Each check fails when a ``.to(device)`` of the real code is removed (mutations below).
+sampling test samples in most of its lines: not run), and nb06's experiment cell with ``RUN_MODE=real_gpu`` (the
+Qwen-shaped checkpoint). The tests that run notebook cells are ``slow`` (not in ``make test-fast``). Each check fails
+when a ``.to(device)`` of the real code is removed (mutations below).
 """
 
 from __future__ import annotations
@@ -276,6 +277,7 @@ def _run_on_meta(grade_id, policy, tokenizer, replace=None):
 GRPO_TEST_MOVE = '.to(_vr["completion_ids"].device)'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grade_id", ["test_grpo_step_visible", "test_log_step_metrics_visible"])
 def test_lesson7_visible_test_cells_run_with_the_policy_on_meta(preset_policy, grade_id):
     policy, tokenizer = preset_policy
@@ -284,6 +286,7 @@ def test_lesson7_visible_test_cells_run_with_the_policy_on_meta(preset_policy, g
         assert namespace["_vadv"].device == META and namespace["_out"]["num_iterations"] == 1
 
 
+@pytest.mark.slow
 def test_the_visible_grpo_step_test_fails_without_its_move(preset_policy):
     """Mutation: the cell's ``.to(...)`` of its advantages removed (the cell as it was) - the CPU advantages meet the
     policy's log-probs in extended_loss."""
@@ -297,6 +300,7 @@ def test_the_visible_grpo_step_test_fails_without_its_move(preset_policy):
 LOOP_MOVE = 'advantages.to(rollout["completion_ids"].device)'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mutated", [False, True], ids=["as_written", "without_its_move"])
 def test_the_training_loop_runs_on_meta_and_fails_without_its_move(preset_policy, mutated):
     """lesson 7's ``train_online_grpo`` (its locked cell), one step of the real_gpu preset's settings on meta; with
