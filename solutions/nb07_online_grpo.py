@@ -271,6 +271,8 @@ assert _roll["completion_mask"].tolist() == _expected_mask.tolist(), "completion
 with torch.no_grad():
     _again = og.completion_logps(policy, _roll["prompt_ids"], _roll["prompt_mask"], _roll["completion_ids"],
                                  _roll["completion_mask"], temperature=1.0).masked_fill(~_roll["completion_mask"], 0.0)
+# float32 tolerance in every dtype: both sides are float32 log-softmaxes of the same logits from the same no-grad forward
+# (a bf16 model rounds its logits, identically for both); 1e-5 leaves room for another float32 summation order only
 assert_close(_roll["old_per_token_logps"], _again, atol=1e-5, what="old_per_token_logps 与重算的对数概率")
 assert not _roll["old_per_token_logps"].requires_grad, "old_per_token_logps 不应带梯度"
 assert _roll["ref_per_token_logps"] is None, "没有 ref_model 时 ref_per_token_logps 应为 None"
