@@ -410,8 +410,9 @@ def _available_bytes() -> int:
 
 # On the CPU a step of the preset's batch needs more than the CUDA estimate: SDPA's math kernel keeps the attention
 # weights when there is a padding mask, and the allocator keeps what it freed. The bf16 batch passed 16 GB of
-# resident memory on the development machine (23 GB, shared), where it was stopped, hence this factor.
-CPU_MEMORY_FACTOR = 1.6
+# resident memory (1.4 x its estimate) on the development machine (23 GB, shared), where it was stopped; twice the
+# estimate leaves that machine's other users room.
+CPU_MEMORY_FACTOR = 2.0
 
 
 @pytest.mark.integration
