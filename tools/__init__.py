@@ -28,7 +28,8 @@ module                                  what it holds
                                         entry points and the tests use, re-exported from ``tools.experiment``
 ``tools.experiment.candidates``         nb06's fixed candidate groups, the verifier's scores, group advantages and
                                         the zero-variance guard (imports nb01's and nb04's graded functions)
-``tools.experiment.model``              nb06's precision, checkpoint paths, LoRA policy and sequence log-probs
+``tools.experiment.model``              nb06's precision (per card, its memory estimate), checkpoint paths, LoRA
+                                        policy and sequence log-probs
 ``tools.experiment.update``             nb06's clipped objective, one update step, the effective-steps loop
 ``tools.experiment.measures``           nb06's no-update noise margin, policy separation, peak memory, token hashes
 ``tools.experiment.record``             nb06's evidence record, decision rule, evidence level, failure record
@@ -39,7 +40,8 @@ module                                  what it holds
 ``tools.online.task``                   nb07's task: four-digit sums, the disjoint held-out / RL / SFT pools, the
                                         held-out rule and groups, the transfer sets, scratchpad, prompt encoding;
                                         the rewards
-``tools.online.logprobs``               ``completion_logps``: per-token log-probs (and entropies) at a temperature
+``tools.online.logprobs``               ``completion_logps``: per-token log-probs (and entropies) at a temperature;
+                                        ``grad_forward_gap`` / ``mu1_bounds``: what mu = 1 allows when two forwards differ
 ``tools.online.record``                 nb07's record paths and course root, hardware / framework snapshot, validated
                                         read and write of a run's record and of a multi-seed summary
 ``tools.online.warm_start``             nb07's SFT warm start (built once, cached), its float platform, ``load_policy``

@@ -8,14 +8,16 @@ name is defined in the module of its idea; read that module, and change it there
 ``tools.online.task``              the task (the sum of four digits, ``"6+7+9+4="``), its three disjoint pools of
                                    problems and the held-out rule, the held-out groups, the transfer sets, the
                                    scratchpad, prompt encoding; the rewards
-``tools.online.logprobs``          ``completion_logps``: per-token log-probs (and entropies) at a temperature, as TRL
+``tools.online.logprobs``          ``completion_logps``: per-token log-probs (and entropies) at a temperature, as TRL;
+                                   ``grad_forward_gap`` / ``mu1_bounds``: what mu = 1 allows when two forwards differ
 ``tools.online.record``            record paths and the course root, hardware / framework snapshot, the validated read
                                    and write of a run's record and of a multi-seed summary, the ablation labels
 ``tools.online.warm_start``        the SFT warm start (built once, cached under ``.cache/``), its float platform,
                                    ``load_policy``, ``content_hash``
 ``tools.online.evaluation``        held-out pass@1 / pass@k / maj@k (also per prompt), outcomes, completion kinds,
                                    the evaluation seed of a run, entropy by kind
-``tools.online.config``            ``OnlineConfig`` and ``check_config``, the RUN_MODE presets, the optimizer
+``tools.online.config``            ``OnlineConfig`` and ``check_config``, the RUN_MODE presets (real_gpu's per card and
+                                   its memory estimate), the optimizer
 ``tools.online.run``               ``run_online_experiment`` (evaluate -> train -> evaluate -> record), the held-out
                                    curve, ``preset_check``
 ``tools.online.seeds``             several seeds: ``bootstrap_ci95`` (held-out figures: seeds and prompts),
@@ -44,9 +46,12 @@ from tools.online.config import (  # noqa: F401 (re-exported)
     load_preset_policy,
     make_optimizer,
     model_id_override,
+    native_bf16,
+    preset,
     preset_config,
     preset_dtype,
     preset_lora_config,
+    preset_memory_estimate,
     run_parameters,
 )
 from tools.online.evaluation import (  # noqa: F401 (re-exported)
@@ -76,7 +81,13 @@ from tools.online.figures import (  # noqa: F401 (re-exported)
     save_figures,
 )
 from tools.online.grading_policy import GRADING_SFT_STEPS, grading_policy  # noqa: F401 (re-exported)
-from tools.online.logprobs import completion_logps  # noqa: F401 (re-exported)
+from tools.online.logprobs import (  # noqa: F401 (re-exported)
+    MU1_APPROX_KL_ATOL,
+    MU1_LOSS_ATOL,
+    completion_logps,
+    grad_forward_gap,
+    mu1_bounds,
+)
 from tools.online.record import (  # noqa: F401 (re-exported)
     ABLATIONS,
     REFERENCE_LABELS,

@@ -237,17 +237,21 @@ def transfer_max_new_tokens(max_new_tokens: int, addends: int) -> int:
     return max(int(max_new_tokens), math.ceil(max_new_tokens * (addends - 1) / (ADDENDS - 1)))
 
 
-def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
-    """``steps`` training steps of RUN_MODE ``mode``'s preset (its config, dtype and LoRA) on the checkpoint folder
-    ``model_path`` with the lesson's ``train_fn``, on CUDA when available else the CPU. Checks: the trainable
+def preset_check(train_fn, mode: str, model_path, steps: int = 2, bf16_native: bool | None = None, **overrides) -> dict:
+    """``steps`` training steps of RUN_MODE ``mode``'s preset (its config, dtype and LoRA for the card: ``preset``;
+    ``bf16_native`` picks the card's variant on any machine) on the checkpoint folder ``model_path`` with the lesson's
+    ``train_fn``, on CUDA when available else the CPU, at a reduced batch (2 prompts x 4 completions) unless
+    ``overrides`` set other config fields. Checks: the trainable
     parameters are exactly the LoRA adapter's (count from the shapes: rank x (in + out) per targeted Linear), AdamW
     holds state for those parameters only, the base weights are bit-identical after training and the adapter moved,
     every logged metric is finite. Returns a JSON-ready report with ``passed``."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_preset_policy(mode, model_path, device=device)
-    config = preset_config(mode, num_steps=steps, prompts_per_step=2, num_generations=4)
+    model, tokenizer = load_preset_policy(mode, model_path, device=device, bf16_native=bf16_native)
+    config = preset_config(
+        mode, bf16_native, **{"num_steps": steps, "prompts_per_step": 2, "num_generations": 4, **overrides}
+    )
     lora = RUN_PRESETS[mode]["lora"]
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     frozen_before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
@@ -281,13 +285,14 @@ def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
         checks["trainable_count_is_lora"] = n_trainable == expected
         checks["only_lora_trainable"] = all("lora_" in n for n in trainable)
         checks["dtype_is_preset"] = all(
-            p.dtype == preset_dtype(mode) for p in frozen_before.values() if p.is_floating_point()
+            p.dtype == preset_dtype(mode, bf16_native) for p in frozen_before.values() if p.is_floating_point()
         )
     return {
         "mode": mode,
         "model": str(model_path),
         "device": device,
-        "dtype": str(preset_dtype(mode)),
+        "dtype": str(preset_dtype(mode, bf16_native)),
+        "config": config.to_dict(),
         "learning_rate": config.learning_rate,
         "lora": None if lora is None else dict(lora, target_modules=list(lora["target_modules"])),
         "trainable_parameters": n_trainable,
@@ -296,6 +301,8 @@ def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
         "optimizer_state_numel": state_numel,
         "seconds": round(seconds, 3),
         "completion_length": [row["completion_length"] for row in steps_log],
+        "approx_kl": [row["approx_kl"] for row in steps_log],
+        "clip_ratio": [row["clip_ratio_low"] + row["clip_ratio_high"] for row in steps_log],
         "checks": checks,
         "passed": all(checks.values()),
     }
