@@ -29,11 +29,12 @@ def oracle_assignments() -> list[str]:
 
 def run_in_kernel(
     assignment: str, test: str, namespace: dict, seed: str | None = None, flags: dict | None = None
-) -> int:
+) -> None:
     """Run the oracle's cases of the test cell ``test`` of ``assignment`` on the functions in ``namespace`` (the
     notebook's ``globals()``), in this process, as the pipeline's driver runs them (``driver.make_case_runner``, the
     same plain-data round trip, the same ``judging.verdicts``). Raises ``AssertionError`` with the oracle's Chinese
-    message when a case fails; returns the number of cases. ``flags``: the oracle's case families switched on (default:
+    message when a case fails; returns None: the hidden region ends with this call, and nbgrader reads a test cell's
+    value as its partial credit (a count of cases above the cell's points made plain ``nbgrader autograde`` fail). ``flags``: the oracle's case families switched on (default:
     the course config's ``c.GradingPipeline.oracle_flags``, as the pipeline); ``seed``: for tests (default: the public
     ``GRPO_KERNEL_CASES_SEED`` if set, else fresh entropy; never the instructor's grading seed)."""
     import torch
@@ -73,4 +74,3 @@ def run_in_kernel(
     if not verdict.passed:
         raise AssertionError(verdict.message)
     print(f"✅ {test}：{verdict.cases} 个用例全部通过")
-    return verdict.cases
