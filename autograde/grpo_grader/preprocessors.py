@@ -27,7 +27,11 @@ Autograde (execute step, replaces nbgrader's ``Execute``):
   and every later code cell get an error, so they earn nothing, while the tests that passed before keep
   their points and the rest of the batch goes on. Demonstration cells listed in ``SafeExecute.demo_cells``
   (a lesson's slow demos that nothing later uses and no point depends on) are not run in the grading
-  kernel; their output says so in the feedback.
+  kernel; their output says so in the feedback. A malformed kernel message (``kernel_messages.py``: an output
+  nbformat's schema rejects, a string ``execution_count``, an integer ``ename``, a reply without a status...) fails
+  the cell it arrives in with a reason, never the notebook; a value a test cell shows is kept as a display, never
+  read as partial credit (this course gives none: a learner's code could publish one above the cell's points, and
+  nbgrader would fail the notebook).
 
 Autograde (both steps, last; replaces nbgrader's ``CheckCellMetadata``):
 - ``CheckCellMetadataOnce``: nbgrader's check of every cell's nbgrader metadata, with the same errors, against
@@ -42,13 +46,16 @@ from __future__ import annotations
 import json
 import traceback
 
-from nbclient.exceptions import DeadKernelError
+from nbclient.exceptions import CellControlSignal, DeadKernelError
+from nbclient.util import run_sync
 from nbformat.notebooknode import NotebookNode
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.nbgraderformat import MetadataValidator, ValidationError
 from nbgrader.nbgraderformat.common import BaseMetadataValidator
 from nbgrader.preprocessors import CheckCellMetadata, Execute, NbGraderPreprocessor
 from traitlets import Dict, Integer, List, Unicode
+
+from . import kernel_messages
 
 BOOTSTRAP_ID = "bootstrap"
 RESTORE_TAG = "grader-restore"
@@ -288,8 +295,60 @@ class SafeExecute(Execute):
         self._output_bytes: dict[int, int] = {}
         self._output_kinds: dict[int, set] = {}
         self._truncated: set[int] = set()
+        self._malformed_count: dict[int, int] = {}
+        self._cell_index = -1
+
+    async def async_start_new_kernel_client(self):
+        """nbclient's client, whose shell and iopub channels hand on only messages in a shape nbclient can read
+        (``kernel_messages.normalise``): whatever the kernel publishes, reading it cannot fail the notebook."""
+        client = await super().async_start_new_kernel_client()
+        for channel in (client.shell_channel, client.iopub_channel):
+            channel.get_msg = kernel_messages.normalising(channel.get_msg, self.log)
+        return client
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)  # what nbconvert's preprocess() calls
+
+    def _malformed(self, cell, cell_index: int, problem: str) -> None:
+        """A message that was dropped: its cell fails with the reason (three reasons at most per cell)."""
+        self.log.warning("cell %s: malformed kernel message dropped: %s", cell_index, problem)
+        count = self._malformed_count[cell_index] = self._malformed_count.get(cell_index, 0) + 1
+        if count <= 3:
+            cell.setdefault("outputs", []).append(kernel_messages.malformed_output(problem))
+
+    def process_message(self, msg, cell, cell_index):
+        problem = kernel_messages.message_problem(msg)
+        if problem is None:
+            try:
+                return super().process_message(msg, cell, cell_index)
+            except CellControlSignal:  # the cell is complete: nbclient's own control flow
+                raise
+            except Exception as error:  # noqa: BLE001 - a message nbclient cannot turn into an output
+                problem = kernel_messages.failure(msg, error)
+        self._malformed(cell, cell_index, problem)
+        return None
+
+    async def _async_poll_for_reply(self, msg_id, cell, timeout, task_poll_output_msg, task_poll_kernel_alive):
+        reply = await super()._async_poll_for_reply(msg_id, cell, timeout, task_poll_output_msg, task_poll_kernel_alive)
+        if reply is not None and "header" in reply:  # the kernel's reply (nbclient's own timeout reply is sound)
+            problem = kernel_messages.reply_problem(reply)
+            if problem is not None:
+                self._malformed(cell, self._cell_index, problem)
+        return reply
+
+    def _settle(self, cell) -> None:
+        """After a cell ran: every output and its execution_count as nbformat accepts them
+        (``kernel_messages.repair_cell``), and a test cell's values kept as displays, never partial credit."""
+        for problem in kernel_messages.repair_cell(cell):
+            self.log.warning("malformed output replaced: %s", problem)
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "execute_result":
+                    out["output_type"] = "display_data"
+                    out.pop("execution_count", None)
 
     def preprocess_cell(self, cell, resources, index):
+        self._cell_index = index
         if getattr(self, "_kernel_dead", False):
             if cell.cell_type == "code" and cell.source.strip():
                 cell.outputs = [
@@ -313,7 +372,9 @@ class SafeExecute(Execute):
             cell.execution_count = None
             return cell, resources
         try:
-            return super().preprocess_cell(cell, resources, index)
+            cell, resources = super().preprocess_cell(cell, resources, index)
+            self._settle(cell)
+            return cell, resources
         except DeadKernelError:
             self._kernel_dead = True
             self.log.error("kernel died while running cell %s", index)
@@ -324,6 +385,7 @@ class SafeExecute(Execute):
                     " (the kernel died while running this cell)",
                 )
             )
+            self._settle(cell)
             return cell, resources
 
     @staticmethod
