@@ -577,3 +577,72 @@ def test_nb01_reference_answers_pass_every_drawn_case_in_float32_too():
                 spreads.append(_relative_spread(rewards, ids))
     assert not failed, failed[:5]
     assert len(spreads) == 200 * 8 and min(spreads) >= 0.02, sorted(spreads)[:3]
+
+
+PATCH_SPELLINGS = {  # an added cell of the learner: each writes an attribute of an imported module or class
+    "attribute": "torch.equal = lambda *a, **k: True",
+    "alias": "import torch as _t\n_t.equal = lambda *a, **k: True",
+    "alias of an alias": "import torch as _t\n_u = _t\n_u.equal = None",
+    "setattr": "setattr(torch, 'equal', lambda *a, **k: True)",
+    "getattr chain": "setattr(getattr(torch, 'Tensor'), 'tolist', lambda self: [])",
+    "vars": "vars(torch)['equal'] = lambda *a, **k: True",
+    "__dict__": "torch.__dict__['equal'] = None",
+    "__dict__ update": "torch.__dict__.update(equal=None)",
+    "builtins": "import builtins\nbuiltins.isinstance = lambda *a: True",
+    "__builtins__ item": "__builtins__['isinstance'] = None",
+    "class attribute": "torch.Tensor.tolist = lambda self: []",
+    "imported class": "from torch import Tensor\nTensor.dtype = property(lambda self: torch.float64)",
+    "type of a library object": "type(torch.zeros(1)).tolist = lambda self: []",
+    "sys.modules": "import sys\nsys.modules['torch'].equal = None",
+    "__import__": "__import__('json').dumps = str",
+    "inside a function": "def f():\n    torch.isnan = None\nf()",
+    "tuple target": "torch.equal, x = None, 1",
+    "augmented": "import math\nmath.pi += 1",
+    "delete": "del torch.equal",
+}
+HONEST = {  # no module attribute written: instances, the learner's own objects, library settings by item
+    "instance": "x = torch.zeros(3)\nx.data = torch.ones(3)",
+    "own class": "class A:\n    pass\nA.f = 1",
+    "rcParams item": "import matplotlib.pyplot as plt\nplt.rcParams['font.size'] = 9",
+    "own dict": "d = {}\nd['equal'] = 1\nvars()['y'] = 2",
+    "comparison": "ok = torch.equal(torch.zeros(1), torch.zeros(1)) == True",
+}
+
+
+def _with_added_cell(source: str):
+    import nbformat
+
+    from autograde.grpo_grader.course import ROOT
+
+    lesson = "nb01_group_advantages"
+    release = nbformat.read(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", as_version=4)
+    sub = nbformat.reads(nbformat.writes(release), as_version=4)
+    sub.cells.append(nbformat.v4.new_code_cell(source))
+    return sub, release
+
+
+@pytest.mark.parametrize("spelling", sorted(PATCH_SPELLINGS))
+def test_monkeypatch_flag_sees_every_spelling(spelling):
+    """``monkeypatch`` is raised by the syntax tree of what the learner wrote, not a pattern of it: each spelling of
+    a write into an imported module or class (an alias, ``setattr``, ``vars(m)[...]``, ``m.__dict__``,
+    ``builtins``, ``sys.modules[...]``...) is found, where the patterns alone miss most of them."""
+    from autograde.grpo_grader.review import compare_with_release, module_patches, scan_flags
+
+    sub, release = _with_added_cell(PATCH_SPELLINGS[spelling])
+    patches = module_patches(sub, release)
+    assert patches, spelling
+    assert "monkeypatch" in scan_flags(compare_with_release(sub, release)[2], patches)
+
+
+def test_monkeypatch_flag_spares_honest_code_and_the_release():
+    """Attributes of instances and of the learner's own objects, library settings set by item, and every line of
+    the release (whatever it assigns) raise nothing; the patterns alone miss most spellings above (why the tree)."""
+    from autograde.grpo_grader.review import module_patches, scan_flags
+
+    for name, source in HONEST.items():
+        sub, release = _with_added_cell(source)
+        assert module_patches(sub, release) == [], name
+    sub, release = _with_added_cell("")
+    assert module_patches(release, release) == []
+    missed = [s for s, code in PATCH_SPELLINGS.items() if "monkeypatch" not in scan_flags(code)]
+    assert len(missed) >= len(PATCH_SPELLINGS) // 2, missed

@@ -24,7 +24,7 @@ from .outcomes import (
     summarise,
     test_outcomes,
 )
-from .review import compare_with_release, copies_reference, scan_flags
+from .review import compare_with_release, copies_reference, module_patches, scan_flags
 from .slots import Slot
 from .submission import answer_fingerprints, read_notebook, rebuild_metadata
 
@@ -222,7 +222,8 @@ def grade_assignment(
             edited, deleted = [], []
             try:
                 edited, deleted, written = compare_with_release(rebuilt[name], release)
-                nres.flags = scan_flags(written) + copies_reference(assignment, nres.answers, settings.course)
+                patches = module_patches(rebuilt[name], release)
+                nres.flags = scan_flags(written, patches) + copies_reference(assignment, nres.answers, settings.course)
             except Exception:  # checked readable above; this review never blocks grading
                 nres.flags = []
             if timed_out:
