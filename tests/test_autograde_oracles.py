@@ -79,40 +79,51 @@ def test_ragged_masks_are_ragged_for_every_seed():
             assert len(set(counts.tolist())) >= 2, (rows, cols, prefix, mask)
 
 
-def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
-    """What the driver writes is data: wrong kinds, broken tensors, deep nesting and missing results fail
-    with a reason; a tensor subclass arrives as an object and fails; the first line of a case counts."""
+def test_results_are_parsed_as_plain_data_and_checked():
+    """What the learner side sends is data: wrong kinds, broken tensors, deep nesting and missing results fail with a
+    reason; a tensor subclass arrives as an object and fails; a ValueError is the interpreter's own class (a learner's
+    class that claims the name does not pass); an input sent back changed, or not sent back, fails a case that must
+    leave its inputs alone; the first line of a case counts."""
     from autograde.grpo_grader.judging import judge
     from autograde.grpo_grader.vocabulary import Case, Close, Raises
 
-    case = Case("t", "f", (), {}, Close(torch.tensor([1.0, 2.0])))
-    good = {"status": "returned", "value": wire.encode(torch.tensor([1.0, 2.0]))}
+    x = torch.tensor([1.0, float("nan")])
+    case = Case("t", "f", (x,), {}, Close(torch.tensor([1.0, 2.0])))
+    same = {"args": {"0": wire.encode(x)}, "kwargs": {}}
+    good = {"status": "returned", "value": wire.encode(torch.tensor([1.0, 2.0])), "inputs": same}
     assert judge(case, good, "x") == (True, "")
     for record, reason in [
-        ({"status": "returned", "value": {"__object__": "__main__._Mirror"}}, "_Mirror"),
-        ({"status": "returned", "value": {"__tensor__": "float32", "shape": [3], "data": [1.0, 2.0]}}, "不符"),
-        ({"status": "returned", "value": {"__tensor__": "float64", "shape": [2], "data": [1.0, 2.0]}}, "dtype"),
-        ({"status": "returned", "value": {"__tensor__": "float32", "shape": [2], "data": ["1", 2.0]}}, "只能是数"),
-        ({"status": "returned", "value": {"__tensor__": "object", "shape": [2], "data": [1, 2]}}, "格式不对"),
+        ({**good, "value": {"__object__": "__main__._Mirror"}}, "_Mirror"),
+        ({**good, "value": {"__tensor__": "float32", "shape": [3], "data": [1.0, 2.0]}}, "不符"),
+        ({**good, "value": {"__tensor__": "float64", "shape": [2], "data": [1.0, 2.0]}}, "dtype"),
+        ({**good, "value": {"__tensor__": "float32", "shape": [2], "data": ["1", 2.0]}}, "只能是数"),
+        ({**good, "value": {"__tensor__": "object", "shape": [2], "data": [1, 2]}}, "格式不对"),
+        ({**good, "value": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, "嵌套过深"),
+        ({**good, "inputs": {"args": {"0": wire.encode(torch.tensor([0.0, float("nan")]))}}}, "原地修改"),
+        ({**good, "inputs": {"args": {"0": wire.encode(torch.tensor([1.0, 0.0]))}}}, "原地修改"),
+        ({**good, "inputs": {}}, "原地修改"),
         (
-            {"status": "returned", "value": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
-            "嵌套过深",
+            {"status": "raised", "mro": [["builtins", "NotImplementedError"]], "message": "请先完成这个 TODO"},
+            "NotImplementedError: 请先完成这个 TODO",
         ),
-        ({"status": "raised", "type": "NotImplementedError", "message": "请先完成这个 TODO"}, "NotImplementedError"),
-        ({"status": "missing", "message": "SyntaxError"}, "找不到函数"),
+        ({"status": "missing"}, "找不到函数"),
         (None, "未运行"),
     ]:
         ok, message = judge(case, record, "未运行的原因")
         assert not ok and reason in message, (record, message)
     raises = Case("t", "f", (), {}, Raises("ValueError"))
-    assert judge(raises, {"status": "raised", "type": "E", "mro": ["E", "ValueError", "Exception"]}, "")[0]
+    sub = [["__main__", "E"], ["builtins", "ValueError"], ["builtins", "Exception"], ["builtins", "BaseException"]]
+    assert judge(raises, {"status": "raised", "mro": sub, "message": ""}, "")[0]
+    forged = [["(learner) builtins", "ValueError"], ["builtins", "TypeError"], ["builtins", "Exception"]]
+    ok, message = judge(raises, {"status": "raised", "mro": forged, "message": "评分器：通过"}, "")
+    assert not ok and "学员程序输出" in message, message
+    for wrong in (["ValueError"], "ValueError", [["builtins"]], [[1, 2]]):
+        assert not judge(raises, {"status": "raised", "mro": wrong}, "")[0], wrong
     assert not judge(raises, {"status": "returned", "value": None}, "")[0]
-    results = tmp_path / "results.jsonl"
-    results.write_text(
-        '{"case": "a", "status": "returned", "value": 1}\nnot json\n'
-        '{"case": "a", "status": "returned", "value": 2}\n' + "[" * 100000 + "\n"
+    cases, _, problem = judging.parse_results(
+        b'{"case": "a", "status": "returned", "value": 1}\nnot json\n'
+        b'{"case": "a", "status": "returned", "value": 2}\n' + b"[" * 100000 + b"\n"
     )
-    cases, _, problem = judging.read_results(results)
     assert cases["a"]["value"] == 1 and "malformed" in problem
 
 

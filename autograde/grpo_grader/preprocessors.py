@@ -13,12 +13,14 @@ Autograde (sanitise step, after nbgrader's own ``OverwriteCells``):
 
 - ``StripHiddenTests``: in a test cell that the lesson's oracle grades (``oracles/<assignment>.py`` ``TESTS``), the
   hidden-test region (``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN TESTS``, restored by ``OverwriteCells``) is
-  replaced by a one-line comment before the kernel runs: its points come from the oracle, outside this kernel,
-  so the hidden tests' reference helpers and expected values never enter the learner's kernel (nor the
-  executed notebook). Test cells of a lesson without an oracle keep their hidden tests (nbgrader's scores).
-  On only in the pipeline's slots: the slot names the oracle's test cells (``tests``, ``Slot.nbgrader_options``), so
-  no nbgrader process loads an oracle; a plain ``nbgrader autograde`` (formgrader's button) names none and keeps
-  the hidden tests.
+  replaced by a one-line comment before the kernel runs, and the cell starts with the call of the case runner
+  (``case_runner.ENTRY``, installed in the kernel before any learner cell): the oracle's cases of this test run
+  there, in the notebook's one execution, on inputs the grader drew; their points come from the grader's verdicts,
+  made outside this kernel, so the hidden tests' reference helpers and expected values never enter the learner's
+  kernel (nor the executed notebook). Test cells of a lesson without an oracle keep their hidden tests (nbgrader's
+  scores). On only in the pipeline's slots: the slot names the oracle's test cells (``tests``,
+  ``Slot.nbgrader_options``), so no nbgrader process loads an oracle; a plain ``nbgrader autograde`` (formgrader's
+  button) names none and keeps the hidden tests.
 
 Autograde (execute step, replaces nbgrader's ``Execute``):
 - ``SafeExecute``: caps the output a cell may send while it runs (a cell printing millions of lines cannot
@@ -56,6 +58,7 @@ from nbgrader.preprocessors import CheckCellMetadata, Execute, NbGraderPreproces
 from traitlets import Dict, Integer, List, Unicode
 
 from . import kernel_messages
+from .case_runner import ENTRY
 
 BOOTSTRAP_ID = "bootstrap"
 RESTORE_TAG = "grader-restore"
@@ -70,8 +73,8 @@ del _grader_trust"""
 def is_demo_cell(cell, markers) -> bool:
     """Whether ``cell`` is one of a lesson's demonstration cells (``SafeExecute.demo_cells[assignment]``): a setup
     code cell (never an answer or test cell) whose release grade_id is listed. Only the release's locked cells
-    carry a grade_id (``rebuild_metadata``), so a cell the learner added is never a demonstration. Neither the
-    grading kernel nor the oracle's driver runs it."""
+    carry a grade_id (``rebuild_metadata``), so a cell the learner added is never a demonstration. The grading kernel
+    does not run it."""
     if cell.get("cell_type") != "code":
         return False
     meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -171,6 +174,15 @@ HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 STRIPPED_NOTE = (
     "# [评分器] 隐藏测试由评分器在学员内核之外、用评分时抽取的输入判定（hidden tests run outside this kernel）"
 )
+CASES_NOTE = (
+    "# [评分器] 这个测试的评分用例在这里运行，输入由评分时的秘密种子抽取，判定在学员内核之外"
+    "（grader: this test's cases run here, judged outside this kernel）"
+)
+
+
+def cases_call(grade_id: str) -> str:
+    """The first lines of a test cell whose cases the kernel runs for the oracle (``StripHiddenTests``)."""
+    return f"{CASES_NOTE}\n{ENTRY}({grade_id!r}, globals())\n"
 
 
 def strip_hidden(
@@ -194,21 +206,29 @@ def strip_hidden(
 
 
 class StripHiddenTests(NbGraderPreprocessor):
-    """Drop the hidden-test regions of the test cells the assignment's oracle grades, before execution."""
+    """The test cells the assignment's oracle grades, before execution: their hidden-test regions dropped, the case
+    runner's call first (``cases_call``)."""
 
     tests = List(
         Unicode(),
-        help="grade_ids of the test cells that the lesson's oracle grades outside the kernel (its TESTS): their "
-        "hidden-test regions are dropped before the kernel runs. The grading pipeline's slots set it for the "
-        "notebook they grade (so no nbgrader process imports the oracles, nor torch with them); empty, as in a "
-        "plain `nbgrader autograde`, keeps the hidden tests and nbgrader's scores",
+        help="grade_ids of the test cells that the lesson's oracle grades (its TESTS): their hidden-test regions are "
+        "dropped before the kernel runs, and each starts with the call of the case runner the pipeline installed in "
+        "the kernel (the oracle's cases of that test run there; the grader judges them outside the kernel). The "
+        "grading pipeline's slots set it for the notebook they grade (so no nbgrader process imports the oracles, "
+        "nor torch with them); empty, as in a plain `nbgrader autograde`, keeps the hidden tests and nbgrader's "
+        "scores",
+    ).tag(config=True)
+    case_seconds = Integer(
+        0,
+        help="seconds added to the time limit of each of those test cells, for the cases that run in it (each case "
+        "has a limit of its own in the kernel)",
     ).tag(config=True)
 
     def preprocess(self, nb, resources):
         graded = set(self.tests)
         if not graded:  # a plain `nbgrader autograde`: every hidden test runs in the kernel
             return nb, resources
-        stripped = []
+        stripped, cells = [], []
         for cell in nb.cells:
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if (
@@ -217,10 +237,14 @@ class StripHiddenTests(NbGraderPreprocessor):
                 and not meta.get("solution")
                 and meta.get("grade_id") in graded
             ):
-                cell.source, found = strip_hidden(cell.source)
+                source, found = strip_hidden(cell.source)
+                cell.source = cases_call(meta["grade_id"]) + source
+                cells.append(meta["grade_id"])
                 if found:
                     stripped.append(meta["grade_id"])
-        resources.setdefault("grading", {})["hidden_stripped"] = stripped
+        resources.setdefault("grading", {}).update(
+            hidden_stripped=stripped, case_cells=cells, case_seconds=int(self.case_seconds)
+        )
         return nb, resources
 
 
@@ -276,12 +300,12 @@ class SafeExecute(Execute):
     demo_cells = Dict(
         {},
         help="{assignment: [grade_id, ...]}: locked setup/demo code cells (never answer or test cells) that "
-        "the grading kernel and the oracle's driver do not run: slow demonstrations that no later cell and "
+        "the grading kernel does not run: slow demonstrations that no later cell and "
         "no point depends on (tests/test_autograde.py checks that no later cell reads a name they define); "
         "matched by the release's grade_id only, so a cell the learner added always runs",
     ).tag(
         config=True,
-        zh="{作业: [grade_id, ...]}：评分内核和 oracle 的驱动进程都不运行的锁定设置/演示单元（从不是答案或测试单元）："
+        zh="{作业: [grade_id, ...]}：评分内核不运行的锁定设置/演示单元（从不是答案或测试单元）："
         "不计分，之后的单元也不读取它们定义的名字（`tests/test_autograde.py` 逐课检查）；只按发布版本的 grade_id "
         "匹配，学员自己加的单元永远运行；反馈里这些单元的输出写明“评分时没有运行”",
     )
@@ -347,8 +371,18 @@ class SafeExecute(Execute):
                     out["output_type"] = "display_data"
                     out.pop("execution_count", None)
 
+    def _get_timeout(self, cell):
+        """nbclient's limit for ``cell``; a test cell whose oracle cases run in it gets ``case_seconds`` more."""
+        timeout = super()._get_timeout(cell)
+        grading = getattr(self, "_grading", {})
+        grade_id = (cell or {}).get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if timeout is not None and grade_id in grading.get("case_cells", ()):
+            timeout += grading.get("case_seconds", 0)
+        return timeout
+
     def preprocess_cell(self, cell, resources, index):
         self._cell_index = index
+        self._grading = resources.get("grading", {})
         if getattr(self, "_kernel_dead", False):
             if cell.cell_type == "code" and cell.source.strip():
                 cell.outputs = [

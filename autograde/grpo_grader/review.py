@@ -22,7 +22,7 @@ FLAG_PATTERNS = [
         r"input_transformers|ast_transformers|events\.register|set_custom_exc|register_magic"
         r"|\.run_cell\b|showtraceback",
     ),
-    ("grader-internals", r"tools\.grading|_ORIGINALS|\btampered\b|sys\.modules"),
+    ("grader-internals", r"tools\.grading|_ORIGINALS|\btampered\b|sys\.modules|_grpo_grader|/proc/self/fd"),
     (
         "monkeypatch",
         r"\b(?:torch|torch\.testing|torch\.Tensor|builtins|math|numpy|np)\.[A-Za-z_]+\s*=(?!=)"
