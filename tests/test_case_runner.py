@@ -239,3 +239,15 @@ def test_the_runner_looks_nothing_up_at_call_time():
     assert _global_lookups(source, "install") == []
     mutated = source.replace("flatten(_tolist(value), _len(shape))", "flatten(_tolist(value), len(shape))")
     assert mutated != source and _global_lookups(mutated, "make_runner") == ["encode_tensor: len"]
+
+
+def test_a_value_too_large_to_send_is_said_so():
+    """A record longer than the grader parses (``max_line``: ``transport.MAX_LINE_BYTES`` in a grading job) goes as a
+    short "too large" record for that case, never as a line the grader would skip without naming the case."""
+    lines = []
+    job = {"cases": [CASES["value"].wire()], "max_line": 1000}
+    case_runner.make_runner(job, lines.append)("t", {"f": lambda x: torch.zeros(10_000, dtype=torch.float64)})
+    record = json.loads(lines[0])
+    assert len(lines[0]) < 1000 and record["case"] == CASES["value"].id and record["status"] == "raised"
+    passed, message = judging.judge(CASES["value"], record, "")
+    assert not passed and "MemoryError" in message and "过大" in message

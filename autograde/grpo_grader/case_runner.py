@@ -81,6 +81,7 @@ def make_runner(job: dict, write, torch=None):
     _encode_json = _json.make_encoder(None, _refuse, _json.encode_basestring_ascii, None, ":", ",", False, False, True)
     cases = _list(job.get("cases") or [])
     case_seconds = _float(job.get("case_timeout") or CASE_SECONDS)
+    max_line = job.get("max_line")  # the grader parses no longer line (transport.MAX_LINE_BYTES)
     prelude = job.get("prelude") or ""
     harness = {}
     done_tests, hanging = _set(), _set()
@@ -206,6 +207,9 @@ def make_runner(job: dict, write, torch=None):
             line = _str_join("", _encode_json(record, 0))
         except _BaseException as error:
             line = _str_join("", _encode_json(raised(record.get("case"), error), 0))
+        if max_line is not None and _len(line) > max_line:  # a value too large to send: said so, not cut
+            too_large = {"case": record.get("case"), "status": "raised", "mro": [["builtins", "MemoryError"]]}
+            line = _str_join("", _encode_json({**too_large, "message": "返回值过大，无法送回（value too large）"}, 0))
         write(_str_encode(line + "\n"))
 
     # ---- one case

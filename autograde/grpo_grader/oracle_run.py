@@ -14,6 +14,7 @@ import nbformat
 
 from .course import GradingPipeline
 from .outcomes import NotebookResult, learner_words
+from .transport import MAX_LINE_BYTES
 
 if TYPE_CHECKING:  # the oracles (and torch) are imported when a notebook is graded, not by the other commands
     from .judging import TestVerdict
@@ -89,6 +90,7 @@ class OracleRun:
             "prelude": self.oracle.prelude,
             "cases": [case.wire() for case in self.cases],
             "case_timeout": self.case_timeout,
+            "max_line": MAX_LINE_BYTES,
         }
 
     def case_seconds(self) -> int:
