@@ -339,9 +339,9 @@ def test_make_online_seeds_writes_a_validated_summary():
 
 @pytest.mark.slow
 def test_grading_policy_is_built_once_and_every_call_gets_its_own_copy():
-    """The grader's oracle zygote builds the lesson's grading policy once and forks drivers from it
+    """The grader's kernel zygote builds the lesson's grading policy once and forks kernels from it
     (``ZYGOTE_WARM``): a second call returns the same weights without a second build, as a copy that a caller may
-    change without changing the next one's (a driver's learner code trains its model)."""
+    change without changing the next one's (a kernel's learner code trains its model)."""
     import torch
 
     from tools.online import grading_policy as defining  # the module that holds the built policies
@@ -361,9 +361,9 @@ def test_grading_policy_is_built_once_and_every_call_gets_its_own_copy():
 
 
 def test_only_the_lessons_being_graded_warm_the_zygotes():
-    """The zygotes prepare for the lessons in the run only: the oracle zygote makes their ``ZYGOTE_WARM`` calls
-    (lesson 7's grading policy, ~4 s per zygote) and both zygotes import their ``ZYGOTE_IMPORTS`` (transformers'
-    Qwen2 model, ~3 s) where a lesson that uses them is graded, and nowhere else."""
+    """The zygotes prepare for the lessons in the run only: they make their ``ZYGOTE_WARM`` calls (lesson 7's
+    grading policy, ~4 s per zygote) and import their ``ZYGOTE_IMPORTS`` (transformers' Qwen2 model, ~3 s) where a
+    lesson that uses them is graded, and nowhere else."""
     from autograde.grpo_grader.oracles._common import QWEN2_MODEL
     from autograde.grpo_grader.slots import ZygoteWarm
     from autograde.pipeline import zygote_warm
@@ -373,15 +373,15 @@ def test_only_the_lessons_being_graded_warm_the_zygotes():
     others = [("nb01_group_advantages", None, "fp"), ("nb03b_loss_family_trl", None, "fp")]
     assert zygote_warm([others]) == ZygoteWarm() and zygote_warm([]) == ZygoteWarm()
     assert zygote_warm([others, lesson7]) == ZygoteWarm(
-        kernel=QWEN2_MODEL, oracle=QWEN2_MODEL, calls=("tools.online_grpo:grading_policy",)
+        imports=QWEN2_MODEL, calls=("tools.online_grpo:grading_policy",)
     )
     assert zygote_warm([lesson7, lesson5, others]) == zygote_warm([lesson7]), "each module once"
-    assert zygote_warm([lesson5]) == ZygoteWarm(kernel=QWEN2_MODEL, oracle=QWEN2_MODEL)
+    assert zygote_warm([lesson5]) == ZygoteWarm(imports=QWEN2_MODEL)
 
 
 def test_zygote_imports_name_what_the_lessons_import():
     """A lesson whose notebook loads a transformers model declares transformers' Qwen2 model in its oracle module's
-    ZYGOTE_IMPORTS, for its kernels and its drivers; the other lessons declare nothing; every declared module exists."""
+    ZYGOTE_IMPORTS, for its kernels; the other lessons declare nothing; every declared module exists."""
     import importlib.util
 
     from autograde.grpo_grader.oracle import load_oracle
@@ -391,7 +391,6 @@ def test_zygote_imports_name_what_the_lessons_import():
         oracle = load_oracle(assignment)
         source = (ROOT / "solutions" / f"{assignment}.py").read_text(encoding="utf-8")
         loads_a_model = "from_pretrained" in source or "online_grpo" in source
-        for kind in ("kernel", "oracle"):
-            declared = oracle.zygote_imports(kind)
-            assert declared == (QWEN2_MODEL if loads_a_model else ()), (assignment, kind, declared)
-            assert all(importlib.util.find_spec(name) for name in declared), (assignment, declared)
+        declared = oracle.zygote_imports
+        assert declared == (QWEN2_MODEL if loads_a_model else ()), (assignment, declared)
+        assert all(importlib.util.find_spec(name) for name in declared), (assignment, declared)

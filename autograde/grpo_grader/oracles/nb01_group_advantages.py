@@ -45,8 +45,6 @@ CASE_SOURCES = [
     (r"^计分问题的答案格式|^七种约定对 \[0, 0, 0, 1\] 的优势$", "同一组 [0, 0, 0, 1]，七种约定各给出什么？"),
     (r"^七种约定对一组 0/1 奖励", "评分时还会用别的 `G` 和别的 0/1 组检查同一个函数"),
 ]
-# setup cells (not answers, not tests) that the oracle run does not need: the timing cells
-SKIP_SETUP: tuple = ()  # its demonstrations (SafeExecute.demo_cells) are all the driver leaves out
 FLAGS: dict = {}
 
 
@@ -408,4 +406,4 @@ def _conventions_values(group: list[float], other: list[float]):
     return check
 
 
-__all__ = ["TESTS", "SKIP_SETUP", "FLAGS", "cases", "course_advantages", "minimind_advantages", "Each"]
+__all__ = ["TESTS", "FLAGS", "cases", "course_advantages", "minimind_advantages", "Each"]

@@ -3,13 +3,13 @@
 The two model-backed functions cannot receive a model over the wire, so the oracle's harness
 (``_nb07_harness.py``) defines ``_oracle_sample``, ``_oracle_sample_seeds`` and ``_oracle_step`` in the
 learner-side namespace: they build ``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded, ~4 s to
-build, once per process: the slot's oracle zygote builds it before forking, ``ZYGOTE_WARM``) and call the learner's
+build, once per process: the slot's kernel zygote builds it before forking, ``ZYGOTE_WARM``) and call the learner's
 function on it with the inputs the grader sends. The grader builds the same policy in its own process
 (``_nb07_policy.py``) and computes every expectation itself: float64 log-probs of the returned tokens at the given
 temperature, the EOS mask of the returned ids, the sampled first-token frequency against the softmax, and for
 grpo_step a float64 re-derivation of the whole update (losses, clip ratios, approx KL, KL to the reference,
 parameters after AdamW or SGD: ``_policy_losses.reference_step``; the cases and their check: ``_nb07_update.py``).
-log_step_metrics is pure data. The setup cells that load the SFT warm start and run the experiments are skipped.
+log_step_metrics is pure data.
 """
 
 from __future__ import annotations
@@ -47,14 +47,13 @@ CASE_SOURCES = [
     (r"的指标$", "所有值都是 Python 的 `int` / `float`（`kl_ref` 可以是 `None`），可以直接写进 JSON"),
     (r"^奖励含 NaN$|^N 不是 G 的整数倍$|^掩码含 0/1 之外的值$", "`rewards` 是一维有限浮点张量"),
 ]
-SKIP_SETUP = ("setup_warm_start", "demo_sample_group", "demo_ablations")  # grade_ids, and the demonstrations
-# the learner-side harness the driver runs first: the calls of sample_group / grpo_step on a model
+# the learner-side harness the case runner runs at the first test cell: the calls of sample_group / grpo_step on a model
 HARNESS = Path(__file__).with_name("_nb07_harness.py")
 FLAGS: dict = {}
-# built once in each slot's oracle zygote before it forks this lesson's drivers (each would otherwise build it: ~4 s)
+# built once in each slot's kernel zygote before it forks this lesson's kernels (each would otherwise build it: ~4 s)
 ZYGOTE_WARM = ("tools.online_grpo:grading_policy",)
-# the kernel loads the warm start (a Qwen2 checkpoint); the driver builds the grading policy (a Qwen2 model)
-ZYGOTE_IMPORTS = {"kernel": QWEN2_MODEL, "oracle": QWEN2_MODEL}
+# the kernel loads the warm start (a Qwen2 checkpoint) and its cases build the grading policy (a Qwen2 model)
+ZYGOTE_IMPORTS = QWEN2_MODEL
 
 
 def _sample_check(prompts, g, temperature, with_ref, max_new_tokens):
