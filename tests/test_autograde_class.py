@@ -131,6 +131,8 @@ def test_sample_class_grades_exactly_as_expected(graded_class):
                 report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
                 if report["status"] != row["status"]:
                     mismatches.append(f"{learner}/{assignment}: status {report['status']} != {row['status']}")
+                if "reason" in row and report["reason"].split("；")[0] != row["reason"]:
+                    mismatches.append(f"{learner}/{assignment}: reason {report['reason'][:200]!r} != {row['reason']!r}")
                 for nb in report["notebooks"]:
                     if report["status"] == "graded":
                         assert "oracle" in nb["phases"], f"{learner}/{assignment}: graded without the oracle"

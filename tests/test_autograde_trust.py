@@ -207,8 +207,9 @@ def _traversable_for_others(*paths: Path):
 @pytest.mark.integration
 def test_an_unprivileged_grader_grades_in_bwrap(released_course):
     """Grading without root: an unprivileged account (created when the tests run as root) probes the bwrap
-    sandbox and grades four nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
-    disk for answers, s07 exits): exactly their expected scores, status graded, nothing left running."""
+    sandbox and grades six nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
+    disk for answers, s07 exits, j1's fork bomb and j2's memory hog meet the job caps without a cgroup): exactly
+    their expected scores, status and reason, nothing left running."""
     import shutil
     import tempfile
 
@@ -235,6 +236,8 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
                 "a02_fills_the_disk_and_lingers",
                 "s13_reads_answers_from_disk",
                 "s07_sys_exit",
+                "j1_fork_bomb",  # the job caps without a cgroup: RLIMIT_NPROC per job, the watcher's Pss sum
+                "j2_memory_hog",
             ]
             env = {**pipeline_env(), "HOME": str(base), "GRPO_GRADING_SEED": "unprivileged-" + os.urandom(6).hex()}
             become = (
@@ -285,6 +288,7 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
                 row = expected[learner][assignment]
                 report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
                 assert (report["score"], report["status"]) == (row["score"], row["status"]), (learner, report["reason"])
+                assert report["reason"].split("；")[0] == row.get("reason", report["reason"].split("；")[0]), learner
             if os.geteuid() == 0:  # nothing of the account outlives the run (the forkserver exits right after it)
                 deadline = time.monotonic() + 20
                 while (

@@ -18,6 +18,7 @@ from autograde.grpo_grader import nbgrader_forkserver
 from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.digests import grading_seed
 from autograde.grpo_grader.gradebook import load_course_info, make_template, merge, read_report
+from autograde.grpo_grader.job_caps import open_caps
 from autograde.grpo_grader.learner_grading import SAFE_ID, fingerprint, grade_learner, runnable_notebooks
 from autograde.grpo_grader.outcomes import AssignmentResult, NotebookResult
 from autograde.grpo_grader.sandbox_choice import choose_sandbox
@@ -285,6 +286,8 @@ def autograde(
         sandbox = _open_sandbox(settings, base, workers)
         if sandbox is None:
             return 2
+        sandbox.caps = open_caps(settings.job_caps, settings.job_memory_bytes(), settings.job_max_processes)
+        print(f"[autograde] {sandbox.caps.describe()}")
         template = make_template(settings, base / "template.db")
         sockets = base / "sockets"
         if sandbox.mode == "bwrap" and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
@@ -324,6 +327,8 @@ def autograde(
         for slot in slots:
             slot.kill_kernels()
             slot.stop_zygote()
+        if sandbox is not None and sandbox.caps is not None:
+            sandbox.caps.close()
         for handle in sandbox.leases if sandbox else []:
             handle.close()
         for folder in mounted:

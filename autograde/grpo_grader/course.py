@@ -62,6 +62,34 @@ class GradingPipeline(Configurable):
         zh="每个内核（与 oracle 进程）的地址空间上限（`RLIMIT_AS`，MiB）；0 = （内存的 80% − 各槽位 zygote 常驻的内存，"
         "每个约 0.4 GB）/ (2 × 槽位数)（每个槽位同时有两个沙箱进程），限制在 2–8 GiB",
     )
+    job_memory_mb = Integer(
+        0,
+        help="memory cap of one job - a grading kernel or an oracle driver with every process it forks - as a "
+        "whole, in MiB (a cgroup as root, else the sum of its processes' Pss; see job caps); 0 = `memory_limit_mb`'s "
+        "value. A job above it is stopped: its notebook keeps the points earned before, with the reason",
+    ).tag(
+        config=True,
+        zh="每个作业（一个评分内核或 oracle 进程，连同它派生的所有进程）合计的内存上限（MiB；以 root 评分时用 cgroup，"
+        "否则按各进程 Pss 之和，见“每个作业的上限”）；0 = 与 `memory_limit_mb` 相同。超过即终止该作业：之前得到的分数保留，并写明原因",
+    )
+    job_max_processes = Integer(
+        256,
+        help="tasks (processes and threads) one job may hold at a time, everything it forks included; a job that "
+        "reaches it is stopped: its notebook keeps the points earned before, with the reason",
+    ).tag(
+        config=True,
+        zh="每个作业同时最多能有的任务数（进程与线程，含它派生的一切）；达到即终止该作业：之前得到的分数保留，并写明原因",
+    )
+    job_caps = Unicode(
+        "auto",
+        help="how the job caps are enforced: `auto` (a cgroup per job where this machine lets the grader make one: "
+        "root with cgroup v2's or v1's memory and pids controllers; else `rlimit`) or `rlimit` (RLIMIT_NPROC per "
+        "job and a watcher adding up each job's Pss)",
+    ).tag(
+        config=True,
+        zh="每个作业的上限怎样执行：`auto`（本机允许时每个作业一个 cgroup：以 root 运行且有 cgroup v2 或 v1 的 memory 与 pids "
+        "控制器；否则同 `rlimit`）或 `rlimit`（每个作业的 `RLIMIT_NPROC`，以及把每个作业各进程的 Pss 相加的监视线程）",
+    )
     max_submission_mb = Integer(
         25,
         help="a larger submitted notebook scores 0 (status `invalid`)",
@@ -209,6 +237,10 @@ class GradingPipeline(Configurable):
         zygotes = ZYGOTE_RESIDENT_BYTES * (int(self.kernel_zygote) + int(self.oracle_zygote))
         share = int((0.8 * total - self.worker_count() * zygotes) / (2 * self.worker_count()))
         return max(2 * 2**30, min(8 * 2**30, share))
+
+    def job_memory_bytes(self) -> int:
+        """The memory cap of one job as a whole (``job_memory_mb``; 0: the per-process limit's value)."""
+        return self.job_memory_mb * 2**20 if self.job_memory_mb > 0 else self.memory_limit_bytes()
 
 
 def settings_tables(language: str, settings: GradingPipeline | None = None) -> str:

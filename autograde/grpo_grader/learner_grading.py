@@ -208,6 +208,8 @@ def grade_assignment(
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             started = time.monotonic()
             release = placeholder(settings, assignment, name)  # read once: the oracle's job and the review below
+            if slot.caps is not None:  # the kernel's and the driver's job caps count from here (job_caps.py)
+                slot.caps.begin()
             oracle_run = OracleRun(slot, settings, assignment, release, rebuilt[name], learner, seed)
             try:
                 graded_outside = sorted(oracle_run.oracle.tests) if oracle_run.oracle is not None else []
@@ -268,6 +270,7 @@ def grade_assignment(
             except Exception as error:  # a fault of the grader's oracle: this notebook only, status error
                 nres.status = "error"
                 nres.reason = f"得 0 分：评分器的 oracle 出错（grader error）：{type(error).__name__}: {error}"[:500]
+        capped = slot.caps.end() if slot.caps is not None and name not in problems else None
         if nres.status != "graded":
             nres.grades = {gid: {"auto_score": 0.0, "needs_manual_grade": False} for gid in cells}
             nres.comments = {}
@@ -287,6 +290,8 @@ def grade_assignment(
                 nres.reason = f"{NO_AUTO_POINTS}（本课没有自动计分的测试）"
             elif nres.score == 0 and not nres.reason:
                 nres.reason = "得 0 分（score 0）"
+        if capped:  # a job stopped at its cap: the reason first, the points earned before it stand
+            nres.reason = "；".join(part for part in (capped, nres.reason) if part)
         # stage the notebook the feedback is made from
         staged_nb = stage / f"{name}.ipynb"
         if executed is not None:

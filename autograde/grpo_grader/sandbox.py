@@ -53,6 +53,9 @@ def _write(path: str, text: str) -> None:
 
 
 def _limits(spec: dict) -> None:
+    for target in spec.get("job_cgroups") or ():  # first the job's cgroups (job_caps.py): paths, or a zygote's fds
+        with open(target, "w", closefd=isinstance(target, str)) as handle:
+            handle.write("0")
     for name, value in spec.get("rlimits", {}).items():
         if value is None:
             continue
@@ -177,7 +180,7 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
             "--inh-caps=-all",
             "--",
         ]
-    return args
+    return args + spec.get("in_userns", [])  # not root: the task cap of job_caps.py, set inside the user namespace
 
 
 def _exec_bwrap(spec: dict, connection_text: str, extra: list[str]) -> None:
@@ -371,6 +374,7 @@ def _job(spec: dict, request: dict, fds: list[int]) -> None:
     its job as a memfd), its limits, uid and environment, then ipykernel, the driver or the probe's code. Never
     returns."""
     os.setpgid(0, 0)
+    _limits(spec)  # first: its cgroups' descriptors are closed below
     job = None
     if request.get("driver"):  # the driver's source and job.json, read before the uid change
         with os.fdopen(fds.pop(), "rb") as handle:
@@ -379,7 +383,6 @@ def _job(spec: dict, request: dict, fds: list[int]) -> None:
     for fd, source in enumerate(moved):
         os.dup2(source, fd)
     os.closerange(len(moved), 1 << 16)
-    _limits(spec)
     _become(spec)
     os.chdir(spec["workdir"])
     become_forked_process(_environment(spec, request.get("env", {})))

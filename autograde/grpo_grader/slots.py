@@ -92,6 +92,16 @@ class Slot(SlotZygotes):
         self.threads = threads
         self.process: subprocess.Popen | None = None
         self.stopped = False
+        caps = getattr(sandbox, "caps", None)  # the run's job caps (job_caps.py); none for a probe's slot
+        self.caps = (
+            caps.slot(
+                name,
+                {"kernel": uid, "oracle": self.oracle_uid},
+                {"kernel": self.pidfile, "oracle": self.oracle_pidfile},
+            )
+            if caps is not None
+            else None
+        )
         self._setup()
 
     # -- layout
@@ -171,6 +181,8 @@ class Slot(SlotZygotes):
             "bwrap": shutil.which("bwrap") or "/usr/bin/bwrap",
             "setpriv": shutil.which("setpriv") or "setpriv",
         }
+        if self.caps is not None:  # the kernel's job caps: its cgroups, RLIMIT_NPROC (job_caps.SlotCaps.spec)
+            spec.update(self.caps.spec("kernel", spec["rlimits"]))
         if self.sandbox.paths.get("pythonpath"):
             spec["env"]["PYTHONPATH"] = os.pathsep.join([str(self.kernel), *self.sandbox.paths["pythonpath"]])
         if self.kernel_zygote_enabled:  # the launcher asks the slot's kernel zygote for the kernel (sandbox.py)
@@ -342,6 +354,8 @@ class Slot(SlotZygotes):
         spec["uid"] = spec["gid"] = self.oracle_uid
         spec["pidfile"] = str(self.oracle_pidfile)
         spec["rlimits"] = {**spec["rlimits"], "FSIZE": 128 * 2**20}
+        if self.caps is not None:
+            spec.update(self.caps.spec("oracle", spec["rlimits"]))
         spec["env"] = {**spec.get("env", {}), "MPLBACKEND": "Agg"}
         return spec
 

@@ -51,8 +51,15 @@ EXPECTED = SAMPLE / "expected.json"
 # The sample class runs with short limits so that its infinite loops cost little time in CI (s06 holds a slot for
 # the notebook limit plus two cell limits): on an idle 2-core machine its honest notebooks take at most ~6 s in
 # nbgrader and ~3 s in one cell, so 30 s and 10 s leave 5x and 3x room before machine_timeouts() scales them.
-# The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
-TIMEOUTS = {"cell_timeout": 10, "notebook_timeout": 30, "memory_limit_mb": 4096}
+# The memory limit is fixed so that the huge-allocation case fails the same way on every machine; so are the job caps
+# (job_caps.py), so that the fork bomb (j1) and the memory hog (j2) reach them while every honest job stays below.
+TIMEOUTS = {
+    "cell_timeout": 10,
+    "notebook_timeout": 30,
+    "memory_limit_mb": 4096,
+    "job_memory_mb": 1536,
+    "job_max_processes": 64,
+}
 # every lesson the sample class grades: every lesson with an oracle module (a learner's row for a lesson it did not
 # submit is "missing")
 LESSONS = oracle_assignments()
@@ -65,7 +72,7 @@ def machine_timeouts(say=print) -> dict:
     """TIMEOUTS scaled to this machine's speed right now: one timed ``import torch`` against REFERENCE_IMPORT_S, the
     factor clamped to [1, 4] (a busy machine gets longer limits, an idle one the short ones). The import is this
     process's own where torch is not imported yet (the grading run needs it anyway: no second import of torch paid
-    for a measurement), else one in a fresh interpreter. The memory limit is not scaled."""
+    for a measurement), else one in a fresh interpreter. The memory limit and the job caps are not scaled."""
     import subprocess
     import sys
     import time
@@ -81,7 +88,7 @@ def machine_timeouts(say=print) -> dict:
     return {
         "cell_timeout": int(TIMEOUTS["cell_timeout"] * factor),
         "notebook_timeout": int(TIMEOUTS["notebook_timeout"] * factor),
-        "memory_limit_mb": TIMEOUTS["memory_limit_mb"],
+        **{key: TIMEOUTS[key] for key in ("memory_limit_mb", "job_memory_mb", "job_max_processes")},
     }
 
 
