@@ -164,8 +164,9 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
     for path, size in spec["scratch"]:
         args += ["--size", str(size), "--perms", "1777", "--tmpfs", path]
     for path, mode in spec["keep"]:
-        parents(path)
-        args += ["--bind" if mode == "rw" else "--ro-bind", path, path]
+        if mode != "mask":  # a mask (view.masked_files) lies in a folder bound above it: /dev/null over the file
+            parents(path)
+        args += ["--bind" if mode == "rw" else "--ro-bind", "/dev/null" if mode == "mask" else path, path]
     args += ["--size", str(spec["workdir_size"]), "--perms", "1777", "--tmpfs", spec["workdir"]]
     if connection_fd is not None:
         args += ["--perms", "0444", "--ro-bind-data", str(connection_fd), _connection_path(spec)]

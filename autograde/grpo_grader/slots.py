@@ -123,6 +123,7 @@ class Slot(SlotZygotes):
                 shutil.copy2(source, self.kernel / name)
             else:
                 raise FileNotFoundError(f"GradingPipeline.kernel_files: {source} does not exist")
+        view.scrub_course_copy(self.kernel)  # no learner id or name reaches a kernel (course.toml's roster)
         # readable by the kernel's uid whatever the source modes were (save_pretrained writes model.safetensors
         # 0600: the grading kernels of lessons 5 and 7 could not load their checkpoints)
         for folder, _dirs, files in os.walk(self.kernel):
@@ -171,7 +172,12 @@ class Slot(SlotZygotes):
             "uid": self.uid,
             "gid": self.uid,
             **view.spec_view(),  # what the sandbox sees besides its binds (view.py: the one declaration)
-            "keep": view.kernel_binds(self.sandbox.paths.get("bind", []), self.kernel, self.ipc),
+            "keep": view.kernel_binds(
+                self.sandbox.paths.get("bind", []),
+                self.kernel,
+                self.ipc,
+                view.never_bound(self.settings, self.dir.parent),
+            ),
             "course": str(self.kernel),
             "workdir": str(self.work),
             "pidfile": str(self.pidfile),
@@ -479,6 +485,7 @@ class Slot(SlotZygotes):
             {
                 "paths": paths,
                 "environ": list(view.SECRET_ENVIRON),
+                "masked": view.masks_of(json.loads(self.spec_path.read_text())["keep"]),
                 "oracle": oracle,
                 "imports": list(imports),
                 "import_mode": import_mode,
