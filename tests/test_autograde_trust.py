@@ -6,6 +6,7 @@ key of their own. The sample learners ``a01``/``a02`` (tests/test_autograde_clas
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import stat
@@ -280,8 +281,26 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
             result = json.loads(probe.stdout)
             _probe_says_all_hidden(result)
             assert result["kernel"]["uid"] == uid
-            graded = pipeline("autograde", "--sample", *[a for learner in learners for a in ("--learner", learner)])
-            assert graded.returncode == 0, graded.stdout
+            # a root run's leftover (before, root runs left root-owned folders): the unprivileged run cannot replace
+            # this learner's results; that learner fails alone with the reason, the others are graded
+            blocked = "s14_invalid_json"
+            if os.geteuid() == 0:
+                old = course / "autograded" / blocked / "nb01_group_advantages"
+                old.mkdir(parents=True)
+                (old / "grading_report.json").write_text('{"status": "graded", "reason": "old"}')
+                (course / "autograded").chmod(0o777)  # only the learner's own folder is root's
+                os.chown(course / "autograded", uid, gid)
+            chosen = [*learners, blocked] if os.geteuid() == 0 else learners
+            graded = pipeline("autograde", "--sample", *[a for learner in chosen for a in ("--learner", learner)])
+            if os.geteuid() == 0:
+                assert graded.returncode == 1 and "cannot write this learner's results" in graded.stdout, graded.stdout
+                assert pipeline("grades").returncode == 0
+                with open(course / "grades.csv", encoding="utf-8") as handle:
+                    rows = {(r["learner"], r["assignment"]): r for r in csv.DictReader(handle)}
+                row = rows[(blocked, "nb01_group_advantages")]
+                assert row["status"] == "error" and "chown" in row["reason"], row
+            else:
+                assert graded.returncode == 0, graded.stdout
             expected = sample_class.expected()
             for learner in learners:
                 assignment = "nb01_group_advantages"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import time
 from pathlib import Path
@@ -26,9 +25,7 @@ from .outcomes import (
 )
 from .review import compare_with_release, copies_reference, scan_flags
 from .slots import Slot
-from .submission import answer_fingerprints, read_notebook, rebuild_metadata
-
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
+from .submission import answer_fingerprints, other_assignment, read_notebook, rebuild_metadata
 
 
 # ----------------------------------------------------------------------------- submitted files
@@ -185,6 +182,11 @@ def grade_assignment(
             continue
         # submission metadata is never trusted: the release's nbgrader metadata, by grade_id and position
         nb, _ = read_notebook(path.read_text(encoding="utf-8"))
+        released = {a: {gid for cells in i["checksums"].values() for gid in cells} for a, i in course_info.items()}
+        wrong = other_assignment(nb, assignment, released)
+        if wrong:  # another lesson's notebook under this one's name: the learner's mistake, not the grader's
+            problems[name] = wrong
+            continue
         rebuilt[name], rebuild_notes[name] = rebuild_metadata(nb, placeholder(settings, assignment, name))
         nbformat.write(rebuilt[name], target / f"{name}.ipynb")
         usable[name] = path

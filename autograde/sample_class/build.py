@@ -24,7 +24,13 @@ A case is a dict ``{assignment: spec}``; a spec may hold:
 - ``kernelspec``: the notebook's kernelspec replaced by this dict;
 - ``nbformat``: ``3``: the notebook written in the nbformat 3 layout;
 - ``corrupt``: ``"truncate"``: the file is cut in half (not valid JSON); ``"deep"``: valid JSON nested 100 000
-  levels deep inside a cell's metadata.
+  levels deep inside a cell's metadata;
+- ``notebook_of``: another assignment: its notebook (with ``base`` and ``cells`` of that one) handed in under this
+  assignment's name;
+- ``layout``: ``"flat"``: the file lies in the learner's folder itself, not in an assignment folder.
+
+A learner whose every file is skipped (``layout`` ``"flat"``) has no gradebook row: ``expected.json`` gives it one
+``"skipped"`` entry instead of rows per lesson (``expected_skipped``).
 
 The lessons of the sample class are ``LESSONS``: every lesson with an oracle module. Adding a lesson = its entries in
 the cases s02 and s04 (s01 and s03 cover every lesson of ``LESSONS``) and its rows in ``expected.json``
@@ -116,6 +122,8 @@ def _grade_id(cell) -> str | None:
 
 
 def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[str, bytes]:
+    filename = spec.get("filename", f"{assignment}.ipynb")
+    assignment = spec.get("notebook_of", assignment)  # another lesson's notebook under this one's name
     nb = copy.deepcopy(_released(assignment))
     sources = {}
     if spec.get("base", "solution") == "solution":
@@ -188,7 +196,7 @@ def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[
     elif spec.get("corrupt") == "deep":
         depth = 100_000
         text = text.replace('"metadata": {', '"metadata": {"nested": ' + "[" * depth + "]" * depth + ", ", 1)
-    return spec.get("filename", f"{assignment}.ipynb"), text.encode("utf-8")
+    return filename, text.encode("utf-8")
 
 
 def build_all() -> dict[str, bytes]:
@@ -197,7 +205,7 @@ def build_all() -> dict[str, bytes]:
     for learner, case in load_cases().items():
         for assignment, spec in case.items():
             name, data = build_submission(assignment, spec, cache)
-            files[f"{learner}/{assignment}/{name}"] = data
+            files[f"{learner}/{name}" if spec.get("layout") == "flat" else f"{learner}/{assignment}/{name}"] = data
     return files
 
 
@@ -236,12 +244,22 @@ def install(submitted: Path) -> list[str]:
     return learners
 
 
+SKIPPED_ROW = "skipped"  # expected.json: the one entry of a learner whose folder is not graded at all
+
+
 def expected() -> dict[str, dict[str, dict]]:
-    """{learner: {lesson: {"score", "status", ...}}} for every lesson of LESSONS (unlisted rows: missing, 0)."""
+    """{learner: {lesson: {"score", "status", ...}}} for every lesson of LESSONS (unlisted rows: missing, 0), for the
+    learners the gradebook holds (those of ``expected_skipped`` are not graded)."""
     data = json.loads(EXPECTED.read_text(encoding="utf-8"))
     out = {}
     for learner, rows in data.items():
-        if learner.startswith("_"):
+        if learner.startswith("_") or SKIPPED_ROW in rows:
             continue
         out[learner] = {lesson: rows.get(lesson, {"score": 0, "status": "missing"}) for lesson in LESSONS}
     return out
+
+
+def expected_skipped() -> dict[str, dict]:
+    """{learner: {"score", "status", "reason"}} of the sample learners whose folder is skipped (one grades.csv row)."""
+    data = json.loads(EXPECTED.read_text(encoding="utf-8"))
+    return {learner: rows[SKIPPED_ROW] for learner, rows in data.items() if SKIPPED_ROW in rows}
