@@ -6,6 +6,7 @@ the run's released course (tests/conftest.py ``released_course``)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -113,3 +114,21 @@ def test_a_result_that_cannot_be_written_fails_alone(course, tmp_path):
     assert gradebook.merge(settings, [_result(settings, "alice", tmp_path / "s3")]) == {}
     rows = {(r["learner"], r["assignment"]): r for r in gradebook.export_rows(settings)[0]}
     assert rows[("alice", LESSON)]["status"] == "graded" and not (course / gradebook.UNMERGED).exists()
+
+
+def test_a_root_run_hands_what_it_writes_to_the_course_folders_owner(tmp_path):
+    """As root, what a run writes in a course folder someone else owns becomes that owner's (``hand_over``); a course
+    folder root owns, or a run that is not root, changes nothing."""
+    course = tmp_path / "autograde"
+    (course / "autograded" / "alice" / LESSON).mkdir(parents=True)
+    (course / "autograded" / "alice" / LESSON / "grading_report.json").write_text("{}")
+    settings = load_settings(course)
+    if os.geteuid() != 0:
+        gradebook.hand_over(settings, course / "autograded")  # nothing to do, nothing raised
+        return
+    gradebook.hand_over(settings, course / "autograded")  # root's course folder: nothing changes
+    assert (course / "autograded" / "alice").stat().st_uid == 0
+    os.chown(course, 4242, 4343)
+    gradebook.hand_over(settings, course / "autograded")
+    owners = {(p.stat().st_uid, p.stat().st_gid) for p in [course / "autograded", *(course / "autograded").rglob("*")]}
+    assert owners == {(4242, 4343)}
