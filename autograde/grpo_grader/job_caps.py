@@ -283,11 +283,7 @@ class JobGroup:
         self.active = False
         if self.folders:
             self.stop()
-        for folder in self.folders.values():
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+        _remove_folders(self.folders.values())
 
 
 class SlotCaps:
@@ -381,11 +377,7 @@ class JobCaps:
         for slot in self.slots:
             for group in slot.groups.values():
                 group.remove()
-        for folder in self.run_folders.values():
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+        _remove_folders(self.run_folders.values())
 
 
 def _remove_stale(parent: Path) -> None:
@@ -393,11 +385,16 @@ def _remove_stale(parent: Path) -> None:
     for folder in parent.glob("grpo-grading-*"):
         pid = folder.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            for child in [p for p in folder.iterdir() if p.is_dir()] + [folder]:
-                try:
-                    child.rmdir()
-                except OSError:
-                    pass
+            _remove_folders([p for p in folder.iterdir() if p.is_dir()] + [folder])
+
+
+def _remove_folders(folders) -> None:
+    """Remove each (empty) cgroup folder; one that still holds a process stays."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
 
 
 def open_caps(setting: str, memory_bytes: int, max_tasks: int) -> JobCaps:
