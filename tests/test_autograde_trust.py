@@ -208,9 +208,10 @@ def _traversable_for_others(*paths: Path):
 @pytest.mark.integration
 def test_an_unprivileged_grader_grades_in_bwrap(released_course):
     """Grading without root: an unprivileged account (created when the tests run as root) probes the bwrap
-    sandbox and grades six nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
-    disk for answers, s07 exits, j1's fork bomb and j2's memory hog meet the job caps without a cgroup): exactly
-    their expected scores, status and reason, nothing left running."""
+    sandbox and grades seven nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
+    disk for answers, s07 exits, j1's fork bomb and j2's memory hog meet the job caps without a cgroup, w1 hands in
+    lesson 2's notebook): exactly their expected scores, status and reason, nothing left running; k1's folder is
+    reported skipped; as root, a learner whose old results a root run left read-only fails alone, with the reason."""
     import shutil
     import tempfile
 
@@ -239,7 +240,9 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
                 "s07_sys_exit",
                 "j1_fork_bomb",  # the job caps without a cgroup: RLIMIT_NPROC per job, the watcher's Pss sum
                 "j2_memory_hog",
+                "w1_another_lessons_notebook",  # another lesson's notebook: invalid, never error
             ]
+            skipped = list(sample_class.expected_skipped())  # a folder that is not graded: said so
             env = {**pipeline_env(), "HOME": str(base), "GRPO_GRADING_SEED": "unprivileged-" + os.urandom(6).hex()}
             become = (
                 ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"] if os.geteuid() == 0 else []
@@ -290,8 +293,9 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
                 (old / "grading_report.json").write_text('{"status": "graded", "reason": "old"}')
                 (course / "autograded").chmod(0o777)  # only the learner's own folder is root's
                 os.chown(course / "autograded", uid, gid)
-            chosen = [*learners, blocked] if os.geteuid() == 0 else learners
+            chosen = [*learners, *skipped, blocked] if os.geteuid() == 0 else [*learners, *skipped]
             graded = pipeline("autograde", "--sample", *[a for learner in chosen for a in ("--learner", learner)])
+            assert all(f"跳过（skipped）{learner}" in graded.stdout for learner in skipped), graded.stdout
             if os.geteuid() == 0:
                 assert graded.returncode == 1 and "cannot write this learner's results" in graded.stdout, graded.stdout
                 assert pipeline("grades").returncode == 0

@@ -132,3 +132,17 @@ def test_a_root_run_hands_what_it_writes_to_the_course_folders_owner(tmp_path):
     gradebook.hand_over(settings, course / "autograded")
     owners = {(p.stat().st_uid, p.stat().st_gid) for p in [course / "autograded", *(course / "autograded").rglob("*")]}
     assert owners == {(4242, 4343)}
+
+
+@pytest.mark.slow
+def test_grades_csv_has_a_row_for_every_folder_that_was_not_graded(course):
+    """Skipped folders are rows of grades.csv (with no learner graded yet too: the assignments come from the
+    gradebook); a learner's folder of a known assignment is no skipped row."""
+    submitted = course / "submitted"
+    (submitted / "alice" / LESSON).mkdir(parents=True)
+    (submitted / "alice" / "nb99_not_a_lesson").mkdir()
+    (submitted / "loose.ipynb").write_text("{}")
+    rows = gradebook.export_rows(load_settings(course))[0]
+    skipped = {(r["learner"], r["assignment"]): r["reason"] for r in rows if r["status"] == "skipped"}
+    assert set(skipped) == {("alice", "nb99_not_a_lesson"), ("loose.ipynb", "")}
+    assert "unknown assignment" in skipped[("alice", "nb99_not_a_lesson")]

@@ -388,6 +388,7 @@ def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
     rows, test_rows = [], []
     with Gradebook(settings.db_url, settings.course_id) as gb:
         pairs = [(s.id, a.name) for s in gb.students for a in gb.assignments]
+        names = {a.name for a in gb.assignments}
     reports = {pair: read_report(settings, *pair) or {} for pair in pairs}
     not_placed = unmerged(settings)
     similar = similar_learners(reports)
@@ -469,7 +470,7 @@ def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
     for learner, problems in sorted(not_placed.items()):  # learners the gradebook does not hold yet
         for assignment, problem in sorted((problems or {}).items()):
             rows.append(_plain_row(learner, assignment, "error", problem))
-    _learners, skipped = collect_submitted(settings.dir("submitted"), {a for _s, a in pairs})
+    _learners, skipped = collect_submitted(settings.dir("submitted"), names)
     rows += [_plain_row(item.learner, item.assignment, SKIPPED, item.reason) for item in skipped]
     return rows, test_rows
 
