@@ -97,7 +97,7 @@ def _run_jobs(caps: job_caps.JobCaps, jobs: dict[str, tuple[int, int]]) -> dict[
         for name, (forks, mib) in jobs.items():
             pidfile = folder / f"{name}.pid"
             uid = uids.get(name)
-            slots[name] = caps.slot(name, {"kernel": uid, "oracle": uid}, {"kernel": pidfile, "oracle": pidfile})
+            slots[name] = caps.slot(name, {"kernel": uid}, {"kernel": pidfile})
             spec = {**slots[name].spec("kernel", {}), "pidfile": str(pidfile)}
             slots[name].begin()
             processes[name] = _start(spec, forks, mib, uid)
@@ -160,12 +160,12 @@ def test_a_sandbox_spec_carries_the_caps_of_its_kind(tmp_path, monkeypatch):
     refuses and counts the fork); an unprivileged grader's bubblewrap sets the task cap inside the job's own user
     namespace (prlimit after `--`), where the kernel counts that namespace's tasks apart."""
     caps = job_caps.JobCaps(job_caps.choose("rlimit"), memory_bytes=2**30, max_tasks=100)
-    slot = caps.slot("slot0", {"kernel": 61000, "oracle": 61001}, {"kernel": tmp_path / "k", "oracle": tmp_path / "o"})
+    slot = caps.slot("slot0", {"kernel": 61000}, {"kernel": tmp_path / "k"})
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert slot.spec("kernel", {"AS": 1}) == {"job_cgroups": [], "rlimits": {"AS": 1, "NPROC": 100}}
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setattr(os, "getuid", lambda: 1000)
-    spec = slot.spec("oracle", {"AS": 1})
+    spec = slot.spec("kernel", {"AS": 1})
     assert spec["in_userns"][1:] == ["--nproc=100", "--"] and "rlimits" not in spec
     view = {"system": [], "system_files": [], "devices": [], "scratch": [], "keep": [], "workdir_size": 1}
     args = sandbox.bwrap_args({**view, **spec, "bwrap": "bwrap", "workdir": "/w", "uid": None})

@@ -65,15 +65,15 @@ def scan_the_view(settings: GradingPipeline, sandbox, base: Path) -> dict:
 
 
 def probe_result(settings: GradingPipeline, import_mode: str = "import", scan: bool = False) -> dict:
-    """The instructor's pre-flight as data: the sandbox probed as grading uses it (kernel and oracle driver, each
-    importing torch, ipykernel, nbformat and the graded lessons' imports inside it: probe.py), what either could read
-    of the secrets, whether the files that name the checkout are empty there, the job caps in force, and ``ok``; or
+    """The instructor's pre-flight as data: the sandbox probed as grading uses it (a kernel, as root a job of the
+    slot's zygote, importing torch, ipykernel, nbformat and the graded lessons' imports inside it: probe.py), what it
+    could read of the secrets, whether the files that name the checkout are empty there, the job caps in force, and ``ok``; or
     the problems that stop grading here, each with its cause and its fix. ``scan``: also every readable file of the
     kernel's view searched for the checkout, the course folder and the learner ids (``scan_the_view``)."""
     base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
     scanned = None
     try:
-        sandbox = choose_sandbox(settings, base, probe_driver=True, import_mode=import_mode)
+        sandbox = choose_sandbox(settings, base, probe_zygote=True, import_mode=import_mode)
         if scan:
             try:
                 scanned = scan_the_view(settings, sandbox, base)
@@ -90,15 +90,12 @@ def probe_result(settings: GradingPipeline, import_mode: str = "import", scan: b
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    kernel = {k: v for k, v in sandbox.probe.items() if k != "oracle"}
-    oracle = sandbox.probe.get("oracle") or {}
-    grader = _own_ipc_namespace()
-    # (each sandbox unshares one; probed one after the other, two may show the same recycled number)
-    own_ipc = all(ns and ns != grader for ns in (oracle.get("ipc_namespace"), kernel.get("ipc_namespace")))
-    readable = sorted({p for report in (kernel, oracle) for p, ok in report.get("readable", {}).items() if ok})
-    seed = bool(kernel.get("seed_in_environ") or oracle.get("seed_in_environ"))
-    # the files of the view that name the checkout (view.masked_files): nothing of them can be read in any sandbox
-    named = sorted({p for report in (kernel, oracle) for p, size in report.get("masked", {}).items() if size > 0})
+    kernel = sandbox.probe
+    own_ipc = bool(kernel.get("ipc_namespace")) and kernel.get("ipc_namespace") != _own_ipc_namespace()
+    readable = sorted(p for p, ok in kernel.get("readable", {}).items() if ok)
+    seed = bool(kernel.get("seed_in_environ"))
+    # the files of the view that name the checkout (view.masked_files): nothing of them can be read in the sandbox
+    named = sorted(p for p, size in kernel.get("masked", {}).items() if size > 0)
     return {
         "ok": not readable and not seed and not named and not (scanned or {}).get("hits"),
         "masked": sorted(kernel.get("masked", {})),
@@ -110,7 +107,6 @@ def probe_result(settings: GradingPipeline, import_mode: str = "import", scan: b
         "not_available": sandbox.problems,
         "problems": [],
         "kernel": kernel,
-        "oracle": oracle,
         "readable": readable,
         "seed_visible": seed,
         "ipc_own": own_ipc,
@@ -132,35 +128,27 @@ def probe(settings: GradingPipeline, as_json: bool = False, import_mode: str = "
         for problem in result["problems"]:
             print(ProbeProblem(**problem).text(), file=sys.stderr)
         return 2
-    kernel, oracle = result["kernel"], result["oracle"]
+    kernel = result["kernel"]
     print(f"sandbox: {result['describe']}")
     for problem in result["not_available"]:
         print(f"  not available: {problem}")
-    for who, report in (("", kernel), ("oracle driver: ", oracle)):
-        for path, readable in report.get("readable", {}).items():
-            print(f"  {who}{'READABLE' if readable else 'hidden  '}  {path}")
+    for path, readable in kernel.get("readable", {}).items():
+        print(f"  {'READABLE' if readable else 'hidden  '}  {path}")
     for path in result["paths"].get("bind", []):
         print(f"  bound read-only (outside the virtual environment, on sys.path): {path}")
-    for who, report in (("kernel", kernel), ("oracle driver", oracle)):
-        loaded = [name for name, error in report.get("imports", {}).items() if error == "ok"]
-        print(
-            f"  {who}: {len(loaded)}/{len(report.get('imports', {}))} imports load inside the sandbox "
-            "(torch, ipykernel, nbformat" + (" and the graded lessons' import lines)" if who == "kernel" else ")")
-        )
+    loaded = [name for name, error in kernel.get("imports", {}).items() if error == "ok"]
+    print(
+        f"  kernel: {len(loaded)}/{len(kernel.get('imports', {}))} imports load inside the sandbox "
+        "(torch, ipykernel, nbformat and the graded lessons' import lines)"
+    )
     forked = " (forked from a zygote)" if kernel.get("zygote") else ""
     print(
         f"  kernel{forked} uid {kernel.get('uid')}, processes visible {kernel.get('visible_pids')}, "
         f"network {'available' if kernel.get('network') else 'none'}, "
+        f"IPC namespace {'its own' if result['ipc_own'] else 'SHARED'}, "
         f"rest of the file system {'read-only' if kernel.get('readonly_root') else 'as usual'}, "
         f"address-space limit {kernel.get('rlimit_as', 0) / 2**30:.1f} GiB"
     )
-    if oracle:
-        print(
-            f"  oracle driver (beside the kernel{', forked from a zygote' if oracle.get('zygote') else ''}): "
-            f"uid {oracle.get('uid')}, processes visible {oracle.get('visible_pids')}, "
-            f"network {'available' if oracle.get('network') else 'none'}, "
-            f"IPC namespace {'its own' if result['ipc_own'] else 'SHARED'}"
-        )
     print(
         f"  {len(result['masked'])} file(s) of the view that name the checkout (an editable install's finder, .pth, "
         "direct_url.json...) cannot be read in the sandbox"

@@ -1,12 +1,12 @@
-"""Per-job caps: the memory and the number of tasks of one job - a grading kernel or an oracle driver, with everything
-it forks - bounded as a whole, and a job that reaches a cap stopped with a reason.
+"""Per-job caps: the memory and the number of tasks of one job - a grading kernel (it runs the oracle's cases too), with
+everything it forks - bounded as a whole, and a job that reaches a cap stopped with a reason.
 
 ``RLIMIT_AS`` (``GradingPipeline.memory_limit_mb``) bounds each process only: a learner's cell that forks a hundred
 children, each below the limit, could take the machine. A run chooses one mechanism (``choose``):
 
-``cgroup2`` (root, the unified hierarchy with the memory and pids controllers): a cgroup per slot and kind (kernel,
-    oracle driver) under ``/sys/fs/cgroup/grpo-grading-<pid>/`` with ``memory.max`` (``memory.swap.max`` 0,
-    ``memory.oom.group`` 1) and ``pids.max``. A slot runs one job of a kind at a time and every job's processes are
+``cgroup2`` (root, the unified hierarchy with the memory and pids controllers): a cgroup per slot (its kernel job)
+    under ``/sys/fs/cgroup/grpo-grading-<pid>/`` with ``memory.max`` (``memory.swap.max`` 0,
+    ``memory.oom.group`` 1) and ``pids.max``. A slot runs one job at a time and every job's processes are
     gone before the next starts (killed by its zygote's cleaner, or with its own bubblewrap), so the cgroup holds one
     job at a time: a cgroup per job.
 ``cgroup1`` (root, the memory and pids hierarchies, as on this project's CI machine): the same folders in each
@@ -42,7 +42,7 @@ from pathlib import Path
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids")
 POLL_SECONDS = 0.2
-KINDS = ("kernel", "oracle")  # the jobs of a slot: nbgrader's kernel and the oracle's driver beside it
+KINDS = ("kernel",)  # the jobs of a slot: nbgrader's kernel (it also runs the oracle's cases)
 MIB = 2**20
 
 
@@ -287,7 +287,7 @@ class JobGroup:
 
 
 class SlotCaps:
-    """The caps of one slot's two kinds of jobs."""
+    """The caps of one slot's jobs (one kind: the kernel's)."""
 
     def __init__(self, caps: JobCaps, slot: str, uids: dict[str, int | None], pidfiles: dict[str, Path]) -> None:
         self.caps = caps
