@@ -16,14 +16,11 @@ section lists it); its own PID, IPC, UTS, network (a loopback only) and cgroup n
     job), limits and the slot's leased uid for good, which runs ipykernel. After each job a helper with that uid kills
     its processes and removes its files and System V IPC objects (``_clean``); if anything is left, the zygote exits
     and is replaced. The launcher only connects, passes its descriptors, relays SIGINT and exits with the kernel's code.
-not root: bubblewrap in a user namespace, one per kernel (``_exec_bwrap``): there is no other uid to drop to, and a
-    job with the zygote's own uid could tamper with it.
+not root: bubblewrap in a user namespace, one per kernel (``_exec_bwrap``): no other uid to drop to.
 ``none`` (explicit only): the course copy, a working folder and the resource limits; kernels read what the grader can.
 
-In every mode: resource limits (address space, file size, core dumps, processes), a scrubbed environment (no
-tokens or credentials of the instructor's shell), a thread count that fits the number of grading slots, and a pid
-file that lets the pipeline kill the launcher (and with it the kernel) at the hard time limit. Only the standard
-library may be imported at module level: this file runs as the kernel launcher (and its text as the zygote).
+Every mode: resource limits and the job's caps (job_caps.py), a scrubbed environment, a thread count fitting the
+slots, a pid file for the hard time limit. Only the standard library at module level (this text is the zygote's too).
 """
 
 from __future__ import annotations

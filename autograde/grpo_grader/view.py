@@ -184,6 +184,9 @@ def kernel_binds(extra: list[str], course_copy: Path, sockets: Path, hidden: lis
 # `direct_url.json` names the checkout.
 METADATA_FOLDERS = ("*.dist-info", "*.egg-info")
 MASK_LIMIT = 4 * MIB  # a larger file of these folders is no install's record: left as it is
+# never masked: without its pyvenv.cfg an interpreter does not know its virtual environment (its `command` line may
+# name the interpreter that created it, a checkout's among them)
+NEEDED = ("pyvenv.cfg",)
 
 
 def _site_folders(folders: tuple[str, ...]) -> list[Path]:
@@ -210,7 +213,7 @@ def masked_files(folders: tuple[str, ...], hidden: tuple[str, ...]) -> list[str]
     masked: list[Path] = []
     pth: list[Path] = []
     for site_folder in _site_folders(folders):
-        candidates = [p for p in site_folder.iterdir() if p.is_file() and not p.is_symlink()]
+        candidates = [p for p in site_folder.iterdir() if p.is_file() and not p.is_symlink() and p.name not in NEEDED]
         for pattern in (*METADATA_FOLDERS, "__pycache__"):  # (a top-level module's compiled copy names what it does)
             for meta in site_folder.glob(pattern):
                 candidates += [p for p in meta.iterdir() if p.is_file() and not p.is_symlink()] if meta.is_dir() else []
