@@ -3,7 +3,7 @@
     python -m autograde.pipeline autograde [--sample] [--workers N] [--force] [--learner ID ...] [--shard k/N]
     python -m autograde.pipeline merge-shards
     python -m autograde.pipeline feedback
-    python -m autograde.pipeline grades
+    python -m autograde.pipeline grades [--table]
     python -m autograde.pipeline sample --rebuild | --check
     python -m autograde.pipeline probe [--json] [--imports find]
     python -m autograde.pipeline prepare
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write", action="store_true", help="settings: regenerate the README's settings tables and sandbox view"
     )
+    parser.add_argument(
+        "--table", action="store_true", help="grades: print one row per learner and assignment (not the summary)"
+    )
     parser.add_argument("--json", action="store_true", help="probe: print the structured result (one JSON object)")
     parser.add_argument(
         "--imports",
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "feedback":
         return feedback(settings)
     if args.command == "grades":
-        return grades(settings)
+        return grades(settings, table=args.table)
     if args.command == "sample":
         return sample(args.rebuild)
     if args.command == "settings":

@@ -23,6 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from autograde_helpers import ASSIGNMENTS, AUTOGRADE, ROOT, run_pipeline  # tests/autograde_helpers.py
+from browser_pages import browser_missing, open_pages  # tests/browser_pages.py
 
 from autograde.sample_class import build as sample_class
 from tools.chain.cells import load_settings
@@ -198,6 +199,36 @@ def test_regrade_keeps_rows_and_scores(graded_class):
     assert _gradebook_dump(course) == before
 
 
+def _check_class_report(course: Path, rows: list[dict], printed: str) -> None:
+    """The class report beside grades.csv: each learner's total is the sum of their rows of grades.csv (summed here),
+    highest first; the status counts are grades.csv's; no script, the CSP; the terminal got the summary, not a row
+    per learner and assignment."""
+    from autograde.grpo_grader.sanitise import CSP_META
+
+    report = (course / "report.html").read_text(encoding="utf-8")
+    totals = collections.defaultdict(float)
+    for row in rows:
+        totals[row["learner"]] += float(row["score"])
+    shown = [
+        (m.group(1), float(m.group(2))) for m in re.finditer(r'<tr data-learner="([^"]+)" data-total="([^"]+)"', report)
+    ]
+    assert {learner for learner, _ in shown} == set(totals) and len(shown) == len(totals)
+    for learner, total in shown:
+        assert abs(total - totals[learner]) < 0.01, (learner, total, totals[learner])
+    assert [t for _, t in shown] == sorted((t for _, t in shown), reverse=True)
+    statuses = collections.Counter(row["status"] for row in rows)
+    status_table = report[report.index('<section id="status">') : report.index('<section id="totals">')]
+    total_row = re.search(r"<tr><td>合计（total）</td>(.*?)</tr>", status_table).group(1)
+    assert [int(n) for n in re.findall(r"<td>(\d+)</td>", total_row)] == [
+        statuses[s] for s in re.findall(r"<th>(\w+)</th>", status_table)
+    ]
+    assert "<script" not in report and report.count(CSP_META) == 1
+    for section in ("status", "totals", "distribution", "checks", "flags"):
+        assert f'<section id="{section}">' in report, section
+    assert f"{len(totals)} 个学员 × {len(ASSIGNMENTS)} 个作业" in printed and "通过率最低的检查" in printed, printed
+    assert printed.count("\n") < 60, "the terminal got more than a summary"
+
+
 @pytest.mark.slow
 def test_feedback_and_export(graded_class):
     course = graded_class.course
@@ -219,6 +250,7 @@ def test_feedback_and_export(graded_class):
     assert exported.returncode == 0
     rows = _grades_csv(course)
     assert len(rows) == len(expected) * len(ASSIGNMENTS)
+    _check_class_report(course, rows, exported.stdout)
     for row in rows:
         want = expected[row["learner"]][row["assignment"]]
         assert float(row["score"]) == float(want["score"]) and row["status"] == want["status"], row
@@ -331,3 +363,15 @@ def test_three_shards_merge_into_the_same_grades(graded_class, tmp_path):
     assert run_pipeline("merge-shards", "--course", str(course)).returncode == 0
     sharded, single = subset_rows(course), subset_rows(graded_class.course)
     assert sharded == single and len(sharded) == len(SHARD_SUBSET) * len(ASSIGNMENTS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+def test_class_report_of_the_sample_class_in_chromium(graded_class):
+    """The sample class's report opened from its file in Chromium: no script runs, no request is made, every
+    assignment's score distribution is drawn."""
+    assert run_pipeline("grades", "--course", str(graded_class.course)).returncode == 0
+    view = open_pages([{"name": "class_report", "file": str(graded_class.course / "report.html")}])["class_report"]
+    assert not view["requests"] and not view["dialogs"] and not view["pageErrors"], view
+    assert view["svgs"] == view["svgsDrawn"] == len(ASSIGNMENTS), view
+    assert "s01_worked_answers" in view["text"] and "各项检查的通过率" in view["text"]

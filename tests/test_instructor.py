@@ -252,3 +252,16 @@ def test_the_chinese_and_english_grader_readmes_state_the_same_figures():
     first = re.search(r"(?<![\w.\-/`])(\d+(?:\.\d+)?)\s?(?:s\b|GiB|MiB|GB|%|x\b)", en)
     changed = en[: first.start(1)] + "987654" + en[first.end(1) :]
     assert _figures(zh) != _figures(changed)
+
+
+SAMPLE_CLASS_COUNT = re.compile(r"(示例班级|sample class)[^。.;；\n]{0,40}?\b(\d+)\s*(个学员|名学员|learners)", re.I)
+
+
+def test_readmes_state_no_sample_class_size_that_can_go_stale():
+    """The sample class grows (one learner per mechanism, cases/): neither README states how many learners it has
+    (autograde/README.md said 30 while it had more); such a statement is found (the check can fail)."""
+    for path in (ROOT / "README.md", ROOT / "autograde" / "README.md"):
+        text = path.read_text(encoding="utf-8")
+        assert not SAMPLE_CLASS_COUNT.search(text), (path.name, SAMPLE_CLASS_COUNT.search(text).group(0))
+    for stale in ("示例班级（30 个学员、57 本）", "the sample class (30 learners, 57 notebooks)"):
+        assert SAMPLE_CLASS_COUNT.search(stale), stale

@@ -1,5 +1,6 @@
 """``python -m autograde.pipeline grades``: ``grades.csv`` and ``grades_by_test.csv`` from the gradebook and the
-grading reports, and the table on the terminal."""
+grading reports, the class report (``report.html``, :mod:`autograde.grpo_grader.class_report`) and a short summary
+on the terminal (``--table``: one row per learner and assignment instead)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import shutil
 import unicodedata
 from pathlib import Path
 
+from autograde.grpo_grader.class_report import REPORT_FILE, ClassData, render_report, summary_lines
 from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.gradebook import export_rows
 from autograde.grpo_grader.outcomes import NO_AUTO_POINTS
+from autograde.grpo_grader.roster import display_name, roster
+from tools.project_runtime import MARKER
 
 GRADE_FIELDS = [
     "learner",
@@ -61,10 +65,7 @@ def score_text(row: dict) -> str:
     return f"{row['score']:g}/{row['max_score']:g}"
 
 
-def grades(settings: GradingPipeline) -> int:
-    rows, test_rows = export_rows(settings)
-    _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
-    _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
+def _print_table(rows: list[dict]) -> None:
     columns = shutil.get_terminal_size((160, 40)).columns
     reason_width = max(30, columns - 30 - 24 - 12 - 10 - 14 - 6)
     header = (
@@ -82,17 +83,56 @@ def grades(settings: GradingPipeline) -> int:
     print(header)
     print("-" * min(columns, _width(header) + 10))
     for row in rows:
-        score = score_text(row)
         print(
             _fit(row["learner"], 30),
             _fit(row["assignment"], 24),
-            _fit(score, 12),
+            _fit(score_text(row), 12),
             _fit(row["status"], 10),
             _fit(row["reason"] or "-", reason_width),
             row["flags"],
         )
+
+
+def unlisted_folders(settings: GradingPipeline, rows: list[dict]) -> list[str]:
+    """Names of the entries of ``submitted/`` that have no row in ``grades.csv`` (skipped by ``make autograde``: a
+    name that is not a learner id, a symbolic link, a stray file). Only the names are read."""
+    submitted = settings.dir("submitted")
+    if not submitted.is_dir():
+        return []
+    listed = {row["learner"] for row in rows}
+    return sorted(entry.name for entry in os.scandir(submitted) if entry.name not in listed)
+
+
+def class_data(settings: GradingPipeline, rows: list[dict], test_rows: list[dict]) -> ClassData:
+    names = roster(settings.course.parent / MARKER)
+    learners = {row["learner"] for row in rows}
+    return ClassData(
+        rows=rows,
+        test_rows=test_rows,
+        names={learner: display_name(learner, names) for learner in learners if learner in names},
+        unlisted=unlisted_folders(settings, rows),
+        course=settings.course_id,
+        course_folder=settings.course,
+    )
+
+
+def grades(settings: GradingPipeline, table: bool = False) -> int:
+    rows, test_rows = export_rows(settings)
+    _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
+    _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
+    data = class_data(settings, rows, test_rows)
+    report = settings.course / REPORT_FILE
+    tmp = report.with_suffix(".html.tmp")
+    tmp.write_text(render_report(data), encoding="utf-8")
+    os.replace(tmp, report)
+    if table:
+        _print_table(rows)
+    else:
+        print("\n".join(summary_lines(data)))
     print(
         f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
-        f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}"
+        f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}\n"
+        f"[grades] 班级报告（class report）-> {report}"
+        + ("" if table else "；逐行的成绩表（the full table）：make grades ARGS=--table")
     )
     return 0
