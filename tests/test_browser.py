@@ -255,7 +255,12 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
     formulas (MathML) and shows no hidden-test source."""
     import getpass
 
+    from nbgrader.api import Gradebook
+
+    from tools.chain.cells import load_settings
     from tools.cli.lab import FETCH_DIR, LabServer
+
+    course_id = load_settings(ROOT)["id"]
 
     assignment, learner_id = ASSIGNMENT, getpass.getuser()
     root = _course_of_its_own(tmp_path / "course", assignment, learner_id)
@@ -312,8 +317,16 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
             )
             assert graded.returncode == 0, graded.stdout[-3000:] + graded.stderr[-3000:]
             page = course / "feedback" / learner_id / assignment / f"{assignment}.html"
+            with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id) as gb:
+                submission = gb.find_submission_notebook(assignment, assignment, learner_id).id
             fed = _walk(
-                {**base, "phase": "feedback", "formgrader": instructor.url("formgrader"), "feedback_file": str(page)}
+                {
+                    **base,
+                    "phase": "feedback",
+                    "formgrader": instructor.url("formgrader"),
+                    "feedback_file": str(page),
+                    "submission": instructor.url(f"formgrader/submissions/{submission}/"),
+                }
             )
     logs = "\n".join(
         f"--- {name} log ---\n" + (tmp_path / f"{name}.log").read_text()[-2000:] for name in ("learner", "instructor")
@@ -326,6 +339,9 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
     assert view["maths"] > 10 and view["drawn"] == view["maths"], view["maths"]
     assert view["fractions"] and max(view["fractions"]) > 1.2 * view["lineHeight"], view  # a fraction is stacked
     assert view["rawTex"] == 0, view["text"][:2000]
+    # the formgrader's page of the submission, rendered by the course's sanitising exporter: grading inputs, MathML
+    shown = fed["submissionPage"]
+    assert shown["gradeCells"] > 3 and shown["scoreInputs"] > 0 and shown["maths"] > 10, shown
     assert not walked["pageErrors"] and not fed["pageErrors"], (walked["pageErrors"], fed["pageErrors"])
     print(f"blocked requests of the offline feedback page: {fed['blockedRequests']}", file=sys.stderr)
 

@@ -156,7 +156,13 @@ def _class_rows():
 def test_class_report_totals_rates_and_flags():
     """Totals per learner (sorted, highest first), each check's pass rate with its failures grouped whatever their
     numbers (a manually graded answer is no check), the flags in one list, the status counts."""
-    from autograde.grpo_grader.class_report import ClassData, check_rates, learner_totals, report_sections
+    from autograde.grpo_grader.class_report import (
+        ClassData,
+        check_rates,
+        learner_totals,
+        message_group,
+        report_sections,
+    )
 
     rows, tests = _class_rows()
     totals = learner_totals(rows)
@@ -168,6 +174,7 @@ def test_class_report_totals_rates_and_flags():
     (check,) = check_rates(tests)
     assert (check["test"], check["ran"], check["passed"]) == ("t1", 3, 1)
     assert check["messages"].most_common() == [("AssertionError: expected #, got #", 2)]
+    assert message_group("torch.float32 x1: 共9个, got -1.5e-3\n\x1b[2J") == "torch.float32 x1: 共#个, got # \ufffd[#J"
     sections = {s.key: s for s in report_sections(ClassData(rows, tests, unlisted=["stray"]))}
     assert list(sections) == ["status", "totals", "distribution", "checks", "flags"]
     assert sections["status"].columns[1:] == ("graded", "timeout", "missing") and "stray" in sections["status"].note

@@ -149,6 +149,7 @@ def test_formgrader_submission_page_runs_nothing_of_the_learner():
     """The formgrader's page of a submission (nbgrader's formgrade template) is rendered by SafeHTMLExporter: its
     own scripts (the grading buttons) stay, none of the learner's payloads stand anywhere they would run; nbgrader's
     exporter puts them there (the check can fail)."""
+    import nbformat
     from nbconvert.exporters import HTMLExporter
     from nbgrader.server_extensions.formgrader import handlers
     from page_attacks import active_marks, attack_notebook
@@ -161,6 +162,8 @@ def test_formgrader_submission_page_runs_nothing_of_the_learner():
         guard.SanitisedSubmission,
     )
     nb = attack_notebook()
+    # elements of the learner's named like the page's own (the formgrader's scripts find elements by id)
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell('<div id="statusmessage">fake</div>\n\n## notebook-container'))
     resources = {
         "assignment_id": "a",
         "notebook_id": "n",
@@ -178,6 +181,8 @@ def test_formgrader_submission_page_runs_nothing_of_the_learner():
     ours, _ = SafeHTMLExporter(**settings).from_notebook_node(nb, resources=dict(resources))
     assert {"markdown-script", "onerror", "html-script", "srcdoc", "javascript-link"} <= active_marks(theirs)
     assert not active_marks(ours), sorted(active_marks(ours))
+    for page_id in ("statusmessage", "notebook-container"):
+        assert ours.count(f'id="{page_id}"') == theirs.count(f'id="{page_id}"') - 1, page_id  # not the learner's
     assert "formgrade.js" in ours and "王, 小明" in ours
 
 

@@ -203,7 +203,7 @@ def distribution_section(data: ClassData) -> ReportSection:
     )
 
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+_NUMBER = re.compile(r"(?<![A-Za-z0-9_.])-?\d+(?:\.\d+)?(?:e-?\d+)?")  # a number, not a digit of a name (float32)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -214,7 +214,8 @@ def plain(text) -> str:
 
 
 def message_group(message: str) -> str:
-    """A failure message with its numbers replaced by ``#``, whitespace collapsed and control characters replaced,
+    """A failure message with its numbers (not the digits of a name: float32) replaced by ``#``, whitespace collapsed
+    and control characters replaced,
     cut to MESSAGE_CHARS: the same mistake made with different values is one group."""
     text = _NUMBER.sub("#", plain(message))
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"

@@ -131,6 +131,14 @@ class CollectAndName(BaseApiHandler):
         self.write(json.dumps(result))
 
 
+# The formgrader's script waits for MathJax's start-up before it selects the first score (formgrade.js); the page's
+# formulas are MathML (drawn by the browser), so MathJax is not loaded from its CDN and this stands in for it: the
+# page works offline too.
+MATHJAX_STUB = (
+    "<script>window.MathJax = {Hub: {Startup: {signal: {Interest: function (notify) { notify('End'); }}}}};</script>"
+)
+
+
 class SanitisedSubmission(nbgrader_handlers.SubmissionHandler):
     """nbgrader's page of one submission, rendered by the course's sanitising exporter."""
 
@@ -142,6 +150,7 @@ class SanitisedSubmission(nbgrader_handlers.SubmissionHandler):
 
             # the formgrader's own exporter's configuration: its `formgrade` template and template folders
             exporter = SafeHTMLExporter(config=self.settings["nbgrader_exporter"].config)
+            exporter.mathjax_replacement = MATHJAX_STUB
             self.settings["grpo_safe_exporter"] = exporter
         return exporter
 

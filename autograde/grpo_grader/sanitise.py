@@ -10,7 +10,8 @@ from it - the feedback pages (:mod:`.feedback_pages`), the formgrader's view of 
   content; links only to ``http(s)``, ``mailto`` or a place in the page; an image only from a ``data:`` URI of a
   raster type (anything else - a remote badge, a tracking pixel, an SVG - becomes its alternative text);
   classes only those of nbconvert's and pygments' markup (no page layout classes), inline style only for
-  alignment and colour.
+  alignment and colour; every ``id`` (and every link to one) prefixed, so that no element of the learner's takes the
+  place of one the page's own markup or scripts look up (the formgrader finds a grade cell by its id).
 - :func:`sanitise_notebook`: the outputs a page may show (text, HTML, Markdown, LaTeX, PNG/JPEG); JavaScript,
   widgets, SVG and every other type are dropped (an output left with nothing says so); image metadata reduced to
   numeric size; the metadata nbconvert would turn into an ``<iframe>`` or a file link removed.
@@ -62,7 +63,7 @@ _ATTRIBUTES = {
 }
 STYLE_PROPERTIES = frozenset({"text-align", "vertical-align", "color", "background-color", "font-weight", "font-style"})
 RASTER_DATA_URI = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s]*\Z", re.I)
-_LINK = re.compile(r"(?:https?:|mailto:|#)", re.I)
+_LINK = re.compile(r"(?:https?:|mailto:)", re.I)
 OFFLINE_IMAGE_CLASS = "offline-image"  # an image the page does not load, shown as its alternative text
 TEX_FALLBACK_CLASS = "tex-source"  # a formula latex2mathml could not convert: shown as its TeX source
 # nbconvert's and pygments' classes (short token names: k, nf, s1, mi, hll, ...); no layout class of the page's CSS
@@ -74,11 +75,19 @@ _IMG_WITHOUT_SRC = re.compile(r"<img\b(?![^>]*\ssrc=)([^>]*)>")
 _ALT = re.compile(r'\salt="([^"]*)"')
 
 
+ID_PREFIX = "user-content-"  # every id in learner content, and every link to one: none can stand for the page's own
+
+
 def _attribute(tag: str, name: str, value: str) -> str | None:
     if name == "src":
         return value if RASTER_DATA_URI.match(value) else None
     if name == "href":
-        return value if _LINK.match(value.strip()) else None
+        value = value.strip()
+        if value.startswith("#"):
+            return f"#{ID_PREFIX}{value[1:]}"
+        return value if _LINK.match(value) else None
+    if name == "id":
+        return ID_PREFIX + value
     if name == "class":
         kept = [token for token in value.split() if _CLASS.fullmatch(token)]
         return " ".join(kept) or None
