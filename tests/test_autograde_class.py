@@ -371,7 +371,13 @@ def test_class_report_of_the_sample_class_in_chromium(graded_class):
     """The sample class's report opened from its file in Chromium: no script runs, no request is made, every
     assignment's score distribution is drawn."""
     assert run_pipeline("grades", "--course", str(graded_class.course)).returncode == 0
-    view = open_pages([{"name": "class_report", "file": str(graded_class.course / "report.html")}])["class_report"]
+    page = {
+        "name": "class_report",
+        "file": str(graded_class.course / "report.html"),
+        "wait_ms": 300,
+        "screenshot": False,
+    }
+    view = open_pages([page])["class_report"]
     assert not view["requests"] and not view["dialogs"] and not view["pageErrors"], view
     assert view["svgs"] == view["svgsDrawn"] == len(ASSIGNMENTS), view
     assert "s01_worked_answers" in view["text"] and "各项检查的通过率" in view["text"]

@@ -405,7 +405,16 @@ def offline_views(tmp_path_factory):
     pages = []
     for name, text in files.items():
         (folder / f"{name}.html").write_text(text, encoding="utf-8")
-        pages.append({"name": name, "file": str(folder / f"{name}.html"), "click": ["#jslink", "#hover-me"]})
+        report = name.startswith("report")  # (no refresh to wait for)
+        pages.append(
+            {
+                "name": name,
+                "file": str(folder / f"{name}.html"),
+                "click": ["#jslink", "#hover-me"],
+                "wait_ms": 300 if report else 1200,
+                "screenshot": name in ("feedback", "report_hostile"),
+            }
+        )
     views = open_pages(pages)
     views["csp"] = {name: text.count(CSP_META) for name, text in files.items()}
     return views

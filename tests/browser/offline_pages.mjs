@@ -2,7 +2,8 @@
 // with JavaScript on, for tests/test_browser.py: what ran, what was requested, what was drawn.
 //
 //   node offline_pages.mjs '{"chromium": "/usr/bin/chromium", "timeout_s": 60, "screenshots": "artifacts/browser",
-//                            "pages": [{"name": "feedback", "file": "/abs/page.html", "click": ["#jslink"]}]}'
+//                            "pages": [{"name": "feedback", "file": "/abs/page.html", "click": ["#jslink"],
+//                                       "wait_ms": 1200, "screenshot": true}]}'
 //
 // Every request but the page's own file is recorded and aborted (nothing leaves the machine); a script that ran
 // shows as a request (the test's payloads load an image from http://127.0.0.1:9/hit/<name>), a changed title or a
@@ -40,7 +41,7 @@ try {
       const target = page.locator(selector).first();
       if (await target.count()) await target.click({ timeout: 5000 }).catch((e) => seen.pageErrors.push(String(e)));
     }
-    await page.waitForTimeout(spec.wait_ms ?? 1500); // timers, a meta refresh of one second
+    await page.waitForTimeout(spec.wait_ms ?? 1200); // timers, a meta refresh of one second
     const view = await page.evaluate(() => {
       const maths = [...document.querySelectorAll('math')];
       const images = [...document.querySelectorAll('img')];
@@ -58,7 +59,9 @@ try {
         text: document.body ? document.body.innerText : '',
       };
     });
-    if (opts.screenshots) await page.screenshot({ path: `${opts.screenshots}/${spec.name}.png`, fullPage: true });
+    if (opts.screenshots && spec.screenshot !== false) {
+      await page.screenshot({ path: `${opts.screenshots}/${spec.name}.png`, fullPage: true });
+    }
     result[spec.name] = { ...seen, ...view };
     await context.close();
   }
