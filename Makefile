@@ -64,7 +64,7 @@ warm-starts: $(VENV)/.setup-stamp ## build (once) lesson 7's SFT warm starts (sf
 qwen-shaped-checkpoint: $(VENV)/.setup-stamp ## random-init checkpoint with Qwen2.5-0.5B's shape (offline GPU timing)
 	@$(PY) -m tools.tiny_model --qwen-shaped
 
-gpu-wheelhouse: $(VENV)/.setup-stamp ## wheels for tools/device/gpu_check.sh on a bare CUDA machine -> .cache/gpu-wheelhouse (GPU_PYTHONS="3.11 3.12")
+gpu-wheelhouse: $(VENV)/.setup-stamp ## wheels for benchmarks/gpu_check.sh on a bare CUDA machine -> .cache/gpu-wheelhouse (GPU_PYTHONS="3.11 3.12")
 	@$(PY) tools/device/gpu_wheelhouse.py $(foreach v,$(or $(GPU_PYTHONS),3.11 3.12),--python $(v))
 
 # `make test` runs on 2 workers (pytest-xdist): a module's tests stay together, so its module fixtures run once, and
@@ -125,7 +125,7 @@ grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV), th
 experiment: ready ## run the final notebook headless (RUN_MODE=dry_run|tiny_cpu|real_gpu RUN_LABEL=...)
 	@$(PY) -m tools.cli.experiment --mode "$(RUN_MODE)" --label "$(RUN_LABEL)"
 
-online: ready ## lesson 7's online GRPO run -> benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json (reference labels: results/online/); SEEDS=3 adds online-grpo-seeds_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ...")
+online: ready ## lesson 7's online GRPO run -> benchmarks/results/local/online/online-grpo_<RUN_LABEL>.json (reference labels: results/online/); SEEDS=3 adds online-grpo-seeds_<RUN_LABEL>.json (ONLINE_ARGS="--num-iterations 4 ..."; ONLINE_ARGS="--processes 2": GRPOTrainer in 2 processes under torchrun -> online-multiprocess_<RUN_LABEL>.json)
 	@$(PY) -m tools.cli.online --label "$(RUN_LABEL)" --seeds "$(SEEDS)" $(ONLINE_ARGS)
 
 bench: ready ## run the benchmarks, write benchmarks/results/latest.json

@@ -49,11 +49,12 @@ c.ClearSolutions.text_stub = "在这里写下你的回答。"
 # reads the oracle flags at the end of this file (oracles.run_in_kernel), loads it in milliseconds, not ~1.3 s.
 # (`make lab-instructor` imports each of them when it checks this file: tools/cli/lab.py.)
 #
-# nbgrader's own steps, plus: the hidden tests of oracle-graded cells never run in the learner's kernel
-# (StripHiddenTests: the oracle grades them outside it), the bootstrap cell always runs first (RestoreBootstrap), helpers a learner
-# rebound are put back before each test cell (RestoreTrusted), and execution survives floods of output and
-# dead kernels (SafeExecute, a subclass of nbgrader's Execute); nbgrader's metadata check runs with its schema
-# compiled once (CheckCellMetadataOnce). See autograde/grpo_grader/preprocessors.py.
+# nbgrader's own steps, plus: the hidden tests of oracle-graded cells never run in the learner's kernel, whose test
+# cells run the oracle's cases instead, judged outside the kernel (StripHiddenTests), the bootstrap cell always runs
+# first (RestoreBootstrap), helpers a learner rebound are put back before each test cell (RestoreTrusted), and
+# execution survives floods of output, malformed kernel messages and dead kernels (SafeExecute, a subclass of
+# nbgrader's Execute); nbgrader's metadata check runs with its schema compiled once (CheckCellMetadataOnce). See
+# autograde/grpo_grader/preprocessors.py.
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
@@ -84,11 +85,11 @@ c.Execute.startup_timeout = 120  # seconds for the kernel to start
 c.Execute.interrupt_on_timeout = True
 c.Execute.iopub_timeout = 10
 c.Execute.raise_on_iopub_timeout = False  # late output never fails a notebook: the execute reply decides
-# Demonstrations that neither the grading kernel nor the oracle's driver runs (no point depends on them, and no
+# Demonstrations that the grading kernel does not run (no point depends on them, and no
 # later cell reads a name they define: tests/test_autograde.py checks it): figures and printed walk-throughs that
 # cost every graded notebook 0.2-0.6 s each (lesson 1's timing loops, lesson 2's ratio, k1/k3 and weighting plots,
 # lesson 3's gradient, length-bias and clip-higher figures), lesson 3b's TRL conformance run (imports TRL, ~7 s),
-# lesson 5's memory probe (~5 s), lesson 7's experiment and what reads its record (it writes records into the
+# lesson 5's memory probe (~5 s), lesson 7's experiment and what reads its records (it writes records into the
 # course, which is read-only in the sandbox, and trains with TRL). The feedback shows a note in their place.
 c.SafeExecute.demo_cells = {  # by grade_id (locked cells of the lesson source); a learner's own cell is never one
     "nb01_group_advantages": ["demo_pipeline_answers", "demo_timing"],
@@ -109,6 +110,8 @@ c.SafeExecute.demo_cells = {  # by grade_id (locked cells of the lesson source);
         "demo_entropy_kinds",
         "demo_pass_maj",
         "demo_trl",
+        "demo_multiprocess",
+        "demo_loss_types_processes",
         "demo_accelerate",
     ],
 }

@@ -34,7 +34,7 @@ def _grade_sample_class(course: Path, workers: int | None) -> dict:
 def bench_autograde(tiny: bool) -> list[dict]:
     name = "autograde_parallel_speedup"
     baseline = {"what": "the sample class graded with 1 worker (wall-clock seconds)", "unit": "s"}
-    goal = ">= 1.6 on 2 cores"
+    goal = ">= 1.8 on 2 cores"
     if not (ROOT / "autograde" / "pipeline.py").exists():
         return [unavailable(name, "x", baseline, "autograde/pipeline.py is not in this checkout", goal)]
     try:
@@ -80,7 +80,7 @@ def bench_autograde(tiny: bool) -> list[dict]:
             dict(baseline, value=serial["wall_s"]),
             {
                 "goal": goal,
-                "goal_met": None if tiny else goal_met(speedup, ">=", 1.6),
+                "goal_met": None if tiny else goal_met(speedup, ">=", 1.8),
                 "cores": os.cpu_count(),
                 "serial": serial,
                 "parallel": parallel,
@@ -184,8 +184,8 @@ CLASS_BASELINE = {
 def class_metrics(tiny: bool) -> list[dict]:
     """``autograde_seconds_per_notebook_vs_floor`` and ``autograde_class_seconds``: the two metrics of one grading
     of the synthetic class (:func:`class_run`); both ``unavailable`` when the class could not be graded."""
-    floor_name, floor_goal = "autograde_seconds_per_notebook_vs_floor", "<= 2.0"
-    class_name, class_goal = "autograde_class_seconds", "<= 2.0 x the floor per notebook"
+    floor_name, floor_goal = "autograde_seconds_per_notebook_vs_floor", "<= 0.6"
+    class_name, class_goal = "autograde_class_seconds", "<= 0.6 x the floor per notebook"
     try:
         run = class_run(tiny)
     except (Unavailable, RuntimeError, ImportError) as error:
@@ -202,7 +202,7 @@ def class_metrics(tiny: bool) -> list[dict]:
             "floor_s": run["floors_s"][lesson],
             "in_slot_vs_floor": mean / run["floors_s"][lesson],
             "mean_nbgrader_s": statistics.fmean(r.get("nbgrader", 0.0) for r in rows),
-            "mean_oracle_s": statistics.fmean(r.get("oracle", 0.0) for r in rows),
+            "mean_cases": statistics.fmean(r.get("cases", 0) for r in rows),
         }
     floors = [run["floors_s"][lesson] for lesson, rows in run["phases"].items() for _ in rows]  # one per notebook
     per_notebook = run["pipeline_reported_s"] * run["workers"] / run["notebooks"]
@@ -216,7 +216,7 @@ def class_metrics(tiny: bool) -> list[dict]:
             dict(FLOOR_BASELINE, value=statistics.fmean(floors)),
             {
                 "goal": floor_goal,
-                "goal_met": None if tiny else goal_met(vs_floor, "<=", 2.0),
+                "goal_met": None if tiny else goal_met(vs_floor, "<=", 0.6),
                 "seconds_per_notebook_per_worker": per_notebook,
                 "per_lesson": per_lesson,
                 "workers": run["workers"],
@@ -224,7 +224,8 @@ def class_metrics(tiny: bool) -> list[dict]:
                 "formula": (
                     "value = (pipeline seconds x workers / graded notebooks) / mean floor over those notebooks; "
                     "a notebook's floor = kernel start + its lesson's imports, measured in the same run; "
-                    "per_lesson splits the in-slot time into nbgrader's execution and the oracle run"
+                    "per_lesson gives the in-slot time, nbgrader's part of it (one execution per notebook: the "
+                    "oracle's cases run in that kernel) and the cases sent back"
                 ),
                 "repeats": 1,
             },
@@ -236,7 +237,7 @@ def class_metrics(tiny: bool) -> list[dict]:
             dict(CLASS_BASELINE, value=sum(floors) / run["workers"]),
             {
                 "goal": class_goal,
-                "goal_met": None if tiny else goal_met(per_notebook_vs_floor, "<=", 2.0),
+                "goal_met": None if tiny else goal_met(per_notebook_vs_floor, "<=", 0.6),
                 "learners": run["learners"],
                 "notebooks": run["notebooks"],
                 "workers": run["workers"],

@@ -331,7 +331,8 @@ assert group_sum.tolist() == [2.0, 6.0, 5.0] and group_count.tolist() == [2.0, 3
 #   单元素组和全等奖励组的优势**严格为 0**。
 # - 不要写遍历组的 Python 循环：用上一步的 `torch.unique` + `index_add_`（或 `scatter_add_` / `scatter_reduce_`）。
 # - 违反输入契约时抛出 `ValueError`，信息用中文说明哪条契约被破坏：`rewards` 不是一维；两者形状不同；
-#   `rewards` 为空；`rewards` 含 NaN 或 inf；`eps` 不是正的有限数；`group_ids` 不是整数类型。
+#   `rewards` 为空；`rewards` 不是浮点张量（整数或 bool 的奖励：输出与 `rewards` 同 dtype，整数装不下优势）；
+#   `rewards` 含 NaN 或 inf；`eps` 不是正的有限数；`group_ids` 不是整数类型。
 #
 # 提示：先检查输入，再算 `inverse`；每组的个数、支点（最小值）、均值、方差依次用 `index_add_` / `scatter_reduce_` 求出，
 # 最后用 `[inverse]` 发回每个候选。

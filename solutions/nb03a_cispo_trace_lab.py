@@ -164,6 +164,9 @@ print("共享部件已就绪：token_kl_penalty, group_relative_advantages, chec
 #   `exp(policy − old)` 再乘掩码，`exp(800)` 是 `inf`，前向里 `inf × 0` 已是 NaN；即使用 `torch.where` 把损失挡住，
 #   反向传播时 `0 × inf` 仍会在梯度里留下 NaN。所以先把被掩码位置的对数概率比置 0：
 #   `log_ratio = torch.where(valid, policy_logps - old_logps, 0.0)`，再 `exp`；KL 的两个输入也一样先掩码。
+# - `old_logps` 是采样那一刻记下的数，对这次更新来说是常数，不是要优化的东西（第 2 课第 1 步：旧策略是数据）。
+#   所以用 `old_logps.detach()` 参与计算：调用方传进来的旧对数概率哪怕还挂在计算图上，梯度也只流向 `policy_logps`；
+#   忘了这一步，而旧值又恰好和 `policy_logps` 来自同一次前向时，概率比恒为 1、梯度恒为 0。
 # - `advantages` 是 `[B*G]`，用 `advantages.unsqueeze(1)` 广播到 `[B*G, T]`。
 # - 只在 `beta != 0` 时加 KL 项（`beta = 0` 时可以不给 `ref_logps`，给了也忽略）。
 
@@ -190,7 +193,7 @@ def grpo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsil
     if not 0.0 <= epsilon < 1.0:
         raise ValueError(f"epsilon 必须满足 0 <= epsilon < 1，实际为 {epsilon}")
     zero = torch.zeros_like(policy_logps)  # [B*G, T]
-    log_ratio = torch.where(valid, policy_logps - old_logps, zero)  # [B*G, T] masked before exp (C3)
+    log_ratio = torch.where(valid, policy_logps - old_logps.detach(), zero)  # [B*G, T] masked before exp (C3)
     ratio = torch.exp(log_ratio)  # [B*G, T]
     clipped_ratio = torch.clamp(ratio, 1.0 - epsilon, 1.0 + epsilon)  # [B*G, T]
     adv = advantages.to(ratio.dtype).unsqueeze(1)  # [B*G, 1]
@@ -293,7 +296,7 @@ run_in_kernel("nb03a_cispo_trace_lab", "test_grpo_policy_loss", globals())
 #
 # 提示：先 `valid = check_policy_inputs(...)`，再检查 `epsilon_high > 0`；和 TODO 1 一样**先掩码再 exp**
 # （概率比、乘在权重后面的 `policy_logps`、KL 的输入都先用 `torch.where(valid, ..., 0.0)` 挡住 padding）；
-# 权重是 `torch.clamp(ratio, max=epsilon_high).detach()`。
+# 旧对数概率同样是采样时的常数，先 `old_logps.detach()`；权重是 `torch.clamp(ratio, max=epsilon_high).detach()`。
 
 # %% nbgrader={"solution": true, "grade_id": "cispo_policy_loss"}
 #@save
@@ -311,7 +314,7 @@ def cispo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsi
     if not epsilon_high > 0:
         raise ValueError(f"epsilon_high（比率的绝对上限）必须 > 0，实际为 {epsilon_high}")
     zero = torch.zeros_like(policy_logps)  # [B*G, T]
-    log_ratio = torch.where(valid, policy_logps - old_logps, zero)  # [B*G, T] masked before exp (C3)
+    log_ratio = torch.where(valid, policy_logps - old_logps.detach(), zero)  # [B*G, T] masked before exp (C3)
     clamped_ratio = torch.clamp(torch.exp(log_ratio), max=epsilon_high).detach()  # [B*G, T]
     safe_policy = torch.where(valid, policy_logps, zero)  # [B*G, T]
     per_token_loss = -clamped_ratio * advantages.to(zero.dtype).unsqueeze(1) * safe_policy  # [B*G, T]

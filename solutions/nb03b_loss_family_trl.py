@@ -329,6 +329,8 @@ print(f"把 ε_high 从 0.2 放宽到 0.28：π_old=0.01 的上升空间变为 {
 # **TODO 2 `importance_ratio`**：`"token"` 返回 `[B*G, T]` 的 `exp(policy − old)`，其中**被掩码的位置先把对数概率比置 0**
 # （概率比为 1，约定 C3）；`"sequence"` 返回 `[B*G, 1]` 的 `s_i`（只在有效词元上取均值，词元数至少按 1 计）；
 # 其他取值抛出 `ValueError`；三个张量形状必须相同、掩码是 bool 或 0/1（否则 `ValueError`；用 `completion_bool_mask`）。
+# 旧对数概率 `old_logps` 是采样时记下的常数（第 2 课：旧策略是数据，不是参数），先 `detach()` 再相减：
+# 概率比对参数的梯度只应经过 `policy_logps`；第 3a 课的两个损失也是这样做的。
 #
 # **TODO 3 `per_token_policy_loss`**：返回归约之前的 `[B*G, T]` 逐词元损失（序列级时把每条回答的值广播到
 # 它的 `T` 个位置），概率比用 `importance_ratio`：
@@ -350,7 +352,7 @@ def importance_ratio(policy_logps, old_logps, completion_mask, importance_sampli
     if not torch.is_tensor(old_logps) or old_logps.shape != policy_logps.shape:
         raise ValueError(f"old_logps 的形状必须与 policy_logps 相同 {tuple(policy_logps.shape)}")
     valid = completion_bool_mask(completion_mask, policy_logps.shape)  # [B*G, T] bool
-    log_ratio = torch.where(valid, policy_logps - old_logps, torch.zeros_like(policy_logps))  # [B*G, T] masked before exp
+    log_ratio = torch.where(valid, policy_logps - old_logps.detach(), torch.zeros_like(policy_logps))  # [B*G, T] masked before exp
     if importance_sampling_level == "token":
         return torch.exp(log_ratio)  # [B*G, T]
     if importance_sampling_level == "sequence":
@@ -666,7 +668,7 @@ def extended_loss(policy_logps, old_logps, advantages, completion_mask, loss_typ
         raise ValueError(f"未知的 loss_type：{loss_type!r}，可选 {EXTENDED_LOSS_TYPES}")
     zero = torch.zeros_like(policy_logps)  # [B*G, T]
     safe_policy = torch.where(valid, policy_logps, zero)  # [B*G, T]
-    log_ratio = torch.where(valid, policy_logps - old_logps, zero)  # [B*G, T] masked before exp
+    log_ratio = torch.where(valid, policy_logps - old_logps.detach(), zero)  # [B*G, T] masked before exp
     coef_1 = importance_ratio(policy_logps, old_logps, valid, importance_sampling_level)  # [B*G, T] or [B*G, 1]
     adv = advantages.to(policy_logps.dtype).unsqueeze(1)  # [B*G, 1]
     if loss_type == "cispo":

@@ -41,6 +41,12 @@
 # - 没有 hub 访问的 GPU 机器：设置环境变量 `GRPO_MODEL_ID=<本地检查点文件夹>`，或者直接改配置里的 `model_id`。
 #   `make qwen-shaped-checkpoint` 会生成一个与 Qwen2.5-0.5B 同形状、**随机初始化**的检查点，只用于测时间与显存；
 #   它的 `course_checkpoint.json` 写着 `weights: random_init`，结果文件也会如实记录，不会被误当成真实模型的行为数据。
+# - `real_gpu` 在哪里跑过（`tests/test_device_placement.py`、`tests/test_device_numerics.py`）：
+#   - `meta` 设备（张量只有形状、没有数值，设备混用会像在 CUDA 上一样报错）：第 2 步的实验单元格原样运行，
+#     批次、优势与模型都在同一个设备上；去掉其中任何一个 `.to(device)`，测试就会失败；
+#   - CPU，Qwen 同形状检查点：bf16（原生支持 bf16 的卡）与 fp16 + 梯度缩放器（T4）各自跑完实验单元格（两档候选、每档 4 步）。
+#     CPU 上带梯度与不带梯度的两次前向逐位相同（`train_eval_logprob_gap` 为 0），舍入带来的 `precision_logprob_gap` 大于 0；
+#   - CUDA：**没有运行过**，耗时、显存和 CUDA 内核在 bf16 下的数值都没有测过。
 #
 # ## 前置阅读
 #
@@ -284,10 +290,14 @@ print("第 1 课的规则，同样的输入：", gx.group_advantages(torch.full(
 #   （`make bench` 的 `logprobs_peak_memory_vs_logits_bf16` 在 CPU 上按“为反向保存的张量字节数”测量）。
 #   **预测**（尚未在 GPU 上测量）：同样的工作负载，峰值显存会比种子代码低。
 # - 第 1 步的损失 ≈ 0：此时权重还没变，$\rho \approx 1$，而每组优势之和为 0。只有训练与评估两次前向的计算完全相同时
-#   才恰好为 0；在 CUDA 上 SDPA 等算子在带梯度与不带梯度时可能选不同的内核，bf16 下差别更明显（见噪声边界）。
+#   $\rho$ 才恰好为 1（损失只剩 float32 求平均的舍入）：在 CPU 上 fp32 与 bf16 都是如此（测试实测）；在 CUDA 上 SDPA 等算子
+#   在带梯度与不带梯度时可能选不同的内核，bf16 下差别更明显（见噪声边界；没有在 GPU 上测过）。
 #   但梯度不为 0——这正是策略梯度的意思。
 # - 精度：`tiny_cpu` 用 fp32；`real_gpu` 在显卡**原生**支持时用 bf16 autocast（`is_bf16_supported(including_emulation=False)`，
 #   T4、V100 这类只能模拟 bf16 的卡走 fp16），否则 fp16 并配合梯度缩放（梯度范数在反缩放之后记录）。
+#   这一选择只写在 `gx.select_precision` 一处。批次在任何卡上都一样（固定候选），Colab 的 T4（16 GB）也不必缩小：
+#   实验单元格在 `real_gpu` 下按参数与激活的个数算出每档一次更新的峰值显存并打印（`gx.memory_estimate`，**估计**，
+#   不含 CUDA 上下文与分配器的开销）。
 #   环境变量 `GRPO_REAL_GPU_DTYPE=float16` 可以在支持 bf16 的卡上强制走 fp16 路径（记录里 `dtype_choice: forced`）。
 # - 工作负载可比性：记录的 `workload.batch_shapes`（每档的 `[B, T]`、每行计分的回答词元数）、`tokenizer_hash`
 #   （分词器与聊天模板）和 `token_ids_hash`（全部词元）说明两份记录是否跑的是同一批词元。
@@ -361,6 +371,12 @@ try:
         record["workload"].update({
             "batch_shapes": [gx.batch_shape_entry(cs.name, b) for (cs, _), b in zip(prepared, batches)],
             "tokenizer_hash": gx.tokenizer_hash(tokenizer), "token_ids_hash": gx.token_ids_hash(batches)})
+        if CONFIG.run_mode == "real_gpu":  # Qwen2.5-0.5B's shape: an estimate from counts, not a measurement
+            for (cs, _), b in zip(prepared, batches):
+                estimate = gx.memory_estimate(precision.dtype_name, b["input_ids"].shape, CONFIG.lora_rank,
+                                              CONFIG.lora_target_modules)
+                print(f"{cs.name} {list(b['input_ids'].shape)}：一次更新的峰值显存估计 {estimate['peak'] / 2**30:.2f} GiB"
+                      f"（{precision.dtype_name}，按参数与激活个数估算，不是实测）")
 
         for (candidate_set, advantages), entry, cpu_batch in zip(prepared, record["candidates"], batches):
             stage = f"candidate_set_{candidate_set.name}"

@@ -56,3 +56,15 @@ def run_probe(*args: str, seed: str, timeout: int = 300) -> tuple[dict, subproce
     result = json.loads(done.stdout)
     assert (done.returncode == 0) == result["ok"], (done.returncode, result)
     return result, done
+
+
+def nb01_answers() -> dict:
+    """A notebook namespace holding s02's independently written nb01 answers (the sample class's honest learner)."""
+    import math
+
+    import torch
+
+    namespace = {"torch": torch, "math": math}
+    for source in sample_class.load_cases()["s02_independent_answers"]["nb01_group_advantages"]["cells"].values():
+        exec(source, namespace)  # noqa: S102
+    return namespace

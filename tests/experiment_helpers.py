@@ -1,5 +1,5 @@
-"""What the final experiment's tests share (tests/test_experiment*.py): the workload id, the candidate sets, a
-prepared candidate set and a record that needs no model."""
+"""What the final experiment's tests share (tests/test_experiment*.py, tests/test_device_numerics.py): the workload id,
+the candidate sets, a prepared candidate set, nb06's LoRA policy and a record that needs no model."""
 
 from __future__ import annotations
 
@@ -17,6 +17,21 @@ def prepared(name, group_size):
     group_ids = torch.tensor(cs.group_ids, dtype=torch.long)
     advantages = gx.group_advantages(rewards, group_ids)
     return cs, rewards, group_ids, advantages
+
+
+def nb06_policy(path, precision, seed=42):
+    """nb06's LoRA policy (r = 8 on q_proj / v_proj, seed 42 as the notebook) from a local checkpoint folder."""
+    return gx.load_lora_policy(
+        path,
+        precision,
+        revision=None,
+        local_files_only=True,
+        lora_rank=8,
+        lora_alpha=16,
+        lora_dropout=0.0,
+        target_modules=("q_proj", "v_proj"),
+        seed=seed,
+    )
 
 
 def dry_record(run_mode="dry_run", weights=None):

@@ -89,7 +89,7 @@ def test_runnable_notebooks_counts_the_files_that_will_be_executed(tmp_path):
 
 def test_learners_with_more_assignments_are_graded_first():
     """The slots take the learners with the most assignments first, by name among equals: in the sample class the
-    four seven-lesson learners, then f02 (three), then s06 (two, both waiting out a time limit) - not s06 twentieth,
+    five seven-lesson learners, then f02 (three), then s06 (two, both waiting out a time limit) - not s06 twentieth,
     whose waits once ended the class run on one busy slot while the other stood idle."""
     from autograde.pipeline import grading_order
 
@@ -98,7 +98,8 @@ def test_learners_with_more_assignments_are_graded_first():
         for learner in sorted(sample_class.SUBMITTED.iterdir())
     ]
     order = [learner for learner, _ in grading_order(todo)]
-    assert order[:6] == [
+    assert order[:7] == [
+        "f07_debug_prints_of_setup_names",
         "s01_worked_answers",
         "s02_independent_answers",
         "s03_untouched",
@@ -106,7 +107,7 @@ def test_learners_with_more_assignments_are_graded_first():
         "f02_uses_the_notebooks_own_names",
         "s06_infinite_loops",
     ], order
-    assert sorted(order) == [learner for learner, _ in todo] and order[6:] == sorted(order[6:])
+    assert sorted(order) == [learner for learner, _ in todo] and order[7:] == sorted(order[7:])
     assert [len(work) for _, work in grading_order(todo)] == sorted((len(work) for _, work in todo), reverse=True)
 
 
@@ -165,11 +166,14 @@ def test_output_cap_keeps_what_nbgrader_grades():
 
 
 def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
-    """StripHiddenTests (the pipeline's slots): an oracle-graded test cell runs without its hidden region, other
-    cells keep theirs; empty by default, so a plain `nbgrader autograde` keeps nbgrader's hidden tests. The slot
-    names the oracle's test cells on nbgrader's command line (``Slot.nbgrader_options``), one option per cell."""
+    """StripHiddenTests (the pipeline's slots): an oracle-graded test cell runs without its hidden region and starts
+    with the case runner's call of that test (its cases run first, whatever the visible part does), with the extra
+    seconds for its cases; other cells keep theirs; empty by default, so a plain `nbgrader autograde` keeps nbgrader's
+    hidden tests. The slot names the oracle's test cells on nbgrader's command line (``Slot.nbgrader_options``), one
+    option per cell."""
     from traitlets.config import Application
 
+    from autograde.grpo_grader.case_runner import ENTRY
     from autograde.grpo_grader.oracle import load_oracle
     from autograde.grpo_grader.preprocessors import STRIPPED_NOTE, StripHiddenTests, strip_hidden
     from autograde.grpo_grader.slots import Slot
@@ -211,14 +215,18 @@ def test_hidden_tests_of_oracle_graded_cells_never_reach_the_kernel():
         settings=types.SimpleNamespace(cell_timeout=10),
         sandbox=types.SimpleNamespace(mode="none"),
     )
-    options = [o for o in Slot.nbgrader_options(slot, tests) if "StripHidden" in o]
-    assert len(options) == len(tests) > 1
+    options = [o for o in Slot.nbgrader_options(slot, tests, case_seconds=45) if "StripHidden" in o]
+    assert len(options) == len(tests) + 1 > 2
     nb, resources = run(options)
     assert "f(5)" not in nb.cells[0].source and "assert f(1) == 2" in nb.cells[0].source
+    assert nb.cells[0].source.splitlines()[1] == f"{ENTRY}('test_compute_group_advantages_hidden', globals())"
+    assert ENTRY not in nb.cells[1].source + nb.cells[2].source
     assert "f(5)" in nb.cells[1].source and "f(5)" in nb.cells[2].source
     assert resources["grading"]["hidden_stripped"] == ["test_compute_group_advantages_hidden"]
+    assert resources["grading"]["case_cells"] == ["test_compute_group_advantages_hidden"]
+    assert resources["grading"]["case_seconds"] == 45
     nb, _ = run([])
-    assert all("f(5)" in c.source for c in nb.cells)
+    assert all("f(5)" in c.source and ENTRY not in c.source for c in nb.cells)
 
 
 def test_nbgrader_forkserver_children_import_nbgrader_but_not_torch(tmp_path):
@@ -275,9 +283,9 @@ json.dump({"status": status, "torch": "torch" in sys.modules}, open(sys.argv[2],
 
 @pytest.mark.slow
 def test_sandbox_hides_the_course_sources():
-    """The kernel sandbox (`pipeline.py probe --json`): solutions, gradebook, sources, .git unreadable from a kernel or
-    the oracle's driver; both find what grading imports inside it (``--imports find``, a grading run's own pre-flight:
-    importing it all costs ~10-30 s here, done by the integration tests, tests/test_probe.py)."""
+    """The kernel sandbox (`pipeline.py probe --json`): solutions, gradebook, sources, .git unreadable from a kernel; it
+    finds what grading imports inside it (``--imports find``, a grading run's own pre-flight: importing it all costs
+    ~10-30 s here, done by the integration tests, tests/test_probe.py)."""
     result, _done = run_probe("--imports", "find", seed="probe-seed-" + secrets.token_hex(4), timeout=300)
     assert result["problems"] == [] and result["ok"], result["problems"]
     assert not result["seed_visible"], "the grading seed reached a sandboxed process's environment"
@@ -285,19 +293,14 @@ def test_sandbox_hides_the_course_sources():
         "a grading kernel can read answers or hidden tests: bubblewrap's view must hold only its allow-list "
         "(autograde/README.md)"
     )
-    kernel, oracle = result["kernel"], result["oracle"]
-    assert kernel["readable"] and oracle["readable"] and kernel["rlimit_as"] > 0
-    for report in (kernel, oracle):
-        assert report["import_mode"] == "find" and set(report["imports"].values()) == {"ok"}, report["imports"]
-    assert {"torch", "ipykernel", "nbformat"} <= set(kernel["imports"]) and "torch" in oracle["imports"]
-    # the oracle's driver runs beside the kernel: IPC namespaces not the grader's, as root its own uid, no view of
-    # the kernel's socket folder (a path of oracle["readable"], checked above)
-    assert result["ipc_own"], "the two sandboxes (and the grader) must not share an IPC namespace"
-    assert not kernel["network"] and not oracle["network"]
+    kernel = result["kernel"]
+    assert kernel["readable"] and kernel["rlimit_as"] > 0
+    assert kernel["import_mode"] == "find" and set(kernel["imports"].values()) == {"ok"}, kernel["imports"]
+    assert {"torch", "ipykernel", "nbformat"} <= set(kernel["imports"])
+    assert result["ipc_own"], "the sandbox and the grader must not share an IPC namespace"
+    assert not kernel["network"]
     assert result["sandbox"] == "bwrap", "auto picks bubblewrap"
     if os.geteuid() == 0:
-        assert oracle["uid"] != kernel["uid"], "as root the oracle's driver runs as a uid of its own"
-        assert oracle["zygote"], "as root the probe checks a job of the driver's zygote"
         assert kernel["zygote"], "as root the probe checks a kernel zygote's job"
 
 
@@ -319,65 +322,40 @@ def _reads_and_binds(source: str) -> tuple[set[str], set[str]]:
     return reads - binds, binds
 
 
-def _reads_of_skipped_names(cells: list, skipped: set[int], spread: bool = False) -> list[str]:
-    """Where a cell that still runs reads a name whose latest definition, in notebook order, is a skipped cell.
-    ``spread``: a setup cell that reads one may fail (the driver records it and goes on), so its names are as
-    unreliable as a skipped cell's; only what an answer cell reads is then reported."""
+def _reads_of_skipped_names(cells: list, skipped: set[int]) -> list[str]:
+    """Where a cell that still runs reads a name whose latest definition, in notebook order, is a skipped cell."""
     provider: dict[str, int] = {}
-    unreliable = set(skipped)
     found = []
     for index, cell in enumerate(cells):
         reads, binds = _reads_and_binds(cell.source)
         if index not in skipped:
-            hits = sorted(name for name in reads if provider.get(name) in unreliable)
-            if spread and hits and not cell.metadata.get("nbgrader", {}).get("solution"):
-                unreliable.add(index)
-            else:
-                found += [f"cell {index} reads {name!r} from left-out cell {provider[name]}" for name in hits]
+            hits = sorted(name for name in reads if provider.get(name) in skipped)
+            found += [f"cell {index} reads {name!r} from left-out cell {provider[name]}" for name in hits]
         provider.update(dict.fromkeys(binds, index))
     return found
 
 
 @pytest.mark.parametrize("lesson", ASSIGNMENTS)
 def test_cells_left_out_of_grading_define_nothing_that_runs_later(lesson):
-    """The lesson's demonstration cells (``SafeExecute.demo_cells``: neither the grading kernel nor the oracle's
-    driver runs them) define no name that a later cell of the grading kernel reads (tests included), so skipping
-    them adds no error to the graded notebook; with the cells only the driver leaves out (the oracle's
-    ``SKIP_SETUP``) they define nothing an answer cell reads, even through a setup cell that then fails (a
-    learner's function finds every global it would find in the learner's own run); every marker names a cell."""
-    from autograde.grpo_grader.oracle import load_oracle
+    """One execution per notebook: the grading kernel runs every cell but the lesson's demonstrations
+    (``SafeExecute.demo_cells``), and the oracle's cases run in it at each test cell, so an answer finds every name a
+    released cell defines - setup cells included (nb07's ``tokenizer``, nb03a's ``trace``, nb04's
+    ``code_records``: sample learner ``f07``). The demonstrations define no name that a later cell reads (answers and
+    tests included), so skipping them changes nothing; every marker names a locked setup cell. The check finds a read
+    of a demonstration's name (a mutation of the lesson)."""
     from tools.chain.notebooks import build_notebook
 
     code = [c for c in build_notebook(lesson).cells if c.cell_type == "code"]  # the source: solutions and tests
     markers = load_settings().demo_cells.get(lesson, [])
-    oracle = load_oracle(lesson)
     demo = {i for i, c in enumerate(code) if is_demo_cell(c, markers)}
     for marker in markers:
-        assert any(is_demo_cell(c, [marker]) for c in code), f"{lesson}: demo marker {marker!r} names no setup cell"
-    assert not _reads_of_skipped_names(code, demo), (lesson, "kernel", _reads_of_skipped_names(code, demo))
-
-    def driver_skips(cell) -> bool:
-        meta = cell.metadata.get("nbgrader", {})
-        return not meta.get("solution") and not meta.get("grade") and oracle.skip_setup(meta.get("grade_id"))
-
-    for marker in getattr(oracle.module, "SKIP_SETUP", ()):  # each names a locked setup cell by grade_id
-        assert any(
-            c.metadata.get("nbgrader", {}).get("grade_id") == marker
-            and driver_skips(c)
-            and c.metadata["nbgrader"].get("locked")
-            for c in code
-        ), marker
-    for marker in markers:
         assert any(is_demo_cell(c, [marker]) and c.metadata["nbgrader"].get("locked") for c in code), marker
-    graded = [
-        c for c in code if not c.metadata.get("nbgrader", {}).get("grade") or c.metadata["nbgrader"].get("solution")
-    ]  # the driver runs no test cell
-    left_out = {i for i, c in enumerate(graded) if is_demo_cell(c, markers) or driver_skips(c)}
-    assert not _reads_of_skipped_names(graded, left_out, spread=True), (
-        lesson,
-        "driver",
-        _reads_of_skipped_names(graded, left_out, spread=True),
-    )
+    assert not _reads_of_skipped_names(code, demo), (lesson, _reads_of_skipped_names(code, demo))
+    if demo:  # the check can fail: a cell after a demonstration that reads what it binds
+        first = min(demo)
+        name = sorted(_reads_and_binds(code[first].source)[1])[0]
+        mutated = [*code[: first + 1], nbformat.v4.new_code_cell(f"print({name})"), *code[first + 1 :]]
+        assert _reads_of_skipped_names(mutated, demo), (lesson, name)
 
 
 def test_submission_metadata_is_rebuilt_from_the_release():

@@ -29,6 +29,7 @@ from autograde.sample_class import build as sample_class
 from tools.chain.cells import load_settings
 
 COURSE_ID = load_settings(ROOT)["id"]
+COPY_FLAGS = ("similar:", "copies-reference:")  # depend on the batch; expected.json's "flags" are all the others
 
 
 def _release_course(base: Path, released: Path) -> Path:
@@ -132,9 +133,12 @@ def test_sample_class_grades_exactly_as_expected(graded_class):
                 report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
                 if report["status"] != row["status"]:
                     mismatches.append(f"{learner}/{assignment}: status {report['status']} != {row['status']}")
+                flags = sorted({f for nb in report["notebooks"] for f in nb["flags"] if not f.startswith(COPY_FLAGS)})
+                if "flags" in row and flags != sorted(row["flags"]):
+                    mismatches.append(f"{learner}/{assignment}: flags {flags} != {row['flags']}")
                 for nb in report["notebooks"]:
                     if report["status"] == "graded":
-                        assert "oracle" in nb["phases"], f"{learner}/{assignment}: graded without the oracle"
+                        assert "cases" in nb["phases"], f"{learner}/{assignment}: graded without the oracle"
                         # the hidden tests (their reference helpers, expected values) never ran in the learner's kernel
                         executed = nbformat.read(
                             course / "autograded" / learner / assignment / f"{nb['notebook']}.ipynb", as_version=4
@@ -274,15 +278,28 @@ def test_feedback_and_export(graded_class):
         key: {f.rsplit(":", 1)[0] if f.startswith("similar:") else f.split(":")[0] for f in value}
         for key, value in flags.items()
     }
-    assert "similar:m1_edited_metadata" in names[("s01_worked_answers", "nb01_group_advantages")]
-    assert "similar:s01_worked_answers" in names[("m1_edited_metadata", "nb01_group_advantages")]
-    assert "similar:s01_worked_answers:100%" in flags[("m1_edited_metadata", "nb01_group_advantages")]
-    s02 = names[("s02_independent_answers", "nb01_group_advantages")]
+    # (the export names the five most similar learners, by share then id, and counts the rest: every pair is in the
+    # batch's similarity table it is made from)
+    from autograde.grpo_grader.gradebook import similar_learners
+
+    reports = {
+        (path.parent.parent.name, path.parent.name): json.loads(path.read_text())
+        for path in (course / "autograded").glob("*/*/grading_report.json")
+    }
+    pairs = {key: dict(value) for key, value in similar_learners(reports).items()}
+    nb01 = "nb01_group_advantages"
+    assert pairs[("s01_worked_answers", nb01)]["m1_edited_metadata"] == 1.0
+    assert pairs[("m1_edited_metadata", nb01)]["s01_worked_answers"] == 1.0
+    for key, row_flags in flags.items():
+        ranked = sorted(pairs.get(key, {}).items(), key=lambda item: (-item[1], item[0]))
+        shown = [f"similar:{other}:{round(100 * share)}%" for other, share in ranked[:5]]
+        assert [f for f in row_flags if f.startswith("similar:") and not f.startswith("similar:+")] == shown, key
+    s02 = names[("s02_independent_answers", nb01)]
     assert not any(f.startswith("similar:") for f in s02) and "copies-reference" not in s02
     # a disguised copy of the reference (renamed, commented, dead code) keeps its points and is flagged; so is
     # the copier in the batch it resembles; honest edits of setup cells raise no review flag
-    assert "copies-reference" in names[("f03_copies_the_reference", "nb01_group_advantages")]
-    assert "similar:f03_copies_the_reference" in names[("s01_worked_answers", "nb01_group_advantages")]
+    assert "copies-reference" in names[("f03_copies_the_reference", nb01)]
+    assert "f03_copies_the_reference" in pairs[("s01_worked_answers", nb01)]
     for learner, lesson in (
         ("f01_nb01_written_its_own_way", "nb01_group_advantages"),
         ("f02_uses_the_notebooks_own_names", "nb04_verifiable_rewards"),
@@ -326,6 +343,44 @@ def test_attacks_on_the_results_channel_cost_nothing_and_the_seed_never_leaks(gr
     assert len(files) > 50
     leaked = [str(path) for path in files if seed.encode() in path.read_bytes()]
     assert not leaked, f"the grading seed is in {leaked}"
+
+
+@pytest.mark.slow
+def test_the_learners_words_never_pose_as_the_graders_and_a_lingering_kernel_frees_its_slot(graded_class):
+    """p03 raises ValueError and writes to stderr with fake grader sentences (line breaks, an escape sequence, the
+    closing quotation mark): in grades.csv's reason, the gradebook comment and the grading note of the feedback they
+    appear only inside the learner-output quotation, escaped, on one line (the cells' own outputs are the learner's
+    run, shown as such). l01 loops (swallowing the interrupt) with a forked child after its last result: its kernel
+    is stopped after the grace - well inside the notebook's limit - and it keeps its points."""
+    from nbgrader.api import Gradebook
+
+    from autograde.grpo_grader.outcomes import LEARNER_OUTPUT
+
+    course = graded_class.course
+    if not (course / "grades.csv").exists():
+        assert run_pipeline("grades", "--course", str(course)).returncode == 0
+    quoted = re.compile(re.escape(LEARNER_OUTPUT) + "：「[^」]*」")
+    fake = "评分器：本测试通过"
+    learner, lesson = "p03_fake_grader_sentence", "nb01_group_advantages"
+    row = next(r for r in _grades_csv(course) if r["learner"] == learner)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
+        notebook = gb.find_submission_notebook(lesson, lesson, learner)
+        comment = next(c.auto_comment for c in notebook.comments if c.name == "group_relative_advantages")
+    executed = nbformat.read(course / "autograded" / learner / lesson / f"{lesson}.ipynb", as_version=4)
+    note = next(c.source for c in executed.cells if "grading-note" in c.get("metadata", {}).get("tags", []))
+    for where, text in (("grades.csv", row["reason"]), ("gradebook comment", comment), ("feedback note", note)):
+        assert fake in text, (where, text[:2000])
+        assert fake not in quoted.sub("", text), f"{where}: a learner's sentence outside the quotation: {text[:2000]}"
+        for span in quoted.findall(text):
+            assert all(ch.isprintable() for ch in span), (where, span)
+    assert "\n" not in row["reason"] and "\x1b" not in row["reason"]
+
+    learner = "l01_lingers_after_the_last_result"
+    report = json.loads((course / "autograded" / learner / lesson / "grading_report.json").read_text())
+    notebook = report["notebooks"][0]
+    limit = int(re.search(r"notebook limit (\d+) s", graded_class.first.stdout).group(1))
+    assert notebook["status"] == "graded" and any("内核已被终止" in n for n in notebook["notes"]), notebook["notes"]
+    assert notebook["phases"]["nbgrader"] < limit - 5, (notebook["phases"], limit)
 
 
 SHARD_SUBSET = ["s14_invalid_json", "m3_deeply_nested_json", "s15_wrong_file_name"]  # (one executed notebook)

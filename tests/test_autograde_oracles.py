@@ -1,6 +1,7 @@
 """The oracles (the trusted side, fast): every test cell has one whose cases come from the seed, masks stay ragged,
-the driver's results are parsed as plain data and judged, and the lesson 3 oracles accept the worked answers. The
-fairness of each oracle: tests/test_oracle_fairness.py; the rest of the pipeline: tests/test_autograde.py."""
+the results are parsed as plain data and judged, plain nbgrader grades the worked answers of lesson 3, and nb01's
+non-float-rewards contract passes honest spellings and fails a converting answer. The fairness of each oracle:
+tests/test_oracle_fairness.py; the rest of the pipeline: tests/test_autograde.py."""
 
 from __future__ import annotations
 
@@ -13,13 +14,12 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from autograde_helpers import ROOT, pipeline_env  # tests/autograde_helpers.py
+from autograde_helpers import ROOT, nb01_answers, pipeline_env  # tests/autograde_helpers.py
 
 from autograde.grpo_grader import judging, wire
 from autograde.grpo_grader import oracle as oracle_lib
 from autograde.grpo_grader.course import load_settings
 from autograde.grpo_grader.oracles import oracle_assignments
-from autograde.grpo_grader.submission import rebuild_metadata
 from autograde.sample_class import build as sample_class
 
 ORACLES = oracle_assignments()
@@ -80,85 +80,118 @@ def test_ragged_masks_are_ragged_for_every_seed():
             assert len(set(counts.tolist())) >= 2, (rows, cols, prefix, mask)
 
 
-def test_results_are_parsed_as_plain_data_and_checked(tmp_path):
-    """What the driver writes is data: wrong kinds, broken tensors, deep nesting and missing results fail
-    with a reason; a tensor subclass arrives as an object and fails; the first line of a case counts."""
+def test_results_are_parsed_as_plain_data_and_checked():
+    """What the learner side sends is data: wrong kinds, broken tensors, deep nesting and missing results fail with a
+    reason; a tensor subclass arrives as an object and fails; a ValueError is the interpreter's own class (a learner's
+    class that claims the name does not pass); an input sent back changed, or not sent back, fails a case that must
+    leave its inputs alone; the first line of a case counts."""
     from autograde.grpo_grader.judging import judge
     from autograde.grpo_grader.vocabulary import Case, Close, Raises
 
-    case = Case("t", "f", (), {}, Close(torch.tensor([1.0, 2.0])))
-    good = {"status": "returned", "value": wire.encode(torch.tensor([1.0, 2.0]))}
+    x = torch.tensor([1.0, float("nan")])
+    case = Case("t", "f", (x,), {}, Close(torch.tensor([1.0, 2.0])))
+    same = {"args": {"0": wire.encode(x)}, "kwargs": {}}
+    good = {"status": "returned", "value": wire.encode(torch.tensor([1.0, 2.0])), "inputs": same}
     assert judge(case, good, "x") == (True, "")
     for record, reason in [
-        ({"status": "returned", "value": {"__object__": "__main__._Mirror"}}, "_Mirror"),
-        ({"status": "returned", "value": {"__tensor__": "float32", "shape": [3], "data": [1.0, 2.0]}}, "不符"),
-        ({"status": "returned", "value": {"__tensor__": "float64", "shape": [2], "data": [1.0, 2.0]}}, "dtype"),
-        ({"status": "returned", "value": {"__tensor__": "float32", "shape": [2], "data": ["1", 2.0]}}, "只能是数"),
-        ({"status": "returned", "value": {"__tensor__": "object", "shape": [2], "data": [1, 2]}}, "格式不对"),
+        ({**good, "value": {"__object__": "__main__._Mirror"}}, "_Mirror"),
+        ({**good, "value": {"__tensor__": "float32", "shape": [3], "data": [1.0, 2.0]}}, "不符"),
+        ({**good, "value": {"__tensor__": "float64", "shape": [2], "data": [1.0, 2.0]}}, "dtype"),
+        ({**good, "value": {"__tensor__": "float32", "shape": [2], "data": ["1", 2.0]}}, "只能是数"),
+        ({**good, "value": {"__tensor__": "object", "shape": [2], "data": [1, 2]}}, "格式不对"),
+        ({**good, "value": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}, "嵌套过深"),
+        ({**good, "inputs": {"args": {"0": wire.encode(torch.tensor([0.0, float("nan")]))}}}, "原地修改"),
+        ({**good, "inputs": {"args": {"0": wire.encode(torch.tensor([1.0, 0.0]))}}}, "原地修改"),
+        ({**good, "inputs": {}}, "原地修改"),
         (
-            {"status": "returned", "value": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
-            "嵌套过深",
+            {"status": "raised", "mro": [["builtins", "NotImplementedError"]], "message": "请先完成这个 TODO"},
+            "NotImplementedError: 请先完成这个 TODO",
         ),
-        ({"status": "raised", "type": "NotImplementedError", "message": "请先完成这个 TODO"}, "NotImplementedError"),
-        ({"status": "missing", "message": "SyntaxError"}, "找不到函数"),
+        ({"status": "missing"}, "找不到函数"),
         (None, "未运行"),
     ]:
         ok, message = judge(case, record, "未运行的原因")
         assert not ok and reason in message, (record, message)
     raises = Case("t", "f", (), {}, Raises("ValueError"))
-    assert judge(raises, {"status": "raised", "type": "E", "mro": ["E", "ValueError", "Exception"]}, "")[0]
+    sub = [["__main__", "E"], ["builtins", "ValueError"], ["builtins", "Exception"], ["builtins", "BaseException"]]
+    assert judge(raises, {"status": "raised", "mro": sub, "message": ""}, "")[0]
+    forged = [["(learner) builtins", "ValueError"], ["builtins", "TypeError"], ["builtins", "Exception"]]
+    ok, message = judge(raises, {"status": "raised", "mro": forged, "message": "评分器：通过"}, "")
+    assert not ok and "学员程序输出" in message, message
+    for wrong in (["ValueError"], "ValueError", [["builtins"]], [[1, 2]]):
+        assert not judge(raises, {"status": "raised", "mro": wrong}, "")[0], wrong
     assert not judge(raises, {"status": "returned", "value": None}, "")[0]
-    results = tmp_path / "results.jsonl"
-    results.write_text(
-        '{"case": "a", "status": "returned", "value": 1}\nnot json\n'
-        '{"case": "a", "status": "returned", "value": 2}\n' + "[" * 100000 + "\n"
+    cases, _, problem = judging.parse_results(
+        b'{"case": "a", "status": "returned", "value": 1}\nnot json\n'
+        b'{"case": "a", "status": "returned", "value": 2}\n' + b"[" * 100000 + b"\n"
     )
-    cases, _, problem = judging.read_results(results)
     assert cases["a"]["value"] == 1 and "malformed" in problem
 
 
-def _driver_verdicts(oracle_names: list[str], notebook: str, answers: dict[str, str], tmp_path: Path) -> dict:
-    """Run the driver (no sandbox: a plain subprocess) once for several oracles of one notebook."""
-    from autograde.grpo_grader.oracle_job import DRIVER, job_cells
+def _plain_nbgrader_autograde(lesson: str, released: Path, tmp_path: Path) -> tuple[float, Path]:
+    """``nbgrader autograde`` itself (no pipeline, no sandbox: the hidden tests run in the kernel through
+    ``run_in_kernel``) of s01's worked answers to ``lesson`` in a copy of the released course: (the submission's
+    score in ``gradebook.db``, the autograded notebook)."""
+    from nbgrader.api import Gradebook
 
-    release = nbformat.read(ROOT / "notebooks" / notebook / f"{notebook}.ipynb", as_version=4)
-    sub = nbformat.reads(nbformat.writes(release), as_version=4)
-    for cell in sub.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in answers:
-            cell.source = answers[gid]
-    rebuilt, _ = rebuild_metadata(sub, release)
-    oracles = [oracle_lib.load_oracle(n) for n in oracle_names]
-    cases = {o.assignment: o.cases("test-seed-" + notebook) for o in oracles}
-    for name, group in cases.items():
-        for case in group:
-            case.id = f"{name}:{case.id}"
-    job = tmp_path / "job"
-    job.mkdir()
-    shutil.copy(DRIVER, job / "driver.py")
-    cells = job_cells(release, rebuilt, oracles[0], load_settings().demo_cells.get(notebook, ()))
-    (job / "job.json").write_text(
-        json.dumps({"cells": cells, "cases": [c.wire() for g in cases.values() for c in g], "cell_timeout": 120})
+    course = tmp_path / "autograde"
+    shutil.copytree(released, course)
+    target = course / "submitted" / "s01" / lesson
+    shutil.copytree(sample_class.SUBMITTED / "s01_worked_answers" / lesson, target)
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", lesson, "--student=s01", "--force"],
+        cwd=course,
+        env={**pipeline_env(), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-    env = {**pipeline_env(), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [sys.executable, str(job / "driver.py"), str(job)],
-        cwd=tmp_path,
-        env=env,
-        timeout=600,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    results, _, _ = judging.read_results(job / "results.jsonl")
-    return {o.assignment: judging.verdicts(o, cases[o.assignment], results, "not run") for o in oracles}
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", load_settings(course).course_id) as gb:
+        score = gb.find_submission(lesson, "s01").score
+    return score, course / "autograded" / "s01" / lesson / f"{lesson}.ipynb"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", ["nb03a_cispo_trace_lab", "nb03b_loss_family_trl"])
-def test_lesson3_oracles_accept_the_current_solution(lesson, tmp_path):
-    """The nb03a/nb03b oracles on their split notebooks without the pipeline (one driver run each): the worked
-    answers pass every test cell (the sample class checks every lesson end to end, in the sandbox)."""
-    answers = sample_class.worked_answers(lesson)
-    verdicts = _driver_verdicts([lesson], lesson, answers, tmp_path)
-    failed = {f"{a}/{gid}": v.message for a, group in verdicts.items() for gid, v in group.items() if not v.passed}
-    assert not failed, failed
+def test_plain_nbgrader_autograde_grades_the_worked_answers(lesson, released_course, tmp_path):
+    """Plain ``nbgrader autograde`` (what autograde/README.md says grades without the pipeline): the worked answers
+    of a lesson with hidden tests get every automatic point in ``gradebook.db`` (sample_class/expected.json), and
+    nbgrader keeps the autograded notebook. Each hidden region ends with ``run_in_kernel(...)``, whose value nbgrader
+    reads as partial credit: a count of cases above the cell's points used to fail the whole notebook."""
+    score, autograded = _plain_nbgrader_autograde(lesson, released_course["course"], tmp_path)
+    assert score == sample_class.expected()["s01_worked_answers"][lesson]["score"]
+    executed = nbformat.read(autograded, as_version=4)
+    errors = [
+        o.get("evalue", "")[:200] for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"
+    ]
+    assert not errors, errors
+
+
+def test_nb01_non_float_rewards_are_a_stated_contract():
+    """nb01's TODO 1 lists non-float rewards among its ValueError contracts, and the hidden cell checks it: honest
+    spellings of the check pass (s02's ``is_floating_point``, a dtype whitelist), an answer that converts integer or
+    bool rewards to float instead fails that case only, with its Chinese message."""
+    from autograde.grpo_grader.oracles import run_in_kernel
+
+    lesson, test = "nb01_group_advantages", "test_compute_group_advantages_hidden"
+    namespace = nb01_answers()
+    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") is None
+    honest = namespace["compute_group_advantages"]
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+    def whitelist(rewards, group_ids, eps=1e-6):
+        if torch.is_tensor(rewards) and rewards.dtype not in floats:
+            raise ValueError("rewards 必须是浮点张量")
+        return honest(rewards, group_ids, eps)
+
+    def converts(rewards, group_ids, eps=1e-6):
+        if torch.is_tensor(rewards) and not rewards.is_floating_point():
+            rewards = rewards.double()
+        return honest(rewards, group_ids, eps)
+
+    namespace["compute_group_advantages"] = whitelist
+    assert run_in_kernel(lesson, test, namespace, seed="in-kernel-test") is None
+    namespace["compute_group_advantages"] = converts
+    with pytest.raises(AssertionError, match="rewards 不是浮点张量"):
+        run_in_kernel(lesson, test, namespace, seed="in-kernel-test")

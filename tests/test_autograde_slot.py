@@ -1,5 +1,6 @@
-"""The grading slot's zygotes (bubblewrap as root): the oracle driver's and the kernels' jobs share nothing, and a
-kernel forked from the kernel zygote behaves as Jupyter expects of a kernel process."""
+"""The grading slot's zygote (bubblewrap as root): two kernels' jobs share nothing, a kernel forked from the zygote
+behaves as Jupyter expects of a kernel process, and the zygote outlives the thread that started it but not the
+grader."""
 
 from __future__ import annotations
 
@@ -10,25 +11,11 @@ from pathlib import Path
 
 import pytest
 
-# A zygote job of each kind: the driver's gets its job folder (its own copy, in its tmpfs) as argv[1] and answers on
-# its results pipe (argv[2]); a kernel's gets no folder (it has none) and answers on stdout.
-_JOB_ANSWER = r"""
-def answer(record):
-    if job is None:
-        print(json.dumps(record))
-    else:
-        os.write(int(sys.argv[2]), (json.dumps(record) + "\n").encode())
-"""
-
-ZYGOTE_FIRST_JOB = (
-    r"""
+# A kernel job answers on stdout.
+ZYGOTE_FIRST_JOB = r"""
 import json, os, sys, time
-job = sys.argv[1] if len(sys.argv) > 1 else None
-"""
-    + _JOB_ANSWER
-    + r"""
 written = []
-for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ()):
+for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]):
     try:
         with open(os.path.join(folder, "left-by-job-1"), "w") as handle:
             handle.write("secret of learner 1")
@@ -41,18 +28,12 @@ if os.fork() == 0:  # a process left behind for the next learner's job to talk t
     os.setsid()
     time.sleep(300)
     os._exit(0)
-answer({"uid": os.getuid(), "pid": os.getpid(), "written": written, "job": job})
+print(json.dumps({"uid": os.getuid(), "pid": os.getpid(), "written": written}))
 """
-)
 
-ZYGOTE_SECOND_JOB = (
-    r"""
+ZYGOTE_SECOND_JOB = r"""
 import json, os, sys
-job = sys.argv[1] if len(sys.argv) > 1 else None
-"""
-    + _JOB_ANSWER
-    + r"""
-found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]) + ((job,) if job else ())
+found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"])
          if os.path.exists(os.path.join(f, "left-by-job-1"))]
 pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
 others = sorted(p for p in pids if os.stat(f"/proc/{p}").st_uid != 0)  # bubblewrap's init and the zygote: root
@@ -64,16 +45,15 @@ for pid in pids:
     except OSError:
         pass
 shm = [line.split() for line in open("/proc/sysvipc/shm").read().splitlines()[1:]]
-answer({"found": found, "others": others, "zygote_environ": zygote_environ, "uid": os.getuid(), "shm": shm})
+print(json.dumps({"found": found, "others": others, "zygote_environ": zygote_environ, "uid": os.getuid(), "shm": shm}))
 """
-)
 
 
-def _assert_second_job_found_nothing(run_job, uid: int, other_uid: int, what: str) -> None:
-    """``run_job(source)`` -> its answer, for the two jobs above in a row: the same uid (``uid``, not
-    ``other_uid``), and nothing of the first job (files, processes, the zygote's environment) seen by the second."""
+def _assert_second_job_found_nothing(run_job, uid: int, what: str) -> None:
+    """``run_job(source)`` -> its answer, for the two jobs above in a row: the same uid (``uid``, not root), and
+    nothing of the first job (files, processes, the zygote's environment) seen by the second."""
     first, second = run_job(ZYGOTE_FIRST_JOB), run_job(ZYGOTE_SECOND_JOB)
-    assert first["uid"] == second["uid"] == uid != other_uid
+    assert first["uid"] == second["uid"] == uid != 0
     assert len(first["written"]) >= 4, first["written"]
     assert second["found"] == [], f"the second {what} saw files of the first: {second['found']}"
     assert second["others"] == [], f"processes of the first {what} were still running: {second['others']}"
@@ -91,11 +71,11 @@ def zygote_slot():
     from autograde.grpo_grader.slots import Slot
 
     if os.geteuid() != 0:
-        pytest.skip("the zygotes exist as root only (not root: a fresh bubblewrap per kernel and per driver)")
+        pytest.skip("the zygotes exist as root only (not root: a fresh bubblewrap per kernel)")
     settings = load_settings()
     base = Path(tempfile.mkdtemp(prefix="grpo-zygote-test-"))
     sandbox = choose_sandbox(settings, base, slots=1)
-    slot = Slot(base, "slot0", settings, sandbox, uid=sandbox.uids[0], oracle_uid=sandbox.uids[1])
+    slot = Slot(base, "slot0", settings, sandbox, uid=sandbox.uids[0])
     try:
         yield slot
     finally:
@@ -107,28 +87,10 @@ def zygote_slot():
 
 
 @pytest.mark.slow
-def test_zygote_jobs_share_nothing(zygote_slot):
-    """Two jobs forked from one slot's zygote (as two learners' drivers are) share no file, process, IPC object or
-    environment: the second finds nothing the first left in /tmp, /var/tmp, /dev/shm, its working folder, HOME or
-    the job folder, no process of the first, and cannot read the zygote's environment."""
-    slot = zygote_slot
-    assert slot.zygote_enabled
-
-    def run_job(source):
-        job = slot.oracle_job_dir()
-        (job / "driver.py").write_text(source)
-        run = slot.run_oracle(job, 120)
-        assert run.code == 0 and not run.timed_out, run.stderr
-        return json.loads(run.results.decode().splitlines()[-1])
-
-    _assert_second_job_found_nothing(run_job, slot.oracle_uid, slot.uid, "job")
-    assert slot.zygote is not None and slot.zygote.poll() is None, "one zygote served both jobs"
-
-
-@pytest.mark.slow
 def test_kernel_zygote_jobs_share_nothing(zygote_slot):
-    """Two kernels forked from one slot's kernel zygote (two learners' notebooks) share nothing either:
-    the same checks as for the driver's zygote, run as kernel jobs (the kernel's uid, not the driver's)."""
+    """Two kernels forked from one slot's kernel zygote (as two learners' notebooks are) share no file, process, IPC
+    object or environment: the second finds nothing the first left in /tmp, /var/tmp, /dev/shm, its working folder or
+    HOME, no process of the first, and cannot read the zygote's environment."""
     slot = zygote_slot
     assert slot.kernel_zygote_enabled
 
@@ -137,7 +99,7 @@ def test_kernel_zygote_jobs_share_nothing(zygote_slot):
         assert done.returncode == 0, done.stderr[-2000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    _assert_second_job_found_nothing(run_job, slot.uid, slot.oracle_uid, "kernel")
+    _assert_second_job_found_nothing(run_job, slot.uid, "kernel")
     assert slot.kernel_zygote is not None and slot.kernel_zygote.poll() is None, "one zygote served both kernels"
 
 
@@ -226,34 +188,32 @@ def test_kernel_zygote_behaves_like_a_kernel_process(zygote_slot):
 
 @pytest.mark.slow
 def test_a_zygote_outlives_the_thread_that_started_it_but_not_the_grader(zygote_slot):
-    """The oracle's zygote is started from a per-notebook thread: it serves the next notebook after that thread has
-    ended (bubblewrap's --die-with-parent follows the thread and killed it), and exits once the grader's end of its
-    pipe closes, as when the grader's process dies."""
+    """A slot's zygote is started from the thread that grades the slot's first notebook: it serves the next notebook
+    after that thread has ended (bubblewrap's --die-with-parent follows the thread and would have killed it), and
+    exits once the grader's end of its pipe closes, as when the grader's process dies."""
     import subprocess
     import threading
     import time
 
     slot = zygote_slot
-    slot._stop_oracle_zygote()
+    slot.stop_zygote()
 
     def one_job() -> None:
-        job = slot.oracle_job_dir()
-        (job / "driver.py").write_text("import os, sys\nos.write(int(sys.argv[2]), b'done\\n')\n")
-        run = slot._run_in_zygote(job, 120, warm=False)
-        assert run.code == 0 and run.results == b"done\n", run.stderr
+        done = slot.run_sandboxed_code("print('done')", [], warm=False)
+        assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
 
     thread = threading.Thread(target=one_job)
     thread.start()
     thread.join()
-    zygote = slot.zygote
+    zygote = slot.kernel_zygote
     time.sleep(1.0)
     assert zygote is not None and zygote.poll() is None, "the zygote died with the thread that started it"
     one_job()
-    assert slot.zygote is zygote, "the next job was served by the same zygote"
-    slot._close_alive("oracle")
+    assert slot.kernel_zygote is zygote, "the next job was served by the same zygote"
+    slot._close_alive("kernel")
     try:
         zygote.wait(timeout=20)
     except subprocess.TimeoutExpired:
         pytest.fail("the zygote outlived the grader's end of its pipe")
     finally:
-        slot._stop_oracle_zygote()
+        slot.stop_zygote()

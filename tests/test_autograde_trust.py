@@ -1,7 +1,8 @@
-"""The trusted side trusts nothing a learner can touch: what a sandboxed driver sends back is read over
-pipes the grader opened, with a size limit and a deadline; a results file (tests, drivers run by hand) is opened
-without following links or blocking on FIFOs; notes carry only sanitised text; each learner's cases come from a
-key of their own. The sample learners ``a01``/``a02`` (tests/test_autograde_class.py) attack the same end to end."""
+"""The trusted side trusts nothing a learner can touch: what a graded kernel sends back comes over a FIFO the grader
+made and opened itself, in a folder no sandbox sees, read with a size limit and a deadline, and a kernel that runs on
+after its last result is stopped after a grace; what it sends is parsed as data; each learner's cases come from a key
+of their own; learner text in a note is quoted as the learner's. The sample learners ``a01``/``a02``/``l01``
+(tests/test_autograde_class.py) attack the same end to end."""
 
 from __future__ import annotations
 
@@ -18,38 +19,84 @@ import pytest
 
 from autograde.grpo_grader import judging
 from autograde.grpo_grader import oracle as oracle_lib
-from autograde.grpo_grader.transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES, BoundedPipe, pump, sanitise
+from autograde.grpo_grader.results_channel import ResultsChannel
+from autograde.grpo_grader.transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES
+
+# a stand-in for a graded kernel: opens the FIFO as the launcher does (for writing), then argv[2] decides what it does
+KERNEL = r"""
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY)
+if sys.argv[2] == "flood":
+    chunk = b"x" * 2**20
+    try:
+        while True:
+            os.write(fd, chunk)
+    except BrokenPipeError:
+        sys.exit(3)
+if sys.argv[2] == "linger":
+    os.write(fd, b'{"case": "a", "status": "returned", "value": 1}\n{"case": "b", "status": "missing"}\n')
+    if os.fork() == 0:  # a child holding the FIFO as well
+        time.sleep(600)
+time.sleep(600)
+"""
 
 
-def test_results_files_are_never_followed_blocked_on_or_read_whole(tmp_path):
-    """read_results: a symlink (to a secret), a FIFO without a writer, a directory, a missing file and a file
-    larger than the limit each give a problem at once - never an exception, a hang or the target's contents."""
-    secret = tmp_path / "seed"
-    secret.write_text('{"case": "a", "status": "returned", "value": 1}\n')
-    link = tmp_path / "link.jsonl"
-    link.symlink_to(secret)
-    fifo = tmp_path / "fifo.jsonl"
-    os.mkfifo(fifo)
-    folder = tmp_path / "folder.jsonl"
-    folder.mkdir()
-    big = tmp_path / "big.jsonl"
-    with open(big, "wb") as handle:
-        handle.write(b'{"case": "a", "status": "returned", "value": 1}\n')
-        handle.truncate(MAX_RESULTS_BYTES + 2**20)
+def _kernel(channel: ResultsChannel, what: str) -> tuple[subprocess.Popen, int]:
+    process = subprocess.Popen([sys.executable, "-c", KERNEL, str(channel.fifo), what], start_new_session=True)
+    return process, os.pidfd_open(process.pid)
+
+
+def _kill(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, 9)
+
+
+def test_the_results_fifo_keeps_a_bounded_amount_and_stops_a_writer_that_never_stops(tmp_path):
+    """A kernel that floods its results FIFO gets its first MAX_RESULTS_BYTES kept, then the FIFO is closed (the
+    writer sees a broken pipe) and the reading ends well before the deadline. The job and FIFO are the grader's
+    (mode 0600) and are gone once the notebook is done."""
+    channel = ResultsChannel(tmp_path / "results.fifo", tmp_path / "job.json", {"cases": []}, {"a"})
+    assert stat.S_IMODE(channel.job_path.stat().st_mode) == 0o600 and stat.S_ISFIFO(channel.fifo.stat().st_mode)
+    process, exited = _kernel(channel, "flood")
     started = time.monotonic()
-    for path, reason in [
-        (link, "no results"),
-        (fifo, "not a regular file"),
-        (folder, "not a regular file"),
-        (tmp_path / "missing.jsonl", "no results"),
-        (big, "too large"),
-    ]:
-        cases, cells, problem = judging.read_results(path)
-        assert reason in problem, (path.name, problem)
-        assert path is big or cases == cells == {}, path.name
-    assert time.monotonic() - started < 5, "no read may block"
-    cases, _cells, problem = judging.read_results(secret)  # the same file, not through a link: read
-    assert cases["a"]["value"] == 1 and problem == ""
+    try:
+        finished, lingered = channel.watch(exited, started + 60, grace=30, kill_kernel=lambda: _kill(process))
+        assert finished and lingered == 0.0 and process.wait(timeout=30) == 3, "the writer saw the FIFO closed"
+        assert time.monotonic() - started < 30
+    finally:
+        _kill(process)
+        os.close(exited)
+    data, dropped = channel.close()
+    assert len(data) == MAX_RESULTS_BYTES and dropped > 0
+    assert not channel.fifo.exists() and not channel.job_path.exists()
+
+
+def test_a_kernel_that_lingers_after_its_last_result_is_stopped_after_the_grace(tmp_path):
+    """Once every expected case has its record, a kernel that runs on (here with a forked child holding the FIFO) is
+    killed ``grace`` seconds later; what it sent stands. A silent kernel does not hold the grader past the deadline."""
+    channel = ResultsChannel(tmp_path / "results.fifo", tmp_path / "job.json", {"cases": []}, {"a", "b"})
+    process, exited = _kernel(channel, "linger")
+    started = time.monotonic()
+    try:
+        finished, lingered = channel.watch(exited, started + 120, grace=1.0, kill_kernel=lambda: _kill(process))
+        assert finished and 1.0 <= lingered < 20 and time.monotonic() - started < 30, lingered
+    finally:
+        _kill(process)
+        os.close(exited)
+    data, _dropped = channel.close()
+    cases, _cells, problem = judging.parse_results(data)
+    assert set(cases) == {"a", "b"} and problem == ""
+
+    silent = ResultsChannel(tmp_path / "silent.fifo", tmp_path / "silent.json", {"cases": []}, {"a"})
+    process, exited = _kernel(silent, "silent")
+    started = time.monotonic()
+    try:
+        assert silent.watch(exited, started + 1.0, grace=1.0, kill_kernel=lambda: None) == (False, 0.0)
+        assert time.monotonic() - started < 3
+    finally:
+        _kill(process)
+        os.close(exited)
+    assert silent.close() == (b"", 0)
 
 
 def test_results_lines_are_bounded_and_malformed_ones_skipped():
@@ -71,55 +118,17 @@ def test_results_lines_are_bounded_and_malformed_ones_skipped():
         assert reason in problem, (reason, problem)
 
 
-def test_pipes_keep_a_bounded_amount_and_stop_a_writer_that_never_stops():
-    """BoundedPipe + pump: a writer that floods the results pipe gets its first MAX_RESULTS_BYTES kept, then the pipe
-    is closed (the writer sees a broken pipe) and the reading ends well before the deadline; a stderr pipe keeps
-    only its sanitised tail."""
-    results, errors = BoundedPipe(MAX_RESULTS_BYTES), BoundedPipe(4096, tail=True)
-    code = (
-        "import os, sys\n"
-        "os.write(2, b'\\x1b[2J\\x07 noise\\n' * 1000 + b'last line \\x00 here\\n')\n"
-        "chunk = b'x' * 2**20\n"
-        "try:\n"
-        "    while True:\n"
-        "        os.write(int(sys.argv[1]), chunk)\n"
-        "except BrokenPipeError:\n"
-        "    sys.exit(3)\n"
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, str(results.write_fd)], pass_fds=(results.write_fd,), stderr=errors.write_fd
-    )
-    results.close_writer()
-    errors.close_writer()
-    started = time.monotonic()
-    assert pump([results, errors], started + 60)
-    assert process.wait(timeout=30) == 3, "the writer saw the pipe closed"
-    assert time.monotonic() - started < 30
-    assert len(results.data) == MAX_RESULTS_BYTES and results.dropped > 0
-    assert len(errors.data) <= 4096 and errors.text().endswith("last line  here")
-    assert "\x1b" not in errors.text() and "\x07" not in errors.text()
-    results.close()
-    errors.close()
+def test_learner_words_can_never_pose_as_the_graders_sentence():
+    """``learner_words``: the learner's text (a fake grader sentence with line breaks, escape sequences, the closing
+    quotation mark, thousands of characters) stays inside one labelled, quoted, single-line and bounded span."""
+    from autograde.grpo_grader.outcomes import LEARNER_OUTPUT, learner_words
 
-
-def test_pump_gives_up_at_the_deadline_on_a_silent_writer():
-    """A process that holds the pipe open and writes nothing does not hold the grader past the deadline."""
-    pipe = BoundedPipe(1024)
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=(pipe.write_fd,))
-    pipe.close_writer()
-    started = time.monotonic()
-    try:
-        assert not pump([pipe], started + 1.0)
-        assert time.monotonic() - started < 3
-    finally:
-        process.kill()
-        process.wait()
-        pipe.close()
-
-
-def test_sanitise_keeps_printable_text_of_the_last_two_lines():
-    assert sanitise(b"one\ntwo\x1b[31m\nthree \x07four\n\n") == "two[31m three four"
-    assert len(sanitise(("x" * 1000).encode())) == 200
+    fake = "」\n- 原因：评分器：全部通过（grader: all passed）\x1b[2J\r\u2028「" + "x" * 5000
+    quoted = learner_words(fake, 200)
+    assert quoted.startswith(f"{LEARNER_OUTPUT}：「") and quoted.endswith("…」")
+    body = quoted[len(LEARNER_OUTPUT) + 2 : -1]
+    assert "「" not in body and "」" not in body, "the quotation cannot be closed from inside"
+    assert all(ch.isprintable() for ch in quoted) and "\n" not in quoted and len(body) <= 201
 
 
 @pytest.mark.parametrize("assignment", ["nb01_group_advantages", "nb02_grpo_objective"])
@@ -144,24 +153,21 @@ def _probe_says_all_hidden(result: dict) -> None:
     what grading imports loads inside the sandbox."""
     assert result["ok"] and not result["readable"] and not result["seed_visible"], result
     assert result["sandbox"] == "bwrap" and result["ipc_own"], result
-    for report in (result["kernel"], result["oracle"]):
-        assert report["readable"] and not report["network"], report
-        assert report["imports"] and set(report["imports"].values()) == {"ok"}, report["imports"]
+    report = result["kernel"]
+    assert report["readable"] and not report["network"], report
+    assert report["imports"] and set(report["imports"].values()) == {"ok"}, report["imports"]
 
 
 @pytest.mark.slow
 def test_bwrap_sandbox_shows_only_its_allow_list():
-    """`pipeline probe --sandbox bwrap` as this user (root in CI: kernel and driver are jobs of their zygotes, each
-    dropped to a leased uid of its own): the course sources, gradebook, oracles and the other sandbox's sockets are
-    absent, no network."""
+    """`pipeline probe --sandbox bwrap` as this user (root in CI: the kernel is a job of the slot's zygote, dropped to
+    a leased uid): the course sources, gradebook and oracles are absent, no network."""
     from autograde_helpers import run_probe
 
     result, _done = run_probe("--sandbox", "bwrap", "--imports", "find", seed="probe-seed-" + os.urandom(4).hex())
     _probe_says_all_hidden(result)
-    kernel, oracle = result["kernel"]["uid"], result["oracle"]["uid"]
-    if os.geteuid() == 0:  # as root the probe checks a job of each zygote: the view grading uses
-        assert kernel != oracle and kernel >= 61000
-        assert result["kernel"]["zygote"] and result["oracle"]["zygote"]
+    if os.geteuid() == 0:  # as root the probe checks a job of the zygote: the view grading uses
+        assert result["kernel"]["uid"] >= 61000 and result["kernel"]["zygote"]
 
 
 UNPRIVILEGED = "grpo-grader-test"

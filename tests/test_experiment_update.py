@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from experiment_helpers import prepared  # tests/experiment_helpers.py
+from experiment_helpers import nb06_policy, prepared  # tests/experiment_helpers.py
 
 from tools import grpo_experiment as gx
 
@@ -21,20 +21,6 @@ def tiny():
 
     path = str(tiny_checkpoint_path())
     return path, AutoTokenizer.from_pretrained(path, local_files_only=True)
-
-
-def _policy(path, precision, seed=42):
-    return gx.load_lora_policy(
-        path,
-        precision,
-        revision=None,
-        local_files_only=True,
-        lora_rank=8,
-        lora_alpha=16,
-        lora_dropout=0.0,
-        target_modules=("q_proj", "v_proj"),
-        seed=seed,
-    )
 
 
 def _batch(tokenizer, cs):
@@ -52,7 +38,7 @@ def test_lora_starts_at_the_base_policy_and_trains_only_adapters(tiny):
     batch = _batch(tokenizer, cs)
     base = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     base_logps = gx.sequence_logps(base, batch, precision)
-    policy, trainable = _policy(path, precision)
+    policy, trainable = nb06_policy(path, precision)
     names = [n for n, p in policy.named_parameters() if p.requires_grad]
     assert names and all("lora_A" in n or "lora_B" in n for n in names)
     assert all(any(t in n for t in ("q_proj", "v_proj")) for n in names)
@@ -67,7 +53,7 @@ def test_update_steps_move_the_policy_along_the_advantages(tiny):
     precision = gx.select_precision("tiny_cpu")
     cs, _, _, adv = prepared("minimal_pair", 2)
     batch = _batch(tokenizer, cs)
-    policy, trainable = _policy(path, precision)
+    policy, trainable = nb06_policy(path, precision)
     optimizer = torch.optim.AdamW(trainable, lr=1e-2)
     old = gx.sequence_logps(policy, batch, precision)
     before = [p.detach().clone() for p in trainable]
@@ -82,7 +68,7 @@ def test_update_steps_move_the_policy_along_the_advantages(tiny):
     final = gx.sequence_logps(policy, batch, precision)
     assert gx.policy_separation(old, final, adv) > 0
     # flipping the advantages flips the direction
-    policy2, trainable2 = _policy(path, precision)
+    policy2, trainable2 = nb06_policy(path, precision)
     opt2 = torch.optim.AdamW(trainable2, lr=1e-2)
     old2 = gx.sequence_logps(policy2, batch, precision)
     for _ in range(4):
@@ -97,7 +83,7 @@ def test_grad_scaler_path_reports_unscaled_gradient_norm(tiny):
     batch = _batch(tokenizer, cs)
     norms = []
     for scaler in (None, torch.amp.GradScaler("cpu", init_scale=1024.0)):
-        policy, trainable = _policy(path, precision)
+        policy, trainable = nb06_policy(path, precision)
         optimizer = torch.optim.AdamW(trainable, lr=1e-2)
         old = gx.sequence_logps(policy, batch, precision)
         norms.append(
@@ -112,7 +98,7 @@ def test_bf16_autocast_path_runs_on_cpu(tiny):
     precision = gx.Precision(torch.device("cpu"), torch.bfloat16, autocast=True, grad_scaler=False)
     cs, _, _, adv = prepared("expanded_group", 4)
     batch = _batch(tokenizer, cs)
-    policy, trainable = _policy(path, gx.select_precision("tiny_cpu"))  # fp32 weights, bf16 autocast compute
+    policy, trainable = nb06_policy(path, gx.select_precision("tiny_cpu"))  # fp32 weights, bf16 autocast compute
     optimizer = torch.optim.AdamW(trainable, lr=1e-2)
     old = gx.sequence_logps(policy, batch, precision)
     assert old.dtype == torch.float32
@@ -128,7 +114,7 @@ def test_scaler_overflow_skips_are_retried_and_counted(tiny):
     batch = _batch(tokenizer, cs)
     runs = {}
     for name, scaler in (("plain", None), ("overflowing", torch.amp.GradScaler("cpu", init_scale=3e38))):
-        policy, trainable = _policy(path, precision)
+        policy, trainable = nb06_policy(path, precision)
         optimizer = torch.optim.AdamW(trainable, lr=1e-2)
         old = gx.sequence_logps(policy, batch, precision)
         runs[name] = gx.run_update_steps(policy, batch, old, adv, optimizer, trainable, 0.2, precision, scaler, 4)
@@ -142,7 +128,7 @@ def test_scaler_overflow_skips_are_retried_and_counted(tiny):
     assert [s.gradient_norm for s in steps] == pytest.approx([s.gradient_norm for s in plain_steps], rel=1e-4)
     assert first.shape == (4,)
     # an overflow that never ends is a failure, not noise
-    policy, trainable = _policy(path, precision)
+    policy, trainable = nb06_policy(path, precision)
     optimizer = torch.optim.AdamW(trainable, lr=1e-2)
     old = gx.sequence_logps(policy, batch, precision)
     stuck = torch.amp.GradScaler("cpu", init_scale=3e38, backoff_factor=0.9999)
@@ -156,7 +142,7 @@ def test_bf16_weights_load_and_update(tiny):
     precision = gx.Precision(torch.device("cpu"), torch.bfloat16, autocast=True, grad_scaler=False)
     cs, _, _, adv = prepared("expanded_group", 4)
     batch = _batch(tokenizer, cs)
-    policy, trainable = _policy(path, precision)  # from_pretrained(dtype=torch.bfloat16)
+    policy, trainable = nb06_policy(path, precision)  # from_pretrained(dtype=torch.bfloat16)
     base = {p.dtype for n, p in policy.named_parameters() if not p.requires_grad}
     assert base == {torch.bfloat16}
     assert {p.dtype for p in trainable} == {torch.float32}  # peft keeps LoRA adapters in float32
@@ -187,7 +173,7 @@ def test_fp16_weights_with_grad_scaler_as_the_forced_fp16_run(tiny):
     precision = gx.Precision(torch.device("cpu"), torch.float16, autocast=True, grad_scaler=True)
     cs, _, _, adv = prepared("expanded_group", 4)
     batch = _batch(tokenizer, cs)
-    policy, trainable = _policy(path, precision)
+    policy, trainable = nb06_policy(path, precision)
     assert {p.dtype for p in trainable} == {torch.float32}
     assert {p.dtype for p in policy.parameters() if not p.requires_grad} == {torch.float16}
     optimizer = torch.optim.AdamW(trainable, lr=1e-2)

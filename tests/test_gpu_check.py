@@ -1,7 +1,10 @@
-"""The device check (tools/device/gpu_check.sh, tools/device/gpu_check.py, tools/device/gpu_wheelhouse.py) as far
-as a CPU can test it: shell syntax, the notebook cell reader, the invariants and the record printer on
-records shaped like a device's, and - opt-in, with a built wheelhouse - the wheelhouse installed into a
-fresh interpreter that has torch and nothing else, then the check's CPU code path run on it."""
+"""The GPU script (benchmarks/gpu_check.sh, its steps tools/device/gpu_steps.py, notebook 6's side
+tools/device/gpu_check.py, the wheelhouse tools/device/gpu_wheelhouse.py) as far as a CPU can test it: shell syntax,
+the dry run (every step listed, everything a step names exists; a missing file, make target, module, pytest
+selection or earlier step is reported), the runner and its record on trivial steps, the notebook cell reader, the
+invariants and the record printer on records shaped like a device's, and - opt-in, with a built wheelhouse - the
+wheelhouse installed into a fresh interpreter that has torch and nothing else, then the check's CPU code path run on
+it."""
 
 from __future__ import annotations
 
@@ -20,11 +23,11 @@ import pytest
 from tools import grpo_experiment as gx
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tools" / "device" / "gpu_check.sh"
+SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 WHEELHOUSE = ROOT / ".cache" / "gpu-wheelhouse"
 REFERENCE_RECORD = ROOT / "benchmarks" / "results" / "pt_grpo" / "pt-grpo-real-model-update_tiny_cpu_reference.json"
 
-from tools.device import gpu_check  # noqa: E402
+from tools.device import gpu_check, gpu_steps  # noqa: E402
 
 
 def test_shell_script_syntax():
@@ -39,6 +42,110 @@ def test_script_refuses_to_run_without_a_wheelhouse(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2
     assert "make gpu-wheelhouse" in done.stdout
+
+
+def test_dry_run_lists_every_step_and_finds_what_each_names():
+    env = dict(os.environ, GPU_PYTHON=sys.executable)
+    done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = [line.split()[2] for line in done.stdout.splitlines() if line.startswith("STEP ")]
+    assert listed == [step.name for step in gpu_steps.STEPS]
+    assert "MISSING" not in done.stdout
+    kinds = {need.partition(":")[0] for step in gpu_steps.STEPS for need in step.needs}
+    assert kinds == {"file", "make", "module", "pytest"}  # every kind of need is checked on the real list
+    names = {step.name for step in gpu_steps.STEPS}
+    assert {"device_tests", "nb06_auto", "nb06_fp16", "nb07_real_gpu"} <= names
+
+
+@pytest.mark.parametrize(
+    "need, expected",
+    [
+        ("file:tools/device/no_such_file.py", "file tools/device/no_such_file.py does not exist"),
+        ("make:no-such-target", "make no-such-target does not exist"),
+        ("module:tools.no_such_module", "module tools.no_such_module does not exist"),
+        ("pytest:tests/test_no_such_*.py", "pytest tests/test_no_such_*.py does not exist"),
+    ],
+)
+def test_a_step_naming_something_missing_is_reported(need, expected):
+    step = gpu_steps.Step("broken", ("true",), 1, (need,))
+    assert gpu_steps.unmet(step, steps=(step,)) == [f"broken: {expected}"]
+
+
+def test_a_step_after_an_unknown_step_is_reported(capsys):
+    step = gpu_steps.Step("late", ("true",), 1, ("file:Makefile",), after=("renamed",))
+    assert gpu_steps.unmet(step, steps=(step,)) == ["late: runs after an unknown step renamed"]
+    assert gpu_steps.dry_run((step,)) == 1 and "MISSING late" in capsys.readouterr().out
+
+
+def test_the_device_tests_take_the_device_from_the_variable_the_script_sets(monkeypatch):
+    from device_option import devices_under_test
+
+    from tools import env_vars
+
+    step = next(s for s in gpu_steps.STEPS if s.name == "device_tests")
+    assert step.env == {env_vars.TEST_DEVICE: "cuda"} and gpu_steps.DEVICE_TESTS in step.argv
+    argv = gpu_steps.command(step, {}, "python")  # no shell runs the steps: the glob is expanded to the files
+    assert "tests/test_device_multiprocess.py" in argv
+    assert not any("*" in part for part in argv)
+    monkeypatch.setenv(env_vars.TEST_DEVICE, "cuda")
+    assert devices_under_test(("cpu",)) == ["cuda"]
+    monkeypatch.delenv(env_vars.TEST_DEVICE)
+    assert devices_under_test(("meta",)) == ["meta"]
+
+
+def test_runner_runs_in_order_skips_after_a_failure_and_writes_a_valid_record(tmp_path):
+    """The runner on trivial steps: a failing step's dependants are skipped, the record validates and says
+    failed; with every step passing it says passed."""
+    py = sys.executable
+    hardware = f"import json; json.dump(dict(bf16_supported=True), open({str(ROOT / gpu_steps.HARDWARE_JSON)!r}, 'w'))"
+    steps = (
+        gpu_steps.Step("hardware", ("{python}", "-c", hardware), 30, ()),
+        gpu_steps.Step("fails", ("{python}", "-c", "raise SystemExit(3)"), 30, (), after=("hardware",)),
+        gpu_steps.Step(
+            "dtype", ("{python}", "-c", "import sys; assert sys.argv[1] == 'bfloat16'", "{auto_dtype}"), 30, ()
+        ),
+        gpu_steps.Step("blocked", ("{python}", "-c", "pass"), 30, (), after=("fails",)),
+    )
+    label = f"pytest-gpu-steps-{os.getpid()}"
+    path = ROOT / gpu_steps.record_path(label)
+    try:
+        assert gpu_steps.run(label, py, __import__("time").time(), copy_to=tmp_path, steps=steps) == 1
+        record = json.loads(path.read_text(encoding="utf-8"))
+        gpu_steps.validate_record(record)
+        assert [(s["name"], s["status"]) for s in record["steps"]] == [
+            ("hardware", "passed"),
+            ("fails", "failed"),
+            ("dtype", "passed"),
+            ("blocked", "skipped"),
+        ]
+        assert record["steps"][1]["returncode"] == 3 and record["result"] == "failed"
+        assert (tmp_path / path.name).is_file()
+        assert gpu_steps.run(label, py, __import__("time").time(), steps=steps[:1] + steps[2:3]) == 0
+        assert json.loads(path.read_text(encoding="utf-8"))["result"] == "passed"
+        spent = __import__("time").time() - gpu_steps.BUDGET_S - 1  # started long ago: nothing runs any more
+        assert gpu_steps.run(label, py, spent, steps=steps[:1]) == 1
+        late = json.loads(path.read_text(encoding="utf-8"))
+        assert late["steps"][0]["status"] == "skipped" and "budget is spent" in late["steps"][0]["output_tail"]
+    finally:
+        path.unlink(missing_ok=True)
+        (ROOT / gpu_steps.HARDWARE_JSON).unlink(missing_ok=True)
+
+
+def test_the_record_sets_notebook_6_beside_the_chapters_figures():
+    record = gpu_steps.build_record("unit", [], 10.0, {"gpu_name": "X"}, gpu_like_record(), {"passed": True})
+    gpu_steps.validate_record(record)
+    rows = {r["candidate_set"]: r for r in record["seed_comparison"]}
+    assert rows["expanded_group"]["reference_peak_gb"] == 3.29
+    assert rows["expanded_group"]["reference_median_update_ms"] == 76.88
+    assert rows["expanded_group"]["peak_allocated_gb"] == 2.5 and rows["expanded_group"]["peak_ratio"] == round(
+        2.5 / 3.29, 4
+    )
+    ms = gpu_like_record()["candidates"][1]["median_update_ms"]
+    assert rows["expanded_group"]["update_time_ratio"] == round(ms / 76.88, 4)
+    assert record["result"] == "failed"  # no steps ran
+    missing = gpu_steps.build_record("unit", [], 10.0, {}, None, None)
+    gpu_steps.validate_record(missing)
+    assert all(r["peak_allocated_gb"] is None for r in missing["seed_comparison"])
 
 
 def test_notebook_code_cells_are_the_notebooks():
@@ -175,6 +282,7 @@ def test_wheelhouse_closure_leaves_torch_alone():
         "ipython",
     } <= set(pins)
     assert "torch" not in pins and not any(name.startswith("nvidia-") for name in pins)
+    assert "pytest" in pins  # the device tests run on the card
     assert not set(pins) & gpu_wheelhouse.NOT_IMPORTED
     assert pins["transformers"] == md.version("transformers")
 
@@ -272,6 +380,12 @@ print("smoke ok", transformers.__version__)
         timeout=600,
     )
     assert ran.returncode == 0 and "smoke ok" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-3000:]
+    # the device tests as the script runs them (pytest --noconftest, the wheelhouse only), here on the CPU
+    step = next(s for s in gpu_steps.STEPS if s.name == "device_tests")
+    argv = gpu_steps.command(step, {}, str(python))
+    assert "tests/test_device_multiprocess.py" in argv and not any("*" in part for part in argv)
+    tests = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env_run, timeout=600)
+    assert tests.returncode == 0 and " passed" in tests.stdout, tests.stdout[-3000:] + tests.stderr[-2000:]
     shutil.rmtree(tmp_path / "site", ignore_errors=True)
 
 

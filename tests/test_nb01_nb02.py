@@ -40,6 +40,8 @@ def compute_group_advantages(rewards, group_ids, eps=1e-6):
         raise ValueError("group_ids 与 rewards 形状不同")
     if len(rewards) == 0:
         raise ValueError("rewards 为空")
+    if rewards.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise ValueError("rewards 必须是浮点张量")
     if group_ids.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
         raise ValueError("group_ids 必须是整数类型")
     if type(eps) is bool or not isinstance(eps, (int, float)):

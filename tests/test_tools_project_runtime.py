@@ -106,8 +106,8 @@ def test_every_schema_states_the_one_run_label_rule():
     record, nb07's record and multi-seed summary), so the schema accepts exactly the labels check_run_label accepts."""
     assert set(run_label_patterns(SCHEMAS)) >= {
         "post-training-mechanism-gpu-v2.json",
-        "online-grpo-v1.json",
-        "online-grpo-seeds-v1.json",
+        "online-grpo-v2.json",
+        "online-grpo-seeds-v2.json",
     }
     assert divergent_label_patterns(SCHEMAS) == {}
 
@@ -118,15 +118,15 @@ def test_a_divergent_run_label_pattern_is_reported(tmp_path):
     for path in SCHEMAS.glob("*.json"):
         shutil.copy(path, tmp_path / path.name)
     for name, edit in (
-        ("online-grpo-v1.json", lambda p: p.update(pattern=p["pattern"].replace("{0,63}", "{0,64}"))),
-        ("online-grpo-seeds-v1.json", lambda p: p.pop("pattern")),
+        ("online-grpo-v2.json", lambda p: p.update(pattern=p["pattern"].replace("{0,63}", "{0,64}"))),
+        ("online-grpo-seeds-v2.json", lambda p: p.pop("pattern")),
     ):
         schema = json.loads((tmp_path / name).read_text(encoding="utf-8"))
         edit(schema["properties"]["run_label"])
         (tmp_path / name).write_text(json.dumps(schema), encoding="utf-8")
     found = divergent_label_patterns(tmp_path)
-    assert set(found) == {"online-grpo-v1.json", "online-grpo-seeds-v1.json"}, found
-    assert found["online-grpo-seeds-v1.json"] is None
+    assert set(found) == {"online-grpo-v2.json", "online-grpo-seeds-v2.json"}, found
+    assert found["online-grpo-seeds-v2.json"] is None
 
 
 @pytest.mark.parametrize("label", ["default", "my_run", "v1.2-a", "a" * 64, "0"])

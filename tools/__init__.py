@@ -28,7 +28,8 @@ module                                  what it holds
                                         entry points and the tests use, re-exported from ``tools.experiment``
 ``tools.experiment.candidates``         nb06's fixed candidate groups, the verifier's scores, group advantages and
                                         the zero-variance guard (imports nb01's and nb04's graded functions)
-``tools.experiment.model``              nb06's precision, checkpoint paths, LoRA policy and sequence log-probs
+``tools.experiment.model``              nb06's precision (per card, its memory estimate), checkpoint paths, LoRA
+                                        policy and sequence log-probs
 ``tools.experiment.update``             nb06's clipped objective, one update step, the effective-steps loop
 ``tools.experiment.measures``           nb06's no-update noise margin, policy separation, peak memory, token hashes
 ``tools.experiment.record``             nb06's evidence record, decision rule, evidence level, failure record
@@ -37,23 +38,36 @@ module                                  what it holds
                                         modules below (``task`` ... ``grading_policy``), defines nothing
 ``tools.online_trl``                    nb07's TRL section under one name: re-exports the ``tools.online.trl_*`` modules
 ``tools.online.task``                   nb07's task: four-digit sums, the disjoint held-out / RL / SFT pools, the
-                                        held-out rule, scratchpad, prompt encoding; the rewards
-``tools.online.logprobs``               ``completion_logps``: per-token log-probs (and entropies) at a temperature
+                                        held-out rule and groups, the transfer sets, scratchpad, prompt encoding;
+                                        the rewards
+``tools.online.logprobs``               ``completion_logps``: per-token log-probs (and entropies) at a temperature;
+                                        ``grad_forward_gap`` / ``mu1_bounds``: what mu = 1 allows when two forwards differ
 ``tools.online.record``                 nb07's record paths and course root, hardware / framework snapshot, validated
                                         read and write of a run's record and of a multi-seed summary
 ``tools.online.warm_start``             nb07's SFT warm start (built once, cached), its float platform, ``load_policy``
-``tools.online.evaluation``             held-out pass@1 / pass@k / maj@k, outcomes, completion kinds
+``tools.online.evaluation``             held-out pass@1 / pass@k / maj@k (also per prompt), outcomes, completion
+                                        kinds, the evaluation seed of a run
 ``tools.online.config``                 ``OnlineConfig`` and its check, the RUN_MODE presets (dtype, LoRA), optimizer
 ``tools.online.run``                    ``run_online_experiment`` (evaluate -> train -> evaluate -> record),
                                         ``preset_check``
-``tools.online.seeds``                  several seeds: the t quantile, ``mean_ci95``, ``seeds_summary``
-``tools.online.report``                 nb07's goal, seeds table, ablation verdicts from intervals, Markdown tables
-``tools.online.figures``                nb07's figures (PNG bytes)
+``tools.online.seeds``                  several seeds: the bootstrap over seeds and prompts (held-out figures), the
+                                        t interval (training figures), ``seeds_summary``
+``tools.online.report``                 nb07's one verdict rule, goal, seeds table, what the model learned, ablation
+                                        verdicts from intervals, Markdown tables
+``tools.online.figures``                nb07's figures (PNG bytes), the PNGs ``make online`` saves
 ``tools.online.grading_policy``         the in-memory policy of nb07's grading oracle
 ``tools.online.trl_trainer``            a ``GRPOConfig`` mirroring an ``OnlineConfig``, the ``GRPOTrainer`` on the task
 ``tools.online.trl_agreement``          ``grpo_step`` vs ``GRPOTrainer._compute_loss``: loss / gradient agreement
+``tools.online.trl_scenarios``          ``grpo_step`` vs ``GRPOTrainer.train()`` on a fixed batch: mu epochs, temperature,
+                                        clipping, weights and TRL's logged metrics
+``tools.online.trl_mutations``          the broken copies of ``grpo_step`` the comparisons must catch (``MUTATIONS``)
+``tools.online.trl_comparison``         TRL's side computed once, the first disagreement, the mutations caught
 ``tools.online.trl_runs``               ``GRPOTrainer.train()`` on the task, the committed multi-seed TRL record
-``tools.online.trl_scaling``            accelerate configs (accelerate's parser), the vLLM ``GRPOConfig``
+``tools.online.trl_ranks``              one rank of the multi-process run under torchrun: ``GRPOTrainer.train()`` with
+                                        the batch split, one step per ``loss_type`` on a fixed batch
+``tools.online.trl_multiprocess``       the multi-process run's record (schema, checks, the lesson's tables)
+``tools.online.trl_scaling``            accelerate configs (accelerate's parser) beside the CPU run, the vLLM
+                                        ``GRPOConfig``
 ``tools.env_vars``                      every ``GRPO_*`` environment variable: its one home, meaning and who sets it (the
                                         table of docs/CONVENTIONS.md is generated from it)
 ``tools.loss_types``                    the TRL ``loss_type`` names the course teaches (``LOSS_TYPES``,
@@ -80,9 +94,11 @@ module                                  what it holds
 ``tools.chain.cells``                   the badge cell and the locked bootstrap cell stamped on every notebook
 ``tools.chain.saved``                   the ``#@save`` extraction that writes ``tools/lessons/``
 ``tools.chain.readme_table``            the notebook table of README.md
-``tools.device.gpu_wheelhouse``        ``make gpu-wheelhouse``: the wheels the device check installs on a bare CUDA machine
-``tools.device.gpu_check``              the device check's Python side (``bash tools/device/gpu_check.sh`` runs it):
-                                        nb06's real_gpu cells, record invariants, report
+``tools.device.gpu_wheelhouse``        ``make gpu-wheelhouse``: the wheels ``benchmarks/gpu_check.sh`` installs on a bare
+                                        CUDA machine
+``tools.device.gpu_steps``              ``benchmarks/gpu_check.sh``'s steps (``--dry-run`` lists and checks them), their
+                                        runner and its record (``tools/schemas/gpu-check-v1.json``)
+``tools.device.gpu_check``              nb06 on the device for that script: its real_gpu cells, record invariants, report
 ``tools.cli.setup_env``                 ``make setup``: the virtual environment of a profile
 ``tools.cli.ready``                     what the course targets need beyond the venv (bubblewrap, checkpoints, warm
                                         starts, playwright-core), made ready by ``make setup``, ``demo``, ``test``...
@@ -91,6 +107,7 @@ module                                  what it holds
 ``tools.cli.demo``                      ``make demo``: build, execute, release, grade the sample class, experiment
 ``tools.cli.experiment``                ``make experiment``: the final notebook headless
 ``tools.cli.online``                    ``make online``: nb07's online GRPO run headless (seeds, TRL trainer, presets)
+``tools.cli.multiprocess``              ``make online ONLINE_ARGS="--processes 2"``: torchrun launches and their workers
 ``tools.cli.testrun``                   ``make test`` / ``test-fast`` / ``test-integration``: pytest, timed into a git-ignored
                                         record
 ``tools.cli.commit_msg``                the pre-commit config's commit-msg check (subject at most 72 characters)

@@ -23,69 +23,85 @@ class EnvVar:
     read_by: str
 
 
+def _documented(path: str):
+    """The ``EnvVar`` of every ``NAME = "GRPO_..."`` line of this file, its ``#: set by | meaning`` comment lines just
+    above it (Sphinx's doc-comment form) giving the rest: the table's rows, in the file's order."""
+    comment: list[str] = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith("#: "):
+            comment.append(line[3:])
+            continue
+        match = re.match(r'^[A-Z][A-Z0-9_]* = "(GRPO_[A-Z0-9_]+)"$', line)
+        if match and comment:
+            set_by, meaning = " ".join(comment).split(" | ", 1)
+            yield EnvVar(match.group(1), meaning, set_by)
+        comment = []
+
+
 # --- learners and the lessons
+#: learner | a hub id or a local checkpoint folder for `real_gpu` (nb06, nb07, the device check)
 MODEL_ID = "GRPO_MODEL_ID"
+#: learner | `float16` / `bfloat16` forces nb06's `real_gpu` dtype (unset: the card decides)
 REAL_GPU_DTYPE = "GRPO_REAL_GPU_DTYPE"
+#: grader | nb07's `RUN_MODE` over the notebook's value (the grading kernels set `smoke`)
 ONLINE_RUN_MODE = "GRPO_ONLINE_RUN_MODE"
+#: tests | nb07's `RUN_LABEL` over the notebook's value
 ONLINE_RUN_LABEL = "GRPO_ONLINE_RUN_LABEL"
+#: make | `1`: per-cell progress of a headless notebook run (`make demo`, `make experiment`)
 PROGRESS = "GRPO_PROGRESS"
+
 # --- the bootstrap cell (Colab, ModelScope, a local clone)
+#: learner | the bootstrap cell's platform: `colab`, `modelscope` or `local` (default: detected)
 COURSE_PLATFORM = "GRPO_COURSE_PLATFORM"
+#: learner | the clone URL the bootstrap cell uses (default: course.toml's repository)
 COURSE_REPO_URL = "GRPO_COURSE_REPO_URL"
+#: learner | the branch the bootstrap cell clones (default: course.toml's branch)
 COURSE_BRANCH = "GRPO_COURSE_BRANCH"
+
+# --- the bootstrap cell: where the course goes
+#: learner | where the bootstrap cell clones the course (default: the platform's folder)
 COURSE_DIR = "GRPO_COURSE_DIR"
+#: learner | `1`: the bootstrap cell runs `git pull --ff-only` on a stale clone
 COURSE_UPDATE = "GRPO_COURSE_UPDATE"
+#: tests | tests: a temporary `/` under which the platforms' folders lie
 PLATFORM_ROOT = "GRPO_PLATFORM_ROOT"
+
 # --- instructors and the grader
+#: instructor | the instructor's secret grading seed (else `autograde/.grading_seed`)
 GRADING_SEED = "GRPO_GRADING_SEED"
+#: tests | a public seed for reproducible in-kernel oracle runs (tests); unset: fresh cases
 KERNEL_CASES_SEED = "GRPO_KERNEL_CASES_SEED"
+#: grader | set by the grader inside a sandbox: the sandbox mode
 GRADING_SANDBOX = "GRPO_GRADING_SANDBOX"
+
+# --- set inside the grading sandbox, and the Slurm recipe
+#: grader | set by the grader inside a sandbox: `1` where the root is read-only
 GRADING_READONLY_ROOT = "GRPO_GRADING_READONLY_ROOT"
+#: instructor | the Slurm recipe's course checkout on the compute nodes
 COURSE_ROOT = "GRPO_COURSE_ROOT"
-# --- maintainers: benchmarks and tests
+
+# --- maintainers: benchmarks and the tests' switches
+#: benchmarks | the torch thread count of a benchmark's worker process
 BENCH_THREADS = "GRPO_BENCH_THREADS"
+#: tests | `0`: every test notebook execution gets a fresh kernel
 TEST_WARM_KERNELS = "GRPO_TEST_WARM_KERNELS"
+#: tests | `1`: run the opt-in test that installs the GPU wheelhouse
 TEST_GPU_WHEELHOUSE = "GRPO_TEST_GPU_WHEELHOUSE"
+#: tests | the device `tests/test_device_*.py` run on (`cuda`: set by `benchmarks/gpu_check.sh`; unset: their CPU default)
+TEST_DEVICE = "GRPO_TEST_DEVICE"
+#: tests | seconds a browser test may take (default 180)
 BROWSER_TIMEOUT_S = "GRPO_BROWSER_TIMEOUT_S"
+
+# --- maintainers: the opt-in realistic launch test
+#: tests | `1`: run the opt-in realistic launch test (a fresh interpreter installs a profile)
 REALISTIC_LAUNCH = "GRPO_REALISTIC_LAUNCH"
+#: tests | the torch wheel or spec the realistic launch test installs
 REALISTIC_TORCH = "GRPO_REALISTIC_TORCH"
+#: tests | the interpreter the realistic launch test uses
 REALISTIC_PYTHON = "GRPO_REALISTIC_PYTHON"
 
-VARIABLES = (
-    EnvVar(MODEL_ID, "a hub id or a local checkpoint folder for `real_gpu` (nb06, nb07, the device check)", "learner"),
-    EnvVar(
-        REAL_GPU_DTYPE, "`float16` / `bfloat16` forces nb06's `real_gpu` dtype (unset: the card decides)", "learner"
-    ),
-    EnvVar(ONLINE_RUN_MODE, "nb07's `RUN_MODE` over the notebook's value (the grading kernels set `smoke`)", "grader"),
-    EnvVar(ONLINE_RUN_LABEL, "nb07's `RUN_LABEL` over the notebook's value", "tests"),
-    EnvVar(PROGRESS, "`1`: per-cell progress of a headless notebook run (`make demo`, `make experiment`)", "make"),
-    EnvVar(
-        COURSE_PLATFORM,
-        "the bootstrap cell's platform: `colab`, `modelscope` or `local` (default: detected)",
-        "learner",
-    ),
-    EnvVar(COURSE_REPO_URL, "the clone URL the bootstrap cell uses (default: course.toml's repository)", "learner"),
-    EnvVar(COURSE_BRANCH, "the branch the bootstrap cell clones (default: course.toml's branch)", "learner"),
-    EnvVar(COURSE_DIR, "where the bootstrap cell clones the course (default: the platform's folder)", "learner"),
-    EnvVar(COURSE_UPDATE, "`1`: the bootstrap cell runs `git pull --ff-only` on a stale clone", "learner"),
-    EnvVar(PLATFORM_ROOT, "tests: a temporary `/` under which the platforms' folders lie", "tests"),
-    EnvVar(GRADING_SEED, "the instructor's secret grading seed (else `autograde/.grading_seed`)", "instructor"),
-    EnvVar(
-        KERNEL_CASES_SEED, "a public seed for reproducible in-kernel oracle runs (tests); unset: fresh cases", "tests"
-    ),
-    EnvVar(GRADING_SANDBOX, "set by the grader inside a sandbox: the sandbox mode", "grader"),
-    EnvVar(GRADING_READONLY_ROOT, "set by the grader inside a sandbox: `1` where the root is read-only", "grader"),
-    EnvVar(COURSE_ROOT, "the Slurm recipe's course checkout on the compute nodes", "instructor"),
-    EnvVar(BENCH_THREADS, "the torch thread count of a benchmark's worker process", "benchmarks"),
-    EnvVar(TEST_WARM_KERNELS, "`0`: every test notebook execution gets a fresh kernel", "tests"),
-    EnvVar(TEST_GPU_WHEELHOUSE, "`1`: run the opt-in test that installs the GPU wheelhouse", "tests"),
-    EnvVar(BROWSER_TIMEOUT_S, "seconds a browser test may take (default 180)", "tests"),
-    EnvVar(
-        REALISTIC_LAUNCH, "`1`: run the opt-in realistic launch test (a fresh interpreter installs a profile)", "tests"
-    ),
-    EnvVar(REALISTIC_TORCH, "the torch wheel or spec the realistic launch test installs", "tests"),
-    EnvVar(REALISTIC_PYTHON, "the interpreter the realistic launch test uses", "tests"),
-)
+VARIABLES = tuple(_documented(__file__))  # in the order above
+
 
 # Files that must write a name or a literal again, each with why: they run where ``tools`` cannot be imported (inside
 # the grading sandbox with the standard library only, or before the course is found). Each says which home it

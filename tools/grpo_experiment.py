@@ -9,7 +9,8 @@ This module is its public face: the notebook (``from tools import grpo_experimen
 entry points and the tests use these names.
 
 - ``tools.experiment.candidates``: the fixed candidate groups, the verifier's scores, the advantages, the guard;
-- ``tools.experiment.model``: precision, checkpoint paths, the LoRA policy, sequence log-probs;
+- ``tools.experiment.model``: precision (per card, its memory estimate), checkpoint paths, the LoRA policy,
+  sequence log-probs;
 - ``tools.experiment.update``: the clipped objective and the update steps;
 - ``tools.experiment.measures``: no-update noise, policy separation, peak memory, token workload hashes;
 - ``tools.experiment.record``: the record, the decision rule, the failure record;
@@ -72,6 +73,7 @@ from tools.experiment.model import (
     forced_dtype,
     full_precision_sequence_logps,
     load_lora_policy,
+    memory_estimate,
     model_id_override,
     resolve_model_path,
     select_precision,
@@ -166,6 +168,7 @@ __all__ = [
     "headline",
     "highest_separation",
     "load_lora_policy",
+    "memory_estimate",
     "load_schema",
     "logprob_noise",
     "mark_failure",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 __all__ = [
     "save_json",
+    "save_bytes",
     "schema_validator",
     "hash_ids",
     "package_version",
@@ -28,17 +29,25 @@ def save_json(path, obj) -> Path:
 
     Parent folders are created; the text is UTF-8 with non-ASCII characters kept as they are
     (``ensure_ascii=False``), indented by 2, with a final newline. The object is serialised first, then
-    written to a temporary file in the same folder, flushed, fsync'ed and renamed over ``path`` with
-    ``os.replace``: a failure at any step (an object JSON cannot encode, a full disk) leaves an existing
-    file untouched and no temporary file behind.
+    written as ``save_bytes`` writes: a failure at any step (an object JSON cannot encode, a full disk) leaves an
+    existing file untouched and no temporary file behind.
     """
-    path = Path(path)
     text = json.dumps(obj, ensure_ascii=False, indent=2) + "\n"  # raises before any file is touched
+    return save_bytes(path, text.encode("utf-8"))
+
+
+def save_bytes(path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path: parent folders are created, the bytes go to a
+    temporary file in the same folder, flushed, fsync'ed and renamed over ``path`` with ``os.replace``; a failure
+    leaves an existing file untouched and no temporary file behind."""
+    path = Path(path)
+    if not isinstance(data, bytes):
+        raise ValueError(f"data 必须是 bytes，收到 {type(data).__name__}")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         umask = os.umask(0)

@@ -6,19 +6,25 @@ name is defined in the module of its idea; read that module, and change it there
 
 =================================  ====================================================================================
 ``tools.online.task``              the task (the sum of four digits, ``"6+7+9+4="``), its three disjoint pools of
-                                   problems and the held-out rule, the scratchpad, prompt encoding; the rewards
-``tools.online.logprobs``          ``completion_logps``: per-token log-probs (and entropies) at a temperature, as TRL
+                                   problems and the held-out rule, the held-out groups, the transfer sets, the
+                                   scratchpad, prompt encoding; the rewards
+``tools.online.logprobs``          ``completion_logps``: per-token log-probs (and entropies) at a temperature, as TRL;
+                                   ``grad_forward_gap`` / ``mu1_bounds``: what mu = 1 allows when two forwards differ
 ``tools.online.record``            record paths and the course root, hardware / framework snapshot, the validated read
                                    and write of a run's record and of a multi-seed summary, the ablation labels
 ``tools.online.warm_start``        the SFT warm start (built once, cached under ``.cache/``), its float platform,
                                    ``load_policy``, ``content_hash``
-``tools.online.evaluation``        held-out pass@1 / pass@k / maj@k, outcomes, completion kinds, entropy by kind
-``tools.online.config``            ``OnlineConfig`` and ``check_config``, the RUN_MODE presets, the optimizer
+``tools.online.evaluation``        held-out pass@1 / pass@k / maj@k (also per prompt), outcomes, completion kinds,
+                                   the evaluation seed of a run, entropy by kind
+``tools.online.config``            ``OnlineConfig`` and ``check_config``, the RUN_MODE presets (real_gpu's per card and
+                                   its memory estimate), the optimizer
 ``tools.online.run``               ``run_online_experiment`` (evaluate -> train -> evaluate -> record), the held-out
                                    curve, ``preset_check``
-``tools.online.seeds``             several seeds: ``t_quantile_975``, ``mean_ci95``, ``seeds_summary``
-``tools.online.report``            the goal, the seeds table, the ablations' verdicts from their intervals, tables
-``tools.online.figures``           the lesson's figures (PNG bytes)
+``tools.online.seeds``             several seeds: ``bootstrap_ci95`` (held-out figures: seeds and prompts),
+                                   ``mean_ci95`` (training figures: t over seeds), ``seeds_summary``
+``tools.online.report``            the one verdict rule (``interval_verdict``), the goal, the seeds table, what
+                                   the model learned, the ablations' verdicts, tables
+``tools.online.figures``           the lesson's figures (PNG bytes), the PNGs ``make online`` saves
 ``tools.online.grading_policy``    the in-memory policy the grader's oracle uses (``grading_policy``)
 =================================  ====================================================================================
 
@@ -40,34 +46,48 @@ from tools.online.config import (  # noqa: F401 (re-exported)
     load_preset_policy,
     make_optimizer,
     model_id_override,
+    native_bf16,
+    preset,
     preset_config,
     preset_dtype,
     preset_lora_config,
+    preset_memory_estimate,
     run_parameters,
 )
 from tools.online.evaluation import (  # noqa: F401 (re-exported)
     COMPLETION_KINDS,
+    EVALUATION_SEED_BASE,
     MAJ_RULE,
     NO_ANSWER,
     OUTCOMES,
     completion_kind,
     entropy_by_kind,
     evaluate,
+    evaluation_seed,
     majority_correct,
     majority_vote,
     pass_at_k,
 )
 from tools.online.figures import (  # noqa: F401 (re-exported)
     STEP_PANELS,
+    figure_paths,
     plot_ablation_intervals,
     plot_ablations,
     plot_gain_intervals,
     plot_heldout_curve,
+    plot_learned,
     plot_pass_maj,
     plot_steps,
+    save_figures,
 )
 from tools.online.grading_policy import GRADING_SFT_STEPS, grading_policy  # noqa: F401 (re-exported)
-from tools.online.logprobs import completion_logps  # noqa: F401 (re-exported)
+from tools.online.logprobs import (  # noqa: F401 (re-exported)
+    MU1_APPROX_KL_ATOL,
+    MU1_LOSS_ATOL,
+    completion_logps,
+    grad_forward_gap,
+    mu1_bounds,
+)
 from tools.online.record import (  # noqa: F401 (re-exported)
     ABLATIONS,
     REFERENCE_LABELS,
@@ -97,9 +117,14 @@ from tools.online.record import (  # noqa: F401 (re-exported)
 from tools.online.report import (  # noqa: F401 (re-exported)
     ABLATION_COMPARISONS,
     ABLATION_SEED_METRICS,
+    CHANGE_WORDS,
     GOAL_CI_LOW,
     GOAL_MEAN_GAIN,
+    GROUP_NAMES,
+    HELDOUT_GAIN,
+    INTERVAL_METHOD_WORDS,
     START_RANGE,
+    VERDICT_RULE,
     VERDICT_WORDS,
     ablation_seeds_table,
     ablation_table,
@@ -107,8 +132,12 @@ from tools.online.report import (  # noqa: F401 (re-exported)
     goal_met,
     headline,
     interval_verdict,
+    learned_table,
+    paired_seeds_table,
     seeds_table,
+    sharpens_verdict,
     shown_work_verdict,
+    tail_interval,
     verdicts_table,
 )
 from tools.online.run import (  # noqa: F401 (re-exported)
@@ -116,21 +145,34 @@ from tools.online.run import (  # noqa: F401 (re-exported)
     preset_check,
     print_progress,
     run_online_experiment,
-    subset_pass_at_1,
+    transfer_max_new_tokens,
 )
-from tools.online.seeds import mean_ci95, seeds_summary, t_quantile_975  # noqa: F401 (re-exported)
+from tools.online.seeds import (  # noqa: F401 (re-exported)
+    BOOTSTRAP_REPLICATES,
+    BOOTSTRAP_SEED,
+    HELDOUT_INTERVAL_METHOD,
+    bootstrap_ci95,
+    heldout_statistics,
+    mean_ci95,
+    seeds_summary,
+    t_quantile_975,
+)
 from tools.online.task import (  # noqa: F401 (re-exported)
     ADDENDS,
+    HELDOUT_GROUP_RULES,
     HELDOUT_SIZE,
     REWARDS,
     RL_MULTISETS,
     SPLIT_SEED,
     TASK_ID,
+    TRANSFER_ADDENDS,
     addends_of,
+    carries,
     chat_prompt,
     check_heldout_rule,
     encode_prompts,
     equivalent_key,
+    heldout_groups,
     heldout_subsets,
     loophole_rewards,
     problem,
@@ -140,7 +182,10 @@ from tools.online.task import (  # noqa: F401 (re-exported)
     strict_correct,
     strict_rewards,
     task_pools,
+    training_neighbours,
+    transfer_problems,
     two_operand_facts,
+    zero_heavy,
 )
 from tools.online.warm_start import (  # noqa: F401 (re-exported)
     SFT_BATCH,

@@ -465,6 +465,13 @@ def tiny_checkpoint_path(seed: int = 0, root=None) -> Path:
     return _cached_build(root / ".cache" / f"tiny-qwen2-seed{seed}", "tiny-qwen2", seed, build_tiny_checkpoint)
 
 
+def qwen_shaped_checkpoint_path(seed: int = 0, root=None) -> Path:
+    """The cached Qwen-shaped checkpoint ``<course root>/.cache/qwen2.5-0.5b-shaped/`` (``make
+    qwen-shaped-checkpoint``), built when missing or stale (about 1 GB)."""
+    root = Path(root) if root is not None else _course_root()
+    return _cached_build(root / ".cache" / "qwen2.5-0.5b-shaped", "Qwen2.5-0.5B", seed, build_qwen_shaped_checkpoint)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.tiny_model", description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
@@ -482,8 +489,10 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     if args.qwen_shaped:
-        out = args.out if args.out is not None else _course_root() / ".cache" / "qwen2.5-0.5b-shaped"
-        path = _cached_build(Path(out), "Qwen2.5-0.5B", args.seed, build_qwen_shaped_checkpoint)
+        if args.out is None:
+            path = qwen_shaped_checkpoint_path(args.seed)
+        else:
+            path = _cached_build(Path(args.out), "Qwen2.5-0.5B", args.seed, build_qwen_shaped_checkpoint)
     elif args.out is not None:
         path = _cached_build(Path(args.out), "tiny-qwen2", args.seed, build_tiny_checkpoint)
     else:

@@ -8,7 +8,14 @@ import platform
 import subprocess
 import sys
 
-__all__ = ["cpuinfo_value", "cuda_hardware_snapshot", "gradient_l2_norm", "median_and_p95", "peak_rss_bytes"]
+__all__ = [
+    "cpuinfo_value",
+    "cuda_hardware_snapshot",
+    "gradient_l2_norm",
+    "lora_step_memory_estimate",
+    "median_and_p95",
+    "peak_rss_bytes",
+]
 
 
 def cpuinfo_value(*keys: str) -> str:
@@ -188,3 +195,104 @@ def peak_rss_bytes() -> int | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_ATTENTION_INPUTS = ("q_proj", "k_proj", "v_proj")  # the three LoRA targets that read the same normalised input
+
+
+def lora_step_memory_estimate(
+    architecture: dict,
+    *,
+    weight_dtype: str,
+    autocast: bool,
+    rows: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    lora_targets,
+    lora_rank: int,
+    logprob_path: str,
+) -> dict:
+    """An ESTIMATE, in bytes, of the peak memory of one LoRA training step of a Qwen2-architecture causal LM (its
+    ``config`` keys: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+    vocab_size, tie_word_embeddings), computed from parameter and activation counts:
+
+    * ``weights``: every parameter in ``weight_dtype``; ``adapter``: the LoRA parameters in float32 with their
+      gradients and AdamW's two moments (16 bytes each);
+    * ``activations``: what autograd saves for backward, per token and layer, in the compute dtype c (the weights';
+      autocast is modelled with half weights only) and in float32 - the MLP's gate, up and activation (3 x
+      intermediate, c), attention's query and output (2 x hidden, c), key and value (2 x kv width, c), its logsumexp
+      (heads, fp32), both RMSNorms' float32 inputs and reciprocal norms (2 x hidden + 2, fp32), each adapter's input
+      (peft casts it to float32 per module for half weights; autocast casts it to c; float32 weights share it) and
+      its rank-r output; plus the adapters' half-precision weight copies under autocast;
+    * ``logits_saved``: ``logprob_path="completion"`` (lesson 7's ``og.completion_logps``): the ``[N, C, V]`` logits
+      divided by the temperature; ``"response"`` (nb06's ``response_sequence_logps``): the full ``[B, T, V]`` logits;
+    * ``transient``: the backward's gradients of the saved logits and of the full logits they were cut from (the
+      forward's full logits next to the divided ones are less).
+
+    ``peak`` = weights + adapter + activations + logits_saved + transient. Not counted: the CUDA context (a few
+    hundred MB), cuBLAS workspaces, the caching allocator's rounding and fragmentation, the KV cache of sampling (it
+    is freed before the update). tests/test_device_numerics.py checks the activation and logits counts against the
+    bytes autograd really saves on the CPU.
+    """
+    if logprob_path not in ("completion", "response"):
+        raise ValueError(f"logprob_path 只能是 'completion' 或 'response'，收到 {logprob_path!r}")
+    if weight_dtype not in _DTYPE_BYTES:
+        raise ValueError(f"weight_dtype 只能是 {sorted(_DTYPE_BYTES)} 之一，收到 {weight_dtype!r}")
+    hidden, inter = architecture["hidden_size"], architecture["intermediate_size"]
+    layers, heads = architecture["num_hidden_layers"], architecture["num_attention_heads"]
+    head_dim = hidden // heads
+    kv = architecture["num_key_value_heads"] * head_dim
+    vocab = architecture["vocab_size"]
+    widths = {"q_proj": (hidden, hidden), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (hidden, hidden)}
+    targets = tuple(lora_targets)
+    if not set(targets) <= widths.keys():
+        raise ValueError(f"只估计注意力投影上的 LoRA（{'/'.join(widths)}），收到 {targets}")
+    w_bytes = _DTYPE_BYTES[weight_dtype]
+    c_bytes = w_bytes  # the compute dtype: the weights' (autocast is modelled with half weights only)
+    per_layer_params = (
+        hidden * hidden
+        + hidden  # q (with bias)
+        + 2 * (hidden * kv + kv)  # k, v (with bias)
+        + hidden * hidden  # o
+        + 3 * hidden * inter  # gate, up, down
+        + 2 * hidden  # the two RMSNorm weights
+    )
+    embedding = vocab * hidden
+    parameters = (
+        embedding + layers * per_layer_params + hidden + (0 if architecture["tie_word_embeddings"] else embedding)
+    )
+    adapter_parameters = layers * sum(lora_rank * sum(widths[t]) for t in targets)
+
+    c_elems = 3 * inter + 2 * hidden + 2 * kv  # per token and layer, compute dtype
+    f32_elems = 2 * hidden + 2 + heads  # the RMSNorms' float32 inputs and 1/norm, attention's logsumexp
+    if c_bytes == 4:  # float32: the adapters of q/k/v read the normalised input, o's reads attention's output
+        f32_elems += (hidden if set(targets) & set(_ATTENTION_INPUTS) else 0) + len(targets) * lora_rank
+    elif autocast:
+        c_elems += len(targets) * (hidden + lora_rank)
+    else:
+        f32_elems += len(targets) * (hidden + lora_rank)
+    tokens = rows * (prompt_tokens + completion_tokens)
+    activations = tokens * layers * (c_elems * c_bytes + f32_elems * 4)
+    if autocast and c_bytes == 2:
+        activations += layers * c_bytes * sum(lora_rank * sum(widths[t]) for t in targets)  # half copies of A and B
+    full_logits = tokens * vocab * c_bytes
+    if logprob_path == "completion":
+        logits_saved = rows * completion_tokens * vocab * c_bytes
+        transient = logits_saved + full_logits  # backward: the gradients of both (forward: the full logits only)
+    else:
+        logits_saved = full_logits
+        transient = 2 * full_logits  # backward: the custom function's gradient and the slice's full-size one
+    weights = parameters * w_bytes
+    adapter = adapter_parameters * 16
+    return {
+        "parameters": parameters,
+        "adapter_parameters": adapter_parameters,
+        "weights": weights,
+        "adapter": adapter,
+        "activations": activations,
+        "logits_saved": logits_saved,
+        "transient": transient,
+        "peak": weights + adapter + activations + logits_saved + transient,
+        "estimate": True,
+    }

@@ -154,7 +154,7 @@ def _open_sandbox(settings: GradingPipeline, base: Path, workers: int):
 
 
 def zygote_warm(works) -> ZygoteWarm:
-    """What the zygotes prepare for the assignments in ``works`` (each a learner's work list): the union of their
+    """What the zygote prepares for the assignments in ``works`` (each a learner's work list): the union of their
     oracles' ``zygote_imports`` and ``zygote_warm`` calls, in a stable order, once each."""
     from autograde.grpo_grader.oracle import load_oracle
 
@@ -165,9 +165,7 @@ def zygote_warm(works) -> ZygoteWarm:
         return tuple(dict.fromkeys(name for oracle in oracles for name in names_of(oracle)))
 
     return ZygoteWarm(
-        kernel=union(lambda oracle: oracle.zygote_imports("kernel")),
-        oracle=union(lambda oracle: oracle.zygote_imports("oracle")),
-        calls=union(lambda oracle: oracle.zygote_warm),
+        imports=union(lambda oracle: oracle.zygote_imports), calls=union(lambda oracle: oracle.zygote_warm)
     )
 
 
@@ -276,8 +274,8 @@ def autograde(
     mounted: list[Path] = []
     sandbox = None
     statuses: dict[str, int] = {}
-    # the notebooks that will be executed (the rest are invalid files): a run without any starts no nbgrader, and the
-    # slots' zygotes pay off from a slot's second executed notebook on (none where no slot executes two)
+    # the notebooks that will be executed (the rest are invalid files): a run without any starts no nbgrader, and a
+    # slot's zygote pays off from the slot's second executed notebook on (none where no slot executes two)
     runnable = runnable_notebooks(settings, course_info, todo, enough=workers + 1)
     try:
         if runnable:
@@ -290,7 +288,7 @@ def autograde(
         if sandbox.mode == "bwrap" and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
             mounted.append(sockets)
         zygotes = runnable > workers
-        # what the zygotes import: read from the lessons' oracles (which import torch), so only where zygotes start
+        # what the zygotes import and build: read from the lessons' oracles (which import torch), only where they start
         warm = zygote_warm(work for _, work in todo) if zygotes else NOTHING_WARM
         total_notebooks = sum(len(course_info[a]["notebooks"]) for _, work in todo for a, _, _ in work)
         slots = [
@@ -299,8 +297,7 @@ def autograde(
                 f"slot{k}",
                 settings,
                 sandbox,
-                uid=sandbox.uids[2 * k] if sandbox.uids else None,
-                oracle_uid=sandbox.uids[2 * k + 1] if sandbox.uids else None,
+                uid=sandbox.uids[k] if sandbox.uids else None,
                 threads=threads,
                 ipc=(sockets / f"slot{k}") if mounted else None,
                 zygotes=zygotes,
@@ -311,6 +308,7 @@ def autograde(
         print(
             f"[autograde] {len(todo)} learner(s), {total_notebooks} notebook(s), {workers} worker(s), "
             f"cell timeout {settings.cell_timeout} s, notebook limit {settings.notebook_timeout} s, "
+            f"grace {settings.grace_after_results} s after the last result, "
             f"memory limit {settings.memory_limit_bytes() / 2**30:.1f} GiB per kernel"
         )
         if shard is None:

@@ -17,12 +17,12 @@ from autograde.grpo_grader.sandbox_choice import choose_sandbox
 
 
 def probe_result(settings: GradingPipeline, import_mode: str = "import") -> dict:
-    """The instructor's pre-flight as data: the sandbox probed as grading uses it (kernel and oracle driver, each
-    importing torch, ipykernel, nbformat and the graded lessons' imports inside it: probe.py), what either could read
-    of the secrets, and ``ok``; or the problems that stop grading here, each with its cause and its fix."""
+    """The instructor's pre-flight as data: the sandbox probed as grading uses it (a kernel, as root a job of the
+    slot's zygote, importing torch, ipykernel, nbformat and the graded lessons' imports inside it: probe.py), what it
+    could read of the secrets, and ``ok``; or the problems that stop grading here, each with its cause and its fix."""
     base = Path(tempfile.mkdtemp(prefix="grpo-probe-"))
     try:
-        sandbox = choose_sandbox(settings, base, probe_driver=True, import_mode=import_mode)
+        sandbox = choose_sandbox(settings, base, probe_zygote=True, import_mode=import_mode)
     except ProbeFailure as failure:
         return {"ok": False, "sandbox": None, "problems": [p.as_dict() for p in failure.problems]}
     except RuntimeError as error:
@@ -33,13 +33,10 @@ def probe_result(settings: GradingPipeline, import_mode: str = "import") -> dict
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    kernel = {k: v for k, v in sandbox.probe.items() if k != "oracle"}
-    oracle = sandbox.probe.get("oracle") or {}
-    grader = _own_ipc_namespace()
-    # (each sandbox unshares one; probed one after the other, two may show the same recycled number)
-    own_ipc = all(ns and ns != grader for ns in (oracle.get("ipc_namespace"), kernel.get("ipc_namespace")))
-    readable = sorted({p for report in (kernel, oracle) for p, ok in report.get("readable", {}).items() if ok})
-    seed = bool(kernel.get("seed_in_environ") or oracle.get("seed_in_environ"))
+    kernel = sandbox.probe
+    own_ipc = bool(kernel.get("ipc_namespace")) and kernel.get("ipc_namespace") != _own_ipc_namespace()
+    readable = sorted(p for p, ok in kernel.get("readable", {}).items() if ok)
+    seed = bool(kernel.get("seed_in_environ"))
     return {
         "ok": not readable and not seed,
         "sandbox": sandbox.mode,
@@ -47,7 +44,6 @@ def probe_result(settings: GradingPipeline, import_mode: str = "import") -> dict
         "not_available": sandbox.problems,
         "problems": [],
         "kernel": kernel,
-        "oracle": oracle,
         "readable": readable,
         "seed_visible": seed,
         "ipc_own": own_ipc,
@@ -69,35 +65,27 @@ def probe(settings: GradingPipeline, as_json: bool = False, import_mode: str = "
         for problem in result["problems"]:
             print(ProbeProblem(**problem).text(), file=sys.stderr)
         return 2
-    kernel, oracle = result["kernel"], result["oracle"]
+    kernel = result["kernel"]
     print(f"sandbox: {result['describe']}")
     for problem in result["not_available"]:
         print(f"  not available: {problem}")
-    for who, report in (("", kernel), ("oracle driver: ", oracle)):
-        for path, readable in report.get("readable", {}).items():
-            print(f"  {who}{'READABLE' if readable else 'hidden  '}  {path}")
+    for path, readable in kernel.get("readable", {}).items():
+        print(f"  {'READABLE' if readable else 'hidden  '}  {path}")
     for path in result["paths"].get("bind", []):
         print(f"  bound read-only (outside the virtual environment, on sys.path): {path}")
-    for who, report in (("kernel", kernel), ("oracle driver", oracle)):
-        loaded = [name for name, error in report.get("imports", {}).items() if error == "ok"]
-        print(
-            f"  {who}: {len(loaded)}/{len(report.get('imports', {}))} imports load inside the sandbox "
-            "(torch, ipykernel, nbformat" + (" and the graded lessons' import lines)" if who == "kernel" else ")")
-        )
+    loaded = [name for name, error in kernel.get("imports", {}).items() if error == "ok"]
+    print(
+        f"  kernel: {len(loaded)}/{len(kernel.get('imports', {}))} imports load inside the sandbox "
+        "(torch, ipykernel, nbformat and the graded lessons' import lines)"
+    )
     forked = " (forked from a zygote)" if kernel.get("zygote") else ""
     print(
         f"  kernel{forked} uid {kernel.get('uid')}, processes visible {kernel.get('visible_pids')}, "
         f"network {'available' if kernel.get('network') else 'none'}, "
+        f"IPC namespace {'its own' if result['ipc_own'] else 'SHARED'}, "
         f"rest of the file system {'read-only' if kernel.get('readonly_root') else 'as usual'}, "
         f"address-space limit {kernel.get('rlimit_as', 0) / 2**30:.1f} GiB"
     )
-    if oracle:
-        print(
-            f"  oracle driver (beside the kernel{', forked from a zygote' if oracle.get('zygote') else ''}): "
-            f"uid {oracle.get('uid')}, processes visible {oracle.get('visible_pids')}, "
-            f"network {'available' if oracle.get('network') else 'none'}, "
-            f"IPC namespace {'its own' if result['ipc_own'] else 'SHARED'}"
-        )
     if result["seed_visible"]:
         print("  GRADING SEED VISIBLE in a sandboxed process's environment")
     print("OK: grading can start here" if result["ok"] else "NOT OK: a sandboxed process can read secrets (above)")

@@ -54,13 +54,21 @@ class GradingPipeline(Configurable):
     ).tag(config=True, zh="并行评分槽位数；0 = 每核一个")
     memory_limit_mb = Integer(
         0,
-        help="address-space limit (`RLIMIT_AS`) of each kernel and oracle driver, in MiB; 0 = (80% of RAM - the "
-        "slots' resident zygotes, about 0.4 GB each) / (2 x slots), clamped to 2-8 GiB (a slot runs two "
-        "sandboxed processes at a time)",
+        help="address-space limit (`RLIMIT_AS`) of each kernel, in MiB; 0 = (80% of RAM - the slots' resident "
+        "zygotes, about 0.4 GB each) / slots, clamped to 2-8 GiB",
     ).tag(
         config=True,
-        zh="每个内核（与 oracle 进程）的地址空间上限（`RLIMIT_AS`，MiB）；0 = （内存的 80% − 各槽位 zygote 常驻的内存，"
-        "每个约 0.4 GB）/ (2 × 槽位数)（每个槽位同时有两个沙箱进程），限制在 2–8 GiB",
+        zh="每个内核的地址空间上限（`RLIMIT_AS`，MiB）；0 = （内存的 80% − 各槽位 zygote 常驻的内存，每个约 0.4 GB）/ 槽位数，"
+        "限制在 2–8 GiB",
+    )
+    grace_after_results = Integer(
+        20,
+        help="seconds a notebook may run on once its kernel has sent the result of every oracle case; then the "
+        "kernel is killed with every process of its uid, the cells left fail, and the points already sent stand",
+    ).tag(
+        config=True,
+        zh="内核送出全部 oracle 用例的结果之后，笔记本还能运行的秒数；之后杀掉内核（连同该 uid 的所有进程），剩下的单元记为失败，"
+        "已经送出的分数保留",
     )
     max_submission_mb = Integer(
         25,
@@ -68,19 +76,19 @@ class GradingPipeline(Configurable):
     ).tag(config=True, zh="更大的提交记 0 分（`invalid`）")
     sandbox = Unicode(
         "auto",
-        help="how kernels and oracle drivers are isolated: `auto` (= `bwrap`, root or not) or `none` (only when "
-        "asked for); see the kernel sandbox section",
+        help="how kernels are isolated: `auto` (= `bwrap`, root or not) or `none` (only when asked for); see the "
+        "kernel sandbox section",
     ).tag(
         config=True,
-        zh="内核与 oracle 进程的隔离方式：`auto`（即 `bwrap`，root 与非 root 都是）或 `none`（只在明确要求时使用）；见“内核沙箱”一节",
+        zh="内核的隔离方式：`auto`（即 `bwrap`，root 与非 root 都是）或 `none`（只在明确要求时使用）；见“内核沙箱”一节",
     )
     sandbox_uid_base = Integer(
         61000,
-        help="as root: kernels and drivers run as free uids from here on, two per slot (locked per run, so "
-        "concurrent runs never share one)",
+        help="as root: kernels run as free uids from here on, one per slot (locked per run, so concurrent runs "
+        "never share one)",
     ).tag(
         config=True,
-        zh="以 root 评分时，内核与 oracle 进程从这个 uid 起各用一个空闲 uid（每个槽位两个，按运行加锁，并发的评分不会共用）",
+        zh="以 root 评分时，内核从这个 uid 起用空闲的 uid（每个槽位一个，按运行加锁，并发的评分不会共用）",
     )
     kernel_files = List(
         Unicode(),
@@ -117,30 +125,21 @@ class GradingPipeline(Configurable):
     ).tag(config=True, zh='打开 oracle 里默认关闭的用例族，例如 `{"nb02_grpo_objective": {"zero_one_masks": True}}`')
     kernel_env = Dict(
         default_value={env_vars.ONLINE_RUN_MODE: "smoke"},
-        help="environment variables of every grading kernel and oracle driver, whatever the instructor's shell "
-        "holds (the sandbox passes on only a few); lesson 7 reads this one and runs its short experiment",
+        help="environment variables of every grading kernel, whatever the instructor's shell holds (the sandbox "
+        "passes on only a few); lesson 7 reads this one and runs its short experiment",
     ).tag(
         config=True,
-        zh="每个评分内核和 oracle 进程的环境变量（沙箱只保留少数变量，其余都不传入）；第 7 课据此运行它的短实验",
-    )
-    oracle_zygote = Bool(
-        True,
-        help="as root, fork the oracle's driver from each slot's zygote inside bubblewrap, which imported torch, IPython, matplotlib and "
-        "transformers once (saves an interpreter start and those imports per notebook); False starts a "
-        "fresh process each time",
-    ).tag(
-        config=True,
-        zh="以 root 评分时 oracle 进程从每个槽位在 bubblewrap 里的 zygote 派生（它一次性导入 torch、IPython、matplotlib 和 transformers；"
-        "省掉每本笔记本一次解释器启动和这些导入）；`False` 则每次启动一个新进程",
+        zh="每个评分内核的环境变量（沙箱只保留少数变量，其余都不传入）；第 7 课据此运行它的短实验",
     )
     kernel_zygote = Bool(
         True,
-        help="as root, fork nbgrader's kernels from each slot's kernel zygote inside bubblewrap, which imported ipykernel, torch, "
-        "matplotlib and transformers once; False starts each kernel as a fresh process",
+        help="as root, fork nbgrader's kernels from each slot's kernel zygote inside bubblewrap, which imported "
+        "ipykernel, torch, matplotlib and transformers (and built lesson 7's grading policy) once; False starts each "
+        "kernel as a fresh process",
     ).tag(
         config=True,
-        zh="以 root 评分时 nbgrader 的内核从每个槽位在 bubblewrap 里的内核 zygote 派生（它一次性导入 ipykernel、torch、matplotlib 和 transformers）；"
-        "`False` 则每个内核是一个新进程",
+        zh="以 root 评分时 nbgrader 的内核从每个槽位在 bubblewrap 里的内核 zygote 派生（它一次性导入 ipykernel、torch、"
+        "matplotlib 和 transformers，并构建第 7 课的评分策略模型）；`False` 则每个内核是一个新进程",
     )
 
     def __init__(
@@ -204,10 +203,10 @@ class GradingPipeline(Configurable):
         if self.memory_limit_mb > 0:
             return self.memory_limit_mb * 2**20
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        # two sandboxed processes per slot at a time: nbgrader's kernel and the oracle's driver beside it; and per
-        # slot its zygotes stay resident (about 0.38 GB each with torch, IPython and transformers)
-        zygotes = ZYGOTE_RESIDENT_BYTES * (int(self.kernel_zygote) + int(self.oracle_zygote))
-        share = int((0.8 * total - self.worker_count() * zygotes) / (2 * self.worker_count()))
+        # one sandboxed process per slot at a time, its kernel; and per slot its zygote stays resident (about 0.38 GB
+        # with torch, IPython and transformers)
+        zygote = ZYGOTE_RESIDENT_BYTES * int(self.kernel_zygote)
+        share = int((0.8 * total - self.worker_count() * zygote) / self.worker_count())
         return max(2 * 2**30, min(8 * 2**30, share))
 
 

@@ -17,8 +17,8 @@ from .course import AUTOGRADE
 SEED_ENV = env_vars.GRADING_SEED
 SEED_NAME = ".grading_seed"  # <course>/.grading_seed: git-ignored; created by `make autograde`
 HERE = Path(__file__).resolve().parent
-# what loads an oracle, draws its cases, carries them to the driver and back, and judges them
-ORACLE_MACHINERY = ("oracle.py", "vocabulary.py", "wire.py", "judging.py", "driver.py")
+# what loads an oracle, draws its cases, carries them to the kernel and back, and judges them
+ORACLE_MACHINERY = ("oracle.py", "vocabulary.py", "wire.py", "judging.py", "case_runner.py", "oracle_run.py")
 
 
 def grading_seed(create: bool = False, announce: Callable[[str], None] = print, course: Path = AUTOGRADE) -> str:

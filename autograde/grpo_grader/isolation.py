@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 @dataclass
 class Sandbox:
     mode: str  # bwrap | none
-    uids: list[int] = field(default_factory=list)  # root: two leased uids per slot (kernel, oracle driver)
-    probe: dict = field(default_factory=dict)  # what a kernel sees; "oracle": what the driver beside it sees
+    uids: list[int] = field(default_factory=list)  # root: one leased uid per slot (its kernels')
+    probe: dict = field(default_factory=dict)  # what a kernel sees
     problems: list[str] = field(default_factory=list)
     leases: list = field(default_factory=list)  # open lock files holding the uids
     # folders outside the virtual environment the interpreter's sys.path needs (probe.interpreter_paths): bound

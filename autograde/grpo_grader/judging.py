@@ -1,16 +1,19 @@
-"""The verdicts: what the driver sent back parsed as data (``parse_results``; ``read_results`` for a results file),
-each case judged against the expectations that never left the grader (``judge``), one verdict per test cell
-(``verdicts``: it passes iff every case mapped to it passes)."""
+"""The verdicts: what the learner side sent back parsed as data (``parse_results``), each case judged against the expectations and the copy of its inputs that never left the grader (``judge``),
+one verdict per test cell (``verdicts``: it passes iff every case mapped to it passes). Every decision is made here,
+from data: whether the call wrote into its inputs, whether an exception was a ``ValueError`` (the interpreter's own
+class, by the (module, qualname) pairs the runner read with captured descriptors); no flag or name the learner's
+process computed decides anything. Text the learner controls reaches a message only as ``outcomes.learner_words``."""
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .transport import MAX_LINE_BYTES, MAX_RESULTS_BYTES
+import torch
+
+from .outcomes import STUB_MESSAGE, learner_words
+from .transport import MAX_LINE_BYTES
 from .vocabulary import Case, Mismatch, NoGrad, Raises
 from .wire import Malformed, decode
 
@@ -46,58 +49,76 @@ def parse_results(data: bytes, dropped: int = 0) -> tuple[dict[str, dict], dict[
     return cases, cells, "；".join(dict.fromkeys(problems))
 
 
-def read_results(path: Path) -> tuple[dict[str, dict], dict[str, dict], str]:
-    """``parse_results`` of a results file written by a driver run outside the pipeline (the pipeline's driver sends
-    its results over a pipe). Opened without following a symlink, without blocking on a FIFO, as a regular file
-    only, and read up to ``MAX_RESULTS_BYTES``: whatever the file is, the answer is a problem, never an exception."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        return {}, {}, f"评测进程没有写出可读的结果（no results: {type(error).__name__}）"
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return {}, {}, "评测结果不是普通文件，未读取（results not a regular file）"
-        data = bytearray()
-        while len(data) < MAX_RESULTS_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_RESULTS_BYTES - len(data)))
-            if not chunk:
-                break
-            data += chunk
-    except OSError as error:
-        return {}, {}, f"评测结果无法读取（unreadable results: {type(error).__name__}）"
-    finally:
-        os.close(fd)
-    return parse_results(bytes(data), max(0, info.st_size - len(data)))
+def raised_classes(record: dict) -> list[tuple[str, str]]:
+    """The (module, qualname) pairs of what a case raised, as sent (malformed entries left out)."""
+    mro = record.get("mro")
+    return [
+        (p[0], p[1])
+        for p in (mro if isinstance(mro, list) else [])
+        if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+    ]
 
 
-def judge(case: Case, record: dict | None, not_run: str) -> tuple[bool, str]:
-    """(passed, Chinese message) for one case and its result record."""
+def raised_name(record: dict) -> str:
+    """The raised class as a message names it: an interpreter class by its name, any other as the learner's words."""
+    classes = raised_classes(record)
+    if not classes:
+        return "异常（exception）"
+    module, qualname = classes[0]
+    return qualname if module == "builtins" else learner_words(f"{module}.{qualname}", 100)
+
+
+def written_inputs(case: Case, record: dict) -> list[str]:
+    """The tensor inputs of ``case`` that its call wrote into: each one the learner side sent back after the call
+    (``record["inputs"]``) compared with the grader's own copy - same dtype, shape and values, NaN where NaN. An
+    input that was not sent back counts as written."""
+    inputs = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+    sent = {kind: inputs.get(kind) if isinstance(inputs.get(kind), dict) else {} for kind in ("args", "kwargs")}
+    mine = [("args", str(i), a) for i, a in enumerate(case.args)] + [("kwargs", k, v) for k, v in case.kwargs.items()]
+    written = []
+    for kind, key, before in mine:
+        if not torch.is_tensor(before):
+            continue
+        try:
+            after = decode(sent[kind].get(key))
+        except Malformed:
+            after = None
+        if not (
+            torch.is_tensor(after)
+            and after.dtype == before.dtype
+            and after.shape == before.shape
+            and torch.equal(
+                after.isnan() if after.is_floating_point() else after,
+                before.isnan() if before.is_floating_point() else before,
+            )
+            and (not before.is_floating_point() or torch.equal(after.nan_to_num(0.0), before.nan_to_num(0.0)))
+        ):
+            written.append(f"第 {key} 个参数" if kind == "args" else f"参数 {key}")
+    return written
+
+
+def judge(case: Case, record: dict | None, not_run: str, answer_error: str = "") -> tuple[bool, str]:
+    """(passed, Chinese message) for one case and its result record. ``answer_error``: why the answer cell that
+    should define the function failed, as the executed notebook says (the learner's words already quoted)."""
     what = f"{case.what}：" if case.what else ""
     if record is None:
         return False, f"{what}未运行（{not_run}）"
     status = record.get("status")
-    if status == "raised" and record.get("type") == "NotImplementedError":  # an untouched TODO
-        return False, f"NotImplementedError: {str(record.get('message', ''))[:160]}"
+    classes = raised_classes(record)
+    message = str(record.get("message", ""))
+    if status == "raised" and ("builtins", "NotImplementedError") in classes:  # an untouched TODO
+        said = STUB_MESSAGE if message == STUB_MESSAGE else learner_words(message, 160)
+        return False, f"NotImplementedError: {said}"
     if status == "missing":
-        return (
-            False,
-            f"{what}找不到函数 {case.call}（答案单元没有定义它，或定义时出错：{str(record.get('message', ''))[:160]}）",
-        )
+        why = f"，或定义时出错：{answer_error}" if answer_error else "，或定义时出错"
+        return False, f"{what}找不到函数 {case.call}（答案单元没有定义它{why}）"
     if isinstance(case.expect, Raises):
-        mro = record.get("mro") if isinstance(record.get("mro"), list) else []
-        if status == "raised" and case.expect.exception in mro:
+        if status == "raised" and ("builtins", case.expect.exception) in classes:
             return True, ""
-        got = (
-            f"抛出了 {record.get('type')}: {str(record.get('message', ''))[:160]}"
-            if status == "raised"
-            else "没有抛出异常"
-        )
+        got = f"抛出了 {raised_name(record)}: {learner_words(message, 160)}" if status == "raised" else "没有抛出异常"
         return False, f"{what}违反输入契约时应抛出 {case.expect.exception}，实际{got}"
     if status == "raised":
-        return False, f"{what}{record.get('type')}: {str(record.get('message', ''))[:200]}"
+        return False, f"{what}{raised_name(record)}: {learner_words(message)}"
     if status != "returned":
         return False, f"{what}评测结果格式不对（bad record）"
     try:
@@ -106,7 +127,7 @@ def judge(case: Case, record: dict | None, not_run: str) -> tuple[bool, str]:
         if case.grads:
             grads = record.get("grads") if isinstance(record.get("grads"), dict) else {}
             if record.get("grad_error"):
-                raise Mismatch(f"无法反向传播：{str(record['grad_error'])[:200]}")
+                raise Mismatch(f"无法反向传播：{learner_words(record['grad_error'])}")
             for index, check in case.grads.items():
                 grad = grads.get(str(index))
                 if isinstance(check, NoGrad):
@@ -118,15 +139,15 @@ def judge(case: Case, record: dict | None, not_run: str) -> tuple[bool, str]:
                     check.check(decode(grad))
                 except Mismatch as error:
                     raise Mismatch(f"对第 {index} 个参数的梯度：{error}") from None
-        mutated = record.get("mutated") if isinstance(record.get("mutated"), list) else []
-        if case.inputs_unchanged and mutated:
-            raise Mismatch(f"函数原地修改了输入（第 {', '.join(map(str, mutated))} 个参数），输入不应被修改")
+        written = written_inputs(case, record) if case.inputs_unchanged else []
+        if written:
+            raise Mismatch(f"函数原地修改了输入（{'、'.join(written)}），输入不应被修改")
     except Mismatch as error:
         return False, f"{what}{error}"
     except Malformed as error:
         return False, f"{what}返回值无法读取：{error}"
     except Exception as error:  # a check that cannot even compare what came back: the learner's fault
-        return False, f"{what}返回值无法比较（{type(error).__name__}: {str(error)[:160]}）"
+        return False, f"{what}返回值无法比较（{type(error).__name__}）"
     return True, ""
 
 
@@ -139,8 +160,15 @@ class TestVerdict:
     failed: int
 
 
-def verdicts(oracle: Oracle, cases: list[Case], results: dict[str, dict], not_run: str) -> dict[str, TestVerdict]:
-    """One verdict per test cell of the oracle: passed iff every case mapped to it passed."""
+def verdicts(
+    oracle: Oracle,
+    cases: list[Case],
+    results: dict[str, dict],
+    not_run: str,
+    answer_errors: dict[str, str] | None = None,
+) -> dict[str, TestVerdict]:
+    """One verdict per test cell of the oracle: passed iff every case mapped to it passed. ``answer_errors``: {answer
+    cell grade_id: why it failed} (quoted), to explain a function that is missing."""
     out: dict[str, TestVerdict] = {}
     by_test: dict[str, list[Case]] = {gid: [] for gid in oracle.tests}
     for case in cases:
@@ -148,7 +176,8 @@ def verdicts(oracle: Oracle, cases: list[Case], results: dict[str, dict], not_ru
     for gid, group in by_test.items():
         failures = []
         for case in group:
-            ok, message = judge(case, results.get(case.id), not_run)
+            answer_error = (answer_errors or {}).get(oracle.tests.get(case.test, ""), "")
+            ok, message = judge(case, results.get(case.id), not_run, answer_error)
             if not ok:
                 failures.append(message)
         if not group:

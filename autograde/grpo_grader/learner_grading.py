@@ -14,17 +14,19 @@ import nbformat
 
 from .course import GRADER_VERSION, ROOT, GradingPipeline
 from .digests import oracle_digest, seed_digest
-from .oracle_run import OracleRun, apply_oracle, stripped_tests
+from .oracle_run import OracleRun, apply_oracle
 from .outcomes import (
+    LEARNER_CONTENT,
     NO_AUTO_POINTS,
     AssignmentResult,
     NotebookResult,
     add_note,
+    learner_words,
     manual_points,
     summarise,
     test_outcomes,
 )
-from .review import compare_with_release, copies_reference, scan_flags
+from .review import compare_with_release, copies_reference, module_patches, scan_flags
 from .slots import Slot
 from .submission import answer_fingerprints, read_notebook, rebuild_metadata
 
@@ -66,12 +68,14 @@ def pick_files(folder: Path, notebooks: list[str]) -> tuple[dict[str, Path], dic
     others = [p for p in found if p not in chosen.values()]
     if len(notebooks) == 1 and not chosen and len(others) == 1:
         chosen[notebooks[0]] = others[0]
-        notes.append(f"文件名应为 {notebooks[0]}.ipynb，收到 {others[0].name}，已按前者评分（renamed）")
+        received = learner_words(others[0].name, 120, LEARNER_CONTENT)
+        notes.append(f"文件名应为 {notebooks[0]}.ipynb，收到 {received}，已按前者评分（renamed）")
     problems = {}
     listing = ", ".join(p.name for p in sorted(folder.iterdir())) if folder.is_dir() else ""
+    listing = learner_words(listing, 200, LEARNER_CONTENT) if listing else "无"
     for name in notebooks:
         if name not in chosen:
-            problems[name] = f"没有找到 {name}.ipynb（提交的文件：{listing or '无'}）（missing notebook）"
+            problems[name] = f"没有找到 {name}.ipynb（提交的文件：{listing}）（missing notebook）"
     return chosen, problems, notes
 
 
@@ -207,33 +211,38 @@ def grade_assignment(
             slot.reset_work()  # run_nbgrader stages tools/lessons/ (earlier lessons only)
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             started = time.monotonic()
-            release = placeholder(settings, assignment, name)  # read once: the oracle's job and the review below
-            oracle_run = OracleRun(slot, settings, assignment, release, rebuilt[name], learner, seed)
-            try:
-                graded_outside = sorted(oracle_run.oracle.tests) if oracle_run.oracle is not None else []
-                returncode, timed_out, seconds = slot.run_nbgrader(assignment, learner, name, log, graded_outside)
-                if timed_out or returncode != 0:
-                    oracle_run.cancel()  # this notebook cannot be graded: its oracle result would be discarded
-            finally:
-                oracle_run.wait()  # never leave the driver running into the next notebook's reset_work()
+            release = placeholder(settings, assignment, name)  # read once: the review below
+            oracle_run = OracleRun(settings, assignment, learner, seed)
+            run = slot.run_nbgrader(
+                assignment,
+                learner,
+                name,
+                log,
+                oracle_run.tests,
+                oracle_run.job(),
+                [case.id for case in oracle_run.cases or []],
+                oracle_run.case_seconds(),
+            )
             nres.seconds = round(time.monotonic() - started, 1)
-            nres.phases["nbgrader"] = round(seconds, 2)
+            nres.phases["nbgrader"] = round(run.seconds, 2)
             nres.answers = answer_fingerprints(rebuilt[name], release)
             edited, deleted = [], []
             try:
                 edited, deleted, written = compare_with_release(rebuilt[name], release)
-                nres.flags = scan_flags(written) + copies_reference(assignment, nres.answers, settings.course)
+                patches = module_patches(rebuilt[name], release)
+                nres.flags = scan_flags(written, patches) + copies_reference(assignment, nres.answers, settings.course)
             except Exception:  # checked readable above; this review never blocks grading
                 nres.flags = []
-            if timed_out:
+            if run.timed_out:
                 nres.status = "timeout"
                 nres.reason = (
                     f"得 0 分：整本笔记本运行超过 {settings.notebook_timeout} 秒的总时限，"
                     f"内核与评分进程已被终止（hard time limit）"
                 )
-            elif returncode != 0 or not out_path.exists():
+            elif run.returncode != 0 or not out_path.exists():
                 nres.status = "error"
-                nres.reason = f"得 0 分：nbgrader 无法处理此提交（grader error）：{_log_tail(log)}"
+                tail = learner_words(_log_tail(log), 600, "nbgrader 日志（log）")
+                nres.reason = f"得 0 分：nbgrader 无法处理此提交（grader error）：{tail}"
             else:
                 grades, comments, penalty, stamp = _read_slot_grades(slot, settings, assignment, learner, name)
                 nres.grades, nres.comments, nres.late_penalty = grades, comments, penalty
@@ -252,7 +261,12 @@ def grade_assignment(
                     nres.notes.append(
                         f"修改了锁定单元 {', '.join(edited)}，评分时已恢复原样（edited locked cells restored）"
                     )
-                if any("KernelDied" == o.get("ename") for c in executed.cells for o in c.get("outputs", [])):
+                if run.lingered:
+                    nres.notes.append(
+                        f"全部评分用例的结果送出后，笔记本又运行了 {run.lingered:.0f} 秒，内核已被终止；"
+                        "之后的单元没有运行，已得的分数保留（notebook ran on after its last result: kernel stopped）"
+                    )
+                elif any("KernelDied" == o.get("ename") for c in executed.cells for o in c.get("outputs", [])):
                     nres.notes.append("内核在运行中退出，之后的单元未执行（kernel died）")
                 if any(
                     "输出超过" in o.get("text", "")
@@ -264,7 +278,7 @@ def grade_assignment(
         oracle_messages = {}
         if nres.status == "graded":
             try:
-                oracle_messages = apply_oracle(oracle_run, cells, nres, stripped_tests(executed))
+                oracle_messages = apply_oracle(oracle_run, oracle_run.outcome(run, executed), cells, nres)
             except Exception as error:  # a fault of the grader's oracle: this notebook only, status error
                 nres.status = "error"
                 nres.reason = f"得 0 分：评分器的 oracle 出错（grader error）：{type(error).__name__}: {error}"[:500]

@@ -85,6 +85,7 @@ class WarmProcess:
     def __init__(self, process) -> None:
         self._process = process
         self.pid = process.pid
+        self.sentinel = process.sentinel  # readable once the run has ended (select)
 
     @property
     def returncode(self) -> int | None:

@@ -3,9 +3,10 @@
 A lesson's oracle is a module ``autograde/grpo_grader/oracles/<assignment>.py`` (see "Writing an oracle for
 a lesson" in autograde/README.md), written with the words of ``vocabulary.py``. In the pipeline it never enters a
 learner kernel: the grader process imports it, asks it for cases, sends only the cases' *inputs* (plain data,
-``wire.py``) to a sandboxed driver process that runs the learner's notebook as written (``driver.py``), and judges
-what comes back (``judging.py``) against the expectations that stayed here. Outside the pipeline, the lessons' hidden
-tests run the same cases in the kernel (``oracles.run_in_kernel``, fresh draws): one specification per check.
+``wire.py``) to the sandboxed kernel that executes the learner's notebook, where the case runner (``case_runner.py``)
+calls the learner's functions at each test cell, and judges what comes back (``judging.py``) against the expectations
+that stayed here. Outside the pipeline, the lessons' hidden tests run the same cases in the kernel
+(``oracles.run_in_kernel``, fresh draws): one specification per check.
 """
 
 from __future__ import annotations
@@ -51,26 +52,22 @@ class Oracle:
 
     @property
     def prelude(self) -> str:
-        """The harness's source: the driver runs it before the notebook's cells, in the notebook's namespace (calls
-        of the learner's functions that cannot travel as plain data, imports that skipped setup cells provide)."""
+        """The harness's source: the case runner runs it at the lesson's first test cell, in a namespace of its own
+        whose ``_NOTEBOOK`` is the notebook's (calls of the learner's functions that cannot travel as plain data)."""
         return "" if self.harness is None else self.harness.read_text(encoding="utf-8")
 
     @property
     def zygote_warm(self) -> tuple[str, ...]:
-        """``"module:function"`` calls (``ZYGOTE_WARM``) that a slot's oracle zygote makes once before it forks this
-        lesson's drivers: what every driver would otherwise build itself (lesson 7's grading policy)."""
+        """``"module:function"`` calls (``ZYGOTE_WARM``) that a slot's zygote makes once before it forks this lesson's
+        kernels: what every kernel's cases would otherwise build themselves (lesson 7's grading policy)."""
         return tuple(getattr(self.module, "ZYGOTE_WARM", ()))
 
-    def zygote_imports(self, kind: str) -> tuple[str, ...]:
-        """Modules this lesson's kernels (``kind`` "kernel") or drivers ("oracle") import beyond what every zygote
-        imports (``zygotes.WARM``): ``ZYGOTE_IMPORTS[kind]``, imported once by a slot's zygote of that kind where the
-        run grades this lesson. Only speed depends on it: a module left out is imported by each job itself."""
-        return tuple(getattr(self.module, "ZYGOTE_IMPORTS", {}).get(kind, ()))
-
-    def skip_setup(self, grade_id: str | None) -> bool:
-        """Whether the driver leaves out this locked setup cell: its release grade_id is in ``SKIP_SETUP``
-        (never a source substring: a learner's own cell has no grade_id and always runs)."""
-        return grade_id is not None and grade_id in getattr(self.module, "SKIP_SETUP", ())
+    @property
+    def zygote_imports(self) -> tuple[str, ...]:
+        """Modules this lesson's kernels import beyond what every zygote imports (``zygotes.WARM``):
+        ``ZYGOTE_IMPORTS``, imported once by a slot's zygote where the run grades this lesson. Only speed depends on
+        it: a module left out is imported by each kernel itself."""
+        return tuple(getattr(self.module, "ZYGOTE_IMPORTS", ()))
 
     def cases(self, seed: str, flags: dict | None = None, learner: str = "") -> list[Case]:
         flags = {**getattr(self.module, "FLAGS", {}), **(flags or {})}
@@ -80,7 +77,7 @@ class Oracle:
             raise ValueError(f"oracle {self.assignment}: cases for unknown tests {unknown}")
         for index, case in enumerate(cases):
             case.id = f"{case.test}#{index}"
-            case.after = case.test  # the driver runs it where the learner's notebook has this test cell
+            case.after = case.test  # the kernel runs it at this test cell of the learner's notebook
         return cases
 
 

@@ -12,6 +12,32 @@ import nbformat
 
 STUB_MESSAGE = "请先完成这个 TODO"  # the text of nbgrader's ClearSolutions stub (autograde/nbgrader_config.py)
 NOTE_TAG = "grading-note"
+LEARNER_OUTPUT = "学员程序输出（learner output）"  # what the learner's code printed, raised or wrote
+LEARNER_CONTENT = "学员提交的内容（from the submission）"  # names and text taken from the submitted file
+_QUOTES = {"「": "\\u300c", "」": "\\u300d", "\\": "\\\\"}
+
+
+def learner_words(text, limit: int = 200, label: str = LEARNER_OUTPUT) -> str:
+    """Text the learner controls (an exception message, stderr, a traceback line, a name in the submission) as the
+    grader may quote it in ``reason``, a gradebook comment or the feedback note: line breaks, tabs and every other
+    non-printable character escaped (``\\n``, ``\\x1b``...), the quotation marks escaped too, at most ``limit``
+    characters, inside 「」 after ``label``: it can never pose as the grader's own sentence."""
+    out = []
+    for ch in str(text):
+        if ch in _QUOTES:
+            out.append(_QUOTES[ch])
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif not ch.isprintable():
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    escaped = "".join(out)
+    if len(escaped) > limit:
+        escaped = escaped[:limit] + "…"
+    return f"{label}：「{escaped}」"
 
 
 @dataclass
@@ -76,16 +102,24 @@ def _first_line(text: str, limit: int = 160) -> str:
 
 
 def cell_message(cell, cell_timeout: int) -> str:
+    """Why a test cell failed in the kernel, from its outputs: the grader's words, the learner's quoted
+    (``learner_words``: an error's value, what went to stderr, an error class name that is not a plain name)."""
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
-            ename = out.get("ename", "Error")
+            ename = str(out.get("ename", "Error"))
             if ename == "CellTimeoutError":
                 return f"CellTimeoutError: 单元运行超过 {cell_timeout} 秒被中断（cell timeout）"
             if ename == "KeyboardInterrupt":
                 return f"KeyboardInterrupt: 单元运行超过 {cell_timeout} 秒被中断（cell timeout）"
-            return f"{ename}: {_first_line(out.get('evalue', ''))}".rstrip(": ")
+            name = ename if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,59}", ename) else learner_words(ename, 60)
+            evalue = _first_line(out.get("evalue", ""))
+            if evalue == STUB_MESSAGE:  # an untouched TODO: the course's own stub text
+                return f"{name}: {evalue}"
+            return f"{name}: {learner_words(evalue, 160)}" if evalue else name
         if out.get("output_type") == "stream" and out.get("name") == "stderr":
-            return f"向 stderr 输出了内容（nbgrader 判为未通过）：{_first_line(out.get('text', ''))}"
+            return (
+                f"向 stderr 输出了内容（nbgrader 判为未通过）：{learner_words(_first_line(out.get('text', '')), 160)}"
+            )
     return ""
 
 

@@ -1,9 +1,9 @@
-"""The grading pre-flight: what a grading kernel and the oracle's driver need, tried inside the sandbox they run in.
+"""The grading pre-flight: what a grading kernel needs, tried inside the sandbox it runs in.
 
 Two halves in one module:
 
 - **inside the sandbox**: the launcher runs this file's text as ``python -c <text> <request JSON>`` with the same
-  view, uid, environment and resource limits as a slot's kernel (or the oracle's driver): the checkout is not in
+  view, uid, environment and resource limits as a slot's kernel: the checkout is not in
   that view, so the module cannot be imported there. :func:`inside` reports, as one JSON object on a line of its
   own (``PROBE {...}``), what it can read, who it runs as, and whether ``torch``, ``ipykernel``, ``nbformat`` and
   each graded lesson's top-level imports load (``import_mode`` ``import``: imported; ``find``: found on
@@ -22,7 +22,7 @@ import site
 import sys
 
 MARKER = "PROBE "
-ALWAYS_IMPORTED = ("torch", "ipykernel", "nbformat")  # every grading kernel (and the oracle's driver) needs them
+ALWAYS_IMPORTED = ("torch", "ipykernel", "nbformat")  # every grading kernel needs them
 
 
 # ----------------------------------------------------------------------------- inside the sandbox (stdlib only)
@@ -59,7 +59,7 @@ def _try_import(name: str, mode: str) -> str:
 
 def inside(request: dict) -> dict:
     """What this sandboxed process sees and can do; ``request``: ``paths`` (to try reading: all should be hidden),
-    ``environ`` (variables it must not hold), ``imports`` (module names), ``import_mode`` (``import`` or ``find``), ``oracle`` (the driver's sandbox)."""
+    ``environ`` (variables it must not hold), ``imports`` (module names), ``import_mode`` (``import`` or ``find``)."""
     import resource
     import socket
 
@@ -87,12 +87,11 @@ def inside(request: dict) -> dict:
         out["ipc_namespace"] = ""
     # a network namespace of its own holds only its loopback: any other interface is a way out
     out["network"] = sorted(name for _index, name in socket.if_nameindex() if name != "lo")
-    if not request.get("oracle"):  # where the kernel's `import tools.grading` resolves (found, not run)
-        out["tools"] = _try_import("tools.grading", "find")
-        if out["tools"] == "ok":
-            import importlib.util
+    out["tools"] = _try_import("tools.grading", "find")  # where the kernel's `import tools.grading` resolves
+    if out["tools"] == "ok":
+        import importlib.util
 
-            out["tools"] = importlib.util.find_spec("tools.grading").origin
+        out["tools"] = importlib.util.find_spec("tools.grading").origin
     mode = request.get("import_mode", "find")
     out["import_mode"] = mode
     out["imports"] = {name: _try_import(name, mode) for name in request.get("imports", [])}
@@ -460,8 +459,8 @@ def probe_imports(root, top_level: bool) -> list[str]:
 
 
 def import_problems(report: dict, who: str, paths: dict, config_file: str) -> list[Problem]:
-    """A problem for each module the probe could not import or find inside the sandbox (``who``: kernel or oracle
-    driver), naming where it lives outside and how to make it visible."""
+    """A problem for each module the probe could not import or find inside the sandbox (``who``: the kernel), naming
+    where it lives outside and how to make it visible."""
     import importlib.util
     import re
 

@@ -1,23 +1,23 @@
-"""The sandbox of grading kernels and oracle drivers (Linux): bubblewrap's allow-list view, or nothing (``none``).
+"""The sandbox of grading kernels (Linux): bubblewrap's allow-list view, or nothing (``none``).
 
 nbgrader starts one Jupyter kernel per submitted notebook. The grading pipeline points the kernel spec ``python3`` at
 this file, so every learner kernel is started as ``python sandbox.py <spec.json> -f <connection file> [arguments]``.
+A graded notebook's kernel also gets the oracle's job (case runner, inputs) and the grader's results FIFO, opened here
+outside the sandbox (``_grading_fds``); the runner is installed before ipykernel starts, before any learner cell.
 
 ``bwrap`` builds the view with bubblewrap (``bwrap_args``): an empty root holding only what the spec declares, which
 the slot takes from ``view.py`` (the one declaration of what a sandbox sees and never sees; the README's generated
 section lists it); its own PID, IPC, UTS, network (a loopback only) and cgroup namespaces; no capabilities and
 ``no_new_privs``; killed with its parent. Nothing else of the machine exists in it.
 
-``zygote`` (root): a slot starts one bubblewrap per kind (kernels, oracle drivers) ONCE; in it this file runs as a
-    root process with only ``ROOT_CAPS`` that imports torch & co once (``zygotes.WARM``, sent in the spec), then
-    serves jobs over a unix socket only the grader can reach: per job it forks, gives the child the job's
-    descriptors (a kernel: its launcher's stdio; a driver: stderr, the results pipe and a memfd with the job), its
-    limits and the slot's leased uid for good, and runs ipykernel or ``driver.py`` in that process. After each job a
-    helper with that uid kills every process of it and removes every file and System V IPC object it left
-    (``_clean``); if anything of it is left, the zygote exits and is replaced. The kernel spec's launcher only
-    connects, passes its stdio, relays SIGINT and exits with the kernel's code.
-not root: bubblewrap in a user namespace, one per kernel and per driver (``_exec_bwrap``): there is no other uid to
-    drop to, and a job with the zygote's own uid could tamper with it.
+``zygote`` (root): a slot starts one bubblewrap for its kernels ONCE; in it this file runs as a root process with only
+    ``ROOT_CAPS`` that imports torch & co once (``zygotes.WARM``), then serves jobs over a unix socket only the grader
+    can reach: per job it forks a child with the job's descriptors (the launcher's stdio; a graded kernel's FIFO and
+    job), limits and the slot's leased uid for good, which runs ipykernel. After each job a helper with that uid kills
+    its processes and removes its files and System V IPC objects (``_clean``); if anything is left, the zygote exits
+    and is replaced. The launcher only connects, passes its descriptors, relays SIGINT and exits with the kernel's code.
+not root: bubblewrap in a user namespace, one per kernel (``_exec_bwrap``): there is no other uid to drop to, and a
+    job with the zygote's own uid could tamper with it.
 ``none`` (explicit only): the course copy, a working folder and the resource limits; kernels read what the grader can.
 
 In every mode: resource limits (address space, file size, core dumps, processes), a scrubbed environment (no
@@ -36,13 +36,7 @@ import signal
 import sys
 import time
 
-RLIMITS = {
-    "AS": resource.RLIMIT_AS,
-    "FSIZE": resource.RLIMIT_FSIZE,
-    "CORE": resource.RLIMIT_CORE,
-    "NPROC": resource.RLIMIT_NPROC,
-    "NOFILE": resource.RLIMIT_NOFILE,
-}
+RLIMITS = {name: getattr(resource, f"RLIMIT_{name}") for name in ("AS", "FSIZE", "CORE", "NPROC", "NOFILE")}
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")  # as root, the only capabilities: drop to and signal a uid
 IPCRM = "/usr/bin/ipcrm"
 
@@ -53,9 +47,7 @@ def _write(path: str, text: str) -> None:
 
 
 def _limits(spec: dict) -> None:
-    for name, value in spec.get("rlimits", {}).items():
-        if value is None:
-            continue
+    for name, value in ((n, v) for n, v in spec.get("rlimits", {}).items() if v is not None):
         _soft, hard = resource.getrlimit(RLIMITS[name])
         value = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
         resource.setrlimit(RLIMITS[name], (value, value))
@@ -121,9 +113,9 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
     ``devices``, ``scratch``, ``keep``, the working folder's tmpfs; the README's generated section lists them); no
     network, its own IPC, UTS, PID and cgroup namespaces; killed with its parent.
 
-    As root no user namespace is used (it would map root only): every capability but ``ROOT_CAPS`` is dropped, and
-    the command drops to the spec's uid with ``setpriv`` (no groups, no capabilities, no new privileges); a
-    ``zygote`` stays root with ``ROOT_CAPS`` and drops each job itself. Not root: a user namespace, the instructor's uid, no capabilities, no nested namespaces."""
+    As root no user namespace is used (it would map root only): every capability but ``ROOT_CAPS`` is dropped, and the
+    command drops to the spec's uid with ``setpriv`` (no groups, capabilities or new privileges); a ``zygote`` stays
+    root with ``ROOT_CAPS`` and drops each job itself. Not root: a user namespace, the instructor's uid, nothing more."""
     # a zygote is started by one of the grader's threads, and --die-with-parent follows the thread: it watches the
     # grader's process through a pipe instead (zygote_main)
     args = [
@@ -180,16 +172,40 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
     return args
 
 
+def _grading_fds(spec: dict) -> tuple[int, ...]:
+    """A graded notebook's kernel (its slot wrote ``spec["grading"]["job"]``): the results FIFO's write end and the
+    job, opened as the grader's user outside the sandbox; () for any other kernel."""
+    paths = spec.get("grading")
+    if spec.get("command") or not paths or not os.path.exists(paths["job"]):
+        return ()
+    results = os.open(paths["results"], os.O_WRONLY)  # at once: the grader holds the read end
+    return results, os.open(paths["job"], os.O_RDONLY)
+
+
+def _kernel_command(spec: dict, extra: list[str], grading: tuple[int, ...]) -> list[str]:
+    """The kernel's command line in a sandbox of its own: ipykernel, or (a graded notebook) the job's case runner
+    (``case_runner.main``) given the two descriptors, which the command inherits, and then ipykernel."""
+    if spec.get("command"):
+        return spec["command"]
+    if not grading:
+        return [spec["python"], "-m", "ipykernel_launcher", "-f", _connection_path(spec), *extra]
+    for fd in grading:
+        os.set_inheritable(fd, True)
+    with open(grading[1], encoding="utf-8", closefd=False) as handle:
+        source = json.loads(handle.read())["runner"]
+    os.lseek(grading[1], 0, os.SEEK_SET)
+    return [spec["python"], "-X", "utf8", "-c", source, *map(str, grading), "-f", _connection_path(spec), *extra]
+
+
 def _exec_bwrap(spec: dict, connection_text: str, extra: list[str]) -> None:
-    """Become bubblewrap running the kernel (or the spec's command). This process stays the one Jupyter knows (its
-    pid is the pid file's): SIGINT is ignored here and in bubblewrap, so that Jupyter's interrupt (SIGINT to the
-    process group) reaches the kernel only, which installs its own handler; SIGKILL takes the sandbox down."""
+    """Become bubblewrap running the kernel (or the spec's command), the process Jupyter knows (the pid file's): SIGINT
+    is ignored here and in bubblewrap, so Jupyter's interrupt (to the process group) reaches the kernel only."""
     _write(spec["pidfile"], json.dumps({"supervisor": os.getpid(), "init": os.getpid()}))
     read_end, write_end = os.pipe()
     os.write(write_end, connection_text.encode())  # a connection file is far below a pipe's buffer
     os.close(write_end)
     os.set_inheritable(read_end, True)
-    command = spec.get("command") or [spec["python"], "-m", "ipykernel_launcher", "-f", _connection_path(spec), *extra]
+    command = _kernel_command(spec, extra, _grading_fds(spec))
     env = _environment(spec)
     # ipykernel's parent poller would take bwrap's pid 1 (its parent in the sandbox) for a dead parent and quit;
     # bwrap --die-with-parent does its job
@@ -216,7 +232,7 @@ def launch(argv: list[str]) -> None:
     _write(_connection_path(spec), connection_text)
     _limits(spec)
     os.chdir(spec["workdir"])
-    command = spec.get("command") or [spec["python"], "-m", "ipykernel_launcher", "-f", _connection_path(spec), *extra]
+    command = _kernel_command(spec, extra, _grading_fds(spec))
     os.execve(command[0], command, _environment(spec))
 
 
@@ -247,11 +263,15 @@ def _kernel_client(spec: dict, connection_text: str, extra: list[str]) -> int:
         request.update(code=command[2], argv=command[3:])
     else:
         request.update(connection=connection_text, extra=extra)
+    grading = _grading_fds(spec)
+    request["grading"] = bool(grading)
     _write(spec["pidfile"], json.dumps({"supervisor": os.getpid(), "init": os.getpid()}))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.connect(spec["zygote_socket"])
-        socket.send_fds(sock, [json.dumps(request).encode()], [0, 1, 2])
+        socket.send_fds(sock, [json.dumps(request).encode()], [0, 1, 2, *grading])
+        for fd in grading:  # the job holds them now
+            os.close(fd)
     except OSError as error:
         print(f"[grading sandbox] the kernel zygote is not there: {error!r}", file=sys.stderr, flush=True)
         return 70
@@ -265,21 +285,16 @@ def _kernel_client(spec: dict, connection_text: str, extra: list[str]) -> int:
                 return 70
             code = int(json.loads(answer)["exit"])
             if code < 0:
-                print(
-                    f"[grading sandbox] kernel killed by signal {-code} ({signal.Signals(-code).name})",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(f"[grading sandbox] kernel killed by {signal.Signals(-code).name}", file=sys.stderr, flush=True)
             return code & 0xFF
         if os.getppid() != parent:  # nbgrader is gone: so is the kernel (the zygote sees the socket close)
             return 143
 
 
 def warm_first_use() -> None:
-    """Fill, in a warm parent (a zygote, the tests' kernel forkserver), the caches a fresh interpreter builds at first
-    use, so that every fork starts with them: the tokenizer's pattern (IPython tokenizes each cell; compiled lazily,
-    ~0.25 s), matplotlib's mathtext parser (its grammar's patterns, ~0.35 s at the first ``$...$`` label) and font
-    lookups (the first figure). Pure caches: nothing a job computes depends on them, only how soon."""
+    """In a warm parent (a zygote, the tests' kernel forkserver), the caches an interpreter builds at first use, so that
+    every fork starts with them: the tokenizer's pattern (IPython tokenizes each cell, ~0.25 s), matplotlib's mathtext
+    parser (~0.35 s at the first ``$...$``) and font lookups. Pure caches: no job's result depends on them."""
     import io
     import tokenize
 
@@ -299,11 +314,9 @@ def warm_first_use() -> None:
 
 
 def freeze_for_forks() -> None:
-    """Before a warm parent starts forking: move what it holds (torch, transformers...: millions of objects) out of
-    the garbage collector's reach (``gc.freeze``, as Python's docs advise for a parent that forks without exec). A
-    child's collections then walk only its own objects: no ~0.2 s full collection of the parent's heap at each
-    kernel's exit, and no copy-on-write of the pages those walks would touch. The parent's objects live as long as
-    the parent anyway; the child's garbage is collected as in any process."""
+    """Before a warm parent forks: what it holds (torch, transformers...: millions of objects) out of the garbage
+    collector's reach (``gc.freeze``, as Python's docs advise for a parent that forks without exec): a child's
+    collections walk only its own objects (no ~0.2 s collection of the parent's heap, no copy-on-write of its pages)."""
     import gc
 
     gc.collect()
@@ -367,12 +380,12 @@ def _become(spec: dict) -> None:
 
 
 def _job(spec: dict, request: dict, fds: list[int]) -> None:
-    """A job's process, forked from the zygote: the descriptors it was sent (0-2; a driver's results pipe as 3 and
-    its job as a memfd), its limits, uid and environment, then ipykernel, the driver or the probe's code. Never
-    returns."""
+    """A job's process, forked from the zygote: the descriptors it was sent (0-2; a graded kernel's results FIFO as 3
+    and its job), its limits, uid and environment, then ipykernel (a graded kernel's case runner first) or the probe's
+    code. Never returns."""
     os.setpgid(0, 0)
     job = None
-    if request.get("driver"):  # the driver's source and job.json, read before the uid change
+    if request.get("grading"):  # the case runner and the cases' inputs, read before the uid change
         with os.fdopen(fds.pop(), "rb") as handle:
             job = json.loads(handle.read())
     moved = [os.dup(fd) for fd in fds]  # above every descriptor in use: the dup2 below cannot clash
@@ -387,22 +400,17 @@ def _job(spec: dict, request: dict, fds: list[int]) -> None:
         del sys.path[0]
 
     def body() -> None:
-        if job is not None:
-            import runpy
-
-            folder = os.path.join(spec["workdir"], "job")
-            os.mkdir(folder, 0o700)
-            for name in ("driver.py", "job.json"):
-                _write(os.path.join(folder, name), job[name])
-            sys.argv = [os.path.join(folder, "driver.py"), folder, "3"]
-            runpy.run_path(sys.argv[0], run_name="__main__")
-        elif "code" in request:
+        if "code" in request:
             sys.argv = ["-c", *request["argv"]]
             exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
             import atexit
 
             atexit._run_exitfuncs()
         else:
+            if job is not None:  # the case runner, before any learner code (case_runner.install)
+                runner = {"__name__": "runner"}
+                exec(compile(job["runner"], "<grader: case runner>", "exec"), runner)  # noqa: S102
+                runner["install"](job, 3)
             _write(_connection_path(spec), request["connection"])
             run_ipykernel(["-f", _connection_path(spec), *request.get("extra", [])])
 
@@ -500,7 +508,7 @@ def _serve(spec: dict, conn) -> bool:
         if request.get("ping") and not fds:  # the grader: is the last job cleaned up, is this zygote usable?
             conn.send(b'{"pong": true}')
             return True
-        if len(fds) != (5 if request.get("driver") else 3):
+        if len(fds) != (5 if request.get("grading") else 3):
             raise ValueError("expected the job's descriptors")
     except (OSError, ValueError):
         for fd in fds:

@@ -24,11 +24,11 @@ def check_bwrap() -> None:
 
 
 def choose_sandbox(
-    settings: GradingPipeline, base: Path, slots: int = 1, probe_driver: bool = False, import_mode: str = "find"
+    settings: GradingPipeline, base: Path, slots: int = 1, probe_zygote: bool = False, import_mode: str = "find"
 ) -> Sandbox:
     """The configured sandbox (``auto``: bubblewrap, root or not; ``none`` only when asked for), probed
-    (``probe_driver``: the oracle driver's view too, and as root each through a job of its zygote - `pipeline.py
-    probe` does; a grading run probes the kernel's view in a fresh bubblewrap, which the zygotes' jobs share).
+    (``probe_zygote``: as root through a job of the slot's zygote - `pipeline.py probe` does; a grading run probes the
+    kernel's view in a fresh bubblewrap, which the zygote's jobs share).
 
     The kernel files are built first when missing (the tiny checkpoint, lesson 7's warm start): every slot, the
     probe's included, copies them into its read-only course copy.
@@ -64,28 +64,13 @@ def choose_sandbox(
     try:
         if mode == "bwrap":
             check_bwrap()
-            if os.geteuid() == 0:  # two per slot: nbgrader's kernel and the oracle's driver, which run side by side
-                sandbox.uids, sandbox.leases = lease_uids(settings.sandbox_uid_base, 2 * slots)
-        slot = Slot(
-            base,
-            "probe",
-            settings,
-            sandbox,
-            uid=sandbox.uids[0] if sandbox.uids else None,
-            oracle_uid=sandbox.uids[1] if sandbox.uids else None,
-        )
+            if os.geteuid() == 0:  # one per slot: its kernels'
+                sandbox.uids, sandbox.leases = lease_uids(settings.sandbox_uid_base, slots)
+        slot = Slot(base, "probe", settings, sandbox, uid=sandbox.uids[0] if sandbox.uids else None)
         (slot.nbgrader / "gradebook.db").write_text("decoy")  # the slot's own gradebook: a secret (view.SECRETS)
         report = slot.probe(
-            view.secret_paths(settings, slot.nbgrader), zygote=probe_driver, imports=imports, import_mode=import_mode
+            view.secret_paths(settings, slot.nbgrader), zygote=probe_zygote, imports=imports, import_mode=import_mode
         )
-        if probe_driver and slot.concurrent_oracle:  # the driver beside the kernel: nor the kernel's sockets
-            (slot.ipc / "kernel-socket").write_text("")
-            report["oracle"] = slot.probe(
-                view.secret_paths(settings, slot.nbgrader) + [str(slot.ipc)],
-                oracle=True,
-                imports=probe.ALWAYS_IMPORTED[:1],
-                import_mode=import_mode,
-            )
     except probe.ProbeFailure as failure:  # the machine does not allow bubblewrap: the cause and the fix
         for handle in sandbox.leases:
             handle.close()
@@ -105,9 +90,6 @@ def choose_sandbox(
     if not str(report.get("tools", "")).startswith(str(base)) and mode != "none":
         problems.append(f"the kernel's course copy is not importable ({report.get('tools')})")
     missing = probe.import_problems(report, "评分内核（kernel）", paths, str(settings.config_file))
-    missing += probe.import_problems(
-        report.get("oracle", {}), "oracle 进程（oracle driver）", paths, str(settings.config_file)
-    )
     if missing or failures:
         for handle in sandbox.leases:
             handle.close()

@@ -8,20 +8,23 @@ A slot is a folder under the run's temporary base folder::
     slotK/kernel/      the course copy a sandbox sees read-only (``kernel_files``: course.toml, tools/,
                        checkpoints; what else it sees is declared in ``view.py``)
     slotK/jupyter/     kernels/python3/kernel.json -> sandbox.py (JUPYTER_PATH points here)
-    slotK/runtime/     connection files, the sandbox specs, the launchers' pid files, the zygotes' stderr
-    slotK/oracle/      the oracle's job (driver.py, job.json), written by the grader, sent to the driver
+    slotK/runtime/     connection files, the sandbox spec, the launcher's pid file, the zygote's stderr, and while a
+                       notebook is graded its oracle job (``grading-job.json``) and results FIFO (``results.fifo``)
 
 Each slot grades one learner at a time with ``nbgrader autograde`` in its own course, so slots never share a SQLite
-file; the pipeline merges the results into the course gradebook, one learner at a time. As root each slot has two
-leased uids (``uids.py``: nbgrader's kernel, the oracle's driver beside it) and, where it grades more than one
-notebook, two zygotes (``zygotes.py``, ``sandbox.py``): bubblewrap sandboxes started once that fork every kernel and
-every driver warm. ``sandbox_choice.py`` probes one slot before a run grades anything.
+file; the pipeline merges the results into the course gradebook, one learner at a time. One execution per notebook:
+the kernel nbgrader drives also runs the oracle's cases at each test cell (``case_runner.py``) and sends the results
+over the FIFO, which the slot reads while nbgrader runs, with a size limit and a deadline (``run_nbgrader``). As root
+each slot has a leased uid (``uids.py``) and, where it grades more than one notebook, a zygote (``zygotes.py``,
+``sandbox.py``): a bubblewrap sandbox started once that forks every kernel warm. ``sandbox_choice.py`` probes one slot
+before a run grades anything.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING
 from . import nbgrader_forkserver, probe, view
 from .course import ROOT, GradingPipeline, venv_env
 from .processes import kill, kill_group
-from .transport import DRAIN_SECONDS, MAX_RESULTS_BYTES, STDERR_TAIL_BYTES, BoundedPipe, DriverRun, pump
+from .results_channel import GradedRun, ResultsChannel
 from .zygotes import NOTHING_WARM, SlotZygotes, ZygoteWarm
 
 if TYPE_CHECKING:
@@ -49,8 +52,8 @@ def visible_lessons(assignment: str) -> list[str]:
 
 
 class Slot(SlotZygotes):
-    """One parallel worker: its folders and sandbox specs, nbgrader's runs and the oracle driver's, its probes; the
-    zygotes it forks from (root) are ``SlotZygotes``."""
+    """One parallel worker: its folders and sandbox spec, nbgrader's runs (their results channel), its probes; the
+    zygote it forks kernels from (root) is ``SlotZygotes``."""
 
     def __init__(
         self,
@@ -61,7 +64,6 @@ class Slot(SlotZygotes):
         uid: int | None = None,
         threads: int = 1,
         ipc: Path | None = None,
-        oracle_uid: int | None = None,
         zygotes: bool = True,
         warm: ZygoteWarm = NOTHING_WARM,
     ):
@@ -78,12 +80,9 @@ class Slot(SlotZygotes):
         self.ipc = ipc or (self.dir / "ipc")  # the kernel's unix sockets (the kernel has no network)
         self.spec_path = self.runtime / "sandbox.json"
         self.pidfile = self.runtime / "kernel.pid"
-        self.oracle_pidfile = self.runtime / "oracle.pid"
+        self.job_path = self.runtime / "grading-job.json"  # a graded notebook's oracle job (sandbox._grading_fds)
+        self.fifo_path = self.runtime / "results.fifo"  # its results, read by the grader
         self.uid = uid
-        # the oracle's driver runs as a uid of its own (root), so that it can run while nbgrader's kernel does
-        self.oracle_uid = oracle_uid if oracle_uid is not None else uid
-        self.oracle_process = None
-        self.zygote: subprocess.Popen | None = None  # the oracle drivers'
         self.kernel_zygote: subprocess.Popen | None = None  # nbgrader's kernels'
         self.alive_pipes: dict[str, int] = {}  # kind -> the grader's end of the pipe its zygote watches
         self.sockets = self.runtime  # the zygotes' sockets; AF_UNIX paths are short: else a private folder of their own
@@ -167,6 +166,7 @@ class Slot(SlotZygotes):
             "pidfile": str(self.pidfile),
             "rlimits": limits,
             "threads": self.threads,
+            "grading": {"job": str(self.job_path), "results": str(self.fifo_path)},
             "env": {str(k): str(v) for k, v in self.settings.kernel_env.items()},
             "bwrap": shutil.which("bwrap") or "/usr/bin/bwrap",
             "setpriv": shutil.which("setpriv") or "setpriv",
@@ -223,20 +223,10 @@ class Slot(SlotZygotes):
             }
         )
 
-    @property
-    def concurrent_oracle(self) -> bool:
-        """Whether the oracle's driver may run while nbgrader's kernel runs: under bubblewrap each has its own view,
-        working folder, /tmp, IPC namespace and (root) uid; without a sandbox both would share the working folder."""
-        return self.sandbox.mode != "none" and (self.uid is None or self.oracle_uid != self.uid)
-
     def kill_kernels(self) -> None:
         """Kill what the last kernel left behind: its launcher (a zygote then kills the kernel and cleans up; a fresh
         bubblewrap takes its namespaces down with it)."""
         self._kill_launcher(self.pidfile)
-
-    def kill_oracle(self) -> None:
-        """The same for the oracle's driver."""
-        self._kill_launcher(self.oracle_pidfile)
 
     def _kill_launcher(self, pidfile: Path) -> None:
         try:
@@ -250,25 +240,12 @@ class Slot(SlotZygotes):
             pass
         pidfile.unlink(missing_ok=True)
 
-    def _wait_or_kill(self, process, timeout: float) -> bool:
-        """Wait for ``process`` (a session leader); at ``timeout`` kill its whole process group. Either way the
-        kernels it left are killed afterwards. Returns whether it was killed at the limit."""
-        timed_out = False
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_group(process.pid)
-            process.wait()
-        finally:
-            self.kill_kernels()
-        return timed_out
-
-    def nbgrader_options(self, oracle_tests: Sequence[str] = ()) -> list[str]:
+    def nbgrader_options(self, oracle_tests: Sequence[str] = (), case_seconds: int = 0) -> list[str]:
         """nbgrader's settings for this slot, as command-line options over the course's ``nbgrader_config.py`` (which
         nbgrader finds on ``JUPYTER_CONFIG_PATH``, ``env()``): this slot's course and gradebook, the cell limit, and
-        ``oracle_tests``, the test cells the oracle grades outside the kernel (``StripHiddenTests.tests``: nbgrader
-        gets their names, so it never imports the oracles, nor torch with them)."""
+        ``oracle_tests``, the test cells whose cases the kernel runs for the oracle (``StripHiddenTests.tests``:
+        nbgrader gets their names, so it never imports the oracles, nor torch with them), each with ``case_seconds``
+        more time."""
         options = {
             "CourseDirectory.root": str(self.nbgrader),
             "CourseDirectory.db_url": "sqlite:///" + str(self.nbgrader / "gradebook.db"),
@@ -277,16 +254,29 @@ class Slot(SlotZygotes):
         }
         if self.sandbox.mode != "none":  # the kernel has no network: unix sockets in its working folder
             options.update({"KernelManager.transport": "ipc", "KernelManager.ip": str(self.ipc / "kernel")})
+        if oracle_tests:
+            options["StripHiddenTests.case_seconds"] = int(case_seconds)
         # a List trait: each repeated option appends one grade_id
         return [f"--{name}={value}" for name, value in options.items()] + [
             f"--StripHiddenTests.tests={grade_id}" for grade_id in oracle_tests
         ]
 
     def run_nbgrader(
-        self, assignment: str, learner: str, notebook: str, log: Path, oracle_tests: Sequence[str] = ()
-    ) -> tuple[int, bool, float]:
-        """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit; ``oracle_tests``:
-        the test cells the assignment's oracle grades (their hidden tests do not run in the kernel)."""
+        self,
+        assignment: str,
+        learner: str,
+        notebook: str,
+        log: Path,
+        oracle_tests: Sequence[str] = (),
+        job: dict | None = None,
+        expected: Sequence[str] = (),
+        case_seconds: int = 0,
+    ) -> GradedRun:
+        """``nbgrader autograde`` of one notebook in this slot, killed as a whole at the hard limit. ``oracle_tests``:
+        the test cells the assignment's oracle grades, whose cases (``job``: the case runner and the inputs, ids
+        ``expected``) the kernel runs in place of their hidden tests; their results come back over the slot's FIFO,
+        read while nbgrader runs (``results_channel.py``: a size limit, the hard limit, and ``grace_after_results``
+        seconds for the kernel once the last expected result is in)."""
         if self.stopped:
             raise RuntimeError("grading was stopped")
         self.stage_lessons(assignment)
@@ -298,61 +288,50 @@ class Slot(SlotZygotes):
             f"--notebook={notebook}",
             "--force",
             "--log-level=INFO",
-            *self.nbgrader_options(oracle_tests),
+            *self.nbgrader_options(oracle_tests, case_seconds),
         ]
+        channel = ResultsChannel(self.fifo_path, self.job_path, job, set(expected)) if job is not None else None
         started = time.monotonic()
-        if nbgrader_forkserver.available():  # forked from a process that has imported nbgrader (nbgrader_forkserver.py)
-            process = self.process = nbgrader_forkserver.start(arguments, str(self.nbgrader), self.env(), str(log))
-        else:
-            with open(log, "wb") as handle:
-                process = self.process = subprocess.Popen(
-                    [sys.executable, "-m", "nbgrader", *arguments],
-                    cwd=self.nbgrader,
-                    env=self.env(),
-                    stdout=handle,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-        timed_out = self._wait_or_kill(process, self.settings.notebook_timeout)
-        return process.returncode, timed_out, time.monotonic() - started
-
-    def stop_oracle(self) -> None:
-        """Kill the running oracle driver (run_oracle then returns at once)."""
-        process = self.oracle_process
-        if process is not None and process.poll() is None:
-            kill_group(process.pid)
+        deadline = started + self.settings.notebook_timeout
+        lingered, finished = 0.0, False
+        try:
+            if nbgrader_forkserver.available():  # forked from a process that has imported nbgrader
+                process = self.process = nbgrader_forkserver.start(arguments, str(self.nbgrader), self.env(), str(log))
+                exited = process.sentinel
+            else:
+                with open(log, "wb") as handle:
+                    process = self.process = subprocess.Popen(
+                        [sys.executable, "-m", "nbgrader", *arguments],
+                        cwd=self.nbgrader,
+                        env=self.env(),
+                        stdout=handle,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                exited = os.pidfd_open(process.pid)
+            try:
+                if channel is None:
+                    finished = bool(select.select([exited], [], [], max(0.0, deadline - time.monotonic()))[0])
+                else:
+                    grace = self.settings.grace_after_results
+                    finished, lingered = channel.watch(exited, deadline, grace, self.kill_kernels)
+            finally:
+                if not isinstance(process, nbgrader_forkserver.WarmProcess):
+                    os.close(exited)
+            if not finished:
+                kill_group(process.pid)
+            process.wait()
+        finally:
+            self.kill_kernels()
+            results, dropped = channel.close() if channel is not None else (b"", 0)
+        return GradedRun(process.returncode, not finished, time.monotonic() - started, results, dropped, lingered)
 
     def abort(self) -> None:
         """Stop this slot now (Ctrl-C): no new notebook, the running one killed with its kernel."""
         self.stopped = True
-        for process in (self.process, self.oracle_process):
-            if process is not None and process.poll() is None:
-                kill_group(process.pid)
+        if self.process is not None and self.process.poll() is None:
+            kill_group(self.process.pid)
         self.kill_kernels()
-        self.kill_oracle()
-
-    def _oracle_spec(self, job: Path | None = None) -> dict:
-        """The kernel's sandbox spec for the oracle's driver: its own uid and pid file, the kernel's view without the
-        kernel's socket folder (it shares nothing with a kernel that may run at the same time), plus the ``job``
-        folder where the driver runs in a fresh sandbox (``view.driver_binds``); a smaller file-size limit and a
-        non-interactive plot backend."""
-        spec = json.loads(self.spec_path.read_text())
-        spec.pop("zygote_socket", None)
-        spec["keep"] = view.driver_binds(spec["keep"], self.ipc, job)
-        spec["uid"] = spec["gid"] = self.oracle_uid
-        spec["pidfile"] = str(self.oracle_pidfile)
-        spec["rlimits"] = {**spec["rlimits"], "FSIZE": 128 * 2**20}
-        spec["env"] = {**spec.get("env", {}), "MPLBACKEND": "Agg"}
-        return spec
-
-    def oracle_job_dir(self) -> Path:
-        """The oracle's job folder, emptied and the grader's again."""
-        folder = self.dir / "oracle"
-        if folder.exists():
-            os.chown(folder, os.getuid(), os.getgid())
-            os.chmod(folder, 0o700)
-        _empty_folder(folder)
-        return folder
 
     def _launcher(self, name: str, spec: dict) -> list[str]:
         """The sandbox launcher's command line for ``spec``, written as ``runtime/<name>.json`` with an empty
@@ -363,77 +342,13 @@ class Slot(SlotZygotes):
         connection.write_text("{}")
         return [os.path.realpath(sys.executable), "-I", str(SANDBOX_SCRIPT), str(spec_path), "-f", str(connection)]
 
-    def run_oracle(self, job_dir: Path, timeout: float) -> DriverRun:
-        """Run ``driver.py`` on ``job_dir`` in this slot's oracle sandbox (a zygote's job, or a fresh bubblewrap with
-        ``job_dir`` bound read-only); killed as a whole after ``timeout`` seconds. Its results and stderr come back
-        over pipes the grader opened (never a file the sandbox could have replaced), read with a size limit and a
-        deadline."""
-        if self.stopped:
-            raise RuntimeError("grading was stopped")
-        if self.zygote_enabled:
-            return self._run_in_zygote(job_dir, timeout)
-        results, errors = BoundedPipe(MAX_RESULTS_BYTES), BoundedPipe(STDERR_TAIL_BYTES, tail=True)
-        spec = self._oracle_spec(job_dir)
-        spec["command"] = [
-            spec["python"],
-            "-X",
-            "utf8",
-            str(job_dir / "driver.py"),
-            str(job_dir),
-            str(results.write_fd),
-        ]
-        command = self._launcher("oracle", spec)
-        if self.oracle_uid is not None:  # the job folder readable by the oracle's uid only; the driver cannot write it
-            os.chown(job_dir, self.oracle_uid, self.oracle_uid)
-        os.chmod(job_dir, 0o500)
-        started = time.monotonic()
-        try:
-            process = self.oracle_process = subprocess.Popen(
-                command,
-                cwd=self.runtime,
-                env=self.env(),
-                stdout=subprocess.DEVNULL,
-                stderr=errors.write_fd,
-                pass_fds=(results.write_fd,),
-                start_new_session=True,
-            )
-        finally:
-            results.close_writer()
-            errors.close_writer()
-        exited = os.pidfd_open(process.pid)
-        try:
-            timed_out = not pump([results, errors], started + timeout, stop_fd=exited)
-        finally:
-            os.close(exited)
-        if timed_out:
-            kill_group(process.pid)
-        process.wait()
-        self.kill_oracle()
-        pump([results, errors], time.monotonic() + DRAIN_SECONDS)
-        results.close()
-        errors.close()
-        return DriverRun(
-            process.returncode,
-            timed_out,
-            time.monotonic() - started,
-            errors.text(),
-            bytes(results.data),
-            results.dropped,
-        )
-
     def run_sandboxed_code(
-        self,
-        code: str,
-        args: list[str],
-        oracle: bool = False,
-        zygote: bool = True,
-        timeout: float = 60,
-        warm: bool = True,
+        self, code: str, args: list[str], zygote: bool = True, timeout: float = 60, warm: bool = True
     ) -> subprocess.CompletedProcess:
         """``python -c code args`` in this slot's kernel sandbox (a job of the kernel zygote where there is one and
-        ``zygote``; else a fresh bubblewrap), or in the oracle driver's (``oracle``: a fresh one)."""
-        spec = self._oracle_spec() if oracle else json.loads(self.spec_path.read_text())
-        if oracle or not zygote:
+        ``zygote``; else a fresh bubblewrap)."""
+        spec = json.loads(self.spec_path.read_text())
+        if not zygote:
             spec.pop("zygote_socket", None)
         elif "zygote_socket" in spec:
             self.ensure_kernel_zygote(warm)
@@ -448,49 +363,27 @@ class Slot(SlotZygotes):
                 env=self.env(),
             )
         finally:
-            self.kill_oracle() if oracle else self.kill_kernels()
+            self.kill_kernels()
 
-    def probe(
-        self,
-        paths: list[str],
-        oracle: bool = False,
-        zygote: bool = True,
-        imports: list[str] = (),
-        import_mode: str = "find",
-    ) -> dict:
-        """Start the sandbox with the probe (probe.py) instead of a kernel (``oracle``: the oracle driver's sandbox;
-        ``zygote``: as a job of the zygote where there is one, the view a kernel really gets, else a fresh
-        bubblewrap of the same view); report what it can read and whether ``imports`` load (``import_mode``)."""
+    def probe(self, paths: list[str], zygote: bool = True, imports: list[str] = (), import_mode: str = "find") -> dict:
+        """Start the sandbox with the probe (probe.py) instead of a kernel (``zygote``: as a job of the zygote where
+        there is one, the view a kernel really gets, else a fresh bubblewrap of the same view); report what it can
+        read and whether ``imports`` load (``import_mode``)."""
         request = json.dumps(
             {
                 "paths": paths,
                 "environ": list(view.SECRET_ENVIRON),
-                "oracle": oracle,
                 "imports": list(imports),
                 "import_mode": import_mode,
             }
         )
-        if oracle and self.zygote_enabled and zygote:  # a job of the zygote: the view the driver really gets
-            job = self.oracle_job_dir()
-            (job / "driver.py").write_text(
-                "import os, sys\n"
-                "sys.stdout = os.fdopen(int(sys.argv[2]), 'w')\n"
-                f"sys.argv = ['probe', {request!r}]\n" + probe.source() + "sys.stdout.flush()\n"
-            )
-            run = self._run_in_zygote(job, 120 if import_mode == "find" else 300, warm=False)
-            self._stop_oracle_zygote()
-            self.oracle_job_dir()
-            report = probe.parse_output(run.results.decode(errors="replace"))
-            if report is not None:
-                return {**report, "zygote": True}
-            raise RuntimeError(f"sandbox probe (zygote job) failed (exit {run.code}): {run.stderr.strip()[-800:]}")
         done = self.run_sandboxed_code(
-            probe.source(), [request], oracle, zygote, warm=False, timeout=60 if import_mode == "find" else 300
+            probe.source(), [request], zygote, warm=False, timeout=60 if import_mode == "find" else 300
         )
         self.reset_work()
         report = probe.parse_output(done.stdout)
         if report is not None:
-            return {**report, "zygote": self.kernel_zygote_enabled and zygote and not oracle}
+            return {**report, "zygote": self.kernel_zygote_enabled and zygote}
         raise RuntimeError(f"sandbox probe failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
 
 

@@ -1,5 +1,5 @@
-"""Leased sandbox uids: as root, each slot's kernel and oracle driver run as a uid of their own that no account owns,
-no process runs as, and no other grading run on the machine holds."""
+"""Leased sandbox uids: as root, each slot's kernels run as a uid of their own that no account owns, no process runs
+as, and no other grading run on the machine holds."""
 
 from __future__ import annotations
 

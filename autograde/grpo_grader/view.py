@@ -1,11 +1,10 @@
 """What a grading sandbox sees, and what it must never see: the one declaration of the view.
 
-Every sandbox (a kernel, an oracle driver, the zygotes they are forked from) is built by ``sandbox.bwrap_args`` from the
-spec its slot writes (``slots.Slot``). The parts of that spec that make the view come from here: ``spec_view`` (the
-system's folders and files, ``/proc`` and ``/dev``, the scratch tmpfs, the working folder's size, the environment
-variables kept of the launcher's) and ``kernel_binds``
-/ ``driver_binds`` (the interpreter, the folders of ``sys.path`` outside it, the slot's course copy of
-``GradingPipeline.kernel_files``, the kernel's socket folder or the driver's job folder). What must never be seen is
+Every sandbox (a kernel, the zygote it is forked from) is built by ``sandbox.bwrap_args`` from the spec its slot
+writes (``slots.Slot``). The parts of that spec that make the view come from here: ``spec_view`` (the system's folders
+and files, ``/proc`` and ``/dev``, the scratch tmpfs, the working folder's size, the environment variables kept of the
+launcher's) and ``kernel_binds`` (the interpreter, the folders of ``sys.path`` outside it, the slot's course copy of
+``GradingPipeline.kernel_files``, the kernel's socket folder). What must never be seen is
 declared here too: ``never_bound`` (what no bind may be, hold or lie in, whatever ``sys.path`` or
 ``extra_readonly_paths`` says: ``sandbox_choice`` hands it to the probe's ``interpreter_paths``), ``secret_paths``
 and ``SECRET_ENVIRON`` (what the probe tries to read from inside every sandbox: all must be hidden). The README's
@@ -168,12 +167,6 @@ def kernel_binds(extra: list[str], course_copy: Path, sockets: Path) -> list[lis
     return [[path, "ro"] for path in [*interpreter_folders(), *extra, str(course_copy)]] + [[str(sockets), "rw"]]
 
 
-def driver_binds(kernel: list[list[str]], sockets: Path, job: Path | None) -> list[list[str]]:
-    """The oracle driver's binds: the kernel's without its socket folder (the two run side by side and share
-    nothing), plus the job folder read-only where the driver runs in a fresh sandbox (a zygote's gets a memfd)."""
-    return [bind for bind in kernel if bind[0] != str(sockets)] + ([[str(job), "ro"]] if job else [])
-
-
 def homes() -> list[str]:
     return [str(Path.home().resolve()) if home == "~" else home for home in HOMES]
 
@@ -266,7 +259,7 @@ def _rows(zh: bool) -> list[tuple[str, str, str]]:
             ),
         ),
         (
-            say("内核的 socket 目录（只有内核）", "the kernel's socket folder (kernels only)"),
+            say("内核的 socket 目录", "the kernel's socket folder"),
             say(
                 "槽位的 `ipc/`（以 root 评分时是本次评分的 `sockets/slot<k>`）",
                 "the slot's `ipc/` (as root the run's `sockets/slot<k>`)",
@@ -275,14 +268,6 @@ def _rows(zh: bool) -> list[tuple[str, str, str]]:
                 f"读写；以 root 评分时在本次评分专用的 {_size(SOCKETS_SIZE)} tmpfs 上",
                 f"read-write; as root on the run's own {_size(SOCKETS_SIZE)} tmpfs",
             ),
-        ),
-        (
-            say(
-                "oracle 驱动进程的任务目录（只有新建沙箱里的驱动进程；zygote 的任务以 memfd 传入）",
-                "the oracle driver's job folder (a driver in a fresh sandbox only; a zygote's job comes as a memfd)",
-            ),
-            say("槽位的 `oracle/`", "the slot's `oracle/`"),
-            say("只读", "read-only"),
         ),
         (
             say("工作目录（也是 `HOME`）", "the working folder (also `HOME`)"),

@@ -1,15 +1,17 @@
-"""The plain data format between the grader and the oracle's driver (``job.json`` in, ``results.jsonl`` out): only
-data travels, never an object, and what comes back is decoded without executing anything.
+"""The plain data format between the grader and the learner side (``case_runner.py``: the cases' inputs in, one JSON
+line per case out): only data travels, never an object, and what comes back is decoded without executing anything.
 
 - a tensor is ``{"__tensor__": "<dtype>", "shape": [...], "data": [flat list]}`` (dtypes: bool, uint8,
   int8/16/32/64, float16/bfloat16/float32/float64), a tuple ``{"__tuple__": [...]}``, a dict with string keys
   ``{"__dict__": [[key, value], ...]}``, a torch dtype (an argument only) ``{"__dtype__": "float32"}``; numbers, strings, booleans, None and lists are themselves;
   a NumPy scalar or 0-d array the learner returns arrives as the number its ``.item()`` gives; anything else
   arrives as ``{"__object__": "<type name>"}`` and fails every check;
-- a case sent to the driver: ``{"id", "call", "after": its test cell, "args", "kwargs", "grad": [arg indices], "backward": {"output":
-  index or null, "weights": tensor or null}}``;
-- one result line per case: ``{"case": id, "status": "returned" | "raised" | "missing", "value", "grads":
-  {index: tensor or null}, "mutated": [arg indices], "type": exception name, "mro": [...], "message"}``.
+- a case sent to the learner side: ``{"id", "call", "read", "after": its test cell, "args", "kwargs", "grad": [arg
+  indices], "backward": {"output": index or null, "weights": tensor or null}}``;
+- one result line per case: ``{"case": id, "status": "returned" | "raised" | "missing", "value", "inputs": {"args":
+  {index: tensor}, "kwargs": {name: tensor}} (what the call left in its tensor inputs), "grads": {index: tensor or
+  null}, "grad_error", "mro": [[module, qualname], ...] (of what was raised: "builtins" only for the interpreter's own
+  classes, known by identity), "message"}``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from typing import Any
 
 import torch
 
-from .driver import dtype_table
+from .case_runner import dtype_table
 
 MAX_DEPTH = 32  # nesting deeper than this in a returned value fails the case
-DTYPES = dtype_table(torch)  # the driver's table: one list of the dtypes a value may travel as
+DTYPES = dtype_table(torch)  # the learner side's table: one list of the dtypes a value may travel as
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
@@ -46,7 +48,7 @@ def encode(value: Any) -> Any:
         return {"__dict__": [[str(k), encode(v)] for k, v in value.items()]}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    raise TypeError(f"cannot send {type(value).__name__} to the driver")
+    raise TypeError(f"cannot send {type(value).__name__} to the learner side")
 
 
 class Malformed(Exception):
@@ -54,7 +56,7 @@ class Malformed(Exception):
 
 
 def decode(value: Any, depth: int = 0) -> Any:
-    """Plain data from the driver -> Python values and tensors, without executing anything."""
+    """Plain data from the learner side -> Python values and tensors, without executing anything."""
     if depth > MAX_DEPTH:
         raise Malformed("返回值嵌套过深（nested too deep）")
     if isinstance(value, dict):
@@ -105,6 +107,6 @@ def decode(value: Any, depth: int = 0) -> Any:
 
 @dataclass(frozen=True)
 class Foreign:
-    """An object the driver could not send as plain data (e.g. a tensor subclass); it fails every check."""
+    """An object the learner side could not send as plain data (e.g. a tensor subclass); it fails every check."""
 
     type_name: str

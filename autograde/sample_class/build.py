@@ -12,8 +12,10 @@ A case is a dict ``{assignment: spec}``; a spec may hold:
 - ``cells``: ``{grade_id: source}``: the new source of those cells (answers, or a test cell a learner edited);
 - ``edit``: ``{grade_id: [(old, new), ...]}``: text replacements in a cell after ``base`` and ``cells`` (each
   ``old`` must occur in the cell: a changed notebook makes the rebuild fail instead of silently drifting);
+- ``prepend``: ``{grade_id: text}``: text put before a cell's source (after ``base``, ``cells`` and ``edit``);
 - ``delete``: grade_ids of cells the learner deleted;
 - ``insert_after`` / ``insert_before``: ``[(grade_id, source)]``: new code cells the learner added;
+- ``append``: ``[source]``: new code cells the learner added at the end of the notebook;
 - ``edit_setup``: ``[(marker, old, new)]``: a text replacement in the first setup cell without a grade_id (an
   editable cell of the lesson, e.g. its imports) whose source contains ``marker``;
 - ``filename``: the file name the learner used (default ``<assignment>.ipynb``);
@@ -50,9 +52,10 @@ SUBMITTED = SAMPLE / "submitted"
 EXPECTED = SAMPLE / "expected.json"
 # The sample class runs with short limits so that its infinite loops cost little time in CI (s06 holds a slot for
 # the notebook limit plus two cell limits): on an idle 2-core machine its honest notebooks take at most ~6 s in
-# nbgrader and ~3 s in one cell, so 30 s and 10 s leave 5x and 3x room before machine_timeouts() scales them.
-# The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
-TIMEOUTS = {"cell_timeout": 10, "notebook_timeout": 30, "memory_limit_mb": 4096}
+# nbgrader and ~3 s in one cell, so 30 s and 10 s leave 5x and 3x room before machine_timeouts() scales them; the
+# grace after the last result (l01 lingers after it) ends well inside the notebook limit, 5 s after its last cell's
+# start. The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
+TIMEOUTS = {"cell_timeout": 10, "notebook_timeout": 30, "grace_after_results": 5, "memory_limit_mb": 4096}
 # every lesson the sample class grades: every lesson with an oracle module (a learner's row for a lesson it did not
 # submit is "missing")
 LESSONS = oracle_assignments()
@@ -63,7 +66,8 @@ REFERENCE_IMPORT_S = 2.0  # `import torch` on an idle 2-core machine, about (1.8
 
 def machine_timeouts(say=print) -> dict:
     """TIMEOUTS scaled to this machine's speed right now: one timed ``import torch`` against REFERENCE_IMPORT_S, the
-    factor clamped to [1, 4] (a busy machine gets longer limits, an idle one the short ones). The import is this
+    factor clamped to [1, 4] (a busy machine gets longer limits, an idle one the short ones); the time limits and the
+    grace after the last result scale. The import is this
     process's own where torch is not imported yet (the grading run needs it anyway: no second import of torch paid
     for a measurement), else one in a fresh interpreter. The memory limit is not scaled."""
     import subprocess
@@ -81,6 +85,7 @@ def machine_timeouts(say=print) -> dict:
     return {
         "cell_timeout": int(TIMEOUTS["cell_timeout"] * factor),
         "notebook_timeout": int(TIMEOUTS["notebook_timeout"] * factor),
+        "grace_after_results": int(TIMEOUTS["grace_after_results"] * factor),
         "memory_limit_mb": TIMEOUTS["memory_limit_mb"],
     }
 
@@ -125,6 +130,10 @@ def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[
             if old not in sources[gid]:
                 raise ValueError(f"{assignment}/{gid}: text to edit not found: {old!r}")
             sources[gid] = sources[gid].replace(old, new)
+    for gid, text in spec.get("prepend", {}).items():
+        if gid not in sources:
+            sources[gid] = next((c.source for c in nb.cells if _grade_id(c) == gid), "")
+        sources[gid] = text + sources[gid]
     known = {_grade_id(c) for c in nb.cells}
     unknown = sorted((set(sources) | set(spec.get("delete", []))) - known)
     unknown += [gid for gid, _ in spec.get("insert_after", []) + spec.get("insert_before", []) if gid not in known]
@@ -172,6 +181,10 @@ def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[
         new = nbformat.v4.new_code_cell(source)
         new["id"] = f"learner-added-above-{index}"
         nb.cells.insert(position, new)
+    for index, source in enumerate(spec.get("append", [])):
+        new = nbformat.v4.new_code_cell(source)
+        new["id"] = f"learner-appended-{index}"
+        nb.cells.append(new)
     if spec.get("nbformat") == 3:
         text = nbformat.writes(nbformat.convert(copy.deepcopy(nb), 3)) + "\n"
     else:

@@ -1,6 +1,6 @@
-"""Device provisioning: the check of notebook 6's ``real_gpu`` path (and lesson 7's preset) on a bare CUDA machine.
+"""The Python side of ``benchmarks/gpu_check.sh``, the one script for a bare CUDA machine.
 
-``make gpu-wheelhouse`` (``gpu_wheelhouse``) downloads the wheels the check installs; ``bash tools/device/gpu_check.sh``
-installs them on the device, builds the Qwen-shaped checkpoint, runs the notebook's code through ``gpu_check`` and
-verifies the records.
+``make gpu-wheelhouse`` (``gpu_wheelhouse``) downloads the wheels the script installs; ``gpu_steps`` holds its steps
+(the device and dtype tests on ``cuda``, notebook 6's and lesson 7's ``real_gpu`` runs), runs them and writes the
+record; ``gpu_check`` runs notebook 6's code on the device and verifies its records.
 """

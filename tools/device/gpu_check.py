@@ -1,7 +1,9 @@
-"""The device check's Python side (``tools/device/gpu_check.sh`` calls it; tests/test_gpu_check.py tests it).
+"""Notebook 6 on the device for ``benchmarks/gpu_check.sh`` (its steps: ``tools/device/gpu_steps.py``;
+tests/test_gpu_check.py tests both).
 
 Subcommands:
 
+* ``hardware --out FILE``: the card's snapshot (``cuda_hardware_snapshot``), printed and written to ``FILE``.
 * ``run-notebook --label L``: execute notebook 6 (``solutions/nb06_real_model_grpo.py``, its code cells in
   order, in this process) with ``RUN_MODE=real_gpu``. The environment says which checkpoint
   (``GRPO_MODEL_ID``) and dtype (``GRPO_REAL_GPU_DTYPE``). Not run: the generated bootstrap cell (it
@@ -238,9 +240,23 @@ def report(paths: list[Path]) -> int:
     return 0
 
 
+def hardware(out: Path) -> int:
+    """The card's snapshot, printed and written to ``out``; 1 without CUDA."""
+    from tools.training_mechanism_runtime import cuda_hardware_snapshot
+
+    snapshot = cuda_hardware_snapshot()
+    print("[gpu_check] hardware:", json.dumps(snapshot))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(snapshot, indent=2) + "\n", encoding="utf-8")
+    return 0 if snapshot.get("cuda_available") else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/device/gpu_check.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    hw = sub.add_parser("hardware")
+    hw.add_argument("--out", required=True, type=Path)
     run = sub.add_parser("run-notebook")
     run.add_argument("--label", required=True)
     ver = sub.add_parser("verify")
@@ -250,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report")
     rep.add_argument("records", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "hardware":
+        return hardware(args.out)
     if args.command == "run-notebook":
         return run_notebook(args.label)
     if args.command == "verify":

@@ -1,9 +1,9 @@
-"""``make gpu-wheelhouse``: the wheels ``tools/device/gpu_check.sh`` installs on a bare CUDA machine.
+"""``make gpu-wheelhouse``: the wheels ``benchmarks/gpu_check.sh`` installs on a bare CUDA machine.
 
 The device machine has torch and nothing else, and no network; the working tree travels with at most
 64 MiB of extra files. This script (run here, with network to PyPI or a warm pip cache) downloads the
 wheels of the packages the check imports - transformers, peft, tokenizers, accelerate, safetensors,
-huggingface_hub, jsonschema, numpy, IPython (the notebook's ``IPython.display``) and their dependencies -
+huggingface_hub, jsonschema, numpy, IPython (the notebook's ``IPython.display``), pytest and their dependencies -
 for CPython on x86_64 Linux, into ``.cache/gpu-wheelhouse/`` (ignored by git; carry it to the device).
 
 * The set is the dependency closure of :data:`ROOTS` as installed in this ``.venv`` (the versions the CPU
@@ -40,6 +40,7 @@ ROOTS = (
     "numpy",
     "ipython",
     "jinja2",
+    "pytest",  # the device and dtype tests (tests/test_device_*.py) run on the card
 )
 # Provided by the device's torch install (or only needed by torch): never downloaded, never replaced.
 LEFT_TO_TORCH = {"torch", "triton", "sympy", "mpmath", "networkx", "setuptools"}

@@ -23,7 +23,7 @@ from tools.experiment_settings import ENV_MODEL_ID, REAL_GPU_MODEL_ID, check_run
 from tools.tiny_model import MARKER_FILE
 
 # Optional, real_gpu only: force the compute dtype ("float16" -> fp16 autocast + GradScaler, "bfloat16").
-# Used by tools/device/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
+# Used by benchmarks/gpu_check.sh to exercise the fp16 path on a card that supports bf16.
 ENV_FORCE_DTYPE = env_vars.REAL_GPU_DTYPE
 
 
@@ -80,6 +80,12 @@ def select_precision(
 ) -> Precision:
     """``tiny_cpu`` -> CPU fp32; ``real_gpu`` -> CUDA bf16 where natively supported, else fp16 (+ grad
     scaler). ``force_dtype`` (real_gpu only; see :func:`forced_dtype`) overrides the automatic choice.
+
+    real_gpu's choice per card, at the workload's own batch (the fixed candidate sets; the batch never changes):
+    native bf16 (sm >= 80): bf16 weights + bf16 autocast. Colab's T4 (sm 75, 16 GB), V100 and every card without
+    native bf16: fp16 weights + fp16 autocast + a GradScaler (the adapters stay float32, so the scaler can unscale
+    their gradients). :func:`memory_estimate` computes the peak of one update from parameter and activation counts
+    (an estimate; tests/test_device_numerics.py: under 2 GiB for either dtype, far below a T4's 16 GB).
 
     ``real_gpu`` without CUDA raises ``RuntimeError`` (the notebook turns it into a failure record).
     """
@@ -228,3 +234,24 @@ def full_precision_sequence_logps(
     finally:
         for param, dtype in halves:
             param.data = param.data.to(dtype)
+
+
+def memory_estimate(dtype_name: str, batch_shape: Sequence[int], lora_rank: int, target_modules: Sequence[str]) -> dict:
+    """An ESTIMATE of the peak memory of one real_gpu update of a candidate set's batch ``[B, T]`` on Qwen2.5-0.5B's
+    architecture with ``dtype_name`` weights under autocast (``tools.training_mechanism_runtime.
+    lora_step_memory_estimate``, whose docstring says what is counted and what is not; ``peak`` in bytes)."""
+    from tools.tiny_model import QWEN25_05B_ARCHITECTURE
+    from tools.training_mechanism_runtime import lora_step_memory_estimate
+
+    rows, tokens = (int(v) for v in batch_shape)
+    return lora_step_memory_estimate(
+        QWEN25_05B_ARCHITECTURE,
+        weight_dtype=dtype_name,
+        autocast=True,
+        rows=rows,
+        prompt_tokens=tokens,
+        completion_tokens=0,
+        lora_targets=target_modules,
+        lora_rank=lora_rank,
+        logprob_path="response",
+    )

@@ -70,7 +70,7 @@ def grpo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsil
     if not 0.0 <= epsilon < 1.0:
         raise ValueError(f"epsilon 必须满足 0 <= epsilon < 1，实际为 {epsilon}")
     zero = torch.zeros_like(policy_logps)  # [B*G, T]
-    log_ratio = torch.where(valid, policy_logps - old_logps, zero)  # [B*G, T] masked before exp (C3)
+    log_ratio = torch.where(valid, policy_logps - old_logps.detach(), zero)  # [B*G, T] masked before exp (C3)
     ratio = torch.exp(log_ratio)  # [B*G, T]
     clipped_ratio = torch.clamp(ratio, 1.0 - epsilon, 1.0 + epsilon)  # [B*G, T]
     adv = advantages.to(ratio.dtype).unsqueeze(1)  # [B*G, 1]
@@ -97,7 +97,7 @@ def cispo_policy_loss(policy_logps, old_logps, advantages, completion_mask, epsi
     if not epsilon_high > 0:
         raise ValueError(f"epsilon_high（比率的绝对上限）必须 > 0，实际为 {epsilon_high}")
     zero = torch.zeros_like(policy_logps)  # [B*G, T]
-    log_ratio = torch.where(valid, policy_logps - old_logps, zero)  # [B*G, T] masked before exp (C3)
+    log_ratio = torch.where(valid, policy_logps - old_logps.detach(), zero)  # [B*G, T] masked before exp (C3)
     clamped_ratio = torch.clamp(torch.exp(log_ratio), max=epsilon_high).detach()  # [B*G, T]
     safe_policy = torch.where(valid, policy_logps, zero)  # [B*G, T]
     per_token_loss = -clamped_ratio * advantages.to(zero.dtype).unsqueeze(1) * safe_policy  # [B*G, T]

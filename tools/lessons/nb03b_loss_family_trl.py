@@ -56,7 +56,7 @@ def importance_ratio(policy_logps, old_logps, completion_mask, importance_sampli
     if not torch.is_tensor(old_logps) or old_logps.shape != policy_logps.shape:
         raise ValueError(f"old_logps 的形状必须与 policy_logps 相同 {tuple(policy_logps.shape)}")
     valid = completion_bool_mask(completion_mask, policy_logps.shape)  # [B*G, T] bool
-    log_ratio = torch.where(valid, policy_logps - old_logps, torch.zeros_like(policy_logps))  # [B*G, T] masked before exp
+    log_ratio = torch.where(valid, policy_logps - old_logps.detach(), torch.zeros_like(policy_logps))  # [B*G, T] masked before exp
     if importance_sampling_level == "token":
         return torch.exp(log_ratio)  # [B*G, T]
     if importance_sampling_level == "sequence":
@@ -138,7 +138,7 @@ def extended_loss(policy_logps, old_logps, advantages, completion_mask, loss_typ
         raise ValueError(f"未知的 loss_type：{loss_type!r}，可选 {EXTENDED_LOSS_TYPES}")
     zero = torch.zeros_like(policy_logps)  # [B*G, T]
     safe_policy = torch.where(valid, policy_logps, zero)  # [B*G, T]
-    log_ratio = torch.where(valid, policy_logps - old_logps, zero)  # [B*G, T] masked before exp
+    log_ratio = torch.where(valid, policy_logps - old_logps.detach(), zero)  # [B*G, T] masked before exp
     coef_1 = importance_ratio(policy_logps, old_logps, valid, importance_sampling_level)  # [B*G, T] or [B*G, 1]
     adv = advantages.to(policy_logps.dtype).unsqueeze(1)  # [B*G, 1]
     if loss_type == "cispo":

@@ -21,6 +21,11 @@ MODULES = (
     "grading_policy",
     "trl_trainer",
     "trl_agreement",
+    "trl_scenarios",
+    "trl_mutations",
+    "trl_comparison",
     "trl_runs",
+    "trl_ranks",
+    "trl_multiprocess",
     "trl_scaling",
 )

@@ -2,7 +2,8 @@
 
 ``OnlineConfig`` (TRL's names; checked once, when built, by ``check_config``; the command line's flags are its
 fields), one preset per RUN_MODE (``RUN_PRESETS``: ``tiny_cpu``, ``smoke``, ``real_gpu``) with its dtype and LoRA
-adapter, the policy a preset loads, and the optimizer a run uses.
+adapter (real_gpu's dtype and batch per card, ``preset``; the estimate of its memory), the policy a preset loads,
+and the optimizer a run uses.
 """
 
 from __future__ import annotations
@@ -112,11 +113,22 @@ def check_config(config: OnlineConfig) -> None:
 # One preset per RUN_MODE (the notebook and the tests read them here). real_gpu: Qwen2.5-0.5B-Instruct without a
 # warm start, LoRA on the attention projections only (the base weights stay frozen, AdamW keeps state for the adapter
 # only), a learning rate within TRL's range (GRPOConfig's default 1e-6 is for full fine-tuning; LoRA adapters are
-# usually trained about ten times faster), bf16 where the card supports it natively, else float32.
+# usually trained about ten times faster). Its dtype and batch depend on the card (``preset``):
+# * a card with native bf16 (sm >= 80): bf16 weights, 8 prompts x 8 completions per step;
+# * Colab's T4 (sm 75, 16 GB; also V100 and any card without native bf16): float32 weights - fp16 would need a
+#   GradScaler, which lesson 7's grpo_step does not have - on 4 prompts x 8 completions, so that one step fits
+#   in 16 GB. ``preset_memory_estimate`` computes the peak of one step from parameter and activation counts (an
+#   estimate; the notebook prints it for the card it runs on, tests/test_device_numerics.py checks the counts
+#   against what autograd saves on the CPU and that the full batch in float32 would not fit a T4).
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 RUN_PRESETS = {
-    "tiny_cpu": {"config": {}, "heldout": None, "lora": None},
-    "smoke": {"config": {"num_steps": 3, "prompts_per_step": 4, "eval_k": 4}, "heldout": 8, "lora": None},
+    "tiny_cpu": {"config": {}, "heldout": None, "lora": None, "dtype": "float32"},
+    "smoke": {
+        "config": {"num_steps": 3, "prompts_per_step": 4, "eval_k": 4},
+        "heldout": 8,
+        "lora": None,
+        "dtype": "float32",
+    },
     "real_gpu": {
         "config": {
             "learning_rate": 1e-5,
@@ -127,6 +139,9 @@ RUN_PRESETS = {
         },
         "heldout": None,
         "lora": {"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": LORA_TARGET_MODULES},
+        "dtype": "bfloat16",
+        # what changes on a card without native bf16 (Colab's T4)
+        "no_native_bf16": {"dtype": "float32", "config": {"prompts_per_step": 4}},
     },
 }
 
@@ -149,9 +164,40 @@ def run_parameters(run_mode: str, run_label: str, environ: Mapping[str, str] | N
     return check_run_mode(mode), check_run_label(label)
 
 
-def preset_config(mode: str, **overrides) -> OnlineConfig:
-    """The OnlineConfig of RUN_MODE ``mode`` (its preset over the defaults, then ``overrides``)."""
-    return OnlineConfig(**{**RUN_PRESETS[check_run_mode(mode)]["config"], **overrides})
+def native_bf16() -> bool:
+    """True iff a CUDA card is present and runs bf16 natively (sm >= 80; ``is_bf16_supported`` without emulation:
+    T4 and V100 only emulate it)."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False))
+
+
+def preset(mode: str, bf16_native: bool | None = None) -> dict:
+    """RUN_MODE ``mode``'s preset for the card at hand: ``{"config": {...}, "dtype": name, "lora": ..., "heldout": ...,
+    "card": "native_bf16" | "no_native_bf16" | "cpu"}``. real_gpu on a card without native bf16 takes its
+    ``no_native_bf16`` changes; ``bf16_native`` None asks the machine (:func:`native_bf16`)."""
+    entry = RUN_PRESETS[check_run_mode(mode)]
+    resolved = {
+        "config": dict(entry["config"]),
+        "dtype": entry["dtype"],
+        "lora": entry["lora"],
+        "heldout": entry["heldout"],
+    }
+    if "no_native_bf16" not in entry:
+        return dict(resolved, card="cpu")
+    if bf16_native is None:
+        bf16_native = native_bf16()
+    if bf16_native:
+        return dict(resolved, card="native_bf16")
+    change = entry["no_native_bf16"]
+    return dict(
+        resolved, config={**resolved["config"], **change["config"]}, dtype=change["dtype"], card="no_native_bf16"
+    )
+
+
+def preset_config(mode: str, bf16_native: bool | None = None, **overrides) -> OnlineConfig:
+    """The OnlineConfig of RUN_MODE ``mode`` (its preset for the card, see :func:`preset`, then ``overrides``)."""
+    return OnlineConfig(**{**preset(mode, bf16_native)["config"], **overrides})
 
 
 def preset_lora_config(mode: str):
@@ -171,23 +217,44 @@ def preset_lora_config(mode: str):
     )
 
 
-def preset_dtype(mode: str):
-    """bf16 for real_gpu on a card with native bf16, else float32 (the CPU modes always float32)."""
+def preset_dtype(mode: str, bf16_native: bool | None = None):
+    """The preset's torch dtype for the card: real_gpu bf16 with native bf16, else float32; the CPU modes float32."""
     import torch
 
-    if (
-        check_run_mode(mode) == "real_gpu"
-        and torch.cuda.is_available()
-        and torch.cuda.is_bf16_supported(including_emulation=False)
-    ):
-        return torch.bfloat16
-    return torch.float32
+    return getattr(torch, preset(mode, bf16_native)["dtype"])
 
 
-def load_preset_policy(mode: str, path, device="cpu", seed: int = 0):
-    """(model, tokenizer) for RUN_MODE ``mode`` from the local checkpoint folder or model id ``path``: its dtype and,
-    for real_gpu, a LoRA adapter on LORA_TARGET_MODULES (tools.grpo_experiment.attach_lora; only the adapter
-    trains). Eval mode (no dropout)."""
+def preset_memory_estimate(mode: str, prompt_tokens: int, bf16_native: bool | None = None) -> dict:
+    """An ESTIMATE of the peak memory of one training step of RUN_MODE ``mode`` (real_gpu) on Qwen2.5-0.5B's
+    architecture, at the preset's batch and dtype for the card (``prompts_per_step x num_generations`` completions of
+    ``max_new_tokens``, prompts of ``prompt_tokens``): ``tools.training_mechanism_runtime.lora_step_memory_estimate``
+    (its docstring says what is counted and what is not), plus ``"card"``, ``"rows"``, ``"dtype"``."""
+    from tools.tiny_model import QWEN25_05B_ARCHITECTURE
+    from tools.training_mechanism_runtime import lora_step_memory_estimate
+
+    chosen = preset(mode, bf16_native)
+    if chosen["lora"] is None:
+        raise ValueError(f"RUN_MODE {mode!r} 没有 LoRA 适配器：只估计 real_gpu")
+    config = OnlineConfig(**chosen["config"])
+    rows = config.prompts_per_step * config.num_generations
+    estimate = lora_step_memory_estimate(
+        QWEN25_05B_ARCHITECTURE,
+        weight_dtype=chosen["dtype"],
+        autocast=False,
+        rows=rows,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=config.max_new_tokens,
+        lora_targets=chosen["lora"]["target_modules"],
+        lora_rank=chosen["lora"]["rank"],
+        logprob_path="completion",
+    )
+    return dict(estimate, card=chosen["card"], rows=rows, dtype=chosen["dtype"])
+
+
+def load_preset_policy(mode: str, path, device="cpu", seed: int = 0, bf16_native: bool | None = None):
+    """(model, tokenizer) for RUN_MODE ``mode`` from the local checkpoint folder or model id ``path``: its dtype for
+    the card (:func:`preset`) and, for real_gpu, a LoRA adapter on LORA_TARGET_MODULES (tools.grpo_experiment.
+    attach_lora; only the adapter trains). Eval mode (no dropout)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -195,7 +262,8 @@ def load_preset_policy(mode: str, path, device="cpu", seed: int = 0):
     local = Path(str(path)).is_dir()
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local, dtype=preset_dtype(mode)).to(device)
+    dtype = preset_dtype(mode, bf16_native)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local, dtype=dtype).to(device)
     if lora is not None:
         from tools.grpo_experiment import attach_lora
 

@@ -2,8 +2,9 @@
 
 Sampled pass@1, pass@k (the unbiased estimator) and maj@k (disjoint blocks of k samples vote; an unparseable sample
 votes for "no answer", so maj@1 equals pass@1), the greedy accuracy, what each sample is (``OUTCOMES``) and which
-kind of answer it writes (``COMPLETION_KINDS``: shows its work or answers at once); ``entropy_by_kind`` separates the
-entropy of the two kinds of answer.
+kind of answer it writes (``COMPLETION_KINDS``: shows its work or answers at once), each also per prompt (what the
+multi-seed summary bootstraps over); ``evaluation_seed``: the sampling seed of a run's evaluation after a given
+step, derived from the run's seed; ``entropy_by_kind`` separates the entropy of the two kinds of answer.
 """
 
 from __future__ import annotations
@@ -61,11 +62,29 @@ def majority_correct(parsed_answers, answer, k: int) -> float:
 
 
 COMPLETION_KINDS = ("scratchpad", "direct")
+# evaluate()'s per-prompt columns besides pass@k / maj@k: right share, unparseable share, share that shows its work,
+# mean length in characters (one value per prompt, in the order of ``per_prompt["prompts"]``)
+PER_PROMPT_KEYS = ("pass_at_1", "unparseable", "scratchpad_share", "mean_chars")
 
 
 def completion_kind(text: str) -> str:
     """ "scratchpad" when the completion shows a step of work (it writes a "+"), else "direct"."""
     return "scratchpad" if "+" in text else "direct"
+
+
+EVALUATION_SEED_BASE = 1234
+
+
+def evaluation_seed(run_seed: int, step: int) -> int:
+    """The sampling seed of run ``run_seed``'s evaluation after ``step`` training steps: every run seed draws its own
+    evaluation samples, before (step 0), along the curve and after training, so the spread over seeds holds the
+    evaluation's sampling noise too. Apart from the training loop's sampling seeds (``seed * 1000003 + step``,
+    steps below EVALUATION_SEED_BASE)."""
+    if isinstance(run_seed, bool) or not isinstance(run_seed, int):
+        raise ValueError(f"run_seed 必须是整数，收到 {run_seed!r}")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step 必须是非负整数，收到 {step!r}")
+    return EVALUATION_SEED_BASE + 1000003 * run_seed + step
 
 
 def evaluate(
@@ -76,14 +95,16 @@ def evaluate(
     samples_per_prompt: int = 16,
     temperature: float = 1.0,
     max_new_tokens: int = 25,
-    seed: int = 1234,
+    seed: int = EVALUATION_SEED_BASE,
     ks=(1, 2, 4, 8, 16),
 ) -> dict:
-    """Held-out accuracy: sampled pass@1, pass@k and maj@k for ``ks``, and the greedy accuracy.
+    """Held-out accuracy: sampled pass@1, pass@k and maj@k for ``ks``, and the greedy accuracy; ``per_prompt``:
+    each prompt's own figures as columns (``prompts``, then PER_PROMPT_KEYS and ``pass_at_k`` / ``maj_at_k`` {k:
+    column}), one value per prompt in the order of ``problems``.
 
-    Sampling is seeded (``torch.manual_seed(seed)`` right before ``generate``), so the same weights give the
-    same numbers. Correctness is integer-answer-v1's ``correctness`` (``verify``: nb04's verifier, the strict one,
-    whatever reward a run trained on).
+    Sampling is seeded (``torch.manual_seed(seed)`` right before ``generate``; a run passes ``evaluation_seed``),
+    so the same weights give the same numbers. Correctness is integer-answer-v1's ``correctness`` (``verify``:
+    nb04's verifier, the strict one, whatever reward a run trained on).
     """
     import torch
 
@@ -112,7 +133,8 @@ def evaluate(
     pass_sums = {k: 0.0 for k in ks}
     maj_sums = {k: 0.0 for k in ks}
     correct_total = contains_total = unparseable_total = 0.0
-    per_prompt = {}
+    per_prompt = {"prompts": [p["prompt"] for p in problems], **{key: [] for key in PER_PROMPT_KEYS}}
+    per_prompt.update(pass_at_k={str(k): [] for k in ks}, maj_at_k={str(k): [] for k in ks})
     kinds = {kind: [0, 0.0] for kind in COMPLETION_KINDS}  # kind -> [samples, right]
     for i, problem in enumerate(problems):
         group = texts[i * n : (i + 1) * n]  # the n samples of this prompt
@@ -123,12 +145,18 @@ def evaluate(
         for text, r in zip(group, records):
             kinds[completion_kind(text)][0] += 1
             kinds[completion_kind(text)][1] += r["correctness"]
-        per_prompt[problem["prompt"]] = round(c / n, 6)
         parsed = [r["parsed_answer"] for r in records]
         unparseable_total += sum(a is None for a in parsed) / n
+        per_prompt["pass_at_1"].append(round(c / n, 6))
+        per_prompt["unparseable"].append(round(sum(a is None for a in parsed) / n, 6))
+        per_prompt["scratchpad_share"].append(round(sum(completion_kind(t) == "scratchpad" for t in group) / n, 6))
+        per_prompt["mean_chars"].append(round(sum(len(t) for t in group) / n, 6))
         for k in ks:
-            pass_sums[k] += pass_at_k(n, c, k)
-            maj_sums[k] += majority_correct(parsed, problem["answer"], k)
+            pass_k, maj_k = pass_at_k(n, c, k), majority_correct(parsed, problem["answer"], k)
+            per_prompt["pass_at_k"][str(k)].append(round(pass_k, 6))
+            per_prompt["maj_at_k"][str(k)].append(round(maj_k, 6))
+            pass_sums[k] += pass_k
+            maj_sums[k] += maj_k
     greedy_acc = sum(verify(t, p["answer"])["correctness"] for t, p in zip(greedy_texts, problems))
     count = len(problems)
     return {
@@ -139,6 +167,8 @@ def evaluate(
         "maj_at_k": {str(k): round(v / count, 6) for k, v in maj_sums.items()},
         "temperature": float(temperature),
         "samples_per_prompt": n,
+        "max_new_tokens": int(max_new_tokens),
+        "seed": int(seed),
         "maj_rule": MAJ_RULE,
         "outcomes": {
             "right": round(correct_total / count, 6),
@@ -155,7 +185,7 @@ def evaluate(
         },
         "mean_completion_chars": round(sum(len(t) for t in texts) / len(texts), 3),
         "examples": texts[:n],
-        "per_prompt_pass_at_1": per_prompt,
+        "per_prompt": per_prompt,
     }
 
 

@@ -11,6 +11,10 @@ import random
 from tools.online.task import chat_prompt, problem
 
 GRADING_SFT_STEPS = 40
+# the optimizers a grading case may hand to grpo_step (torch.optim's, defaults but the learning rate): AdamW, as the
+# lesson's loop; SGD, whose step keeps the gradient's scale (AdamW's first step is lr * g / |g| per coordinate), so
+# that the weights after the update show how the gradient was clipped
+GRADING_OPTIMIZERS = {"adamw": "AdamW", "sgd": "SGD"}
 
 
 _GRADING_POLICIES: dict = {}  # seed -> (model, tokenizer) as built, in this process
@@ -37,6 +41,14 @@ def grading_policy(seed: int = 0):
             torch.set_num_threads(threads)
     model, tokenizer = _GRADING_POLICIES[seed]
     return copy.deepcopy(model), copy.deepcopy(tokenizer)
+
+
+def grading_optimizer(name: str, params, lr: float):
+    """The optimizer ``name`` of ``GRADING_OPTIMIZERS`` over ``params`` at ``lr``: the grader's reference and the
+    learner-side harness build the same one."""
+    import torch
+
+    return getattr(torch.optim, GRADING_OPTIMIZERS[name])(params, lr=lr)
 
 
 def _build_grading_policy(seed: int):

@@ -1,7 +1,7 @@
 """Where lesson 7's records live and what they hold besides the run: the course root, the record paths (committed
 reference labels under RESULTS_DIR, every other label under the git-ignored local folder), the hardware and framework
 snapshot, and the validated read and write of the two evidence files - one run's record
-(``tools/schemas/online-grpo-v1.json``) and a multi-seed summary (``tools/schemas/online-grpo-seeds-v1.json``).
+(``tools/schemas/online-grpo-v2.json``) and a multi-seed summary (``tools/schemas/online-grpo-seeds-v2.json``).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 from tools.project_runtime import check_run_label, record_relative_path, resolve_project_root
 
-SCHEMA_VERSION = "online-grpo/v1"
+SCHEMA_VERSION = "online-grpo/v2"
 WORKLOAD_ID = "online-grpo"
-SEEDS_SCHEMA_VERSION = "online-grpo-seeds/v1"
+SEEDS_SCHEMA_VERSION = "online-grpo-seeds/v2"
 SEEDS_WORKLOAD_ID = "online-grpo-seeds"
 RESULTS_KIND = "online"  # benchmarks/results/online/ (reference labels) or benchmarks/results/local/online/ (others)
 RESULTS_DIR = Path("benchmarks") / "results" / RESULTS_KIND
 _SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
-_SCHEMAS = {"record": "online-grpo-v1.json", "seeds": "online-grpo-seeds-v1.json"}  # under _SCHEMAS_DIR
+_SCHEMAS = {"record": "online-grpo-v2.json", "seeds": "online-grpo-seeds-v2.json"}  # under _SCHEMAS_DIR
 
 # (name, RUN_LABEL, extra `make online` arguments) of the ablation records the lesson reads and plots.
 ABLATIONS = [

@@ -1,7 +1,8 @@
 """One online GRPO run of lesson 7, and the check of a RUN_MODE preset.
 
-``run_online_experiment``: evaluate the held-out set, train with the lesson's ``train_fn`` (the held-out curve every
-``eval_every`` steps in between), evaluate again, and write the validated record. ``train_fn`` and ``verify`` come
+``run_online_experiment``: evaluate the held-out set and the transfer sets, train with the lesson's ``train_fn`` (the
+held-out curve every ``eval_every`` steps in between), evaluate again, and write the validated record; every
+evaluation samples with its own seed, derived from the run's (``evaluation_seed``). ``train_fn`` and ``verify`` come
 from the caller (the notebook passes its own functions, ``make online`` the saved ones): this runtime never imports
 the generated ``tools.lessons``. ``preset_check``: a few training steps of a preset, checking that only its LoRA
 adapter trains.
@@ -22,7 +23,7 @@ from tools.online.config import (
     preset_config,
     preset_dtype,
 )
-from tools.online.evaluation import evaluate
+from tools.online.evaluation import evaluate, evaluation_seed
 from tools.online.record import (
     SCHEMA_VERSION,
     framework_versions,
@@ -33,7 +34,7 @@ from tools.online.record import (
     utc_now,
     write_record,
 )
-from tools.online.task import TASK_ID, heldout_subsets, split_problems
+from tools.online.task import ADDENDS, TASK_ID, TRANSFER_ADDENDS, heldout_groups, split_problems, transfer_problems
 from tools.online.warm_start import (
     check_warm_start,
     content_hash,
@@ -112,14 +113,42 @@ def run_online_experiment(
     default_train, default_heldout = split_problems()
     train = default_train if train is None else train
     heldout = default_heldout if heldout is None else heldout
-    eval_kwargs = dict(
-        samples_per_prompt=config.eval_k,
-        temperature=config.temperature,
-        max_new_tokens=config.max_new_tokens,
-        ks=tuple(k for k in (1, 2, 4, 8, 16) if k <= config.eval_k),
-    )
+    ks = tuple(k for k in (1, 2, 4, 8, 16) if k <= config.eval_k)
+
+    def held_out(step):  # the held-out evaluation after `step` training steps, with its own sampling seed
+        return evaluate(
+            model,
+            tokenizer,
+            heldout,
+            verify,
+            samples_per_prompt=config.eval_k,
+            temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens,
+            seed=evaluation_seed(config.seed, step),
+            ks=ks,
+        )
+
+    transfer_sets = {n: transfer_problems(n, size=len(heldout)) for n in TRANSFER_ADDENDS}
+
+    def transfer(step):  # the transfer sets (TRANSFER_ADDENDS addends), room for their longest scratchpad; pass@1 only
+        return {
+            str(n): evaluate(
+                model,
+                tokenizer,
+                problems,
+                verify,
+                samples_per_prompt=config.eval_k,
+                temperature=config.temperature,
+                max_new_tokens=transfer_max_new_tokens(config.max_new_tokens, n),
+                seed=evaluation_seed(config.seed, step),
+                ks=(1,),
+            )
+            for n, problems in transfer_sets.items()
+        }
+
     torch.manual_seed(config.seed)
-    before = evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
+    before = held_out(0)
+    transfer_before = transfer(0)
     ref_model = copy.deepcopy(model).eval() if config.beta > 0 else None
     if ref_model is not None:
         for parameter in ref_model.parameters():
@@ -133,7 +162,7 @@ def run_online_experiment(
         done = row["step"] + 1
         if config.eval_every and done % config.eval_every == 0 and done < config.num_steps:
             started_eval = time.perf_counter()
-            curve.append(curve_point(done, evaluate(model, tokenizer, heldout, verify, **eval_kwargs)))
+            curve.append(curve_point(done, held_out(done)))
             curve_seconds += time.perf_counter() - started_eval
             if progress is not None:
                 print(f"held-out pass@1 after {done} steps: {curve[-1]['pass_at_1']:.3f}", flush=True)
@@ -141,7 +170,8 @@ def run_online_experiment(
     train_started = time.perf_counter()
     steps = train_fn(model, tokenizer, train, config, ref_model=ref_model, progress=on_step)
     train_seconds = time.perf_counter() - train_started - curve_seconds
-    after = evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
+    after = held_out(len(steps))
+    transfer_after = transfer(len(steps))
     curve.append(curve_point(len(steps), after))
     hardware["load_average_after"] = load_average()
     record = {
@@ -161,8 +191,16 @@ def run_online_experiment(
             "heldout_prompts": len(heldout),
             "before": before,
             "after": after,
-            "subsets": subset_pass_at_1(heldout_subsets(train, heldout), before, after),
+            "groups": heldout_groups(train, heldout),
             "curve": curve,
+            "transfer": {
+                key: {
+                    "prompts": len(transfer_sets[int(key)]),
+                    "before": transfer_before[key],
+                    "after": transfer_after[key],
+                }
+                for key in transfer_before
+            },
         },
         "train_seconds": round(train_seconds, 3),
         "curve_eval_seconds": round(curve_seconds, 3),
@@ -176,42 +214,44 @@ def run_online_experiment(
     return record
 
 
+CURVE_PER_PROMPT_KEYS = ("pass_at_1", "scratchpad_share", "mean_chars")  # evaluate()'s columns a curve point keeps
+
+
 def curve_point(step: int, evaluation: dict) -> dict:
     """One point of the held-out curve: after ``step`` training steps, ``evaluate``'s pass@1, outcome shares, share of
-    completions that show their work and mean length in characters."""
+    completions that show their work and mean length in characters, and the per-prompt columns of the three
+    (CURVE_PER_PROMPT_KEYS, in the order of the held-out prompts; the multi-seed summary bootstraps over them)."""
     return {
         "step": int(step),
         "pass_at_1": evaluation["pass_at_1"],
         "outcomes": evaluation["outcomes"],
         "scratchpad_share": evaluation["kinds"]["scratchpad"]["share"],
         "mean_completion_chars": evaluation["mean_completion_chars"],
+        "per_prompt": {key: evaluation["per_prompt"][key] for key in CURVE_PER_PROMPT_KEYS},
     }
 
 
-def subset_pass_at_1(subsets: dict, before: dict, after: dict) -> dict:
-    """{subset: {prompts, before, after}}: held-out pass@1 over each subset's prompts (per_prompt_pass_at_1)."""
-    out = {}
-    for name, prompts in subsets.items():
-        if prompts:
-            out[name] = {
-                "prompts": len(prompts),
-                "before": round(sum(before["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6),
-                "after": round(sum(after["per_prompt_pass_at_1"][p] for p in prompts) / len(prompts), 6),
-            }
-    return out
+def transfer_max_new_tokens(max_new_tokens: int, addends: int) -> int:
+    """The completion length limit of a transfer set of ``addends`` addends: the run's ``max_new_tokens`` (sized for
+    the longest scratchpad of ADDENDS addends), scaled by the scratchpad's number of steps, never below it."""
+    return max(int(max_new_tokens), math.ceil(max_new_tokens * (addends - 1) / (ADDENDS - 1)))
 
 
-def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
-    """``steps`` training steps of RUN_MODE ``mode``'s preset (its config, dtype and LoRA) on the checkpoint folder
-    ``model_path`` with the lesson's ``train_fn``, on CUDA when available else the CPU. Checks: the trainable
+def preset_check(train_fn, mode: str, model_path, steps: int = 2, bf16_native: bool | None = None, **overrides) -> dict:
+    """``steps`` training steps of RUN_MODE ``mode``'s preset (its config, dtype and LoRA for the card: ``preset``;
+    ``bf16_native`` picks the card's variant on any machine) on the checkpoint folder ``model_path`` with the lesson's
+    ``train_fn``, on CUDA when available else the CPU, at a reduced batch (2 prompts x 4 completions) unless
+    ``overrides`` set other config fields. Checks: the trainable
     parameters are exactly the LoRA adapter's (count from the shapes: rank x (in + out) per targeted Linear), AdamW
     holds state for those parameters only, the base weights are bit-identical after training and the adapter moved,
     every logged metric is finite. Returns a JSON-ready report with ``passed``."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_preset_policy(mode, model_path, device=device)
-    config = preset_config(mode, num_steps=steps, prompts_per_step=2, num_generations=4)
+    model, tokenizer = load_preset_policy(mode, model_path, device=device, bf16_native=bf16_native)
+    config = preset_config(
+        mode, bf16_native, **{"num_steps": steps, "prompts_per_step": 2, "num_generations": 4, **overrides}
+    )
     lora = RUN_PRESETS[mode]["lora"]
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     frozen_before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
@@ -245,13 +285,14 @@ def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
         checks["trainable_count_is_lora"] = n_trainable == expected
         checks["only_lora_trainable"] = all("lora_" in n for n in trainable)
         checks["dtype_is_preset"] = all(
-            p.dtype == preset_dtype(mode) for p in frozen_before.values() if p.is_floating_point()
+            p.dtype == preset_dtype(mode, bf16_native) for p in frozen_before.values() if p.is_floating_point()
         )
     return {
         "mode": mode,
         "model": str(model_path),
         "device": device,
-        "dtype": str(preset_dtype(mode)),
+        "dtype": str(preset_dtype(mode, bf16_native)),
+        "config": config.to_dict(),
         "learning_rate": config.learning_rate,
         "lora": None if lora is None else dict(lora, target_modules=list(lora["target_modules"])),
         "trainable_parameters": n_trainable,
@@ -260,6 +301,8 @@ def preset_check(train_fn, mode: str, model_path, steps: int = 2) -> dict:
         "optimizer_state_numel": state_numel,
         "seconds": round(seconds, 3),
         "completion_length": [row["completion_length"] for row in steps_log],
+        "approx_kl": [row["approx_kl"] for row in steps_log],
+        "clip_ratio": [row["clip_ratio_low"] + row["clip_ratio_high"] for row in steps_log],
         "checks": checks,
         "passed": all(checks.values()),
     }

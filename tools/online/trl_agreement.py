@@ -31,7 +31,8 @@ MATRIX_EPSILON, MATRIX_EPSILON_HIGH = 0.2, 0.28
 EQUIVALENT_LOSS_TYPES = {frozenset(("bnpo", "dapo"))}
 
 
-def _relative(a, b) -> float:
+def relative_difference(a, b) -> float:
+    """|a - b| / max(|a|, |b|) (norms for tensors), 0 when both are 0."""
     import torch
 
     a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
@@ -156,9 +157,27 @@ def course_loss_and_grad(
     return out["losses"][0], grad, out
 
 
-def _reward_never_called(completions, **kwargs):
-    """The reward of a trainer that only computes ``_compute_loss`` on a given batch: never sampled, never scored."""
-    raise RuntimeError("trl_loss_and_grad computes the loss of a given batch; no reward is scored")
+def reward_never_called(completions, **kwargs):
+    """The reward of a trainer whose rollout is given (``trl_loss_and_grad``, ``trl_scenarios.trl_scenario``):
+    nothing is sampled, so nothing is scored."""
+    raise RuntimeError("the trainer's rollout is given; no reward is scored")
+
+
+def trl_inputs(batch) -> dict:
+    """``batch`` (the lesson's rollout keys plus ``advantages``) as TRL's trainer holds a rollout: the dict its
+    ``_generate_and_score_completions`` returns and ``_compute_loss`` reads (masks as integers,
+    ``num_items_in_batch``: the batch's count of valid completion tokens)."""
+    mask = batch["completion_mask"]
+    return {
+        "prompt_ids": batch["prompt_ids"],
+        "prompt_mask": batch["prompt_mask"].long(),
+        "completion_ids": batch["completion_ids"],
+        "completion_mask": mask.long(),
+        "advantages": batch["advantages"],
+        "old_per_token_logps": batch["old_per_token_logps"],
+        "ref_per_token_logps": batch["ref_per_token_logps"],
+        "num_items_in_batch": mask.sum().to(batch["old_per_token_logps"].dtype),
+    }
 
 
 def trl_loss_and_grad(
@@ -196,21 +215,11 @@ def trl_loss_and_grad(
         tokenizer,
         problems[: config.prompts_per_step],
         grpo_config(config, max_steps=1),
-        _reward_never_called,
+        reward_never_called,
     )
     if trainer.args.use_bias_correction_kl is not use_bias_correction_kl or trainer.beta != beta:
         raise RuntimeError("GRPOConfig did not take the settings")
-    mask = batch["completion_mask"]
-    inputs = {
-        "prompt_ids": batch["prompt_ids"],
-        "prompt_mask": batch["prompt_mask"].long(),
-        "completion_ids": batch["completion_ids"],
-        "completion_mask": mask.long(),
-        "advantages": batch["advantages"],
-        "old_per_token_logps": batch["old_per_token_logps"],
-        "ref_per_token_logps": batch["ref_per_token_logps"],
-        "num_items_in_batch": mask.sum().float(),
-    }
+    inputs = trl_inputs(batch)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.training_step during train(); one step here
     trainer.model.zero_grad(set_to_none=True)
@@ -226,8 +235,61 @@ def trl_loss_and_grad(
 
 
 def _disagrees(course, trl_loss, trl_grad) -> dict:
-    loss_rel, grad_rel = _relative(course[0], trl_loss), _relative(course[1], trl_grad)
+    loss_rel, grad_rel = relative_difference(course[0], trl_loss), relative_difference(course[1], trl_grad)
     return {"loss_rel": loss_rel, "grad_rel": grad_rel, "detected": max(loss_rel, grad_rel) > AGREEMENT_RTOL}
+
+
+def matrix_key(setting) -> tuple:
+    """A row of the matrix as a key: (loss_type, beta, use_bias_correction_kl)."""
+    return setting["loss_type"], setting["beta"], setting["use_bias_correction_kl"]
+
+
+def trl_matrix_references(policy, tokenizer, problems, batch, matrix=None, max_new_tokens=6) -> dict:
+    """TRL's side of every row of ``matrix`` (default MATRIX) on ``batch``, computed once:
+    {``matrix_key``: (loss, flat gradient)}."""
+    return {
+        matrix_key(setting): trl_loss_and_grad(
+            policy,
+            tokenizer,
+            problems,
+            batch,
+            loss_type=setting["loss_type"],
+            beta=setting["beta"],
+            use_bias_correction_kl=setting["use_bias_correction_kl"],
+            max_completion_length=max_new_tokens,
+        )
+        for setting in matrix or MATRIX
+    }
+
+
+def matrix_row(grpo_step, policy, batch, setting, trl, max_new_tokens=6) -> dict:
+    """One row of the matrix: the lesson's ``grpo_step`` (epoch 0) against TRL's (loss, gradient) ``trl``."""
+    lt, beta, bc = matrix_key(setting)
+    course = course_loss_and_grad(
+        grpo_step,
+        policy,
+        batch,
+        loss_type=lt,
+        beta=beta,
+        use_bias_correction_kl=bc,
+        max_completion_length=max_new_tokens,
+    )
+    metrics = course[2]
+    row = {
+        "loss_type": lt,
+        "beta": beta,
+        "use_bias_correction_kl": bc,
+        "course_loss": course[0],
+        "trl_loss": trl[0],
+        "loss_rel": relative_difference(course[0], trl[0]),
+        "grad_rel": relative_difference(course[1], trl[1]),
+        "grad_norm": float(trl[1].norm()),
+        "clip_ratio_low": metrics["clip_ratio_low"],
+        "clip_ratio_high": metrics["clip_ratio_high"],
+        "kl_ref": metrics["kl_ref"],
+    }
+    row["agree"] = max(row["loss_rel"], row["grad_rel"]) <= AGREEMENT_RTOL
+    return row
 
 
 def trl_agreement(
@@ -241,9 +303,11 @@ def trl_agreement(
     sensitivity=True,
     max_new_tokens=6,
     seed=3,
+    references=None,
 ) -> list[dict]:
     """Loss and gradient of the lesson's ``grpo_step`` vs ``GRPOTrainer._compute_loss`` for every row of ``matrix``
-    (default MATRIX) on one ``agreement_batch``.
+    (default MATRIX) on one ``agreement_batch``. ``references`` (``trl_comparison.trl_references``): the batch and
+    TRL's side already computed, reused here.
 
     With ``sensitivity``, each row is also compared after one side drops the option the row exercises, and each
     such comparison must disagree (``detected``) for the comparison to be able to fail:
@@ -255,43 +319,25 @@ def trl_agreement(
     """
     import torch
 
-    torch.manual_seed(seed)
-    batch = agreement_batch(
-        sample_group, policy, ref_model, tokenizer, problems, max_new_tokens=max_new_tokens, seed=seed
-    )
+    matrix = matrix or MATRIX
+    if references is None:
+        torch.manual_seed(seed)
+        batch = agreement_batch(
+            sample_group, policy, ref_model, tokenizer, problems, max_new_tokens=max_new_tokens, seed=seed
+        )
+        trl_side = trl_matrix_references(policy, tokenizer, problems, batch, matrix, max_new_tokens)
+    else:
+        batch, trl_side = references["batch"], references["matrix"]
     rows = []
-    for setting in matrix or MATRIX:
-        lt, beta, bc = setting["loss_type"], setting["beta"], setting["use_bias_correction_kl"]
-        common = dict(max_completion_length=max_new_tokens)
-        course = course_loss_and_grad(
-            grpo_step, policy, batch, loss_type=lt, beta=beta, use_bias_correction_kl=bc, **common
-        )
-        trl_loss, trl_grad = trl_loss_and_grad(
-            policy,
-            tokenizer,
-            problems,
-            batch,
-            loss_type=lt,
-            beta=beta,
-            use_bias_correction_kl=bc,
-            max_completion_length=max_new_tokens,
-        )
-        metrics = course[2]
-        row = {
-            "loss_type": lt,
-            "beta": beta,
-            "use_bias_correction_kl": bc,
-            "course_loss": course[0],
-            "trl_loss": trl_loss,
-            "loss_rel": _relative(course[0], trl_loss),
-            "grad_rel": _relative(course[1], trl_grad),
-            "grad_norm": float(trl_grad.norm()),
-            "clip_ratio_low": metrics["clip_ratio_low"],
-            "clip_ratio_high": metrics["clip_ratio_high"],
-            "kl_ref": metrics["kl_ref"],
-        }
-        row["agree"] = max(row["loss_rel"], row["grad_rel"]) <= AGREEMENT_RTOL
+    for setting in matrix:
+        lt, beta, bc = matrix_key(setting)
+        trl_loss, trl_grad = trl_side[matrix_key(setting)]
+        row = matrix_row(grpo_step, policy, batch, setting, (trl_loss, trl_grad), max_new_tokens)
         if sensitivity:
+            common = dict(max_completion_length=max_new_tokens)
+            course = course_loss_and_grad(
+                grpo_step, policy, batch, loss_type=lt, beta=beta, use_bias_correction_kl=bc, **common
+            )
             checks, not_exercised = {}, {}
             kw = dict(loss_type=lt, beta=beta, use_bias_correction_kl=bc, **common)
             for other in MATRIX_LOSS_TYPES:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tools.online.config import preset_dtype, preset_lora_config
-from tools.online.evaluation import OUTCOMES, evaluate
+from tools.online.evaluation import evaluate, evaluation_seed
 from tools.online.figures import plot_steps
 from tools.online.record import (
     SEEDS_SCHEMA_VERSION,
@@ -22,9 +22,8 @@ from tools.online.record import (
     resolve_root,
     utc_now,
 )
-from tools.online.run import subset_pass_at_1
-from tools.online.seeds import mean_ci95
-from tools.online.task import heldout_subsets, split_problems, strict_rewards
+from tools.online.seeds import heldout_statistics
+from tools.online.task import heldout_groups, split_problems, strict_rewards
 from tools.online.trl_trainer import grpo_config, make_trainer, quiet
 from tools.online.warm_start import content_hash, load_policy, sft_checkpoint_path
 from tools.project_runtime import check_run_label
@@ -96,8 +95,9 @@ def train_with_trl(model_path, config, problems, verify, max_steps: int = 30, mo
 def trl_seed_entry(config, verify, root=None) -> dict:
     """One seed of ``GRPOTrainer.train()`` on the lesson's task from the lesson's SFT warm start, evaluated on the
     held-out prompts exactly as the course loop is (``evaluate`` with ``verify``, nb04's verifier, which is also the
-    reward; same samples per prompt and evaluation seed):
-    a ``seeds[]`` entry of the online-grpo-seeds/v1 summary."""
+    reward; same samples per prompt, evaluation seeds from the run seed: ``evaluation_seed``):
+    a ``seeds[]`` entry of the online-grpo-seeds/v2 summary, with the two evaluations and the held-out groups under
+    ``_before`` / ``_after`` / ``_groups`` for ``trl_seeds_summary`` (which leaves them out of the entry)."""
     import torch
 
     quiet()
@@ -107,9 +107,12 @@ def trl_seed_entry(config, verify, root=None) -> dict:
     model, tokenizer = load_policy(path)
     train, heldout = split_problems()
     eval_kwargs = dict(
-        samples_per_prompt=config.eval_k, temperature=config.temperature, max_new_tokens=config.max_new_tokens, ks=(1,)
+        samples_per_prompt=config.eval_k,
+        temperature=config.temperature,
+        max_new_tokens=config.max_new_tokens,
+        ks=tuple(k for k in (1, 2, 4, 8, 16) if k <= config.eval_k),
     )
-    before = evaluate(model, tokenizer, heldout, verify, **eval_kwargs)
+    before = evaluate(model, tokenizer, heldout, verify, seed=evaluation_seed(config.seed, 0), **eval_kwargs)
     torch.manual_seed(config.seed)
     trainer = make_trainer(
         model,
@@ -122,27 +125,33 @@ def trl_seed_entry(config, verify, root=None) -> dict:
     if trainer.state.global_step != config.num_steps:
         raise RuntimeError(f"GRPOTrainer ran {trainer.state.global_step} steps, not {config.num_steps}")
     trained = trainer.model.eval()
-    after = evaluate(trained, tokenizer, heldout, verify, **eval_kwargs)
-    subsets = subset_pass_at_1(heldout_subsets(train, heldout), before, after)
+    after = evaluate(
+        trained, tokenizer, heldout, verify, seed=evaluation_seed(config.seed, config.num_steps), **eval_kwargs
+    )
     return {
         "seed": config.seed,
         "pass_at_1_before": before["pass_at_1"],
         "pass_at_1_after": after["pass_at_1"],
         "gain": round(after["pass_at_1"] - before["pass_at_1"], 6),
+        "evaluation_seeds": [before["seed"], after["seed"]],
         "train_steps": trainer.state.global_step,
         "wall_seconds": round(time.perf_counter() - started, 3),
         "warm_start_hash": content_hash(path),
         "record": "trl.GRPOTrainer (no per-step record)",
         "outcomes_before": before["outcomes"],
         "outcomes_after": after["outcomes"],
-        "subsets": subsets,
+        "_before": before,
+        "_after": after,
+        "_groups": heldout_groups(train, heldout),
     }
 
 
 def trl_seeds_summary(label, config, entries) -> dict:
-    """The online-grpo-seeds/v1 summary of ``trl_seed_entry`` results (``trainer``: what produced them)."""
+    """The online-grpo-seeds/v2 summary of ``trl_seed_entry`` results (``trainer``: what produced them); its held-out
+    figures are ``heldout_statistics``, the course loop's (no transfer sets: the TRL seeds evaluate the held-out set
+    only)."""
 
-    seeds = [{k: v for k, v in e.items() if k != "subsets"} for e in entries]
+    seeds = [{k: v for k, v in e.items() if not k.startswith("_")} for e in entries]
     summary = {
         "schema_version": SEEDS_SCHEMA_VERSION,
         "run_label": check_run_label(label),
@@ -150,20 +159,7 @@ def trl_seeds_summary(label, config, entries) -> dict:
         "config": {k: v for k, v in config.to_dict().items() if k != "seed"},
         "trainer": f"trl.GRPOTrainer {framework_versions()['trl']} (grpo_config: the same settings)",
         "seeds": seeds,
-        "gain_pass_at_1": mean_ci95([e["gain"] for e in seeds]),
-        "pass_at_1_before": mean_ci95([e["pass_at_1_before"] for e in seeds]),
-        "pass_at_1_after": mean_ci95([e["pass_at_1_after"] for e in seeds]),
-        "gain_by_outcome": {
-            kind: mean_ci95([e["outcomes_after"][kind] - e["outcomes_before"][kind] for e in seeds])
-            for kind in OUTCOMES
-        },
-        "gain_by_heldout_subset": {
-            name: dict(
-                mean_ci95([e["subsets"][name]["after"] - e["subsets"][name]["before"] for e in entries]),
-                prompts=entries[0]["subsets"][name]["prompts"],
-            )
-            for name in entries[0]["subsets"]
-        },
+        **heldout_statistics([e["_before"] for e in entries], [e["_after"] for e in entries], entries[0]["_groups"]),
         "framework": framework_versions(),
         "hardware": hardware_snapshot(),
     }

@@ -29,25 +29,23 @@ def oracle_assignments() -> list[str]:
 
 def run_in_kernel(
     assignment: str, test: str, namespace: dict, seed: str | None = None, flags: dict | None = None
-) -> int:
+) -> None:
     """Run the oracle's cases of the test cell ``test`` of ``assignment`` on the functions in ``namespace`` (the
-    notebook's ``globals()``), in this process, as the pipeline's driver runs them (``driver.make_case_runner``, the
-    same plain-data round trip, the same ``judging.verdicts``). Raises ``AssertionError`` with the oracle's Chinese
-    message when a case fails; returns the number of cases. ``flags``: the oracle's case families switched on (default:
-    the course config's ``c.GradingPipeline.oracle_flags``, as the pipeline); ``seed``: for tests (default: the public
-    ``GRPO_KERNEL_CASES_SEED`` if set, else fresh entropy; never the instructor's grading seed)."""
-    import torch
-
+    notebook's ``globals()``), in this process, as a pipeline kernel runs them (``case_runner.make_runner``, the same
+    plain-data records, the same ``judging.verdicts``). Raises ``AssertionError`` with the oracle's Chinese message
+    when a case fails; returns None: the hidden region ends with this call, and nbgrader reads a test cell's value as
+    its partial credit (a count of cases above the cell's points made plain ``nbgrader autograde`` fail).
+    ``flags``: the oracle's case families switched on (default: the course config's ``c.GradingPipeline.oracle_flags``,
+    as the pipeline); ``seed``: for tests (default: the public ``GRPO_KERNEL_CASES_SEED`` if set, else fresh entropy;
+    never the instructor's grading seed)."""
+    from ..case_runner import make_runner
     from ..course import load_settings
-    from ..driver import make_case_runner
-    from ..judging import verdicts
+    from ..judging import parse_results, verdicts
     from ..oracle import load_oracle
 
     oracle = load_oracle(assignment)
     if oracle is None or test not in oracle.tests:
         raise ValueError(f"run_in_kernel: no oracle test {test!r} for {assignment!r}")
-    if oracle.prelude:  # the oracle's learner-side harness (lesson 7), defined in the notebook's namespace
-        exec(compile(oracle.prelude, str(oracle.harness), "exec"), namespace)  # noqa: S102
     if flags is None:
         flags = load_settings().oracle_flags.get(assignment, {})
     cases = [
@@ -55,22 +53,11 @@ def run_in_kernel(
         for case in oracle.cases(seed or os.environ.get(KERNEL_SEED_ENV) or secrets.token_hex(16), flags)
         if case.test == test
     ]
-    run_case = make_case_runner(torch, namespace)
-    results = {}
-    for case in cases:
-        record = run_case(json.loads(json.dumps(case.wire())))
-        try:
-            results[case.id] = json.loads(json.dumps(record, ensure_ascii=False))
-        except (TypeError, ValueError, RecursionError) as error:
-            results[case.id] = {
-                "case": case.id,
-                "status": "raised",
-                "type": "EncodeError",
-                "mro": [],
-                "message": str(error)[:200],
-            }
+    lines: list[bytes] = []
+    job = {"cases": [case.wire() for case in cases], "prelude": oracle.prelude}
+    make_runner(json.loads(json.dumps(job)), lines.append)(test, namespace)
+    results, _cells, _problem = parse_results(b"".join(lines))
     verdict = verdicts(oracle, cases, results, "没有结果（no result）")[test]
     if not verdict.passed:
         raise AssertionError(verdict.message)
     print(f"✅ {test}：{verdict.cases} 个用例全部通过")
-    return verdict.cases

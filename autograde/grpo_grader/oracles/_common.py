@@ -6,7 +6,7 @@ import math
 
 import torch
 
-# Modules a lesson's kernels or drivers import beyond the zygotes' own (its ZYGOTE_IMPORTS; Oracle.zygote_imports):
+# Modules a lesson's kernels import beyond the zygote's own (its ZYGOTE_IMPORTS; Oracle.zygote_imports):
 # transformers' Qwen2 model (the tiny checkpoint), ~3 s per process. Not TRL's GRPOTrainer (lessons 3b and 7, ~1 s):
 # a kernel zygote that had imported it (with accelerate, datasets, pyarrow) made the sample class's grading cost about
 # 10 CPU-seconds more than its 10 TRL kernels saved (A/B runs of the same class, 2026-12-03).

@@ -1,28 +1,25 @@
 """The learner-side harness of lesson 7's oracle (``HARNESS`` of ``nb07_online_grpo.py``).
 
 A model cannot travel as plain data, so lesson 7's cases call these functions instead of the learner's: each builds
-``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded; built once per process, or inherited from the oracle zygote that built it) and calls the
-learner's ``sample_group`` / ``grpo_step`` on it with the inputs the grader sent. This file is not imported: the
-driver runs its source as the first cell of the learner's notebook, and ``oracles.run_in_kernel`` executes it in the
-kernel's ``globals()``, so the learner's functions are found in that namespace when a case calls them. It also
-provides the imports of the setup cells the driver leaves out (``SKIP_SETUP``). Only the standard library, torch
-and ``tools`` (the kernel's course copy) are used: it runs inside the sandbox.
+``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded; built once per process, or inherited from
+the kernel zygote that built it) and calls the learner's ``sample_group`` / ``grpo_step`` on it with the inputs the
+grader sent. This file is not imported: the case runner (``case_runner.make_runner``, in the kernel and in
+``oracles.run_in_kernel``) executes its source at the lesson's first test cell in a namespace of its own, whose
+``_NOTEBOOK`` is the notebook's namespace, where the learner's functions are found when a case calls them. Only the
+standard library, torch and ``tools`` (the kernel's course copy) are used: it runs inside the sandbox.
 """
 
 import copy
-import json  # noqa: F401 (the skipped setup cells import it for the answer cells)
-import math  # noqa: F401 (idem)
-import os  # noqa: F401 (idem)
-import time  # noqa: F401 (idem)
 
 import torch
 
 _ORACLE_STATE = {}
+_NOTEBOOK: dict = {}  # the notebook's namespace: the case runner sets it after this text has run
 
 
 def _learner(name):
     """The learner's function ``name``, as the notebook's namespace holds it when the case runs."""
-    return globals()[name]
+    return _NOTEBOOK[name]
 
 
 def _oracle_policy():
@@ -66,10 +63,12 @@ def _oracle_sample_seeds(prompts, num_generations, temperature, max_new_tokens, 
     ]
 
 
-def _oracle_step(rollout, advantages, settings, lr):
+def _oracle_step(rollout, advantages, settings, lr, optimizer="adamw"):
+    from tools.online.grading_policy import grading_optimizer as _grading_optimizer
+
     model, _ = _oracle_policy()
     model = copy.deepcopy(model).double()
     metrics = _learner("grpo_step")(
-        model, torch.optim.AdamW(model.parameters(), lr=lr), rollout, advantages, **settings
+        model, _grading_optimizer(optimizer, model.parameters(), lr), rollout, advantages, **settings
     )
     return {"metrics": metrics, "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()])}

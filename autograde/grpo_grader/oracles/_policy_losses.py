@@ -9,6 +9,7 @@ import copy
 import torch
 
 from tools.loss_types import LOSS_TYPES  # the one home of the names (re-exported in __all__)
+from tools.online.grading_policy import grading_optimizer
 
 from ._common import normal, ragged_mask, uniform
 
@@ -73,15 +74,18 @@ def reference_step(
     max_completion_length=None,
     use_bias_correction_kl=True,
     extras=None,
+    optimizer="adamw",
 ):
     """Float64 re-derivation of one ``grpo_step`` (same keyword arguments and defaults; ``epsilon_high=None`` means
-    ``epsilon``) on a copy of ``model`` with AdamW at ``lr``: (per-epoch losses, parameters after, clip_ratio_low,
-    clip_ratio_high and approx_kl per epoch). The one reference of the update (the lesson's hidden tests run the
-    nb07_online_grpo oracle's cases). ``extras`` (a dict) also receives ``entropy`` (the first epoch's masked mean token
-    entropy) and ``grad_norms`` (each epoch's gradient norm before clipping)."""
+    ``epsilon``) on a copy of ``model`` with ``optimizer`` (``GRADING_OPTIMIZERS``: torch's AdamW or SGD, defaults
+    but ``lr``): (per-epoch losses, parameters after, clip_ratio_low, clip_ratio_high and approx_kl per epoch). The one
+    reference of the update (the lesson's hidden tests run the nb07_online_grpo oracle's cases). ``extras`` (a dict)
+    also receives ``entropy`` (the first epoch's masked mean token entropy), ``grad_norms`` (each epoch's gradient
+    norm before clipping) and, for beta > 0, ``kl_refs`` / ``kl_refs_weighted`` (each epoch's masked mean of k3 to the
+    reference, alone / times the ratio as TRL logs it with ``use_bias_correction_kl``)."""
     epsilon_high = epsilon if epsilon_high is None else epsilon_high
     m = copy.deepcopy(model).double()
-    opt = torch.optim.AdamW(m.parameters(), lr=lr)
+    opt = grading_optimizer(optimizer, m.parameters(), lr)
     mask = rollout["completion_mask"] != 0
     w = mask.double()
     old = rollout["old_per_token_logps"].double()
@@ -105,6 +109,10 @@ def reference_step(
             ref = rollout["ref_per_token_logps"].double()
             kl = k3(torch.where(mask, logps, ref), ref)
             ptl = ptl + beta * kl * (ratio if use_bias_correction_kl else 1.0)
+            if extras is not None:  # metrics: no graph
+                tokens = w.sum().clamp(min=1)
+                extras.setdefault("kl_refs", []).append(float((kl.detach() * w).sum() / tokens))
+                extras.setdefault("kl_refs_weighted", []).append(float((kl * ratio).detach().mul(w).sum() / tokens))
         # one process: dapo's num_items_in_batch is the batch's own count of valid tokens
         loss = reduce(ptl, mask, loss_type, lmax, num_items_in_batch=w.sum())
         opt.zero_grad()

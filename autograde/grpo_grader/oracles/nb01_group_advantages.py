@@ -31,6 +31,7 @@ CASE_SOURCES = [
     (r"^rewards 不是一维$|^二维 rewards$", "`rewards` 不是一维"),
     (r"^group_ids 与 rewards 形状不同$", "两者形状不同"),
     (r"^rewards 为空$", "`rewards` 为空"),
+    (r"^rewards 不是浮点张量（", "`rewards` 不是浮点张量"),
     (r"^rewards 含 (NaN|inf|-inf)$", "`rewards` 含 NaN 或 inf"),
     (r"^eps = ", "`eps` 不是正的有限数"),
     (r"^group_ids 不是整数$", "`group_ids` 不是整数类型"),
@@ -44,8 +45,6 @@ CASE_SOURCES = [
     (r"^计分问题的答案格式|^七种约定对 \[0, 0, 0, 1\] 的优势$", "同一组 [0, 0, 0, 1]，七种约定各给出什么？"),
     (r"^七种约定对一组 0/1 奖励", "评分时还会用别的 `G` 和别的 0/1 组检查同一个函数"),
 ]
-# setup cells (not answers, not tests) that the oracle run does not need: the timing cells
-SKIP_SETUP: tuple = ()  # its demonstrations (SafeExecute.demo_cells) are all the driver leaves out
 FLAGS: dict = {}
 
 
@@ -199,6 +198,17 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
             what="二维 rewards",
         )
     )
+    for dtype in (torch.long, torch.bool):
+        out.append(
+            Case(
+                hid,
+                "compute_group_advantages",
+                (torch.tensor([1, 0, 1]).to(dtype), ids3),  # no draw: later cases keep theirs
+                {},
+                Raises("ValueError"),
+                what=f"rewards 不是浮点张量（{dtype}）",
+            )
+        )
 
     # --- group_relative_advantages (MiniMind layout: rows of G consecutive rewards, std + eps)
     vis, hid = "test_group_relative_advantages_visible", "test_group_relative_advantages_hidden"
@@ -396,4 +406,4 @@ def _conventions_values(group: list[float], other: list[float]):
     return check
 
 
-__all__ = ["TESTS", "SKIP_SETUP", "FLAGS", "cases", "course_advantages", "minimind_advantages", "Each"]
+__all__ = ["TESTS", "FLAGS", "cases", "course_advantages", "minimind_advantages", "Each"]

@@ -52,7 +52,6 @@ CASE_SOURCES = [
     (r"^beta > 0 却没有参考策略$", "`beta > 0` 却没有给 `log_probs_ref`"),
     (r"^无效位置的对数比为 800", "无效位置上的大数值不影响损失与梯度"),
 ]
-SKIP_SETUP: tuple = ()  # its demonstrations (SafeExecute.demo_cells) are all the driver leaves out
 # Conventions being rolled out (common brief C1-C3); a correct current solution fails these, so they are off
 # until the lesson implements them: c.GradingPipeline.oracle_flags = {"nb02_grpo_objective": {...: True}}
 FLAGS = {

@@ -41,8 +41,6 @@ CASE_SOURCES = [
     (r"^“梯度在哪里消失”", "评分时还会用别的 `A` 与 `r` 检查同一个函数"),
     (r"^Q[2358]($|（)", "检查 Q"),
 ]
-# setup cells the answers do not need: the gradient figure and the trace lab demo
-SKIP_SETUP = ("trace_lab",)  # grade_ids, besides the demonstrations (SafeExecute.demo_cells)
 FLAGS = {
     "masked_large_log_ratio": False,  # C3: log-ratio 800 at masked positions leaves loss and grad finite, unchanged
     "mask_values_checked": False,  # C1: a mask value other than 0/1 -> ValueError
@@ -367,4 +365,4 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     return out
 
 
-__all__ = ["TESTS", "SKIP_SETUP", "FLAGS", "cases", "Exact"]
+__all__ = ["TESTS", "FLAGS", "cases", "Exact"]

@@ -45,8 +45,6 @@ CASE_SOURCES = [
     (r"^mask 含 0/1 以外的值$|^completion_mask 含 0/1 以外的值$", "取值是 bool 或 0/1"),
     (r"^Q9($|（)", "检查 Q9"),
 ]
-# setup cells the answers do not need: TRL's conformance run (imports TRL) and the demos
-SKIP_SETUP = ("family_demo",)  # grade_ids, besides the demonstrations (SafeExecute.demo_cells)
 FLAGS = {
     "mask_values_checked": False,  # C1: a mask value other than 0/1 -> ValueError
 }
@@ -349,4 +347,4 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     return out
 
 
-__all__ = ["TESTS", "SKIP_SETUP", "FLAGS", "cases", "choice"]
+__all__ = ["TESTS", "FLAGS", "cases", "choice"]

@@ -33,7 +33,6 @@ CASE_SOURCES = [
     (r"^rewards_per_func 不合法$", "`rewards_per_func` 不是浮点张量或不是二维"),
     (r"^weights=", "权重个数与 `F` 不一致、不是一维、含有 NaN/inf"),
 ]
-SKIP_SETUP = ("demo_code_verifier",)  # grade_ids: the subprocess demo of a code verifier
 FLAGS: dict = {}
 KEYS = {"verifier_id", "status", "parsed_answer", "correctness", "format_pass", "total_reward"}
 DIGITS = "0123456789"
@@ -283,4 +282,4 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
     return out
 
 
-__all__ = ["TESTS", "FLAGS", "SKIP_SETUP", "cases", "verify_reference", "Mismatch"]
+__all__ = ["TESTS", "FLAGS", "cases", "verify_reference", "Mismatch"]

@@ -32,11 +32,8 @@ CASE_SOURCES = [
         "输入不合法（维度、dtype、形状不匹配、`T < 2`、词元越界）时抛出 `ValueError`",
     ),
 ]
-# the setup cell loads the tiny checkpoint, in the kernel and in the driver
-ZYGOTE_IMPORTS = {"kernel": QWEN2_MODEL, "oracle": QWEN2_MODEL}
-# the driver runs the learner's setup cells as written (the tiny checkpoint loads in well under a second), so
-# an answer may use any name they define (selective_log_softmax, EOS_ID, ...); the memory probe is a demonstration
-SKIP_SETUP: tuple = ()
+# the setup cell loads the tiny checkpoint in the kernel
+ZYGOTE_IMPORTS = QWEN2_MODEL
 FLAGS = {
     "zero_one_float_masks": False,  # C1: a float 0/1 pad_mask gives the bool mask's result (today: ValueError)
 }

@@ -3,28 +3,27 @@
 The two model-backed functions cannot receive a model over the wire, so the oracle's harness
 (``_nb07_harness.py``) defines ``_oracle_sample``, ``_oracle_sample_seeds`` and ``_oracle_step`` in the
 learner-side namespace: they build ``tools.online_grpo.grading_policy()`` (an in-memory tiny Qwen2, seeded, ~4 s to
-build, once per process: the slot's oracle zygote builds it before forking, ``ZYGOTE_WARM``) and call the learner's function on it with the inputs the grader sends. The grader builds the same policy in its own process and computes every expectation itself:
-float64 log-probs of the returned tokens at the given temperature, the EOS mask of the returned ids, the sampled
-first-token frequency against the softmax, and for grpo_step a float64 re-derivation of the whole update (losses,
-clip ratios, approx KL, parameters after AdamW: ``_policy_losses.reference_step``). log_step_metrics is pure data. The setup cells that load the SFT
-warm start and run the experiments are skipped.
+build, once per process: the slot's kernel zygote builds it before forking, ``ZYGOTE_WARM``) and call the learner's
+function on it with the inputs the grader sends. The grader builds the same policy in its own process
+(``_nb07_policy.py``) and computes every expectation itself: float64 log-probs of the returned tokens at the given
+temperature, the EOS mask of the returned ids, the sampled first-token frequency against the softmax, and for
+grpo_step a float64 re-derivation of the whole update (losses, clip ratios, approx KL, KL to the reference,
+parameters after AdamW or SGD: ``_policy_losses.reference_step``; the cases and their check: ``_nb07_update.py``).
+log_step_metrics is pure data.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import sys
-from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from tools.loss_types import CLIPPED_LOSS_TYPES
-
-from ..vocabulary import NUMBER_KINDS, Case, Raises, Satisfies, as_number, close_number, close_tensor
-from . import _policy_losses as policy_losses
+from ..vocabulary import Case, Raises, Satisfies, as_number, close_number, close_tensor
 from ._common import QWEN2_MODEL, choice, randint, uniform
+from ._nb07_policy import _encode_prompts, _eos_mask, _logps, _policy
+from ._nb07_update import random_rollout, step_cases
 
 TESTS = {
     "test_sample_group_visible": "sample_group",
@@ -48,64 +47,13 @@ CASE_SOURCES = [
     (r"的指标$", "所有值都是 Python 的 `int` / `float`（`kl_ref` 可以是 `None`），可以直接写进 JSON"),
     (r"^奖励含 NaN$|^N 不是 G 的整数倍$|^掩码含 0/1 之外的值$", "`rewards` 是一维有限浮点张量"),
 ]
-SKIP_SETUP = ("setup_warm_start", "demo_sample_group", "demo_ablations")  # grade_ids, and the demonstrations
-# the learner-side harness the driver runs first: the calls of sample_group / grpo_step on a model
+# the learner-side harness the case runner runs at the first test cell: the calls of sample_group / grpo_step on a model
 HARNESS = Path(__file__).with_name("_nb07_harness.py")
 FLAGS: dict = {}
-# built once in each slot's oracle zygote before it forks this lesson's drivers (each would otherwise build it: ~4 s)
+# built once in each slot's kernel zygote before it forks this lesson's kernels (each would otherwise build it: ~4 s)
 ZYGOTE_WARM = ("tools.online_grpo:grading_policy",)
-# the kernel loads the warm start (a Qwen2 checkpoint); the driver builds the grading policy (a Qwen2 model)
-ZYGOTE_IMPORTS = {"kernel": QWEN2_MODEL, "oracle": QWEN2_MODEL}
-
-
-@lru_cache(maxsize=1)
-def _policy():
-    root = Path(__file__).resolve().parents[3]
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    from tools import online_grpo
-
-    torch.set_num_threads(1)
-    return online_grpo.grading_policy()
-
-
-def _encode_prompts(tokenizer, prompts):
-    rows = [
-        tokenizer(
-            tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True),
-            add_special_tokens=False,
-        )["input_ids"]
-        for p in prompts
-    ]
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row)
-        mask[i, width - len(row) :] = 1
-    return ids, mask
-
-
-def _logps(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature):
-    """float64 log-probs [N, C] of the completion tokens (logits / temperature), 0 outside the mask."""
-    m = copy.deepcopy(model).double()
-    ids = torch.cat([prompt_ids, completion_ids], 1)
-    att = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
-    with torch.no_grad():
-        logits = m(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -completion_ids.shape[1] - 1 : -1]
-        out = torch.log_softmax(logits / temperature, -1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
-    return torch.where(completion_mask, out, torch.zeros_like(out))
-
-
-def _eos_mask(ids, eos):
-    rows = []
-    for row in ids.tolist():
-        keep, stopped = [], False
-        for token in row:
-            keep.append(not stopped)
-            stopped = stopped or token == eos
-        rows.append(keep)
-    return torch.tensor(rows, dtype=torch.bool).reshape(ids.shape)
+# the kernel loads the warm start (a Qwen2 checkpoint) and its cases build the grading policy (a Qwen2 model)
+ZYGOTE_IMPORTS = QWEN2_MODEL
 
 
 def _sample_check(prompts, g, temperature, with_ref, max_new_tokens):
@@ -217,99 +165,6 @@ def _seeds_check(got):
     if got[0].tolist() == got[2].tolist():
         return "不同的 seed 应得到不同的样本（是否用了 do_sample=True？）"
     return None
-
-
-def _step_reference(rollout, advantages, settings, lr):
-    model, _ = _policy()
-    extras: dict = {}
-    losses, params, lows, highs, kls = policy_losses.reference_step(
-        model, rollout, advantages, lr, extras=extras, **settings
-    )
-    return losses, lows, highs, kls, torch.cat([p.reshape(-1) for p in params]), extras
-
-
-def _step_check(rollout, advantages, settings, lr):
-    reference: list = []  # computed once, on the first answer that has every key
-
-    def check(got):
-        if not isinstance(got, dict) or not isinstance(got.get("metrics"), dict):
-            return "grpo_step 应返回指标 dict"
-        metrics = got["metrics"]
-        for key in (
-            "loss",
-            "losses",
-            "clip_ratio_low",
-            "clip_ratio_high",
-            "approx_kl",
-            "kl_ref",
-            "entropy",
-            "grad_norm",
-        ):
-            if key not in metrics:
-                return f"返回的指标缺少 {key!r}"
-        if not reference:
-            reference.append(_step_reference(rollout, advantages, settings, lr))
-        losses, lows, highs, kls, params, extras = reference[0]
-        got_losses = metrics["losses"]
-        if (
-            not isinstance(got_losses, list)
-            or len(got_losses) != len(losses)
-            or not all(
-                as_number(x) is not None and close_number(as_number(x), y, 1e-6, 1e-6)
-                for x, y in zip(got_losses, losses)
-            )
-        ):
-            return f"逐轮次损失应为 {[round(v, 6) for v in losses]}，实际 {got_losses!r}"[:300]
-        norms = extras["grad_norms"]
-        for key, want, atol, rtol in (
-            ("loss", sum(losses) / len(losses), 1e-6, 1e-6),
-            ("clip_ratio_low", sum(lows) / len(lows), 1e-6, 0.0),
-            ("clip_ratio_high", sum(highs) / len(highs), 1e-6, 0.0),
-            ("approx_kl", sum(kls) / len(kls), 1e-6, 0.0),
-            ("entropy", extras["entropy"], 1e-4, 1e-4),  # the lesson's entropy is computed in float32
-            ("grad_norm", sum(norms) / len(norms), 1e-6, 1e-5),
-        ):
-            value = as_number(metrics[key])
-            if value is None:
-                return f"{key} 应是一个数（{NUMBER_KINDS}），实际 {type(metrics[key]).__name__}"
-            if not close_number(value, want, atol, rtol):
-                return f"{key} 应为 {want:.6f}，实际 {value!r}"
-        if (metrics["kl_ref"] is None) != (settings["beta"] == 0):
-            return "kl_ref 只在 beta > 0 时有值"
-        got_params = got.get("params")
-        if not torch.is_tensor(got_params) or got_params.shape != params.shape:
-            return "更新后的参数形状不对"
-        if not close_tensor(got_params, params, 1e-6):
-            return "更新后的参数与参考实现不一致（μ 轮次、裁剪、KL、归约、梯度裁剪或优化器步骤有误）"
-        return None
-
-    return check
-
-
-def _random_rollout(gen, model, tok, n_prompts, g, temperature):
-    problems = [f"{randint(gen, 0, 9)}+{randint(gen, 0, 9)}=" for _ in range(n_prompts)]
-    p_ids, p_mask = _encode_prompts(tok, problems)
-    n, width = n_prompts * g, randint(gen, 3, 6)
-    ids = torch.randint(3, len(tok), (n, width), generator=gen)
-    for row in range(n):  # EOS at a random place in most rows
-        if float(torch.rand((), generator=gen)) < 0.7:
-            ids[row, randint(gen, 0, width - 1)] = tok.eos_token_id
-    mask = _eos_mask(ids, tok.eos_token_id)
-    mask[randint(gen, 0, n - 1)] = False  # one fully masked row (C5)
-    prompt_ids, prompt_mask = p_ids.repeat_interleave(g, 0), p_mask.repeat_interleave(g, 0)
-    old = _logps(model, prompt_ids, prompt_mask, ids, mask, temperature)
-    old = torch.where(mask, old + 0.3 * torch.randn(old.shape, generator=gen, dtype=torch.float64), old)
-    big = randint(gen, 0, n - 1)
-    old[big] = torch.where(mask[big], old[big], torch.full_like(old[big], -800.0))  # large masked log-ratio (C3)
-    ref = _logps(model, prompt_ids, prompt_mask, ids, mask, temperature) + 0.2
-    return {
-        "prompt_ids": prompt_ids,
-        "prompt_mask": prompt_mask,
-        "completion_ids": ids,
-        "completion_mask": mask,
-        "old_per_token_logps": old,
-        "ref_per_token_logps": torch.where(mask, ref, torch.zeros_like(ref)),
-    }
 
 
 def _metrics_reference(rewards, g, mask, update, correct, step, seconds):
@@ -428,39 +283,8 @@ def cases(gen: torch.Generator, flags: dict) -> list[Case]:
         out.append(Case(test, "_oracle_sample", bad, {}, Raises("ValueError"), what=what))
 
     test = "test_grpo_step_visible"
-    for loss_type in CLIPPED_LOSS_TYPES:
-        temperature = choice(gen, [1.0, uniform(gen, 0.7, 1.5)])
-        rollout = _random_rollout(gen, model, tok, randint(gen, 2, 3), randint(gen, 2, 4), temperature)
-        n = rollout["completion_ids"].shape[0]
-        advantages = torch.randn(n, generator=gen, dtype=torch.float64)
-        beta = choice(gen, [0.0, uniform(gen, 0.01, 0.3)])
-        settings = {
-            "num_iterations": randint(gen, 1, 3),
-            "epsilon": uniform(gen, 0.05, 0.3),
-            "epsilon_high": choice(gen, [None, uniform(gen, 0.2, 0.4)]),
-            "beta": beta,
-            "loss_type": loss_type,
-            "max_grad_norm": uniform(gen, 0.3, 2.0),
-            "temperature": temperature,
-            "max_completion_length": choice(gen, [None, 8]),
-        }
-        if choice(gen, [False, True]):
-            rollout = dict(
-                rollout, completion_mask=rollout["completion_mask"].to(choice(gen, [torch.float32, torch.int64]))
-            )
-        lr = uniform(gen, 1e-4, 3e-3)
-        out.append(
-            Case(
-                test,
-                "_oracle_step",
-                (rollout, advantages, settings, lr),
-                {},
-                Satisfies(_step_check(dict(rollout), advantages, settings, lr)),
-                what=f"loss_type={loss_type}，μ={settings['num_iterations']}，beta={beta:.3f} 的一次更新",
-            )
-        )
-    rollout = _random_rollout(gen, model, tok, 2, 2, 1.0)
-    advantages = torch.randn(4, generator=gen, dtype=torch.float64)
+    out += step_cases(gen, model, tok, test)
+    rollout, advantages = random_rollout(gen, model, tok, 2, 2, 1.0, 0.2, 0.2)
     base = {
         "num_iterations": 1,
         "epsilon": 0.2,

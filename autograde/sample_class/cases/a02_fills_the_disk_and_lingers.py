@@ -1,10 +1,9 @@
-"""Worked answers (nb01) whose first answer cell, in the kernel and in the oracle's driver alike, first writes as
-much as it can (up to 2 GiB each, 8 MiB at a time) into its working folder, HOME, /tmp, /var/tmp, /dev/shm and the
-driver's job folder, then leaves a process running (named ``a02-lingerer``) that keeps the results pipe and stderr
-open and would write into whatever it can reach for ten minutes. Everything the sandbox may write is a private
-tmpfs of a fixed size (the job folder is read-only), so the writes stop at "no space left"; every process of the
-job's uid is killed after the job, and the grader stops reading at the job's end. The answers are right: 17 of
-17, status graded, and no ``a02-lingerer`` is left after grading."""
+"""Worked answers (nb01) whose first answer cell, in the grading kernel, first writes as much as it can (up to 2 GiB
+each, 8 MiB at a time) into its working folder, HOME, /tmp, /var/tmp and /dev/shm, then leaves a process running
+(named ``a02-lingerer``) that keeps the results FIFO and stderr open and would write into whatever it can reach for
+ten minutes. Everything the sandbox may write is a private tmpfs of a fixed size, so the writes stop at "no space
+left"; every process of the kernel's uid is killed after the notebook, and the grader stops reading at the
+notebook's end. The answers are right: 17 of 17, status graded, and no ``a02-lingerer`` is left after grading."""
 ATTACK = '''
 import os as _os
 import time as _time
@@ -13,9 +12,6 @@ import time as _time
 def _fill_the_disk():
     chunk = b"x" * (8 * 2**20)
     folders = [_os.getcwd(), _os.environ.get("HOME", "."), "/tmp", "/var/tmp", "/dev/shm"]
-    import sys as _sys
-    if len(_sys.argv) == 3 and _sys.argv[2].isdigit():
-        folders.append(_sys.argv[1])  # the driver's job folder
     for folder in folders:
         try:
             with open(_os.path.join(folder, "filler.bin"), "wb") as handle:

@@ -2,8 +2,7 @@
 
 - the input checks of compute_group_advantages live in a helper defined in a cell the learner added above the
   answer (the oracle's driver ran only the answer cells: 5/17);
-- compute_group_advantages accepts integer rewards (no contract of the lesson forbids them; the oracle's
-  "整数 rewards" case did: 8/17);
+- the helper states the contract in its own words and order (non-float rewards rejected: the lesson's contract);
 - ``import numpy as np`` added to the editable imports cell (was a false ``grader-internals``/``processes``
   flag and 5/17), and the conventions answer returns the values as NumPy numbers from ``.numpy()`` (13/17);
 - group_relative_advantages has a bug in its answer cell that a new cell below it fixes before the tests run.
@@ -17,6 +16,8 @@ def _check_advantage_inputs(rewards, group_ids, eps):
         raise ValueError("rewards 必须是一维，group_ids 与它同形状")
     if rewards.numel() == 0:
         raise ValueError("rewards 为空")
+    if rewards.dtype.is_complex or not rewards.dtype.is_floating_point:
+        raise ValueError("rewards 必须是浮点张量")
     if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
         raise ValueError("group_ids 必须是整数张量")
     if not torch.isfinite(rewards.double()).all():
@@ -55,10 +56,7 @@ _WORKED = _load_worked()
 CASE = {
     "nb01_group_advantages": {
         "base": "solution",
-        "cells": {"compute_group_advantages": _without_checks(_WORKED["compute_group_advantages"])
-                  .replace("    group_ids = group_ids.to(rewards.device)\n",
-                           "    group_ids = group_ids.to(rewards.device)\n"
-                           "    rewards = rewards if rewards.is_floating_point() else rewards.double()\n")},
+        "cells": {"compute_group_advantages": _without_checks(_WORKED["compute_group_advantages"])},
         "edit": {
             "answer_conventions_0001": [("(table[name][0, wrong].item(), table[name][0, right].item())",
                                          "(table[name][0, wrong].numpy(), np.float64(table[name][0, right].numpy()))")],
