@@ -5,7 +5,7 @@
     python -m autograde.pipeline feedback
     python -m autograde.pipeline grades [--table]
     python -m autograde.pipeline sample --rebuild | --check
-    python -m autograde.pipeline probe [--json] [--imports find]
+    python -m autograde.pipeline probe [--json] [--imports find] [--scan-view]
     python -m autograde.pipeline prepare
     python -m autograde.pipeline settings [--write | --check]
 
@@ -33,8 +33,11 @@ from autograde.commands.sample import install as install_sample_class
 from autograde.commands.sample import sample
 from autograde.commands.settings import README, readme_with_settings_tables, readme_with_view, settings_command
 from autograde.grpo_grader.course import load_settings
+from autograde.grpo_grader.gradebook import damaged_gradebook
 from autograde.grpo_grader.isolation import SANDBOX_MODES
 from autograde.sample_class import build as sample_class
+
+GRADEBOOK_COMMANDS = ("autograde", "merge-shards", "feedback", "grades")  # they stop at a damaged gradebook
 
 __all__ = [  # what other modules and the tests import from here
     "README",
@@ -89,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         help="probe: import what grading imports inside the sandbox (default), or only find the "
         "packages on its sys.path (a second, as a grading run's own pre-flight does)",
     )
+    parser.add_argument(
+        "--scan-view",
+        action="store_true",
+        help="probe: also read every file a grading kernel can read (minutes) and list those naming the checkout, "
+        "the course folder or a learner id",
+    )
     args = parser.parse_args(argv)
     overrides = {
         "workers": args.workers,
@@ -105,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # a setting of nbgrader_config.py that is not one (check_pipeline_options)
         print(f"[{args.command}] {error}", file=sys.stderr)
         return 2
+    if args.command in GRADEBOOK_COMMANDS:  # every command that reads the gradebook first checks it can
+        damaged = damaged_gradebook(settings)
+        if damaged:
+            print(f"[{args.command}] {damaged}", file=sys.stderr)
+            return 2
     if args.command == "autograde":
         if args.sample:
             install_sample_class(settings)
@@ -122,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "prepare":
         return prepare(settings)
     if args.command == "probe":
-        return probe(settings, as_json=args.json, import_mode=args.imports)
+        return probe(settings, as_json=args.json, import_mode=args.imports, scan=args.scan_view)
     return 2
 
 

@@ -33,7 +33,11 @@ def test_sample_class_is_up_to_date_and_complete():
     assert sample_class.check() == [], "run `python -m autograde.pipeline sample --rebuild`"
     expected = sample_class.expected()
     cases = sample_class.load_cases()
-    assert sorted(expected) == sorted(cases), "expected.json must name exactly the learners of cases/"
+    skipped = sample_class.expected_skipped()
+    assert sorted([*expected, *skipped]) == sorted(cases), "expected.json must name exactly the learners of cases/"
+    for learner, row in skipped.items():  # a skipped folder: one row, every lesson's file outside its folder
+        assert row["status"] == "skipped" and row["reason"], learner
+        assert all(spec.get("layout") == "flat" for spec in cases[learner].values()), learner
     for learner, rows in expected.items():
         assert sorted(rows) == sorted(ASSIGNMENTS), f"{learner}: one expected row per notebook"
         for assignment, row in rows.items():

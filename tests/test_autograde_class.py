@@ -133,6 +133,8 @@ def test_sample_class_grades_exactly_as_expected(graded_class):
                 report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
                 if report["status"] != row["status"]:
                     mismatches.append(f"{learner}/{assignment}: status {report['status']} != {row['status']}")
+                if "reason" in row and report["reason"].split("；")[0] != row["reason"]:
+                    mismatches.append(f"{learner}/{assignment}: reason {report['reason'][:200]!r} != {row['reason']!r}")
                 flags = sorted({f for nb in report["notebooks"] for f in nb["flags"] if not f.startswith(COPY_FLAGS)})
                 if "flags" in row and flags != sorted(row["flags"]):
                     mismatches.append(f"{learner}/{assignment}: flags {flags} != {row['flags']}")
@@ -172,6 +174,12 @@ def test_sample_class_grades_exactly_as_expected(graded_class):
                                 f"{learner}/{assignment}: in-kernel score "
                                 f"{nb['phases'].get('in_kernel_score')} != {automatic}"
                             )
+    for learner in sample_class.expected_skipped():  # skipped, said so in the run's output and its summary
+        if f"跳过（skipped）{learner}" not in first.stdout:
+            mismatches.append(f"{learner}: not reported as skipped")
+    skipped = len(sample_class.expected_skipped())
+    if skipped and not re.search(rf"done in .*skipped {skipped}[,;]", first.stdout):
+        mismatches.append(f"the run's summary does not count {skipped} skipped folder(s)")
     assert not mismatches, "\n".join(mismatches)
     match = re.search(r"done in ([\d.]+) s", first.stdout)
     print(f"sample class graded in {match.group(1) if match else '?'} s with the default workers")
@@ -203,10 +211,10 @@ def test_regrade_keeps_rows_and_scores(graded_class):
     assert _gradebook_dump(course) == before
 
 
-def _check_class_report(course: Path, rows: list[dict], printed: str) -> None:
-    """The class report beside grades.csv: each learner's total is the sum of their rows of grades.csv (summed here),
-    highest first; the status counts are grades.csv's; no script, the CSP; the terminal got the summary, not a row
-    per learner and assignment."""
+def _check_class_report(course: Path, rows: list[dict], printed: str, skipped: dict) -> None:
+    """The class report beside grades.csv: each learner's total is the sum of their rows of grades.csv (summed here;
+    ``rows`` without the skipped folders', which the report names apart), highest first; the status counts are
+    grades.csv's; no script, the CSP; the terminal got the summary, not a row per learner and assignment."""
     from autograde.grpo_grader.sanitise import CSP_META
 
     report = (course / "report.html").read_text(encoding="utf-8")
@@ -231,6 +239,8 @@ def _check_class_report(course: Path, rows: list[dict], printed: str) -> None:
         assert f'<section id="{section}">' in report, section
     assert f"{len(totals)} 个学员 × {len(ASSIGNMENTS)} 个作业" in printed and "通过率最低的检查" in printed, printed
     assert printed.count("\n") < 60, "the terminal got more than a summary"
+    for learner in skipped:  # named as skipped in the report's status section and on the terminal
+        assert learner in status_table and learner in printed, learner
 
 
 @pytest.mark.slow
@@ -253,11 +263,17 @@ def test_feedback_and_export(graded_class):
     exported = run_pipeline("grades", "--course", str(course))
     assert exported.returncode == 0
     rows = _grades_csv(course)
-    assert len(rows) == len(expected) * len(ASSIGNMENTS)
-    _check_class_report(course, rows, exported.stdout)
+    skipped = sample_class.expected_skipped()
+    assert len(rows) == len(expected) * len(ASSIGNMENTS) + len(skipped)
+    for row in [r for r in rows if r["learner"] in skipped]:  # a folder that was not graded: a row with its reason
+        want = skipped[row["learner"]]
+        assert (float(row["score"]), row["status"], row["reason"]) == (want["score"], want["status"], want["reason"])
+    rows = [r for r in rows if r["learner"] not in skipped]
+    _check_class_report(course, rows, exported.stdout, skipped)
     for row in rows:
         want = expected[row["learner"]][row["assignment"]]
         assert float(row["score"]) == float(want["score"]) and row["status"] == want["status"], row
+        assert "reason" not in want or row["reason"].split("；")[0] == want["reason"], (row, want["reason"])
         if float(row["score"]) == 0:
             assert row["reason"].strip(), f"zero without a reason: {row}"
     manual = {(r["learner"], r["assignment"]) for r in rows if r["needs_manual_grade"] == "True"}

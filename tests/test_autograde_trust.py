@@ -7,6 +7,7 @@ of their own; learner text in a note is quoted as the learner's. The sample lear
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import stat
@@ -213,8 +214,10 @@ def _traversable_for_others(*paths: Path):
 @pytest.mark.integration
 def test_an_unprivileged_grader_grades_in_bwrap(released_course):
     """Grading without root: an unprivileged account (created when the tests run as root) probes the bwrap
-    sandbox and grades four nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
-    disk for answers, s07 exits): exactly their expected scores, status graded, nothing left running."""
+    sandbox and grades seven nb01 learners of the sample class in it (a01 and a02 attack the grader, s13 searches the
+    disk for answers, s07 exits, j1's fork bomb and j2's memory hog meet the job caps without a cgroup, w1 hands in
+    lesson 2's notebook): exactly their expected scores, status and reason, nothing left running; k1's folder is
+    reported skipped; as root, a learner whose old results a root run left read-only fails alone, with the reason."""
     import shutil
     import tempfile
 
@@ -241,7 +244,11 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
                 "a02_fills_the_disk_and_lingers",
                 "s13_reads_answers_from_disk",
                 "s07_sys_exit",
+                "j1_fork_bomb",  # the job caps without a cgroup: RLIMIT_NPROC per job, the watcher's Pss sum
+                "j2_memory_hog",
+                "w1_another_lessons_notebook",  # another lesson's notebook: invalid, never error
             ]
+            skipped = list(sample_class.expected_skipped())  # a folder that is not graded: said so
             env = {**pipeline_env(), "HOME": str(base), "GRPO_GRADING_SEED": "unprivileged-" + os.urandom(6).hex()}
             become = (
                 ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"] if os.geteuid() == 0 else []
@@ -283,14 +290,34 @@ def test_an_unprivileged_grader_grades_in_bwrap(released_course):
             result = json.loads(probe.stdout)
             _probe_says_all_hidden(result)
             assert result["kernel"]["uid"] == uid
-            graded = pipeline("autograde", "--sample", *[a for learner in learners for a in ("--learner", learner)])
-            assert graded.returncode == 0, graded.stdout
+            # a root run's leftover (before, root runs left root-owned folders): the unprivileged run cannot replace
+            # this learner's results; that learner fails alone with the reason, the others are graded
+            blocked = "s14_invalid_json"
+            if os.geteuid() == 0:
+                old = course / "autograded" / blocked / "nb01_group_advantages"
+                old.mkdir(parents=True)
+                (old / "grading_report.json").write_text('{"status": "graded", "reason": "old"}')
+                (course / "autograded").chmod(0o777)  # only the learner's own folder is root's
+                os.chown(course / "autograded", uid, gid)
+            chosen = [*learners, *skipped, blocked] if os.geteuid() == 0 else [*learners, *skipped]
+            graded = pipeline("autograde", "--sample", *[a for learner in chosen for a in ("--learner", learner)])
+            assert all(f"跳过（skipped）{learner}" in graded.stdout for learner in skipped), graded.stdout
+            if os.geteuid() == 0:
+                assert graded.returncode == 1 and "cannot write this learner's results" in graded.stdout, graded.stdout
+                assert pipeline("grades").returncode == 0
+                with open(course / "grades.csv", encoding="utf-8") as handle:
+                    rows = {(r["learner"], r["assignment"]): r for r in csv.DictReader(handle)}
+                row = rows[(blocked, "nb01_group_advantages")]
+                assert row["status"] == "error" and "chown" in row["reason"], row
+            else:
+                assert graded.returncode == 0, graded.stdout
             expected = sample_class.expected()
             for learner in learners:
                 assignment = "nb01_group_advantages"
                 row = expected[learner][assignment]
                 report = json.loads((course / "autograded" / learner / assignment / "grading_report.json").read_text())
                 assert (report["score"], report["status"]) == (row["score"], row["status"]), (learner, report["reason"])
+                assert report["reason"].split("；")[0] == row.get("reason", report["reason"].split("；")[0]), learner
             if os.geteuid() == 0:  # nothing of the account outlives the run (the forkserver exits right after it)
                 deadline = time.monotonic() + 20
                 while (

@@ -16,12 +16,21 @@ from pathlib import Path
 from autograde.commands.merge_shards import save_shard_results, shard_folder
 from autograde.grpo_grader import nbgrader_forkserver
 from autograde.grpo_grader.course import GradingPipeline
-from autograde.grpo_grader.digests import grading_seed
-from autograde.grpo_grader.gradebook import load_course_info, make_template, merge, read_report
-from autograde.grpo_grader.learner_grading import SAFE_ID, fingerprint, grade_learner, runnable_notebooks
+from autograde.grpo_grader.digests import SEED_NAME, grading_seed
+from autograde.grpo_grader.gradebook import (
+    backup_gradebook,
+    hand_over,
+    load_course_info,
+    make_template,
+    merge,
+    read_report,
+)
+from autograde.grpo_grader.job_caps import open_caps
+from autograde.grpo_grader.learner_grading import fingerprint, grade_learner, runnable_notebooks
 from autograde.grpo_grader.outcomes import AssignmentResult, NotebookResult
 from autograde.grpo_grader.sandbox_choice import choose_sandbox
 from autograde.grpo_grader.slots import Slot, mount_socket_tmpfs, unmount
+from autograde.grpo_grader.submission import SKIPPED, collect_submitted
 from autograde.grpo_grader.zygotes import NOTHING_WARM, ZygoteWarm
 
 
@@ -47,26 +56,16 @@ def collect_work(
     shard: tuple[int, int] | None,
     seed: str,
 ):
-    """[(learner, [(assignment, folder, fingerprint)])] to grade, and the folders that were not graded."""
-    submitted = settings.dir("submitted")
-    todo, ignored, unchanged = [], [], 0
-    if not submitted.is_dir():
-        return todo, ignored, unchanged
-    for learner_dir in sorted(p for p in submitted.iterdir() if p.is_dir()):
-        learner = learner_dir.name
-        if (only and learner not in only) or not in_shard(learner, shard):
-            continue
-        if learner_dir.is_symlink():
-            ignored.append(f"{learner_dir}: 是符号链接，不评分（symbolic link）")
-            continue
-        if not SAFE_ID.match(learner):
-            ignored.append(f"{learner_dir}: 学员目录名只能含字母、数字和 _.@+-（learner id not allowed）")
+    """[(learner, [(assignment, folder, fingerprint)])] to grade, the folders of ``submitted/`` that are not graded
+    (``submission.Skipped``, each with its reason) and how many submissions are unchanged."""
+    learners, skipped = collect_submitted(settings.dir("submitted"), course_info)
+    wanted = lambda learner: (not only or learner in only) and in_shard(learner, shard)  # noqa: E731
+    todo, unchanged = [], 0
+    for learner, folders in learners:
+        if not wanted(learner):
             continue
         work = []
-        for folder in sorted(p for p in learner_dir.iterdir() if p.is_dir() and not p.is_symlink()):
-            if folder.name not in course_info:
-                ignored.append(f"{folder}: 没有这个作业（unknown assignment; run `make release`?）")
-                continue
+        for folder in folders:
             fp = fingerprint(folder, settings, course_info, folder.name, seed)
             report = read_report(settings, learner, folder.name)
             if not force and report and report.get("fingerprint") == fp and report.get("status") != "error":
@@ -75,7 +74,7 @@ def collect_work(
             work.append((folder.name, folder, fp))
         if work:
             todo.append((learner, work))
-    return todo, ignored, unchanged
+    return todo, [item for item in skipped if wanted(item.learner)], unchanged
 
 
 def _crash_results(learner: str, work, error: BaseException, course_info: dict) -> list[AssignmentResult]:
@@ -216,11 +215,14 @@ def _grade_in_slots(
                     results = future.result()
                 except Exception as error:  # a bug in the pipeline must not stop the class
                     results = _crash_results(learner, work, error, course_info)
-                sink(results)
+                failed = sink(results) or {}  # {assignment: reason} whose results could not be placed (merge)
                 for result in results:
-                    statuses[result.status] = statuses.get(result.status, 0) + 1
-                    mark = "" if result.status == "graded" else f" [{result.status}]"
+                    status = "error" if result.assignment in failed else result.status
+                    statuses[status] = statuses.get(status, 0) + 1
+                    mark = "" if status == "graded" else f" [{status}]"
                     _say(f"  {learner:<30} {result.assignment:<24} {result.score:g}/{result.max_score:g}{mark}")
+                    if result.assignment in failed:
+                        _say(f"    {failed[result.assignment]}")
                 bar.update(1)
         except KeyboardInterrupt:
             _say("[autograde] stopped: killing the running notebooks; learners merged so far are kept")
@@ -256,14 +258,19 @@ def autograde(
         return 2
     if _no_submissions(settings, course_info):
         return 0
+    kept = backup_gradebook(settings)  # before anything is merged (gradebook.py: the newest KEEP_BACKUPS kept)
+    if kept is not None:
+        print(f"[autograde] gradebook.db 已备份（backed up）：{kept}")
     seed = grading_seed(create=True, announce=print, course=settings.course)  # run state: passed on, never stored
-    todo, ignored, unchanged = collect_work(settings, course_info, force, only, shard, seed)
-    for line in ignored:
-        print(f"[autograde] 跳过 {line}")
+    hand_over(settings, settings.course / SEED_NAME)  # as root: the course folder owner's, as everything written
+    todo, skipped, unchanged = collect_work(settings, course_info, force, only, shard, seed)
+    for item in skipped:  # each is a row of grades.csv too (gradebook.export_rows)
+        where = "/".join(part for part in (item.learner, item.assignment) if part)
+        print(f"[autograde] 跳过（skipped）{where}: {item.reason}")
     if not todo:
         print(
             f"[autograde] 没有需要评分的新提交（{unchanged} 份未变化，用 --force 重新评分）"
-            f"(nothing new to grade; {unchanged} unchanged)"
+            f"(nothing new to grade; {unchanged} unchanged" + (f", {SKIPPED} {len(skipped)}" if skipped else "") + ")"
         )
         return 0
     workers = min(settings.worker_count(), len(todo))
@@ -283,6 +290,8 @@ def autograde(
         sandbox = _open_sandbox(settings, base, workers)
         if sandbox is None:
             return 2
+        sandbox.caps = open_caps(settings.job_caps, settings.job_memory_bytes(), settings.job_max_processes)
+        print(f"[autograde] {sandbox.caps.describe()}")
         template = make_template(settings, base / "template.db")
         sockets = base / "sockets"
         if sandbox.mode == "bwrap" and os.geteuid() == 0 and mount_socket_tmpfs(sockets):
@@ -318,10 +327,14 @@ def autograde(
             print(f"[autograde] shard {shard[0]}/{shard[1]}: results go to {shard_dir} (then `make merge-shards`)")
             sink = lambda results: save_shard_results(shard_dir, results)  # noqa: E731
         _grade_in_slots(settings, course_info, todo, slots, template, base / "staging", statuses, sink, seed)
+        if shard is not None:
+            hand_over(settings, shard_dir)
     finally:
         for slot in slots:
             slot.kill_kernels()
             slot.stop_zygote()
+        if sandbox is not None and sandbox.caps is not None:
+            sandbox.caps.close()
         for handle in sandbox.leases if sandbox else []:
             handle.close()
         for folder in mounted:
@@ -331,6 +344,8 @@ def autograde(
         else:
             shutil.rmtree(base, ignore_errors=True)
     seconds = time.monotonic() - started
+    if skipped:
+        statuses[SKIPPED] = len(skipped)
     summary = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
     print(f"[autograde] done in {seconds:.1f} s: {summary}; {unchanged} unchanged submission(s) kept")
     return 1 if statuses.get("error") else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autograde.grpo_grader.course import GradingPipeline
+from autograde.grpo_grader.gradebook import hand_over
 
 
 def feedback(settings: GradingPipeline) -> int:
@@ -30,6 +31,7 @@ def feedback(settings: GradingPipeline) -> int:
                 + (done.get("error") or done.get("log") or "")[-3000:]
             )
             status = 1
+    hand_over(settings, settings.dir("feedback"))  # as root: the pages are the course folder owner's
     count = len(list(settings.dir("feedback").glob("*/*/*.html")))
     print(f"[feedback] {count} HTML file(s) under {settings.dir('feedback')}")
     return status

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from autograde.grpo_grader.class_report import REPORT_FILE, ClassData, render_report, summary_lines
 from autograde.grpo_grader.course import GradingPipeline
-from autograde.grpo_grader.gradebook import export_rows
+from autograde.grpo_grader.gradebook import export_rows, hand_over
 from autograde.grpo_grader.outcomes import NO_AUTO_POINTS
 from autograde.grpo_grader.roster import display_name, roster
+from autograde.grpo_grader.submission import SKIPPED
 from tools.project_runtime import MARKER
 
 GRADE_FIELDS = [
@@ -60,6 +61,8 @@ def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
 
 def score_text(row: dict) -> str:
     """The score column of `make grades`: "14/22"; "无自动评分" for a lesson without any points."""
+    if row["status"] == SKIPPED:  # a folder that was not graded (its reason says why)
+        return "-"
     if not row["max_score"]:
         return NO_AUTO_POINTS
     return f"{row['score']:g}/{row['max_score']:g}"
@@ -104,13 +107,16 @@ def unlisted_folders(settings: GradingPipeline, rows: list[dict]) -> list[str]:
 
 
 def class_data(settings: GradingPipeline, rows: list[dict], test_rows: list[dict]) -> ClassData:
+    """The class report's data: the graded rows apart from the skipped folders' (``SKIPPED``, named only)."""
     names = roster(settings.course.parent / MARKER)
-    learners = {row["learner"] for row in rows}
+    graded = [row for row in rows if row["status"] != SKIPPED]
+    learners = {row["learner"] for row in graded}
     return ClassData(
-        rows=rows,
+        rows=graded,
         test_rows=test_rows,
         names={learner: display_name(learner, names) for learner in learners if learner in names},
         unlisted=unlisted_folders(settings, rows),
+        skipped=sorted({row["learner"] for row in rows if row["status"] == SKIPPED}),
         course=settings.course_id,
         course_folder=settings.course,
     )
@@ -125,6 +131,7 @@ def grades(settings: GradingPipeline, table: bool = False) -> int:
     tmp = report.with_suffix(".html.tmp")
     tmp.write_text(render_report(data), encoding="utf-8")
     os.replace(tmp, report)
+    hand_over(settings, settings.course / "grades.csv", settings.course / "grades_by_test.csv", report)  # (as root)
     if table:
         _print_table(rows)
     else:

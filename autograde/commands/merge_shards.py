@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def merge_shards(settings: GradingPipeline) -> int:
     if not folders:
         print(f"[merge-shards] {root} 下没有分片结果（no shard results; run `make autograde SHARD=k/N` first）")
         return 0
-    merged = 0
+    merged, failed = 0, []
     for folder in folders:
         by_learner: dict[str, list[AssignmentResult]] = {}
         path = folder / "results.jsonl"
@@ -66,9 +67,12 @@ def merge_shards(settings: GradingPipeline) -> int:
                 result.staged = str(folder / result.staged)
             by_learner.setdefault(result.learner, []).append(result)
         for learner in sorted(by_learner):
-            merge(settings, by_learner[learner])
-            merged += len(by_learner[learner])
+            problems = merge(settings, by_learner[learner])  # a result that cannot be placed fails alone
+            failed += [f"{learner}/{assignment}: {reason}" for assignment, reason in problems.items()]
+            merged += len(by_learner[learner]) - len(problems)
         shutil.rmtree(folder)
         print(f"[merge-shards] merged {folder.name}")
     print(f"[merge-shards] {merged} assignment result(s) from {len(folders)} shard(s) -> {settings.db_path}")
-    return 0
+    for line in failed:
+        print(f"[merge-shards] {line}", file=sys.stderr)
+    return 1 if failed else 0

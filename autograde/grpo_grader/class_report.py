@@ -62,12 +62,14 @@ class ReportSection:
 @dataclass
 class ClassData:
     """What the report is made from: the rows of ``grades.csv`` and ``grades_by_test.csv`` (as ``export_rows``
-    returns them), learners' display names, and the folders of ``submitted/`` that have no row."""
+    returns them, without the skipped folders' rows), learners' display names, the folders of ``submitted/`` that
+    have no row, and those whose row says they were skipped (``skipped``: their names; grades.csv has the reasons)."""
 
     rows: list[dict]
     test_rows: list[dict]
     names: dict[str, str] = field(default_factory=dict)
     unlisted: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
     course: str = ""
     course_folder: Path | None = None  # for a builder that reads more (grading reports)
 
@@ -119,6 +121,8 @@ def status_section(data: ClassData) -> ReportSection:
         note += f" submitted/ 下没有成绩行的目录（folders without a row）：{'、'.join(data.unlisted)}"
     else:
         note += " submitted/ 下的目录都有成绩行（every folder under submitted/ has rows）。"
+    if data.skipped:
+        note += f" 没有评分的目录（skipped folders，原因见 grades.csv）：{'、'.join(data.skipped)}"
     return ReportSection("status", "评分状态（status counts）", note, ("作业（assignment）", *statuses), tuple(rows))
 
 
@@ -390,6 +394,11 @@ def summary_lines(data: ClassData, hardest: int = 5) -> list[str]:
         f"[grades] {learners} 个学员 × {len(_assignments(data))} 个作业（learners × assignments）："
         + "，".join(f"{status} {counts[status]}" for status in _statuses(data))
         + (f"；没有成绩行的目录 {len(data.unlisted)} 个：{plain(' '.join(data.unlisted))}" if data.unlisted else "")
+        + (
+            f"；没有评分的目录 {len(data.skipped)} 个（skipped）：{plain(' '.join(data.skipped))}"
+            if data.skipped
+            else ""
+        )
     ]
     for row in distribution_section(data).rows:
         assignment, handed, missing, mean, median, low, high = row

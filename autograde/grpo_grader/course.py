@@ -70,6 +70,34 @@ class GradingPipeline(Configurable):
         zh="内核送出全部 oracle 用例的结果之后，笔记本还能运行的秒数；之后杀掉内核（连同该 uid 的所有进程），剩下的单元记为失败，"
         "已经送出的分数保留",
     )
+    job_memory_mb = Integer(
+        0,
+        help="memory cap of one job - a grading kernel (which runs the oracle's cases too) with every process it forks - as a "
+        "whole, in MiB (a cgroup as root, else the sum of its processes' Pss; see job caps); 0 = `memory_limit_mb`'s "
+        "value. A job above it is stopped: its notebook keeps the points earned before, with the reason",
+    ).tag(
+        config=True,
+        zh="每个作业（一个评分内核，它也运行 oracle 的用例，连同它派生的所有进程）合计的内存上限（MiB；以 root 评分时用 cgroup，"
+        "否则按各进程 Pss 之和，见“每个作业的上限”）；0 = 与 `memory_limit_mb` 相同。超过即终止该作业：之前得到的分数保留，并写明原因",
+    )
+    job_max_processes = Integer(
+        256,
+        help="tasks (processes and threads) one job may hold at a time, everything it forks included; a job that "
+        "reaches it is stopped: its notebook keeps the points earned before, with the reason",
+    ).tag(
+        config=True,
+        zh="每个作业同时最多能有的任务数（进程与线程，含它派生的一切）；达到即终止该作业：之前得到的分数保留，并写明原因",
+    )
+    job_caps = Unicode(
+        "auto",
+        help="how the job caps are enforced: `auto` (a cgroup per job where this machine lets the grader make one: "
+        "root with cgroup v2's or v1's memory and pids controllers; else `rlimit`) or `rlimit` (RLIMIT_NPROC per "
+        "job and a watcher adding up each job's Pss)",
+    ).tag(
+        config=True,
+        zh="每个作业的上限怎样执行：`auto`（本机允许时每个作业一个 cgroup：以 root 运行且有 cgroup v2 或 v1 的 memory 与 pids "
+        "控制器；否则同 `rlimit`）或 `rlimit`（每个作业的 `RLIMIT_NPROC`，以及把每个作业各进程的 Pss 相加的监视线程）",
+    )
     max_submission_mb = Integer(
         25,
         help="a larger submitted notebook scores 0 (status `invalid`)",
@@ -208,6 +236,10 @@ class GradingPipeline(Configurable):
         zygote = ZYGOTE_RESIDENT_BYTES * int(self.kernel_zygote)
         share = int((0.8 * total - self.worker_count() * zygote) / self.worker_count())
         return max(2 * 2**30, min(8 * 2**30, share))
+
+    def job_memory_bytes(self) -> int:
+        """The memory cap of one job as a whole (``job_memory_mb``; 0: the per-process limit's value)."""
+        return self.job_memory_mb * 2**20 if self.job_memory_mb > 0 else self.memory_limit_bytes()
 
 
 def settings_tables(language: str, settings: GradingPipeline | None = None) -> str:

@@ -17,6 +17,105 @@ from tools.project_runtime import MARKER
 from .course import ROOT, GradingPipeline
 from .outcomes import NO_AUTO_POINTS, AssignmentResult, manual_pending_text
 from .roster import name_learners
+from .submission import SKIPPED, collect_submitted
+
+# ----------------------------------------------------------------------------- a gradebook never lost
+BACKUPS = "gradebook-backups"  # in the course folder (git-ignored): each `make autograde` keeps a copy first
+KEEP_BACKUPS = 10
+NBGRADER_TABLES = ("assignment", "student", "submitted_assignment", "grade")  # a gradebook holds at least these
+
+
+def gradebook_problem(path: Path) -> str | None:
+    """Why the SQLite file ``path`` is no usable nbgrader gradebook (damaged, not a database, without nbgrader's
+    tables), or None. Opened read-only: the check never writes."""
+    import sqlite3
+
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error as error:
+        return str(error)
+    try:
+        verdict = [row[0] for row in connection.execute("PRAGMA integrity_check")]
+        if verdict != ["ok"]:
+            return "; ".join(verdict[:3])
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [table for table in NBGRADER_TABLES if table not in tables]
+        if missing:
+            return f"no nbgrader table {', '.join(missing)} ({path.stat().st_size} bytes)"
+    except sqlite3.Error as error:  # "database disk image is malformed", "file is not a database"
+        return str(error)
+    finally:
+        connection.close()
+    return None
+
+
+def backups(settings: GradingPipeline) -> list[Path]:
+    """The kept copies of the course gradebook, oldest first."""
+    return sorted(settings.dir(BACKUPS).glob("gradebook-*.db"))
+
+
+def backup_gradebook(settings: GradingPipeline) -> Path | None:
+    """A dated copy of the course gradebook (SQLite's online backup: consistent even while another process reads
+    it) in ``gradebook-backups/``, the newest ``KEEP_BACKUPS`` kept; None when there is no gradebook or it is damaged
+    (a damaged one never pushes a good copy out)."""
+    import sqlite3
+    import time
+    from datetime import datetime, timezone
+
+    if not settings.db_path.exists() or gradebook_problem(settings.db_path):
+        return None
+    folder = settings.dir(BACKUPS)
+    folder.mkdir(exist_ok=True)
+    target = folder / f"gradebook-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}.db"  # names sort by time
+    while target.exists():
+        time.sleep(0.001)
+        target = folder / f"gradebook-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}.db"
+    partial = target.with_suffix(".db.partial")
+    source = sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True, timeout=30)
+    copy = sqlite3.connect(partial)
+    try:
+        source.backup(copy)
+    finally:
+        copy.close()
+        source.close()
+    os.replace(partial, target)
+    for old in backups(settings)[:-KEEP_BACKUPS]:
+        old.unlink(missing_ok=True)
+    hand_over(settings, folder)
+    return target
+
+
+def newest_good_backup(settings: GradingPipeline) -> Path | None:
+    return next((path for path in reversed(backups(settings)) if gradebook_problem(path) is None), None)
+
+
+def damaged_gradebook(settings: GradingPipeline) -> str | None:
+    """The message for a damaged course gradebook (bilingual: what is wrong, the newest good copy and the command
+    that restores it), or None when it is usable or absent (a course before `make release` has none)."""
+    import shlex
+
+    if not settings.db_path.exists():
+        return None
+    problem = gradebook_problem(settings.db_path)
+    if problem is None:
+        return None
+    db = shlex.quote(str(settings.db_path))
+    good = newest_good_backup(settings)
+    if good is None:
+        restore = (
+            f"没有完好的副本（no good copy in {settings.dir(BACKUPS)}）：把损坏的文件移开（mv {db} {db}.damaged），"
+            "再 `make release` 重建作业、`make autograde ARGS=--force` 重评所有提交（formgrader 里的人工分数会丢失）"
+            "（move the damaged file away, then make release and regrade everything: manual scores are lost）"
+        )
+    else:
+        restore = (
+            f"最新的完好副本（newest good copy）：{good}\n恢复（restore）：\n"
+            f"  mv {db} {db}.damaged && cp {shlex.quote(str(good))} {db}\n"
+            "再 `make autograde ARGS=--force` 重评所有提交，使成绩与 autograded/ 一致（副本之后在 formgrader 里给的人工分数"
+            "要重新录入）（then regrade everything with make autograde ARGS=--force; manual scores given after the "
+            "copy must be entered again）"
+        )
+    return f"gradebook.db 已损坏，无法读取（the gradebook is damaged）：{settings.db_path}：{problem}\n{restore}"
 
 
 def load_course_info(settings: GradingPipeline) -> dict:
@@ -66,44 +165,52 @@ def make_template(settings: GradingPipeline, target: Path) -> Path:
     return target
 
 
-def merge(settings: GradingPipeline, results: list[AssignmentResult]) -> None:
-    """Write one learner's results into the course gradebook and move the autograded notebooks in place.
+UNMERGED = "unmerged.json"  # in the course folder: {learner: {assignment: reason}} of results that could not be placed
 
-    Called by the main process only (one writer). Re-grading updates the same rows: nbgrader's
-    ``update_or_create_*`` find the existing student, submission and grade rows. Manual scores and
-    comments an instructor has entered are left untouched.
-    """
-    if not results:
+
+def hand_over(settings: GradingPipeline, *paths: Path, recursive: bool = True) -> None:
+    """As root, give what a run wrote in the course folder to the folder's owner: a root run (``sudo make
+    autograde``) must not leave files the instructor's next run cannot replace. Nothing to do for any other user,
+    or when root owns the course folder."""
+    if os.geteuid() != 0:
         return
-    learner = results[0].learner
-    with warnings.catch_warnings(), Gradebook(settings.db_url, settings.course_id) as gb:
-        # nbgrader's add_submission triggers harmless SQLAlchemy 2 "not in session" autoflush warnings
-        warnings.filterwarnings("ignore", message=".*not in session.*")
-        name_learners(gb, settings.course.parent / MARKER, [learner])  # the roster's name, else the id
-        for result in results:
-            kwargs = {"timestamp": result.timestamp} if result.timestamp else {}
-            gb.update_or_create_submission(result.assignment, learner, **kwargs)
-            for nres in result.notebooks:
-                submitted = gb.find_submission_notebook(nres.notebook, result.assignment, learner)
-                for grade in submitted.grades:
-                    values = nres.grades.get(grade.name)
-                    if values is None:  # nbgrader did not reach this cell: it earns nothing
-                        values = {"auto_score": 0.0, "needs_manual_grade": False}
-                    grade.auto_score = values["auto_score"]
-                    grade.needs_manual_grade = bool(values["needs_manual_grade"]) or grade.manual_score is not None
-                for comment in submitted.comments:
-                    comment.auto_comment = nres.comments.get(comment.name)
-                submitted.late_submission_penalty = nres.late_penalty
-            gb.db.commit()
-    for result in results:
-        if not result.staged:
+    owner = settings.course.stat()
+    if owner.st_uid == 0:
+        return
+    for path in paths:
+        if not path.exists() and not path.is_symlink():
             continue
-        destination = settings.dir("autograded") / learner / result.assignment
-        if destination.exists():
+        inside = path.rglob("*") if recursive and path.is_dir() and not path.is_symlink() else []
+        for item in [path, *inside]:
+            os.chown(item, owner.st_uid, owner.st_gid, follow_symlinks=False)
+
+
+def _unwritable(destination: Path, error: OSError) -> str:
+    import pwd
+
+    try:
+        owner = destination.stat().st_uid if destination.exists() else destination.parent.stat().st_uid
+        who = pwd.getpwuid(owner).pw_name
+    except (OSError, KeyError):
+        who = "?"
+    me = pwd.getpwuid(os.geteuid()).pw_name if os.geteuid() != 0 else "root"
+    return (
+        f"得 0 分：无法写入这个学员的评分结果 {destination}（{type(error).__name__}: {error.strerror or error}；"
+        f"它属于 {who}）：请运行 `sudo chown -R {me} {destination.parent}` 后再 `make autograde`"
+        "（cannot write this learner's results; the run went on without them）"
+    )
+
+
+def _clear(destination: Path) -> None:
+    """The learner's old results removed (made writable first), its folder's parent there: raises OSError when the
+    folder cannot be replaced (another user's files, a read-only folder)."""
+    if destination.exists() or destination.is_symlink():
+        if destination.is_dir() and not destination.is_symlink():
             _make_writable(destination)
             shutil.rmtree(destination)
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(result.staged, destination)
+        else:
+            destination.unlink()
+    destination.parent.mkdir(parents=True, exist_ok=True)
 
 
 def _make_writable(folder: Path) -> None:
@@ -111,6 +218,99 @@ def _make_writable(folder: Path) -> None:
         os.chmod(dirpath, 0o755)
         for name in files:
             os.chmod(os.path.join(dirpath, name), 0o644)
+
+
+def _record_unmerged(settings: GradingPipeline, learner: str, merged: set[str], failed: dict[str, str]) -> None:
+    """Keep ``UNMERGED`` up to date for ``learner``: its assignments that failed now, without those merged now."""
+    path = settings.course / UNMERGED
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    entry = {k: v for k, v in (data.get(learner) or {}).items() if k not in merged}
+    entry.update(failed)
+    if entry:
+        data[learner] = entry
+    else:
+        data.pop(learner, None)
+    if not data:
+        path.unlink(missing_ok=True)
+        return
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(partial, path)
+    hand_over(settings, path)
+
+
+def unmerged(settings: GradingPipeline) -> dict[str, dict[str, str]]:
+    """{learner: {assignment: reason}} of results a run could not place (``merge``)."""
+    try:
+        data = json.loads((settings.course / UNMERGED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def merge(settings: GradingPipeline, results: list[AssignmentResult]) -> dict[str, str]:
+    """Write one learner's results into the course gradebook and move the autograded notebooks in place.
+
+    Called by the main process only (one writer). Re-grading updates the same rows: nbgrader's
+    ``update_or_create_*`` find the existing student, submission and grade rows. Manual scores and
+    comments an instructor has entered are left untouched. An assignment whose old results cannot be replaced
+    (``autograded/<learner>/<assignment>`` of another user, read-only) is left out - the gradebook keeps its old
+    row - and returned, {assignment: reason}, and recorded (``UNMERGED``: grades.csv shows it): that learner fails
+    alone, the run goes on. As root, what is written is the course folder owner's (``hand_over``).
+    """
+    if not results:
+        return {}
+    learner = results[0].learner
+    failed: dict[str, str] = {}
+    placed = []
+    for result in results:
+        destination = settings.dir("autograded") / learner / result.assignment
+        if result.staged:
+            try:
+                _clear(destination)
+            except OSError as error:
+                failed[result.assignment] = _unwritable(destination, error)
+                continue
+        placed.append(result)
+    if placed:
+        with warnings.catch_warnings(), Gradebook(settings.db_url, settings.course_id) as gb:
+            # nbgrader's add_submission triggers harmless SQLAlchemy 2 "not in session" autoflush warnings
+            warnings.filterwarnings("ignore", message=".*not in session.*")
+            name_learners(gb, settings.course.parent / MARKER, [learner])  # the roster's name, else the id
+            for result in placed:
+                kwargs = {"timestamp": result.timestamp} if result.timestamp else {}
+                gb.update_or_create_submission(result.assignment, learner, **kwargs)
+                for nres in result.notebooks:
+                    submitted = gb.find_submission_notebook(nres.notebook, result.assignment, learner)
+                    for grade in submitted.grades:
+                        values = nres.grades.get(grade.name)
+                        if values is None:  # nbgrader did not reach this cell: it earns nothing
+                            values = {"auto_score": 0.0, "needs_manual_grade": False}
+                        grade.auto_score = values["auto_score"]
+                        grade.needs_manual_grade = bool(values["needs_manual_grade"]) or grade.manual_score is not None
+                    for comment in submitted.comments:
+                        comment.auto_comment = nres.comments.get(comment.name)
+                    submitted.late_submission_penalty = nres.late_penalty
+                gb.db.commit()
+        hand_over(settings, settings.db_path, recursive=False)
+    for result in placed:
+        if not result.staged:
+            continue
+        destination = settings.dir("autograded") / learner / result.assignment
+        try:
+            shutil.move(result.staged, destination)
+        except OSError as error:  # (the gradebook has the new row; without a report the next run regrades it)
+            failed[result.assignment] = _unwritable(destination, error)
+            continue
+        hand_over(settings, destination)
+        hand_over(settings, destination.parent, destination.parent.parent, recursive=False)
+    _record_unmerged(settings, learner, {r.assignment for r in placed} - set(failed), failed)
+    return failed
 
 
 def read_report(settings: GradingPipeline, learner: str, assignment: str) -> dict | None:
@@ -188,7 +388,9 @@ def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
     rows, test_rows = [], []
     with Gradebook(settings.db_url, settings.course_id) as gb:
         pairs = [(s.id, a.name) for s in gb.students for a in gb.assignments]
+        names = {a.name for a in gb.assignments}
     reports = {pair: read_report(settings, *pair) or {} for pair in pairs}
+    not_placed = unmerged(settings)
     similar = similar_learners(reports)
     with Gradebook(settings.db_url, settings.course_id) as gb:
         assignments = sorted(gb.assignments, key=lambda a: a.name)
@@ -218,6 +420,9 @@ def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
                 status = report.get("status", "graded")
                 points = manual_points_of(submission)
                 reason = grade_reason(report.get("reason", ""), score, points, penalty)
+                problem = (not_placed.get(student.id) or {}).pop(assignment.name, None)
+                if problem:  # the last run could not place this result: the row says so, not the old result
+                    status, reason = "error", f"{problem}；上一次写入的结果（the last result written）：{reason}"
                 flags = sorted({f for n in report.get("notebooks", []) for f in n.get("flags", [])})
                 if points["automatic"] == 0:  # nothing for an oracle to grade: its absence says nothing
                     flags = [f for f in flags if f != "no-oracle"]
@@ -262,4 +467,24 @@ def export_rows(settings: GradingPipeline) -> tuple[list[dict], list[dict]]:
                                 "message": row.get("message", ""),
                             }
                         )
+    for learner, problems in sorted(not_placed.items()):  # learners the gradebook does not hold yet
+        for assignment, problem in sorted((problems or {}).items()):
+            rows.append(_plain_row(learner, assignment, "error", problem))
+    _learners, skipped = collect_submitted(settings.dir("submitted"), names)
+    rows += [_plain_row(item.learner, item.assignment, SKIPPED, item.reason) for item in skipped]
     return rows, test_rows
+
+
+def _plain_row(learner: str, assignment: str, status: str, reason: str) -> dict:
+    """A grades.csv row of a folder that was not graded (``SKIPPED``) or a result that could not be placed."""
+    return {
+        "learner": learner,
+        "assignment": assignment,
+        "score": 0.0,
+        "max_score": 0.0,
+        "status": status,
+        "reason": reason,
+        "flags": "",
+        "needs_manual_grade": False,
+        "timestamp": "",
+    }

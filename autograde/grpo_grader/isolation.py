@@ -16,6 +16,7 @@ class Sandbox:
     # folders outside the virtual environment the interpreter's sys.path needs (probe.interpreter_paths): bound
     # read-only into every sandbox ("bind"), the ones a kernel does not find itself on its PYTHONPATH ("pythonpath")
     paths: dict = field(default_factory=dict)
+    caps: object = None  # the run's job caps (job_caps.JobCaps), set once the sandbox is chosen
 
     def describe(self) -> str:
         if self.mode == "bwrap":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import time
 from pathlib import Path
@@ -28,9 +27,7 @@ from .outcomes import (
 )
 from .review import compare_with_release, copies_reference, module_patches, scan_flags
 from .slots import Slot
-from .submission import answer_fingerprints, read_notebook, rebuild_metadata
-
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
+from .submission import answer_fingerprints, other_assignment, read_notebook, rebuild_metadata
 
 
 # ----------------------------------------------------------------------------- submitted files
@@ -189,6 +186,11 @@ def grade_assignment(
             continue
         # submission metadata is never trusted: the release's nbgrader metadata, by grade_id and position
         nb, _ = read_notebook(path.read_text(encoding="utf-8"))
+        released = {a: {gid for cells in i["checksums"].values() for gid in cells} for a, i in course_info.items()}
+        wrong = other_assignment(nb, assignment, released)
+        if wrong:  # another lesson's notebook under this one's name: the learner's mistake, not the grader's
+            problems[name] = wrong
+            continue
         rebuilt[name], rebuild_notes[name] = rebuild_metadata(nb, placeholder(settings, assignment, name))
         nbformat.write(rebuilt[name], target / f"{name}.ipynb")
         usable[name] = path
@@ -212,6 +214,8 @@ def grade_assignment(
             log = slot.dir / "logs" / f"{learner}-{assignment}-{name}.log"
             started = time.monotonic()
             release = placeholder(settings, assignment, name)  # read once: the review below
+            if slot.caps is not None:  # the kernel job's caps count from here (job_caps.py)
+                slot.caps.begin()
             oracle_run = OracleRun(settings, assignment, learner, seed)
             run = slot.run_nbgrader(
                 assignment,
@@ -282,6 +286,7 @@ def grade_assignment(
             except Exception as error:  # a fault of the grader's oracle: this notebook only, status error
                 nres.status = "error"
                 nres.reason = f"得 0 分：评分器的 oracle 出错（grader error）：{type(error).__name__}: {error}"[:500]
+        capped = slot.caps.end() if slot.caps is not None and name not in problems else None
         if nres.status != "graded":
             nres.grades = {gid: {"auto_score": 0.0, "needs_manual_grade": False} for gid in cells}
             nres.comments = {}
@@ -301,6 +306,8 @@ def grade_assignment(
                 nres.reason = f"{NO_AUTO_POINTS}（本课没有自动计分的测试）"
             elif nres.score == 0 and not nres.reason:
                 nres.reason = "得 0 分（score 0）"
+        if capped:  # a job stopped at its cap: the reason first, the points earned before it stand
+            nres.reason = "；".join(part for part in (capped, nres.reason) if part)
         # stage the notebook the feedback is made from
         staged_nb = stage / f"{name}.ipynb"
         if executed is not None:

@@ -57,6 +57,74 @@ def _try_import(name: str, mode: str) -> str:
     return "ok"
 
 
+def names_one_of(data: bytes, needles, allowed, end: int | None = None) -> bytes | None:
+    """The first of ``needles`` in ``data`` (starting before ``end``) at a place where none of the ``allowed``
+    strings starts (a bound folder's own path, which its files may name), else None. ``needles``: byte strings, or
+    one compiled pattern of them (``_pattern``: one pass over the data however many there are)."""
+    import re
+
+    pattern = needles if isinstance(needles, re.Pattern) else _pattern(needles)
+    for match in pattern.finditer(data, 0, len(data) if end is None else end + max(len(n) for n in [b"", *allowed])):
+        if end is not None and match.start() >= end:
+            break
+        if not any(data.startswith(ok, match.start()) for ok in allowed):
+            return match.group()
+    return None
+
+
+def _pattern(needles):
+    import re
+
+    return re.compile(b"|".join(re.escape(n) for n in sorted(needles, key=len, reverse=True)))
+
+
+def _seen_bytes(path: str) -> int:
+    """How many bytes a sandboxed process reads from ``path`` (up to 64 KiB; -1: it cannot read it)."""
+    try:
+        with open(path, "rb") as handle:
+            return len(handle.read(1 << 16))
+    except OSError:
+        return -1
+
+
+def scan_view(
+    needles: list[str], allowed: list[str], top: str = "/", skip=("/proc", "/sys", "/dev"), chunk: int = 8 << 20
+) -> dict:
+    """Every regular file under ``top`` (this sandbox's view) it can read, read whole (symbolic links not followed,
+    ``skip``'s pseudo file systems left out): the files naming one of ``needles`` other than where an ``allowed``
+    string starts (``names_one_of``), and how much was read."""
+    import stat
+
+    wanted = [n.encode() for n in needles]
+    ok = [a.encode() for a in allowed]
+    overlap = max(len(x) for x in wanted + ok + [b"x"])
+    pattern = _pattern(wanted)
+    report: dict = {"files": 0, "bytes": 0, "unreadable": 0, "hits": {}}
+    for folder, dirs, names in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if os.path.join(folder, d) not in skip)
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
+                with open(path, "rb") as handle:
+                    tail = b""
+                    while True:
+                        block = handle.read(chunk)
+                        data = tail + block
+                        found = names_one_of(data, pattern, ok, None if not block else len(data) - overlap)
+                        if found or not block:
+                            break
+                        report["bytes"] += len(block)
+                        tail = data[-2 * overlap :]
+                report["files"] += 1
+                if found:
+                    report["hits"][path] = found.decode(errors="replace")
+            except OSError:
+                report["unreadable"] += 1
+    return report
+
+
 def inside(request: dict) -> dict:
     """What this sandboxed process sees and can do; ``request``: ``paths`` (to try reading: all should be hidden),
     ``environ`` (variables it must not hold), ``imports`` (module names), ``import_mode`` (``import`` or ``find``)."""
@@ -92,6 +160,9 @@ def inside(request: dict) -> dict:
         import importlib.util
 
         out["tools"] = importlib.util.find_spec("tools.grading").origin
+    out["masked"] = {path: _seen_bytes(path) for path in request.get("masked", [])}  # view.masked_files: all <= 0
+    if request.get("scan"):  # `pipeline probe --scan-view`: every readable file of the view
+        out["scan"] = scan_view(request["scan"]["needles"], request["scan"]["allowed"])
     mode = request.get("import_mode", "find")
     out["import_mode"] = mode
     out["imports"] = {name: _try_import(name, mode) for name in request.get("imports", [])}

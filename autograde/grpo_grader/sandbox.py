@@ -16,14 +16,11 @@ section lists it); its own PID, IPC, UTS, network (a loopback only) and cgroup n
     job), limits and the slot's leased uid for good, which runs ipykernel. After each job a helper with that uid kills
     its processes and removes its files and System V IPC objects (``_clean``); if anything is left, the zygote exits
     and is replaced. The launcher only connects, passes its descriptors, relays SIGINT and exits with the kernel's code.
-not root: bubblewrap in a user namespace, one per kernel (``_exec_bwrap``): there is no other uid to drop to, and a
-    job with the zygote's own uid could tamper with it.
+not root: bubblewrap in a user namespace, one per kernel (``_exec_bwrap``): no other uid to drop to.
 ``none`` (explicit only): the course copy, a working folder and the resource limits; kernels read what the grader can.
 
-In every mode: resource limits (address space, file size, core dumps, processes), a scrubbed environment (no
-tokens or credentials of the instructor's shell), a thread count that fits the number of grading slots, and a pid
-file that lets the pipeline kill the launcher (and with it the kernel) at the hard time limit. Only the standard
-library may be imported at module level: this file runs as the kernel launcher (and its text as the zygote).
+Every mode: resource limits and the job's caps (job_caps.py), a scrubbed environment, a thread count fitting the
+slots, a pid file for the hard time limit. Only the standard library at module level (this text is the zygote's too).
 """
 
 from __future__ import annotations
@@ -47,6 +44,9 @@ def _write(path: str, text: str) -> None:
 
 
 def _limits(spec: dict) -> None:
+    for target in spec.get("job_cgroups") or ():  # first the job's cgroups (job_caps.py): paths, or a zygote's fds
+        with open(target, "w", closefd=isinstance(target, str)) as handle:
+            handle.write("0")
     for name, value in ((n, v) for n, v in spec.get("rlimits", {}).items() if v is not None):
         _soft, hard = resource.getrlimit(RLIMITS[name])
         value = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
@@ -153,8 +153,9 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
     for path, size in spec["scratch"]:
         args += ["--size", str(size), "--perms", "1777", "--tmpfs", path]
     for path, mode in spec["keep"]:
-        parents(path)
-        args += ["--bind" if mode == "rw" else "--ro-bind", path, path]
+        if mode != "mask":  # a mask (view.masked_files) lies in a folder bound above it: /dev/null over the file
+            parents(path)
+        args += ["--bind" if mode == "rw" else "--ro-bind", "/dev/null" if mode == "mask" else path, path]
     args += ["--size", str(spec["workdir_size"]), "--perms", "1777", "--tmpfs", spec["workdir"]]
     if connection_fd is not None:
         args += ["--perms", "0444", "--ro-bind-data", str(connection_fd), _connection_path(spec)]
@@ -169,7 +170,7 @@ def bwrap_args(spec: dict, connection_fd: int | None = None, zygote: bool = Fals
             "--inh-caps=-all",
             "--",
         ]
-    return args
+    return args + spec.get("in_userns", [])  # not root: the task cap of job_caps.py, set inside the user namespace
 
 
 def _grading_fds(spec: dict) -> tuple[int, ...]:
@@ -384,6 +385,7 @@ def _job(spec: dict, request: dict, fds: list[int]) -> None:
     and its job), its limits, uid and environment, then ipykernel (a graded kernel's case runner first) or the probe's
     code. Never returns."""
     os.setpgid(0, 0)
+    _limits(spec)  # first: its cgroups' descriptors are closed below
     job = None
     if request.get("grading"):  # the case runner and the cases' inputs, read before the uid change
         with os.fdopen(fds.pop(), "rb") as handle:
@@ -392,7 +394,6 @@ def _job(spec: dict, request: dict, fds: list[int]) -> None:
     for fd, source in enumerate(moved):
         os.dup2(source, fd)
     os.closerange(len(moved), 1 << 16)
-    _limits(spec)
     _become(spec)
     os.chdir(spec["workdir"])
     become_forked_process(_environment(spec, request.get("env", {})))

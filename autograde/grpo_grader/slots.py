@@ -91,6 +91,8 @@ class Slot(SlotZygotes):
         self.threads = threads
         self.process: subprocess.Popen | None = None
         self.stopped = False
+        caps = getattr(sandbox, "caps", None)  # the run's job caps (job_caps.py); none for a probe's slot
+        self.caps = caps.slot(name, {"kernel": uid}, {"kernel": self.pidfile}) if caps is not None else None
         self._setup()
 
     # -- layout
@@ -112,6 +114,7 @@ class Slot(SlotZygotes):
                 shutil.copy2(source, self.kernel / name)
             else:
                 raise FileNotFoundError(f"GradingPipeline.kernel_files: {source} does not exist")
+        view.scrub_course_copy(self.kernel)  # no learner id or name reaches a kernel (course.toml's roster)
         # readable by the kernel's uid whatever the source modes were (save_pretrained writes model.safetensors
         # 0600: the grading kernels of lessons 5 and 7 could not load their checkpoints)
         for folder, _dirs, files in os.walk(self.kernel):
@@ -160,7 +163,12 @@ class Slot(SlotZygotes):
             "uid": self.uid,
             "gid": self.uid,
             **view.spec_view(),  # what the sandbox sees besides its binds (view.py: the one declaration)
-            "keep": view.kernel_binds(self.sandbox.paths.get("bind", []), self.kernel, self.ipc),
+            "keep": view.kernel_binds(
+                self.sandbox.paths.get("bind", []),
+                self.kernel,
+                self.ipc,
+                view.never_bound(self.settings, self.dir.parent),
+            ),
             "course": str(self.kernel),
             "workdir": str(self.work),
             "pidfile": str(self.pidfile),
@@ -171,6 +179,8 @@ class Slot(SlotZygotes):
             "bwrap": shutil.which("bwrap") or "/usr/bin/bwrap",
             "setpriv": shutil.which("setpriv") or "setpriv",
         }
+        if self.caps is not None:  # the kernel's job caps: its cgroups, RLIMIT_NPROC (job_caps.SlotCaps.spec)
+            spec.update(self.caps.spec("kernel", spec["rlimits"]))
         if self.sandbox.paths.get("pythonpath"):
             spec["env"]["PYTHONPATH"] = os.pathsep.join([str(self.kernel), *self.sandbox.paths["pythonpath"]])
         if self.kernel_zygote_enabled:  # the launcher asks the slot's kernel zygote for the kernel (sandbox.py)
@@ -373,6 +383,7 @@ class Slot(SlotZygotes):
             {
                 "paths": paths,
                 "environ": list(view.SECRET_ENVIRON),
+                "masked": view.masks_of(json.loads(self.spec_path.read_text())["keep"]),
                 "imports": list(imports),
                 "import_mode": import_mode,
             }

@@ -13,10 +13,104 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
 
 import nbformat
 
 MAX_NESTING = 64
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")  # a learner id (a folder name under submitted/)
+SKIPPED = "skipped"  # the status of a folder of submitted/ that was not graded (grades.csv, the run's summary)
+
+
+# ----------------------------------------------------------------------------- the folders of submitted/
+@dataclass(frozen=True)
+class Skipped:
+    """A folder (or file) of ``submitted/`` that is not graded, and why: a row of its own in grades.csv."""
+
+    learner: str
+    assignment: str
+    reason: str
+
+
+def _shown_name(name: str) -> str:
+    """A name as a row may show it: control characters and the like escaped."""
+    return name if name.isprintable() else ascii(name)[1:-1]
+
+
+def collect_submitted(submitted: Path, assignments) -> tuple[list[tuple[str, list[Path]]], list[Skipped]]:
+    """[(learner, [assignment folder])] to grade under ``submitted`` (learner folders named by id, one folder per
+    known assignment in each) and everything else found there, each with its reason: a file or a symbolic link
+    instead of a learner folder, a learner id that is not allowed (``SAFE_ID``), an empty learner folder, files beside
+    the assignment folders, a symbolic link or an unknown name instead of an assignment folder. Symbolic links are
+    never followed (the grader runs with more rights than the learner)."""
+    learners, skipped = [], []
+    entries = sorted(submitted.iterdir()) if submitted.is_dir() else []
+    for entry in entries:
+        name = _shown_name(entry.name)
+        if entry.is_symlink():
+            skipped.append(Skipped(name, "", "学员目录是符号链接，不评分（symbolic link）"))
+            continue
+        if not entry.is_dir():
+            skipped.append(Skipped(name, "", "不是目录：submitted/ 下每个学员一个目录（not a learner folder）"))
+            continue
+        if not SAFE_ID.match(entry.name):
+            skipped.append(Skipped(name, "", "学员目录名只能含字母、数字和 _.@+-（learner id not allowed）"))
+            continue
+        inside = sorted(entry.iterdir())
+        if not inside:
+            skipped.append(Skipped(name, "", "空目录，没有任何作业（empty folder）"))
+            continue
+        folders = []
+        stray = [p.name for p in inside if not p.is_dir() or p.is_symlink()]
+        for folder in (p for p in inside if p.is_dir() and not p.is_symlink()):
+            if folder.name in assignments:
+                folders.append(folder)
+            else:
+                shown = _shown_name(folder.name)
+                skipped.append(Skipped(name, shown, "没有这个作业（unknown assignment; run `make release`?）"))
+        links = [p.name for p in inside if p.is_symlink()]
+        for link in links:
+            skipped.append(Skipped(name, _shown_name(link), "作业目录是符号链接，不评分（symbolic link）"))
+        files = [n for n in stray if n not in links]
+        if files:
+            listed = ", ".join(_shown_name(n) for n in files[:5]) + (" ..." if len(files) > 5 else "")
+            skipped.append(
+                Skipped(
+                    name,
+                    "",
+                    f"作业目录之外的文件未评分：{listed}；应放在 {name}/<作业名>/<作业名>.ipynb（stray files）",
+                )
+            )
+        if folders:
+            learners.append((entry.name, folders))
+    return learners, skipped
+
+
+# ----------------------------------------------------------------------------- another assignment's notebook
+def grade_ids(nb: nbformat.NotebookNode) -> set[str]:
+    """The nbgrader ``grade_id`` of every cell that has one."""
+    return {gid for gid in (_gid(cell) for cell in nb.cells) if gid}
+
+
+def other_assignment(nb: nbformat.NotebookNode, assignment: str, released: dict[str, set[str]]) -> str | None:
+    """Why ``nb``, submitted for ``assignment``, is another assignment's notebook (its nbgrader cells are mostly the
+    release of another assignment of ``released`` = {assignment: its grade_ids}, and fewer than half are this one's:
+    the learner's mistake, status ``invalid``), or None. A notebook without nbgrader metadata, or whose cells match
+    no release, is graded as usual (by position)."""
+    ids = grade_ids(nb)
+    if not ids:
+        return None
+    share = {name: len(ids & cells) / len(ids) for name, cells in released.items()}
+    best = max((name for name in share if name != assignment), key=lambda name: share[name], default=None)
+    if best is None or share[best] <= share.get(assignment, 0.0) or share.get(assignment, 0.0) >= 0.5:
+        return None
+    return (
+        f"这是另一份作业 {best} 的笔记本（{len(ids & released[best])}/{len(ids)} 个评分单元属于 {best}，"
+        f"{len(ids & released.get(assignment, set()))} 个属于 {assignment}）：请提交 {assignment} 的笔记本"
+        "（wrong assignment）"
+    )
 
 
 def _depth(value, limit: int) -> int:

@@ -25,6 +25,7 @@ from tools.project_runtime import MARKER
 
 from .course import AUTOGRADE, ROOT, GradingPipeline
 from .digests import SEED_ENV, SEED_NAME
+from .probe import names_one_of
 
 MIB = 2**20
 
@@ -161,10 +162,96 @@ def shown_already() -> list[str]:
     return [str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve()), USR]
 
 
-def kernel_binds(extra: list[str], course_copy: Path, sockets: Path) -> list[list[str]]:
+def kernel_binds(extra: list[str], course_copy: Path, sockets: Path, hidden: list[str] = ()) -> list[list[str]]:
     """A kernel's binds (the spec's ``keep``, in bind order): the interpreter's folders, the ``sys.path`` folders
-    outside them (``extra``) and the slot's course copy read-only, the kernel's socket folder read-write."""
-    return [[path, "ro"] for path in [*interpreter_folders(), *extra, str(course_copy)]] + [[str(sockets), "rw"]]
+    outside them (``extra``) and the slot's course copy read-only; over them the files of ``masked_files`` (those
+    naming one of the ``hidden`` folders: ``never_bound``), each replaced by ``/dev/null`` (which a sandbox's mounts
+    do not let it open); the kernel's socket folder read-write."""
+    folders = [*interpreter_folders(), *extra]
+    masks = masked_files(tuple(folders), tuple(hidden)) if hidden else []
+    return (
+        [[path, "ro"] for path in [*folders, str(course_copy)]]
+        + [[path, "mask"] for path in masks]
+        + [[str(sockets), "rw"]]
+    )
+
+
+# ----------------------------------------------------------------------------- files that name what is never seen
+# Where a bound folder's files may name the checkout: the folders of the interpreter's sys.path inside it (its
+# site-packages), their top-level files (and their compiled copies in __pycache__) and their packages' metadata. An
+# editable install of the course (`make setup`) puts a finder there that maps `tools` and `autograde` to the checkout
+# and lists its folders, the sample class's learners among them; its `.pth` imports the finder; its
+# `direct_url.json` names the checkout.
+METADATA_FOLDERS = ("*.dist-info", "*.egg-info")
+MASK_LIMIT = 4 * MIB  # a larger file of these folders is no install's record: left as it is
+# never masked: without its pyvenv.cfg an interpreter does not know its virtual environment (its `command` line may
+# name the interpreter that created it, a checkout's among them)
+NEEDED = ("pyvenv.cfg",)
+
+
+def _site_folders(folders: tuple[str, ...]) -> list[Path]:
+    """The folders of the interpreter's ``sys.path`` that lie in one of the bound ``folders`` (and those folders)."""
+    entries = {str(Path(entry).resolve()) for entry in sys.path if entry and os.path.isdir(entry)} | set(folders)
+    inside = [e for e in entries if any(e == f or e.startswith(f.rstrip("/") + "/") for f in folders)]
+    return [Path(entry) for entry in sorted(inside) if os.path.isdir(entry)]
+
+
+def masks_of(keep: list[list[str]]) -> list[str]:
+    """The masked files of a spec's binds (``kernel_binds``)."""
+    return [path for path, mode in keep if mode == "mask"]
+
+
+@functools.cache
+def masked_files(folders: tuple[str, ...], hidden: tuple[str, ...]) -> list[str]:
+    """The files of the bound ``folders`` a sandbox cannot read: in each folder of ``sys.path`` within them, the
+    top-level files, their compiled copies and its packages' metadata (``METADATA_FOLDERS``) that name one of the
+    ``hidden`` folders (other
+    than as the start of a bound folder's own path), and a ``.pth`` that imports one of them (it would fail at every
+    interpreter start). Looked up once per process (a few milliseconds)."""
+    needles = tuple(sorted({h.encode() for h in hidden}, key=len, reverse=True))
+    allowed = tuple(f.encode() for f in folders)
+    masked: list[Path] = []
+    pth: list[Path] = []
+    for site_folder in _site_folders(folders):
+        candidates = [p for p in site_folder.iterdir() if p.is_file() and not p.is_symlink() and p.name not in NEEDED]
+        for pattern in (*METADATA_FOLDERS, "__pycache__"):  # (a top-level module's compiled copy names what it does)
+            for meta in site_folder.glob(pattern):
+                candidates += [p for p in meta.iterdir() if p.is_file() and not p.is_symlink()] if meta.is_dir() else []
+        for path in candidates:
+            try:
+                if path.stat().st_size <= MASK_LIMIT and names_one_of(path.read_bytes(), needles, allowed):
+                    masked.append(path)
+                elif path.suffix == ".pth":
+                    pth.append(path)
+            except OSError:
+                continue
+    stems = {p.stem.encode() for p in masked if p.suffix == ".py"}
+    for path in pth:
+        text = path.read_bytes()
+        if any(stem in text for stem in stems):
+            masked.append(path)
+    return sorted(str(path) for path in masked)
+
+
+def scrub_course_copy(copy: Path) -> None:
+    """The slot's course copy without the learners: its ``course.toml`` loses the ``[roster]`` table (learner ids and
+    names, ``roster.py``), which no kernel needs."""
+    import re
+    import tomllib
+
+    path = copy / MARKER
+    if not path.is_file():
+        return
+    kept, dropping = [], False
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        if re.match(r"\s*\[", line):
+            dropping = re.match(r"\s*\[\s*roster\s*[.\]]", line) is not None
+        if not dropping and not re.match(r"\s*roster\s*=", line):
+            kept.append(line)
+    text = "".join(kept)
+    if "roster" in tomllib.loads(text):
+        raise ValueError(f"{path}: write the roster as a [roster] table (it must not reach the grading kernels)")
+    path.write_text(text, encoding="utf-8")
 
 
 def homes() -> list[str]:
@@ -248,6 +335,24 @@ def _rows(zh: bool) -> list[tuple[str, str, str]]:
             say(
                 "只读；下面那些永远不放进沙箱的目录除外",
                 "read-only; never one of the folders below that no sandbox sees",
+            ),
+        ),
+        (
+            say(
+                "这些目录里点名课程目录、课程文件夹或本次评分目录的文件（可编辑安装的 finder 与 `.pth`、`direct_url.json` 等）",
+                "files of those folders that name the checkout, the course folder or the run's folder (an editable "
+                "install's finder and `.pth`, a `direct_url.json`...)",
+            ),
+            say(
+                "`sys.path` 上位于它们之中的目录：顶层文件与 `*.dist-info`、`*.egg-info` 里的文件",
+                "the folders of `sys.path` within them: their top-level files and those of `*.dist-info`, `*.egg-info`",
+            ),
+            say(
+                "换成 `/dev/null`（沙箱的挂载不允许打开设备：读不到任何内容）：课程目录的布局和学员的学号都不出现；"
+                "只有绑定目录自己的路径（例如脚本第一行、编译后的模块里的虚拟环境路径）可以出现",
+                "replaced by `/dev/null` (the sandbox's mounts allow no device: nothing of them can be read): "
+                "neither the checkout's layout nor a learner id shows; only a bound folder's own path may (the "
+                "virtual environment's, in a script's first line or a compiled module)",
             ),
         ),
         (

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox
+from . import job_caps, sandbox
 from .processes import stop
 from .sandbox import _environment, bwrap_args
 
@@ -73,7 +73,7 @@ class SlotZygotes:
         import socket
 
         alive, self.alive_pipes[kind] = os.pipe()  # the zygote's sign that the grader's process lives
-        spec = {**spec, "zygote": kind, "warm": warm, "grader_fd": alive}
+        spec, cgroup_fds = job_caps.for_zygote({**spec, "zygote": kind, "warm": warm, "grader_fd": alive})
         spec.pop("zygote_socket", None)
         path = self.sockets / kind
         path.unlink(missing_ok=True)
@@ -90,12 +90,13 @@ class SlotZygotes:
                     stdin=listener.fileno(),
                     stdout=subprocess.DEVNULL,
                     stderr=errors,
-                    pass_fds=(alive,),
+                    pass_fds=(alive, *cgroup_fds),
                     start_new_session=True,
                 )
         finally:
             listener.close()  # the zygote holds it: when it dies, a connect fails at once
-            os.close(alive)
+            for fd in (alive, *cgroup_fds):
+                os.close(fd)
 
     def ensure_kernel_zygote(self, warm: bool = True) -> None:
         """Start the kernel zygote unless it runs and answers (once per slot; a dead one, or one that could not clean

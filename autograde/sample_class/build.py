@@ -26,7 +26,13 @@ A case is a dict ``{assignment: spec}``; a spec may hold:
 - ``kernelspec``: the notebook's kernelspec replaced by this dict;
 - ``nbformat``: ``3``: the notebook written in the nbformat 3 layout;
 - ``corrupt``: ``"truncate"``: the file is cut in half (not valid JSON); ``"deep"``: valid JSON nested 100 000
-  levels deep inside a cell's metadata.
+  levels deep inside a cell's metadata;
+- ``notebook_of``: another assignment: its notebook (with ``base`` and ``cells`` of that one) handed in under this
+  assignment's name;
+- ``layout``: ``"flat"``: the file lies in the learner's folder itself, not in an assignment folder.
+
+A learner whose every file is skipped (``layout`` ``"flat"``) has no gradebook row: ``expected.json`` gives it one
+``"skipped"`` entry instead of rows per lesson (``expected_skipped``).
 
 The lessons of the sample class are ``LESSONS``: every lesson with an oracle module. Adding a lesson = its entries in
 the cases s02 and s04 (s01 and s03 cover every lesson of ``LESSONS``) and its rows in ``expected.json``
@@ -54,8 +60,17 @@ EXPECTED = SAMPLE / "expected.json"
 # the notebook limit plus two cell limits): on an idle 2-core machine its honest notebooks take at most ~6 s in
 # nbgrader and ~3 s in one cell, so 30 s and 10 s leave 5x and 3x room before machine_timeouts() scales them; the
 # grace after the last result (l01 lingers after it) ends well inside the notebook limit, 5 s after its last cell's
-# start. The memory limit is fixed so that the huge-allocation case fails the same way on every machine.
-TIMEOUTS = {"cell_timeout": 10, "notebook_timeout": 30, "grace_after_results": 5, "memory_limit_mb": 4096}
+# start. The memory limit is fixed so that the huge-allocation case fails the same way on every machine; so are the
+# job caps (job_caps.py), so that the fork bomb (j1) and the memory hog (j2) reach them while every honest job stays
+# below.
+TIMEOUTS = {
+    "cell_timeout": 10,
+    "notebook_timeout": 30,
+    "grace_after_results": 5,
+    "memory_limit_mb": 4096,
+    "job_memory_mb": 1536,
+    "job_max_processes": 64,
+}
 # every lesson the sample class grades: every lesson with an oracle module (a learner's row for a lesson it did not
 # submit is "missing")
 LESSONS = oracle_assignments()
@@ -69,7 +84,7 @@ def machine_timeouts(say=print) -> dict:
     factor clamped to [1, 4] (a busy machine gets longer limits, an idle one the short ones); the time limits and the
     grace after the last result scale. The import is this
     process's own where torch is not imported yet (the grading run needs it anyway: no second import of torch paid
-    for a measurement), else one in a fresh interpreter. The memory limit is not scaled."""
+    for a measurement), else one in a fresh interpreter. The memory limit and the job caps are not scaled."""
     import subprocess
     import sys
     import time
@@ -86,7 +101,7 @@ def machine_timeouts(say=print) -> dict:
         "cell_timeout": int(TIMEOUTS["cell_timeout"] * factor),
         "notebook_timeout": int(TIMEOUTS["notebook_timeout"] * factor),
         "grace_after_results": int(TIMEOUTS["grace_after_results"] * factor),
-        "memory_limit_mb": TIMEOUTS["memory_limit_mb"],
+        **{key: TIMEOUTS[key] for key in ("memory_limit_mb", "job_memory_mb", "job_max_processes")},
     }
 
 
@@ -114,6 +129,8 @@ def _grade_id(cell) -> str | None:
 
 
 def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[str, bytes]:
+    filename = spec.get("filename", f"{assignment}.ipynb")
+    assignment = spec.get("notebook_of", assignment)  # another lesson's notebook under this one's name
     nb = copy.deepcopy(_released(assignment))
     sources = {}
     if spec.get("base", "solution") == "solution":
@@ -194,7 +211,7 @@ def build_submission(assignment: str, spec: dict, answers_cache: dict) -> tuple[
     elif spec.get("corrupt") == "deep":
         depth = 100_000
         text = text.replace('"metadata": {', '"metadata": {"nested": ' + "[" * depth + "]" * depth + ", ", 1)
-    return spec.get("filename", f"{assignment}.ipynb"), text.encode("utf-8")
+    return filename, text.encode("utf-8")
 
 
 def build_all() -> dict[str, bytes]:
@@ -203,7 +220,7 @@ def build_all() -> dict[str, bytes]:
     for learner, case in load_cases().items():
         for assignment, spec in case.items():
             name, data = build_submission(assignment, spec, cache)
-            files[f"{learner}/{assignment}/{name}"] = data
+            files[f"{learner}/{name}" if spec.get("layout") == "flat" else f"{learner}/{assignment}/{name}"] = data
     return files
 
 
@@ -242,12 +259,26 @@ def install(submitted: Path) -> list[str]:
     return learners
 
 
+SKIPPED_ROW = "skipped"  # expected.json: the one entry of a learner whose folder is not graded at all
+
+
 def expected() -> dict[str, dict[str, dict]]:
-    """{learner: {lesson: {"score", "status", ...}}} for every lesson of LESSONS (unlisted rows: missing, 0)."""
+    """{learner: {lesson: {"score", "status", ...}}} for every lesson of LESSONS (unlisted rows: missing, 0), for the
+    learners the gradebook holds (those of ``expected_skipped`` are not graded)."""
     data = json.loads(EXPECTED.read_text(encoding="utf-8"))
     out = {}
     for learner, rows in data.items():
-        if learner.startswith("_"):
+        if learner.startswith("_") or SKIPPED_ROW in rows:
             continue
         out[learner] = {lesson: rows.get(lesson, {"score": 0, "status": "missing"}) for lesson in LESSONS}
     return out
+
+
+def expected_skipped() -> dict[str, dict]:
+    """{learner: {"score", "status", "reason"}} of the sample learners whose folder is skipped (one grades.csv row)."""
+    data = json.loads(EXPECTED.read_text(encoding="utf-8"))
+    return {
+        learner: rows[SKIPPED_ROW]
+        for learner, rows in data.items()
+        if not learner.startswith("_") and SKIPPED_ROW in rows
+    }
