@@ -109,14 +109,14 @@ def test_grades_command_prints_the_status(gradebook, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "待人工评分 8 分" in printed and "无自动评分" in printed and "0/0" not in printed, printed
     # without --table: the summary, not a row per learner and assignment; the class report beside grades.csv, naming
-    # the folders of submitted/ that have no row (alice's has)
+    # the folders of submitted/ that were skipped (each has a grades.csv row with its reason; alice's was graded)
     for folder in ("alice/mixed", "bad name/mixed"):
         (tmp_path / "submitted" / folder).mkdir(parents=True)
     (tmp_path / "submitted" / "stray.txt").write_text("x", encoding="utf-8")
     assert grades(GradingPipeline(course=tmp_path)) == 0
     summary = capsys.readouterr().out
     assert "待人工评分" not in summary and "2 个学员 × 2 个作业" in summary and "graded 2，missing 2" in summary
-    assert "没有成绩行的目录 2 个：bad name stray.txt" in summary, summary
+    assert "没有评分的目录 2 个（skipped）：bad name stray.txt" in summary, summary
     assert "make grades ARGS=--table" in summary and (tmp_path / "report.html").is_file(), summary
     assert "bad name、stray.txt" in (tmp_path / "report.html").read_text(encoding="utf-8")
     with open(tmp_path / "grades.csv", encoding="utf-8") as handle:

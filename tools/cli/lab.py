@@ -440,7 +440,7 @@ def name_gradebook_learners(root: Path = ROOT) -> list[str]:
     The learners collected later are named by the formgrader guard."""
     from nbgrader.api import Gradebook
 
-    from autograde.grpo_grader.learner_grading import SAFE_ID
+    from autograde.grpo_grader.submission import SAFE_ID
     from autograde.grpo_grader.roster import name_learners
 
     root = Path(root).resolve()
