@@ -440,8 +440,8 @@ def name_gradebook_learners(root: Path = ROOT) -> list[str]:
     The learners collected later are named by the formgrader guard."""
     from nbgrader.api import Gradebook
 
-    from autograde.grpo_grader.submission import SAFE_ID
     from autograde.grpo_grader.roster import name_learners
+    from autograde.grpo_grader.submission import SAFE_ID
 
     root = Path(root).resolve()
     submitted = root / "autograde" / "submitted"
