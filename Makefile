@@ -119,7 +119,7 @@ merge-shards: $(VENV)/.setup-stamp ## merge the results of `make autograde SHARD
 feedback: $(VENV)/.setup-stamp ## HTML feedback per learner under autograde/feedback/
 	@$(PY) -m autograde.pipeline feedback $(ARGS)
 
-grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV) and print the table
+grades: $(VENV)/.setup-stamp ## export autograde/grades.csv (+ per-test CSV), the class report autograde/report.html, a summary (ARGS=--table: every row)
 	@$(PY) -m autograde.pipeline grades $(ARGS)
 
 review: $(VENV)/.setup-stamp ## the copy review: side-by-side similarity report autograde/review/similarity.html (+ .csv, .json)
@@ -136,5 +136,5 @@ bench: ready ## run the benchmarks, write benchmarks/results/latest.json
 
 clean: ## remove generated files (keeps .venv and committed learner notebooks)
 	rm -rf autograde/source autograde/release autograde/autograded autograde/feedback autograde/gradebook.db \
-	       autograde/grades*.csv autograde/review .cache artifacts build .pytest_cache
+	       autograde/grades*.csv autograde/report.html autograde/review .cache artifacts build .pytest_cache
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +

@@ -3,7 +3,7 @@
     python -m autograde.pipeline autograde [--sample] [--workers N] [--force] [--learner ID ...] [--shard k/N]
     python -m autograde.pipeline merge-shards
     python -m autograde.pipeline feedback
-    python -m autograde.pipeline grades
+    python -m autograde.pipeline grades [--table]
     python -m autograde.pipeline review [--calibrate]
     python -m autograde.pipeline sample --rebuild | --check
     python -m autograde.pipeline probe [--json] [--imports find] [--scan-view]
@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         "--write", action="store_true", help="settings: regenerate the README's settings tables and sandbox view"
     )
     parser.add_argument(
+        "--table", action="store_true", help="grades: print one row per learner and assignment (not the summary)"
+    )
+    parser.add_argument(
         "--calibrate",
         action="store_true",
         help="review: recompute the copy review's calibration and its precision/recall on the sample class",
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "feedback":
         return feedback(settings)
     if args.command == "grades":
-        return grades(settings)
+        return grades(settings, table=args.table)
     if args.command == "review":
         return review(settings, calibrate=args.calibrate)
     if args.command == "sample":

@@ -23,6 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from autograde_helpers import ASSIGNMENTS, AUTOGRADE, ROOT, run_pipeline  # tests/autograde_helpers.py
+from browser_pages import browser_missing, open_pages  # tests/browser_pages.py
 
 from autograde.sample_class import build as sample_class
 from tools.chain.cells import load_settings
@@ -211,6 +212,38 @@ def test_regrade_keeps_rows_and_scores(graded_class):
     assert _gradebook_dump(course) == before
 
 
+def _check_class_report(course: Path, rows: list[dict], printed: str, skipped: dict) -> None:
+    """The class report beside grades.csv: each learner's total is the sum of their rows of grades.csv (summed here;
+    ``rows`` without the skipped folders', which the report names apart), highest first; the status counts are
+    grades.csv's; no script, the CSP; the terminal got the summary, not a row per learner and assignment."""
+    from autograde.grpo_grader.sanitise import CSP_META
+
+    report = (course / "report.html").read_text(encoding="utf-8")
+    totals = collections.defaultdict(float)
+    for row in rows:
+        totals[row["learner"]] += float(row["score"])
+    shown = [
+        (m.group(1), float(m.group(2))) for m in re.finditer(r'<tr data-learner="([^"]+)" data-total="([^"]+)"', report)
+    ]
+    assert {learner for learner, _ in shown} == set(totals) and len(shown) == len(totals)
+    for learner, total in shown:
+        assert abs(total - totals[learner]) < 0.01, (learner, total, totals[learner])
+    assert [t for _, t in shown] == sorted((t for _, t in shown), reverse=True)
+    statuses = collections.Counter(row["status"] for row in rows)
+    status_table = report[report.index('<section id="status">') : report.index('<section id="totals">')]
+    total_row = re.search(r"<tr><td>合计（total）</td>(.*?)</tr>", status_table).group(1)
+    assert [int(n) for n in re.findall(r"<td>(\d+)</td>", total_row)] == [
+        statuses[s] for s in re.findall(r"<th>(\w+)</th>", status_table)
+    ]
+    assert "<script" not in report and report.count(CSP_META) == 1
+    for section in ("status", "totals", "distribution", "checks", "flags"):
+        assert f'<section id="{section}">' in report, section
+    assert f"{len(totals)} 个学员 × {len(ASSIGNMENTS)} 个作业" in printed and "通过率最低的检查" in printed, printed
+    assert printed.count("\n") < 60, "the terminal got more than a summary"
+    for learner in skipped:  # named as skipped in the report's status section and on the terminal
+        assert learner in status_table and learner in printed, learner
+
+
 @pytest.mark.slow
 def test_feedback_and_export(graded_class):
     course = graded_class.course
@@ -237,6 +270,7 @@ def test_feedback_and_export(graded_class):
         want = skipped[row["learner"]]
         assert (float(row["score"]), row["status"], row["reason"]) == (want["score"], want["status"], want["reason"])
     rows = [r for r in rows if r["learner"] not in skipped]
+    _check_class_report(course, rows, exported.stdout, skipped)
     for row in rows:
         want = expected[row["learner"]][row["assignment"]]
         assert float(row["score"]) == float(want["score"]) and row["status"] == want["status"], row
@@ -277,15 +311,16 @@ def test_feedback_and_export(graded_class):
     assert sum("copy_flags" in row for lessons in expected.values() for row in lessons.values()) >= 15
     assert "similar:f03_copies_the_reference" in names[("s01_worked_answers", "nb01_group_advantages")]
     # the side-by-side report: written by `grades`, summarised on the terminal, no script; the class report's section
-    from autograde.commands.review import class_report_section
-    from autograde.grpo_grader.course import load_settings
     from tests.test_similarity_report import page_problems
 
     assert "[review] nb04_verifiable_rewards:" in exported.stdout and "similarity.html" in exported.stdout
     page = (course / "review" / "similarity.html").read_text(encoding="utf-8")
     assert page_problems(page) == [] and "c03_execs_an_encoded_reference" in page
-    data, fragment = class_report_section(load_settings(course))
-    assert data["assignments"]["nb05_logprobs_masks"]["flagged_reference"] >= 1 and "<script" not in fragment
+    review = json.loads((course / "review" / "similarity.json").read_text(encoding="utf-8"))
+    assert review["assignments"]["nb05_logprobs_masks"]["flagged_reference"] >= 1
+    report = (course / "report.html").read_text(encoding="utf-8")
+    copies = report[report.index('<section id="copies">') :]
+    assert "c03_execs_an_encoded_reference" in copies and "c02_pastes_the_reference_below_the_stub" in copies
     for learner, lesson in (
         ("f01_nb01_written_its_own_way", "nb01_group_advantages"),
         ("f02_uses_the_notebooks_own_names", "nb04_verifiable_rewards"),
@@ -404,3 +439,21 @@ def test_three_shards_merge_into_the_same_grades(graded_class, tmp_path):
     assert run_pipeline("merge-shards", "--course", str(course)).returncode == 0
     sharded, single = subset_rows(course), subset_rows(graded_class.course)
     assert sharded == single and len(sharded) == len(SHARD_SUBSET) * len(ASSIGNMENTS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+def test_class_report_of_the_sample_class_in_chromium(graded_class):
+    """The sample class's report opened from its file in Chromium: no script runs, no request is made, every
+    assignment's score distribution is drawn."""
+    assert run_pipeline("grades", "--course", str(graded_class.course)).returncode == 0
+    page = {
+        "name": "class_report",
+        "file": str(graded_class.course / "report.html"),
+        "wait_ms": 300,
+        "screenshot": False,
+    }
+    view = open_pages([page])["class_report"]
+    assert not view["requests"] and not view["dialogs"] and not view["pageErrors"], view
+    assert view["svgs"] == view["svgsDrawn"] == len(ASSIGNMENTS), view
+    assert "s01_worked_answers" in view["text"] and "各项检查的通过率" in view["text"]

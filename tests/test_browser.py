@@ -1,4 +1,6 @@
-"""The learner's view in a real browser: JupyterLab (served here) + headless Chromium runs notebook 1.
+"""The course in a real browser: JupyterLab (served here) + headless Chromium runs notebook 1; the instructor's lab
+roles and the nbgrader exchange; pages the course writes to disk (a feedback page, the class report) opened from
+their files run nothing of a learner's and ask the network for nothing.
 
 Needs Debian's Chromium (`apt-get install chromium`), node, and playwright-core
 (`npm ci --prefix tests/browser`; it downloads no browser). Skipped, with the reason, when one is missing.
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from browser_pages import browser_missing, chromium_path, open_pages  # tests/browser_pages.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "nb01_group_advantages"
@@ -24,21 +27,12 @@ DRIVER = ROOT / "tests" / "browser" / "run_notebook.mjs"
 ARTIFACTS = ROOT / "artifacts" / "browser"
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+_chromium = chromium_path
 
 
 def _missing() -> str | None:
-    if _chromium() is None:
-        return "Chromium is not installed (install it with `apt-get install -y chromium`)"
-    if shutil.which("node") is None:
-        return "node is not installed (the browser test drives Chromium with playwright-core)"
-    if not (ROOT / "tests" / "browser" / "node_modules" / "playwright-core").is_dir():
-        return "playwright-core is not installed (run `npm ci --prefix tests/browser`)"
+    if browser_missing():
+        return browser_missing()
     if not NOTEBOOK.is_file():
         return f"{NOTEBOOK.relative_to(ROOT)} does not exist yet (run `make release`)"
     return None
@@ -261,7 +255,12 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
     formulas (MathML) and shows no hidden-test source."""
     import getpass
 
+    from nbgrader.api import Gradebook
+
+    from tools.chain.cells import load_settings
     from tools.cli.lab import FETCH_DIR, LabServer
+
+    course_id = load_settings(ROOT)["id"]
 
     assignment, learner_id = ASSIGNMENT, getpass.getuser()
     root = _course_of_its_own(tmp_path / "course", assignment, learner_id)
@@ -281,6 +280,11 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
         with learner, instructor:
             (root / "work" / assignment).mkdir()  # the work copy `make lab` makes: Fetch must still be offered
             shutil.copy2(course / "release" / assignment / f"{assignment}.ipynb", root / "work" / assignment)
+            # a learner handed in by hand (no roster entry, not collected, not graded): listed by id
+            (course / "submitted" / "carol" / assignment).mkdir(parents=True)
+            shutil.copy2(
+                course / "release" / assignment / f"{assignment}.ipynb", course / "submitted" / "carol" / assignment
+            )
             walked = _walk(
                 {
                     **base,
@@ -300,6 +304,7 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
             assert (submitted / f"{assignment}.ipynb").is_file() and not (submitted / ".ipynb_checkpoints").exists()
             rows = " | ".join(walked["submissionRows"])
             assert "王, 小明" in rows and "None, None" not in rows, rows
+            assert any(row.startswith("carol carol") for row in walked["submissionRows"]), rows
             assert "make autograde" in walked["autograde"] and f"--learner {learner_id}" in walked["autograde"], walked
             assert not (course / "autograded").exists(), "the formgrader's Autograde graded after all"
 
@@ -312,8 +317,16 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
             )
             assert graded.returncode == 0, graded.stdout[-3000:] + graded.stderr[-3000:]
             page = course / "feedback" / learner_id / assignment / f"{assignment}.html"
+            with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id) as gb:
+                submission = gb.find_submission_notebook(assignment, assignment, learner_id).id
             fed = _walk(
-                {**base, "phase": "feedback", "formgrader": instructor.url("formgrader"), "feedback_file": str(page)}
+                {
+                    **base,
+                    "phase": "feedback",
+                    "formgrader": instructor.url("formgrader"),
+                    "feedback_file": str(page),
+                    "submission": instructor.url(f"formgrader/submissions/{submission}/"),
+                }
             )
     logs = "\n".join(
         f"--- {name} log ---\n" + (tmp_path / f"{name}.log").read_text()[-2000:] for name in ("learner", "instructor")
@@ -326,5 +339,125 @@ def test_exchange_walk_and_offline_feedback_in_chromium(tmp_path):
     assert view["maths"] > 10 and view["drawn"] == view["maths"], view["maths"]
     assert view["fractions"] and max(view["fractions"]) > 1.2 * view["lineHeight"], view  # a fraction is stacked
     assert view["rawTex"] == 0, view["text"][:2000]
+    # the formgrader's page of the submission, rendered by the course's sanitising exporter: grading inputs, MathML
+    shown = fed["submissionPage"]
+    assert shown["gradeCells"] > 3 and shown["scoreInputs"] > 0 and shown["maths"] > 10, shown
     assert not walked["pageErrors"] and not fed["pageErrors"], (walked["pageErrors"], fed["pageErrors"])
     print(f"blocked requests of the offline feedback page: {fed['blockedRequests']}", file=sys.stderr)
+
+
+def _feedback_exporter():
+    """The exporter `make feedback` uses: nbgrader's GenerateFeedback with the course's nbgrader_config.py."""
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT / "autograde")).load_config()
+    converter = GenerateFeedback(coursedir=CourseDirectory(config=config), config=config)
+    return converter.exporter_class(parent=converter, config=converter.config)
+
+
+def hostile_report_rows() -> tuple[list[dict], list[dict], dict]:
+    """grades.csv / grades_by_test.csv rows whose learner, name, flag and message carry markup and script."""
+    from page_attacks import run
+
+    evil = f'<script>{run("report-script")}</script><img src=x onerror="{run("report-onerror")}">'
+    rows = [
+        {"learner": "alice", "assignment": "nb01", "score": 3.0, "max_score": 4.0, "status": "graded",
+         "reason": evil, "flags": f"similar:{evil}:90%", "manual_pending": 0.0},
+        {"learner": evil, "assignment": "nb01", "score": 0.0, "max_score": 4.0, "status": "invalid",
+         "reason": evil, "flags": "", "manual_pending": 0.0},
+    ]  # fmt: skip
+    tests = [
+        {"learner": "alice", "assignment": "nb01", "notebook": "nb01", "test": "t", "score": 0.0, "max_score": 4.0,
+         "outcome": "failed", "message": evil},
+    ]  # fmt: skip
+    return rows, tests, {"alice": evil}
+
+
+@pytest.fixture(scope="module")
+def offline_views(tmp_path_factory):
+    """One Chromium run over the pages written from disk: the feedback page of page_attacks' notebook (with its
+    Content-Security-Policy and without it: the sanitiser alone), nbconvert's own page of it, and a class report
+    whose learner, name, flag and failure message carry script."""
+    from nbconvert.exporters import HTMLExporter
+    from page_attacks import attack_notebook
+
+    from autograde.grpo_grader.class_report import ClassData, render_report
+    from autograde.grpo_grader.feedback_pages import FeedbackExporter
+    from autograde.grpo_grader.sanitise import CSP_META
+
+    folder = tmp_path_factory.mktemp("pages")
+    exporter = _feedback_exporter()
+    assert isinstance(exporter, FeedbackExporter)
+    nb = attack_notebook()
+    resources = {"nbgrader": {"notebook": "attack", "score": 1.0, "max_score": 2.0, "late_penalty": 0.0}}
+    page, _ = exporter.from_notebook_node(nb, resources=resources)
+    rows, tests, names = hostile_report_rows()
+    report = render_report(ClassData(rows, tests, names=names, unlisted=["<b>odd</b>"], course="x"))
+    files = {
+        "feedback": page,
+        "feedback_without_csp": page.replace(CSP_META, ""),
+        "nbconvert_unsanitised": HTMLExporter(template_name="classic").from_notebook_node(nb)[0],
+        "report_hostile": report,
+        "report_without_csp": report.replace(CSP_META, ""),
+    }
+    pages = []
+    for name, text in files.items():
+        (folder / f"{name}.html").write_text(text, encoding="utf-8")
+        report = name.startswith("report")  # (no refresh to wait for)
+        pages.append(
+            {
+                "name": name,
+                "file": str(folder / f"{name}.html"),
+                "click": ["#jslink", "#hover-me"],
+                "wait_ms": 300 if report else 1200,
+                "screenshot": name in ("feedback", "report_hostile"),
+            }
+        )
+    views = open_pages(pages)
+    views["csp"] = {name: text.count(CSP_META) for name, text in files.items()}
+    return views
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+def test_feedback_page_runs_nothing_of_the_learner(offline_views):
+    """A feedback page (nbgrader's feedback template, the course's FeedbackExporter, as `make feedback` configures
+    it) of a notebook carrying a <script>, an onerror handler, display(Javascript(...)), an <iframe srcdoc>, a
+    javascript: link, an SVG with script, a <meta http-equiv=refresh>, a raw HTML cell, a widget and more: none of
+    them runs or asks for anything, with the page's Content-Security-Policy and without it (the sanitiser alone),
+    while its formulas (MathML) and its PNG are drawn and the Colab badge reads as its text. nbconvert's own page
+    of the same notebook runs them (the check can fail)."""
+    from page_attacks import RUN_BY_NBCONVERT, ran_marks
+
+    raw = ran_marks(offline_views["nbconvert_unsanitised"])
+    assert RUN_BY_NBCONVERT <= raw, f"nbconvert's page did not run {sorted(RUN_BY_NBCONVERT - raw)}"
+    assert offline_views["csp"]["feedback"] == 1
+    for name in ("feedback", "feedback_without_csp"):
+        view = offline_views[name]
+        assert not ran_marks(view) and not view["requests"] and not view["dialogs"], (name, view["requests"])
+        assert view["url"].endswith(f"/{name}.html"), view["url"]  # no refresh took the page elsewhere
+        assert view["mathsDrawn"] == 4 and view["maths"] == 5, view  # (+ the <math> emptied of its annotation-xml)
+        assert view["images"] >= 1 and view["imagesDrawn"] == view["images"], view  # the PNG, no broken image
+        text = view["text"].replace("\xa0", " ")  # (MathML text writes its spaces as no-break spaces)
+        assert "per_token_loss" in text and "per\\_token" not in text, text[:2000]
+        assert "在 Colab 中打开" in text and "学员的文字 <script> 显示为文字" in text, text[:2000]
+        assert "<img src=x onerror=" in text  # the formula's text shown as text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+def test_class_report_shows_learner_text_as_text(offline_views):
+    """The class report with a learner id, a roster name, a review flag and a failure message that carry
+    <script> and an onerror handler: nothing runs, nothing is requested (with and without its CSP), the text shows
+    as written, and the score distribution is drawn (inline SVG)."""
+    from page_attacks import ran_marks
+
+    assert offline_views["csp"]["report_hostile"] == 1
+    for name in ("report_hostile", "report_without_csp"):
+        view = offline_views[name]
+        assert not ran_marks(view) and not view["requests"] and not view["dialogs"] and not view["pageErrors"], view
+        assert view["text"].count("<script>document.title") >= 4, view["text"][:3000]
+        assert "<b>odd</b>" in view["text"]
+        assert view["svgs"] == 1 and view["svgsDrawn"] == 1, view  # nb01's score distribution

@@ -105,9 +105,20 @@ def test_grades_command_prints_the_status(gradebook, tmp_path, capsys):
     grade = gradebook.find_grade("test_cell", "mixed", "mixed", "alice")
     grade.auto_score = 14
     gradebook.db.commit()
-    assert grades(GradingPipeline(course=tmp_path)) == 0
+    assert grades(GradingPipeline(course=tmp_path), table=True) == 0
     printed = capsys.readouterr().out
     assert "待人工评分 8 分" in printed and "无自动评分" in printed and "0/0" not in printed, printed
+    # without --table: the summary, not a row per learner and assignment; the class report beside grades.csv, naming
+    # the folders of submitted/ that were skipped (each has a grades.csv row with its reason; alice's was graded)
+    for folder in ("alice/mixed", "bad name/mixed"):
+        (tmp_path / "submitted" / folder).mkdir(parents=True)
+    (tmp_path / "submitted" / "stray.txt").write_text("x", encoding="utf-8")
+    assert grades(GradingPipeline(course=tmp_path)) == 0
+    summary = capsys.readouterr().out
+    assert "待人工评分" not in summary and "2 个学员 × 2 个作业" in summary and "graded 2，missing 2" in summary
+    assert "没有评分的目录 2 个（skipped）：bad name stray.txt" in summary, summary
+    assert "make grades ARGS=--table" in summary and (tmp_path / "report.html").is_file(), summary
+    assert "bad name、stray.txt" in (tmp_path / "report.html").read_text(encoding="utf-8")
     with open(tmp_path / "grades.csv", encoding="utf-8") as handle:
         everyone = list(csv.DictReader(handle))
     rows = {r["assignment"]: r for r in everyone if r["learner"] == "alice"}
@@ -120,3 +131,104 @@ def test_grades_command_prints_the_status(gradebook, tmp_path, capsys):
     )
     assert rows["mixed"]["reason"] == "待人工评分 8 分"
     assert rows["none"]["reason"].startswith("无自动评分") and "得 0 分" not in rows["none"]["reason"]
+
+
+# ----------------------------------------------------------------------------- the class report
+def _class_rows():
+    rows = [
+        {"learner": "bob", "assignment": "a1", "score": 2.0, "max_score": 4.0, "status": "graded", "flags": "exit"},
+        {"learner": "bob", "assignment": "a2", "score": 0.0, "max_score": 6.0, "status": "missing", "flags": ""},
+        {"learner": "amy", "assignment": "a1", "score": 4.0, "max_score": 4.0, "status": "graded", "flags": ""},
+        {"learner": "amy", "assignment": "a2", "score": 3.0, "max_score": 6.0, "status": "timeout", "flags": ""},
+        {"learner": "cid", "assignment": "a1", "score": 2.0, "max_score": 4.0, "status": "graded", "flags": ""},
+        {"learner": "cid", "assignment": "a2", "score": 6.0, "max_score": 6.0, "status": "graded",
+         "flags": "similar:amy:92% copies-reference:88%", "manual_pending": 2.0},
+    ]  # fmt: skip
+    tests = [
+        {"learner": who, "assignment": "a1", "test": "t1", "score": score, "max_score": 2.0, "outcome": outcome,
+         "message": message}
+        for who, score, outcome, message in (
+            ("amy", 2.0, "passed", ""),
+            ("bob", 0.0, "failed", "AssertionError: expected 0.5, got 0.25"),
+            ("cid", 0.0, "failed", "AssertionError: expected 0.75, got 1.5"),
+        )
+    ] + [
+        {"learner": "amy", "assignment": "a1", "test": "q", "score": 0.0, "max_score": 3.0, "outcome": "manual",
+         "message": "需要人工评分"},
+    ]  # fmt: skip
+    return rows, tests
+
+
+def test_class_report_totals_rates_and_flags():
+    """Totals per learner (sorted, highest first), each check's pass rate with its failures grouped whatever their
+    numbers (a manually graded answer is no check), the flags in one list, the status counts."""
+    from autograde.grpo_grader.class_report import (
+        ClassData,
+        check_rates,
+        learner_totals,
+        message_group,
+        report_sections,
+    )
+
+    rows, tests = _class_rows()
+    totals = learner_totals(rows)
+    assert [(t["learner"], t["score"], t["max_score"], t["pending"]) for t in totals] == [
+        ("cid", 8.0, 10.0, 2.0),
+        ("amy", 7.0, 10.0, 0.0),
+        ("bob", 2.0, 10.0, 0.0),
+    ]
+    (check,) = check_rates(tests)
+    assert (check["test"], check["ran"], check["passed"]) == ("t1", 3, 1)
+    assert check["messages"].most_common() == [("AssertionError: expected #, got #", 2)]
+    assert message_group("torch.float32 x1: 共9个, got -1.5e-3\n\x1b[2J") == "torch.float32 x1: 共#个, got # \ufffd[#J"
+    sections = {s.key: s for s in report_sections(ClassData(rows, tests, unlisted=["stray"]))}
+    assert list(sections) == ["status", "totals", "distribution", "checks", "flags"]
+    assert sections["status"].columns[1:] == ("graded", "timeout", "missing") and "stray" in sections["status"].note
+    assert sections["status"].rows[-1][1:] == (4, 1, 1)
+    assert [k["learner"] for k in sections["totals"].row_keys] == ["cid", "amy", "bob"]
+    assert [r[3] for r in sections["flags"].rows] == ["copies-reference:88%", "exit", "similar:amy:92%"]
+    (a1, a2) = sections["distribution"].charts
+    assert a1.values == (0, 0, 0, 0, 0, 2, 0, 0, 0, 1) and sum(a2.values) == 2  # bob's missing a2 left out
+
+
+def test_class_report_escapes_every_learner_text_and_takes_added_sections():
+    """Every string of the page is escaped (a learner id, a name, a flag, a message, a folder name, a section a
+    builder adds); the page has no script and carries the CSP; a builder returning None adds nothing. Writing any
+    of them unescaped is caught (the check can fail)."""
+    import re
+
+    from autograde.grpo_grader import class_report
+    from autograde.grpo_grader.class_report import ClassData, ReportSection, render_report, report_sections
+    from autograde.grpo_grader.sanitise import CSP_META
+
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    rows, tests = _class_rows()
+    rows[0] = {**rows[0], "learner": evil, "flags": f"similar:{evil}:90%"}
+    tests[1] = {**tests[1], "message": evil}
+    data = ClassData(rows, tests, names={"amy": evil}, unlisted=[evil], course=evil)
+
+    def added(data):
+        return ReportSection("extra", f"相似度 {evil}", evil, ("a", evil), ((evil, [evil, 1.5]),))
+
+    sections = report_sections(data, [*class_report.SECTION_BUILDERS, added, lambda data: None])
+    assert [s.key for s in sections][-1] == "extra"
+    page = render_report(data, sections)
+    assert "<script" not in page and "<img" not in page and page.count(CSP_META) == 1
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 8
+    kept = class_report._e
+    try:
+        class_report._e = lambda text, quote=True: text  # a page that forgot to escape
+        assert re.search(r"<script>alert", render_report(data, sections))
+    finally:
+        class_report._e = kept
+
+
+def test_grades_summary_keeps_control_characters_off_the_terminal():
+    """A learner's message or folder name printed by `make grades` cannot move the cursor or retitle the terminal."""
+    from autograde.grpo_grader.class_report import ClassData, summary_lines
+
+    rows, tests = _class_rows()
+    tests[1] = {**tests[1], "message": "\x1b]0;owned\x07\x1b[2J wrong"}
+    lines = summary_lines(ClassData(rows, tests, unlisted=["odd\x1b[31mname"]))
+    assert not any(ch in line for line in lines for ch in "\x1b\x07"), lines
+    assert any("t1: 1/3" in line for line in lines) and any("odd" in line for line in lines), lines

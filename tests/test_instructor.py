@@ -75,6 +75,117 @@ def test_roster_names_learners_and_keeps_typed_names(tmp_path):
     assert roster(tmp_path / "missing.toml") == {}
 
 
+def test_a_learner_is_shown_by_name_or_id_never_none_or_a_trailing_comma():
+    """roster.display_name: "last, first" when both are given, the one given, else the id (nbgrader's formgrader
+    showed "None, None" and "Alice Wang, ")."""
+    from autograde.grpo_grader.roster import display_name, learner_name
+
+    names = {
+        "s1": {"first_name": "小明", "last_name": "王"},
+        "alice": {"first_name": "", "last_name": "Alice Wang"},
+        "solo": {"first_name": "Ann", "last_name": " "},
+    }
+    shown = {learner: display_name(learner, names) for learner in ("s1", "alice", "solo", "bob")}
+    assert shown == {"s1": "王, 小明", "alice": "Alice Wang", "solo": "Ann", "bob": "bob"}
+    assert display_name("bob", {"bob": learner_name("bob", {})}) == "bob"  # what the pipeline writes for "no entry"
+
+
+@pytest.mark.slow  # a real nbgrader gradebook (its migrations take seconds on a busy machine)
+def test_lab_instructor_names_the_learners_it_finds_in_submitted(tmp_path):
+    """make lab-instructor puts every learner folder of submitted/ into the gradebook with its roster name or id
+    (the formgrader showed "None, None" for a learner not graded yet); a folder that is no learner id is left out."""
+    from nbgrader.api import Gradebook
+
+    from tools.chain.notebooks import alembic_in_process
+    from tools.cli.lab import name_gradebook_learners
+
+    (tmp_path / "course.toml").write_text(
+        '[course]\nid = "x"\n[roster]\ns1 = { first_name = "小明", last_name = "王" }\n', encoding="utf-8"
+    )
+    for folder in ("s1", "carol", "bad name"):
+        (tmp_path / "autograde" / "submitted" / folder / "nb01").mkdir(parents=True)
+    (tmp_path / "autograde" / "submitted" / "linked").symlink_to(tmp_path / "autograde" / "submitted" / "carol")
+    with alembic_in_process(), Gradebook(f"sqlite:///{tmp_path / 'autograde' / 'gradebook.db'}", "x"):
+        pass
+    name_gradebook_learners(tmp_path)
+    with Gradebook(f"sqlite:///{tmp_path / 'autograde' / 'gradebook.db'}", "x") as gb:
+        people = {s.id: (s.first_name, s.last_name) for s in gb.students}
+    assert people == {"s1": ("小明", "王"), "carol": ("", "carol")}
+
+
+def test_formgrader_lists_show_the_same_names(tmp_path):
+    """The formgrader's three lists of learners are nbgrader's scripts with their `last_name + ", " + first_name`
+    replaced by grpoDisplayName (it must apply to the installed nbgrader), and grpoDisplayName, run by node, shows
+    what roster.display_name shows (null and empty names included)."""
+    import json
+    import shutil
+    import subprocess
+
+    from autograde.grpo_grader import formgrader_guard as guard
+    from autograde.grpo_grader.roster import display_name
+
+    for name in guard.NAMED_SCRIPTS:
+        text = guard.named_script(name)
+        assert 'last_name + ", " + first_name' not in text and text.count("grpoDisplayName(") == 2, name
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: the script's function is not run here")
+    cases = [("王", "小明"), (None, None), ("", "bob"), ("Alice Wang", ""), (None, "Ann"), (" ", " ")]
+    script = (
+        guard.NAME_DISPLAY_JS
+        + f"console.log(JSON.stringify({json.dumps(cases)}.map(c => grpoDisplayName(c[0], c[1], 'id7'))));"
+    )
+    (tmp_path / "names.js").write_text(script, encoding="utf-8")
+    shown = json.loads(
+        subprocess.run(["node", str(tmp_path / "names.js")], capture_output=True, text=True, check=True).stdout
+    )
+    expected = [
+        display_name("id7", {"id7": {"last_name": last or "", "first_name": first or ""}}) for last, first in cases
+    ]
+    assert shown == expected == ["王, 小明", "id7", "bob", "Alice Wang", "Ann", "id7"]
+
+
+@pytest.mark.filterwarnings("ignore:Your element with mimetype")  # (nbconvert's own page, on the widget)
+def test_formgrader_submission_page_runs_nothing_of_the_learner():
+    """The formgrader's page of a submission (nbgrader's formgrade template) is rendered by SafeHTMLExporter: its
+    own scripts (the grading buttons) stay, none of the learner's payloads stand anywhere they would run; nbgrader's
+    exporter puts them there (the check can fail)."""
+    import nbformat
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.server_extensions.formgrader import handlers
+    from page_attacks import active_marks, attack_notebook
+
+    from autograde.grpo_grader import formgrader_guard as guard
+    from autograde.grpo_grader.feedback_pages import SafeHTMLExporter
+
+    assert guard.VIEW_ROUTES[0] == (
+        next(p for p, h, *_ in handlers.default_handlers if h is handlers.SubmissionHandler),
+        guard.SanitisedSubmission,
+    )
+    nb = attack_notebook()
+    # elements of the learner's named like the page's own (the formgrader's scripts find elements by id)
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell('<div id="statusmessage">fake</div>\n\n## notebook-container'))
+    resources = {
+        "assignment_id": "a",
+        "notebook_id": "n",
+        "submission_id": "1",
+        "index": 0,
+        "total": 1,
+        "base_url": "",
+        "student": "s1",
+        "last_name": "王",
+        "first_name": "小明",
+        "notebook_path": "x.ipynb",
+    }
+    settings = {"template_name": "formgrade", "extra_template_basedirs": [handlers.template_path]}
+    theirs, _ = HTMLExporter(**settings).from_notebook_node(nb, resources=dict(resources))
+    ours, _ = SafeHTMLExporter(**settings).from_notebook_node(nb, resources=dict(resources))
+    assert {"markdown-script", "onerror", "html-script", "srcdoc", "javascript-link"} <= active_marks(theirs)
+    assert not active_marks(ours), sorted(active_marks(ours))
+    for page_id in ("statusmessage", "notebook-container"):
+        assert ours.count(f'id="{page_id}"') == theirs.count(f'id="{page_id}"') - 1, page_id  # not the learner's
+    assert "formgrade.js" in ours and "王, 小明" in ours
+
+
 def test_formgrader_guard_takes_the_grading_routes_and_names_the_fix():
     """The guard's routes are the formgrader's Autograde, both Generate Feedback and Collect routes (nbgrader's own
     patterns, so no button escapes it), and the Autograde answer points to make autograde for that learner."""
@@ -83,7 +194,7 @@ def test_formgrader_guard_takes_the_grading_routes_and_names_the_fix():
     from autograde.grpo_grader import formgrader_guard as guard
 
     theirs = {pattern: handler.__name__ for pattern, handler in default_handlers}
-    taken = {theirs[pattern] for pattern, _ in guard.ROUTES}
+    taken = {theirs[pattern] for pattern, _ in guard.API_ROUTES}
     assert taken == {"AutogradeHandler", "GenerateAllFeedbackHandler", "GenerateFeedbackHandler", "CollectHandler"}
     answer = guard.autograde_refusal("alice")
     assert answer["success"] is False and 'make autograde ARGS="--learner alice"' in answer["log"]
@@ -146,3 +257,16 @@ def test_the_chinese_and_english_grader_readmes_state_the_same_figures():
     first = re.search(r"(?<![\w.\-/`])(\d+(?:\.\d+)?)\s?(?:s\b|GiB|MiB|GB|%|x\b)", en)
     changed = en[: first.start(1)] + "987654" + en[first.end(1) :]
     assert _figures(zh) != _figures(changed)
+
+
+SAMPLE_CLASS_COUNT = re.compile(r"(示例班级|sample class)[^。.;；\n]{0,40}?\b(\d+)\s*(个学员|名学员|learners)", re.I)
+
+
+def test_readmes_state_no_sample_class_size_that_can_go_stale():
+    """The sample class grows (one learner per mechanism, cases/): neither README states how many learners it has
+    (autograde/README.md said 30 while it had more); such a statement is found (the check can fail)."""
+    for path in (ROOT / "README.md", ROOT / "autograde" / "README.md"):
+        text = path.read_text(encoding="utf-8")
+        assert not SAMPLE_CLASS_COUNT.search(text), (path.name, SAMPLE_CLASS_COUNT.search(text).group(0))
+    for stale in ("示例班级（30 个学员、57 本）", "the sample class (30 learners, 57 notebooks)"):
+        assert SAMPLE_CLASS_COUNT.search(stale), stale

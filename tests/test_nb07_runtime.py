@@ -183,6 +183,19 @@ def test_make_online_checks_arguments_before_importing_torch():
     assert done.returncode == 2 and "RUN_LABEL" in done.stderr
 
 
+def test_make_online_seeds_that_are_no_count_get_the_courses_message(capsys):
+    """`make online SEEDS=abc` (or 0, -1, 1.5): the course's bilingual message, not argparse's English one."""
+    from tools.cli import online
+
+    for bad in ("abc", "0", "-1", "1.5", ""):
+        with pytest.raises(SystemExit) as stop:
+            online.parse(["--seeds", bad])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert "必须是正整数" in err and "must be a positive integer" in err and "invalid int" not in err, err
+    assert online.parse(["--seeds", "3"])[0].seeds == 3
+
+
 def test_make_online_flags_are_the_config_fields():
     """The command line is derived from OnlineConfig: one flag per field with the field's default and help, the
     ablations' documented ONLINE_ARGS parse, and the values are checked by OnlineConfig alone."""

@@ -54,6 +54,9 @@ def test_slurm_job_array_grades_like_one_run(tmp_path, released_course):
         cluster.stop()
     report = done.stdout + "".join(f"\n--- {name}\n{text[-1500:]}" for name, text in logs.items())
     assert done.returncode == 0, report + cluster.logs()
+    # every line the recipe prints says what it is (sbatch --parsable's bare job ids are not passed through)
+    assert "[slurm] 作业数组 job array" in done.stdout and "[slurm] 合并任务 merge job" in done.stdout, done.stdout
+    assert not re.search(r"^\s*\d+(;\S+)?\s*$", done.stdout, re.M), done.stdout
     tasks = sorted(m.group(1) for name in logs if (m := re.fullmatch(r"slurm-\d+_(\d+)\.log", name)))
     assert tasks == ["0", "1", "2"] and any(name.startswith("slurm-merge-") for name in logs), report
     assert all("Traceback" not in text for text in logs.values()), report

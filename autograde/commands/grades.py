@@ -1,5 +1,6 @@
 """``python -m autograde.pipeline grades``: ``grades.csv`` and ``grades_by_test.csv`` from the gradebook and the
-grading reports, and the table on the terminal."""
+grading reports, the class report (``report.html``, :mod:`autograde.grpo_grader.class_report`) and a short summary
+on the terminal (``--table``: one row per learner and assignment instead)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import shutil
 import unicodedata
 from pathlib import Path
 
+from autograde.grpo_grader.class_report import REPORT_FILE, ClassData, render_report, summary_lines
 from autograde.grpo_grader.course import GradingPipeline
 from autograde.grpo_grader.gradebook import export_rows, hand_over
 from autograde.grpo_grader.outcomes import NO_AUTO_POINTS
+from autograde.grpo_grader.roster import display_name, roster
 from autograde.grpo_grader.submission import SKIPPED
+from tools.project_runtime import MARKER
 
 GRADE_FIELDS = [
     "learner",
@@ -64,15 +68,7 @@ def score_text(row: dict) -> str:
     return f"{row['score']:g}/{row['max_score']:g}"
 
 
-def grades(settings: GradingPipeline) -> int:
-    from autograde.commands.review import class_review
-    from autograde.grpo_grader.similarity_report import write_report
-
-    copies = class_review(settings)
-    rows, test_rows = export_rows(settings, copies)
-    _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
-    _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
-    hand_over(settings, settings.course / "grades.csv", settings.course / "grades_by_test.csv")  # (as root)
+def _print_table(rows: list[dict]) -> None:
     columns = shutil.get_terminal_size((160, 40)).columns
     reason_width = max(30, columns - 30 - 24 - 12 - 10 - 14 - 6)
     header = (
@@ -90,18 +86,68 @@ def grades(settings: GradingPipeline) -> int:
     print(header)
     print("-" * min(columns, _width(header) + 10))
     for row in rows:
-        score = score_text(row)
         print(
             _fit(row["learner"], 30),
             _fit(row["assignment"], 24),
-            _fit(score, 12),
+            _fit(score_text(row), 12),
             _fit(row["status"], 10),
             _fit(row["reason"] or "-", reason_width),
             row["flags"],
         )
+
+
+def unlisted_folders(settings: GradingPipeline, rows: list[dict]) -> list[str]:
+    """Names of the entries of ``submitted/`` that have no row in ``grades.csv`` (skipped by ``make autograde``: a
+    name that is not a learner id, a symbolic link, a stray file). Only the names are read."""
+    submitted = settings.dir("submitted")
+    if not submitted.is_dir():
+        return []
+    listed = {row["learner"] for row in rows}
+    return sorted(entry.name for entry in os.scandir(submitted) if entry.name not in listed)
+
+
+def class_data(settings: GradingPipeline, rows: list[dict], test_rows: list[dict]) -> ClassData:
+    """The class report's data: the graded rows apart from the skipped folders' (``SKIPPED``, named only)."""
+    names = roster(settings.course.parent / MARKER)
+    graded = [row for row in rows if row["status"] != SKIPPED]
+    learners = {row["learner"] for row in graded}
+    return ClassData(
+        rows=graded,
+        test_rows=test_rows,
+        names={learner: display_name(learner, names) for learner in learners if learner in names},
+        unlisted=unlisted_folders(settings, rows),
+        skipped=sorted({row["learner"] for row in rows if row["status"] == SKIPPED}),
+        course=settings.course_id,
+        course_folder=settings.course,
+    )
+
+
+def grades(settings: GradingPipeline, table: bool = False) -> int:
+    from autograde.commands.review import class_review
+    from autograde.grpo_grader.similarity_report import write_report
+
+    copies = class_review(settings)  # the copy review: flags in grades.csv, review/ and the report's section
+    rows, test_rows = export_rows(settings, copies)
+    _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
+    _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
+    review_paths, review_lines = write_report(settings.course, copies)
+    data = class_data(settings, rows, test_rows)
+    report = settings.course / REPORT_FILE
+    tmp = report.with_suffix(".html.tmp")
+    tmp.write_text(render_report(data), encoding="utf-8")
+    os.replace(tmp, report)
+    # (as root: the course folder owner's, as everything written)
+    hand_over(settings, settings.course / "grades.csv", settings.course / "grades_by_test.csv", report, *review_paths)
+    if table:
+        _print_table(rows)
+    else:
+        print("\n".join(summary_lines(data)))
+    print("\n".join(review_lines))
     print(
         f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
-        f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}"
+        f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}\n"
+        f"[grades] 班级报告（class report）-> {report}"
+        + ("" if table else "；逐行的成绩表（the full table）：make grades ARGS=--table")
     )
     for line in write_report(settings.course, copies)[1]:
         print(line)

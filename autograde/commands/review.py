@@ -8,19 +8,12 @@ from __future__ import annotations
 from autograde.grpo_grader.copy_review import AssignmentReview, review_class
 from autograde.grpo_grader.course import ROOT, GradingPipeline
 from autograde.grpo_grader.gradebook import class_reports
-from autograde.grpo_grader.similarity_report import html_fragment, report_data, write_report
+from autograde.grpo_grader.similarity_report import write_report
 
 
 def class_review(settings: GradingPipeline) -> dict[str, AssignmentReview]:
     """The copy review of the course's graded class (its grading reports)."""
     return review_class(settings.course, class_reports(settings), ROOT / "notebooks")
-
-
-def class_report_section(settings: GradingPipeline) -> tuple[dict, str]:
-    """(plain data, HTML fragment) of the copy review, for the class report: the fragment has no script and every
-    learner text in it is escaped."""
-    reviews = class_review(settings)
-    return report_data(reviews), html_fragment(reviews)
 
 
 def review(settings: GradingPipeline, calibrate: bool = False) -> int:

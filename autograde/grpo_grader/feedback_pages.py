@@ -4,8 +4,11 @@
 - ``HideHiddenTests``: drops the ``grader-restore`` cells, removes the hidden-test region from test cells and shortens
   the tracebacks of those cells to their last line (a traceback quotes the failing source line), so feedback sent to
   learners shows the messages of failed tests but not the hidden tests themselves.
-- ``FeedbackExporter``: nbconvert's HTML exporter without its BeautifulSoup pass over the whole page, formulas as
-  MathML drawn offline, images given nbconvert's alternative text.
+- ``SafeHTMLExporter``: nbconvert's HTML exporter that carries nothing of a learner's that can run (:mod:`.sanitise`),
+  without its BeautifulSoup pass over the whole page, formulas as MathML drawn offline, images given nbconvert's
+  alternative text; the formgrader's view of a submission uses it (:mod:`.formgrader_guard`).
+- ``FeedbackExporter``: the same, for the feedback pages: hidden tests dropped and a Content-Security-Policy that
+  forbids every script and every request.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import re
 from jinja2 import pass_context
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Unicode
+from traitlets import Unicode, default
 
 from .preprocessors import HIDDEN_BEGIN, HIDDEN_END, RESTORE_TAG, strip_hidden
+from .sanitise import CSP_META, TEX_FALLBACK_CLASS, clean_html, sanitise_notebook
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -93,20 +97,49 @@ def add_missing_alt(html: str) -> tuple[str, int]:
 # latex2mathml (pure Python) when the page is written; browsers draw MathML themselves (Chromium >= 109, Firefox,
 # Safari), so a page needs neither the network nor a script. The CDN script block is left out of the page.
 _MATHJAX_BLOCK = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
-TEX_FALLBACK_CLASS = "tex-source"  # a formula latex2mathml could not convert: shown as its TeX source
+_TEXT_COMMAND = re.compile(r"\\(?:text(?:rm|it|bf|sf|tt|normal)?|mbox)\s*\{")
+_TEXT_ESCAPE = re.compile(r"\\([_%&#$])")
+_ESCAPED_REFERENCE = re.compile(r"&amp;(#x?[0-9A-Fa-f]+;)")
+
+
+def text_mode_escapes(tex: str) -> str:
+    """``tex`` with TeX's text-mode escapes (``\\_ \\% \\& \\# \\$``) inside ``\\text{...}`` (and ``\\textrm``,
+    ``\\mbox``, ...) written as the characters they stand for: latex2mathml copies a text argument verbatim, so
+    ``\\text{per\\_token\\_loss}`` came out as "per\\_token\\_loss" (LaTeX and JupyterLab's MathJax print
+    "per_token_loss")."""
+    out, last = [], 0
+    for match in _TEXT_COMMAND.finditer(tex):
+        if match.start() < last:  # nested in a text argument already rewritten
+            continue
+        depth, end = 1, match.end()
+        while end < len(tex) and depth:
+            if tex[end] == "\\":
+                end += 2
+                continue
+            depth += {"{": 1, "}": -1}.get(tex[end], 0)
+            end += 1
+        out += [tex[last : match.end()], _TEXT_ESCAPE.sub(r"\1", tex[match.end() : end])]
+        last = end
+    return "".join(out + [tex[last:]])
 
 
 def tex_to_mathml(tex: str, display: bool) -> str:
-    """``tex`` as a MathML element (``display="block"`` for display maths); TeX latex2mathml cannot convert is
-    shown as its escaped source in ``<code class="tex-source">``."""
-    import html
+    """``tex`` as a MathML element (``display="block"`` for display maths), its text escaped as HTML; TeX
+    latex2mathml cannot convert is shown as its escaped source in ``<code class="tex-source">``.
 
-    from latex2mathml.converter import convert
+    (latex2mathml's own ``convert`` unescapes its whole output, so ``\\text{a<b}`` came out as markup; here the
+    element is serialised as XML, and only the numeric character references latex2mathml writes for operators are
+    written back as references.)"""
+    import html
+    from xml.etree.ElementTree import tostring
+
+    from latex2mathml.converter import convert_to_element
 
     try:
-        return convert(tex.strip(), display="block" if display else "inline")
+        element = convert_to_element(text_mode_escapes(tex.strip()), display="block" if display else "inline")
     except Exception:  # latex2mathml raises its own exceptions (and IndexError, KeyError) for what it lacks
         return f'<code class="{TEX_FALLBACK_CLASS}">{html.escape(tex)}</code>'
+    return _ESCAPED_REFERENCE.sub(r"&\1", tostring(element, encoding="unicode"))
 
 
 def _mathml_renderer_class():
@@ -169,19 +202,28 @@ class _CachedHighlight:
         return _memo(("code", *self.options, source, language, magics), lambda: self.inner(source, language, metadata))
 
 
-class FeedbackExporter(HTMLExporter):
-    """nbconvert's HTML exporter for the feedback pages, without its BeautifulSoup pass.
+class SafeHTMLExporter(HTMLExporter):
+    """nbconvert's HTML exporter that carries nothing of a learner's that can run, without its BeautifulSoup pass.
 
-    ``HTMLExporter.from_notebook_node`` renders the template, then parses and re-serialises the whole page with
-    BeautifulSoup to give images without ``alt`` a text and to make the lab template's cells focusable: on the
-    course's feedback pages (nbgrader's ``feedback`` template, no lab cells) that pass was 57 % of
-    `make feedback`'s time. Here the same alternative text is added with :func:`add_missing_alt`; the page is the
-    template's output otherwise. ``tests/test_autograde_feedback.py`` compares both exporters on a graded notebook.
+    - Learner content is sanitised (:mod:`.sanitise`): the notebook copy about to be rendered loses every output
+      type but text, HTML, Markdown, LaTeX, PNG and JPEG (:func:`sanitise_notebook`); every piece of HTML the
+      template writes from it - rendered Markdown (nbgrader's templates render Markdown cells without nbconvert's
+      ``clean_html``, so :meth:`markdown2html` cleans what it renders), ``text/html`` outputs, raw cells - goes
+      through the allow-list sanitiser :func:`clean_html` (nbconvert's ``sanitize_html`` mode, with nh3 in place
+      of its bleach filter, which would drop MathML).
+    - ``HTMLExporter.from_notebook_node`` renders the template, then parses and re-serialises the whole page with
+      BeautifulSoup to give images without ``alt`` a text and to make the lab template's cells focusable: on the
+      course's feedback pages (nbgrader's ``feedback`` template, no lab cells) that pass was 57 % of
+      `make feedback`'s time. Here the same alternative text is added with :func:`add_missing_alt`; the page is
+      the template's output otherwise. ``tests/test_autograde_feedback.py`` compares both exporters.
+    - Markdown formulas are written as MathML (:func:`tex_to_mathml`) and the MathJax script from a CDN is left
+      out, so a page shows its formulas offline."""
 
-    Two more differences: Markdown formulas are written as MathML (:func:`tex_to_mathml`) and the MathJax script
-    from a CDN is left out, so a page shows its formulas offline; and hidden-test regions still in a test cell
-    (a notebook autograded outside the pipeline, a configuration without :class:`HideHiddenTests`) are dropped
-    here too, so no way of writing feedback shows hidden-test source."""
+    mathjax_replacement = ""  # what stands where the template loads MathJax from a CDN (the formgrader's: a stub)
+
+    @default("sanitize_html")
+    def _sanitize_default(self):
+        return True
 
     @pass_context
     def markdown2html(self, context, source):
@@ -189,7 +231,7 @@ class FeedbackExporter(HTMLExporter):
         attachments = cell.get("attachments", {})
         path = context.get("resources", {}).get("metadata", {}).get("path", "")
         if attachments:  # (rare) rendered afresh: the key would have to hold the attachments
-            return self._render_markdown(source, attachments, path)
+            return clean_html(self._render_markdown(source, attachments, path))
         key = (  # the folder matters only where images are embedded from it
             "markdown",
             source,
@@ -199,7 +241,7 @@ class FeedbackExporter(HTMLExporter):
             self.exclude_anchor_links,
             repr(sorted(self.lexer_options.items())),
         )
-        return _memo(key, lambda: self._render_markdown(source, attachments, path))
+        return _memo(key, lambda: clean_html(self._render_markdown(source, attachments, path)))
 
     def _render_markdown(self, source, attachments, path):
         from nbconvert.filters.markdown_mistune import MarkdownWithMath
@@ -215,6 +257,13 @@ class FeedbackExporter(HTMLExporter):
         )
         return MarkdownWithMath(renderer=renderer).render(source)
 
+    def prepare(self, nb, resources) -> None:
+        """Change the notebook copy about to be rendered (after it is sanitised); nothing here."""
+
+    def finish(self, html: str) -> str:
+        """The rendered page, last step; unchanged here."""
+        return html
+
     def from_notebook_node(self, nb, resources=None, **kw):
         from nbconvert.filters.highlight import Highlight2HTML
         from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
@@ -229,11 +278,38 @@ class FeedbackExporter(HTMLExporter):
         filter_data_type = WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources)
         self.register_filter("highlight_code", highlight_code)
         self.register_filter("filter_data_type", filter_data_type)
+        self.register_filter("clean_html", clean_html)
         nb = copy.deepcopy(nb)
-        HideHiddenTests().preprocess(nb, resources)
+        self.prepare(nb, resources)
+        sanitise_notebook(nb)
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
-        html = _MATHJAX_BLOCK.sub("", html, count=1)
+        html = _MATHJAX_BLOCK.sub(lambda _: self.mathjax_replacement, html, count=1)
         html, missing = add_missing_alt(html)
         if missing:
             self.log.warning("Alternative text is missing on %s image(s).", missing)
-        return html, resources
+        return self.finish(html), resources
+
+
+_HEAD = re.compile(r"<head\b[^>]*>", re.I)
+
+
+def with_csp(page: str) -> str:
+    """``page`` with the course's Content-Security-Policy (no script, no request: :data:`.sanitise.CSP_META`) as the
+    first element of its ``<head>``, where it governs everything after it."""
+    head = _HEAD.search(page)
+    if head is None:
+        raise ValueError("the page has no <head> to carry its Content-Security-Policy")
+    return f"{page[: head.end()]}{CSP_META}{page[head.end() :]}"
+
+
+class FeedbackExporter(SafeHTMLExporter):
+    """:class:`SafeHTMLExporter` for the feedback pages: hidden-test regions still in a test cell (a notebook
+    autograded outside the pipeline, a configuration without :class:`HideHiddenTests`) are dropped here too, so no
+    way of writing feedback shows hidden-test source; and the page carries a Content-Security-Policy that forbids
+    every script and every request (:func:`with_csp`)."""
+
+    def prepare(self, nb, resources) -> None:
+        HideHiddenTests().preprocess(nb, resources)
+
+    def finish(self, html: str) -> str:
+        return with_csp(html)

@@ -10,7 +10,13 @@ sandbox, hidden-test source in the feedback), and even with it the button grades
   class is a batch job: oracle, sandbox, hard time limits; it needs root or user namespaces, not a web request);
 - **Generate Feedback** runs the course's own ``python -m autograde.pipeline feedback`` (the course's
   ``GenerateFeedback`` preprocessors, which drop hidden tests; it fails when the course config does not load);
-- **Collect** is nbgrader's, followed by naming the collected learners (:mod:`autograde.grpo_grader.roster`).
+- **Collect** is nbgrader's, followed by naming the collected learners (:mod:`autograde.grpo_grader.roster`);
+- a **submission's page** is rendered by :class:`.feedback_pages.SafeHTMLExporter` (nbgrader's ``formgrade``
+  template; the learner's outputs and Markdown sanitised, formulas as MathML): no learner script runs in the
+  instructor's server's origin;
+- the **lists of learners** (Manage Submissions, Manage Students, a notebook's submissions) show a learner as
+  :func:`.roster.display_name` does - "last, first", the one name given, or the learner id - instead of nbgrader's
+  "None, None" and "name, " (nbgrader's scripts, served with their name line replaced: :data:`NAME_DISPLAY_JS`).
 
 Enabled by ``tools.cli.lab`` for the instructor role (``--ServerApp.jpserver_extensions``). Its routes are put
 in front of every other rule of the server, so they win whatever order the extensions load in.
@@ -21,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 from jupyter_server.utils import url_path_join
+from nbgrader.server_extensions.formgrader import handlers as nbgrader_handlers
 from nbgrader.server_extensions.formgrader.apihandlers import BaseApiHandler
 from nbgrader.server_extensions.formgrader.base import check_notebook_dir, check_xsrf
 from tornado import web
@@ -123,12 +131,77 @@ class CollectAndName(BaseApiHandler):
         self.write(json.dumps(result))
 
 
-ROUTES = [
+# The formgrader's script waits for MathJax's start-up before it selects the first score (formgrade.js); the page's
+# formulas are MathML (drawn by the browser), so MathJax is not loaded from its CDN and this stands in for it: the
+# page works offline too.
+MATHJAX_STUB = (
+    "<script>window.MathJax = {Hub: {Startup: {signal: {Interest: function (notify) { notify('End'); }}}}};</script>"
+)
+
+
+class SanitisedSubmission(nbgrader_handlers.SubmissionHandler):
+    """nbgrader's page of one submission, rendered by the course's sanitising exporter."""
+
+    @property
+    def exporter(self):
+        exporter = self.settings.get("grpo_safe_exporter")
+        if exporter is None:
+            from autograde.grpo_grader.feedback_pages import SafeHTMLExporter
+
+            # the formgrader's own exporter's configuration: its `formgrade` template and template folders
+            exporter = SafeHTMLExporter(config=self.settings["nbgrader_exporter"].config)
+            exporter.mathjax_replacement = MATHJAX_STUB
+            self.settings["grpo_safe_exporter"] = exporter
+        return exporter
+
+
+# How the formgrader's lists show a learner: roster.display_name, in the formgrader's JavaScript.
+NAME_DISPLAY_JS = """\
+function grpoDisplayName(last, first, id) {
+  var parts = [last, first].map(function (p) { return p === null || p === undefined ? "" : String(p).trim(); })
+    .filter(function (p) { return p !== ""; });
+  return parts.length ? parts.join(", ") : id;
+}
+"""
+# nbgrader's scripts that write `last_name + ", " + first_name`, and the learner id each one has
+NAMED_SCRIPTS = {
+    "manage_submissions.js": 'this.model.get("student")',
+    "manage_students.js": 'this.model.get("id")',
+    "gradebook_notebook_submissions.js": 'this.model.get("student")',
+}
+_NAME_EXPRESSION = 'last_name + ", " + first_name'
+
+
+def named_script(name: str) -> str:
+    """nbgrader's formgrader script ``name`` with its name expression replaced by :data:`NAME_DISPLAY_JS`'s function.
+    Raises ValueError when the expression is not there exactly once (another nbgrader version)."""
+    text = (Path(nbgrader_handlers.static_path) / "js" / name).read_text(encoding="utf-8")
+    if text.count(_NAME_EXPRESSION) != 1:
+        raise ValueError(f"nbgrader's {name} does not write {_NAME_EXPRESSION!r} once: the name display is not patched")
+    call = f'grpoDisplayName(this.model.get("last_name"), this.model.get("first_name"), {NAMED_SCRIPTS[name]})'
+    return NAME_DISPLAY_JS + text.replace(_NAME_EXPRESSION, call)
+
+
+class NamedScript(web.RequestHandler):
+    """One of NAMED_SCRIPTS, patched (served like nbgrader's static scripts: no login)."""
+
+    def get(self, name):
+        self.set_header("Content-Type", "application/javascript; charset=UTF-8")
+        self.write(named_script(f"{name}.js"))
+
+
+API_ROUTES = [  # nbgrader's own patterns (formgrader/apihandlers.py)
     (r"/formgrader/api/submission/([^/]+)/([^/]+)/autograde", AutogradeRefused),
     (r"/formgrader/api/assignment/([^/]+)/generate_feedback", FeedbackThroughPipeline),
     (r"/formgrader/api/assignment/([^/]+)/([^/]+)/generate_feedback", FeedbackThroughPipeline),
     (r"/formgrader/api/assignment/([^/]+)/collect", CollectAndName),
 ]
+_SCRIPT_NAMES = "|".join(re.escape(name.removesuffix(".js")) for name in NAMED_SCRIPTS)
+VIEW_ROUTES = [  # a submission's page (nbgrader's pattern, formgrader/handlers.py), the scripts that name learners
+    (r"/formgrader/submissions/([^/]+)/?", SanitisedSubmission),
+    (rf"/formgrader/static/js/({_SCRIPT_NAMES})\.js", NamedScript),
+]
+ROUTES = API_ROUTES + VIEW_ROUTES
 
 
 def _jupyter_server_extension_points():
@@ -141,4 +214,7 @@ def _load_jupyter_server_extension(serverapp) -> None:
     handlers = [(url_path_join(base, pattern.lstrip("/")), handler) for pattern, handler in ROUTES]
     # first of all rules: nbgrader's formgrader registers the same routes (Tornado takes the first match)
     webapp.default_router.rules.insert(0, Rule(HostMatches(".*$"), _ApplicationRouter(webapp, handlers)))
-    serverapp.log.info("formgrader guard: Autograde refused (make autograde), Generate Feedback via make feedback")
+    serverapp.log.info(
+        "formgrader guard: Autograde refused (make autograde), Generate Feedback via make feedback, submissions "
+        "sanitised, learners shown by name or id"
+    )

@@ -197,6 +197,15 @@ def manual_points(result: NotebookResult) -> float:
     return sum(t["max_score"] for t in result.tests if t["outcome"] == "manual")
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>~$&-])")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` (a test's message, a reason: the learner's code may have written it) as Markdown that renders as
+    that very text on one line: no markup, link, formula or extra list item of its own."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
 def note_markdown(result: NotebookResult) -> str:
     manual = manual_points(result)
     automatic = result.max_score - manual
@@ -208,13 +217,13 @@ def note_markdown(result: NotebookResult) -> str:
     if manual > 0:
         lines.append(f"- {manual_pending_text(manual)}：问答题由教师评阅后计入总分（满分共 {result.max_score:g} 分）")
     if result.reason:
-        lines.append(f"- 原因：{result.reason}")
-    lines += [f"- 说明：{note}" for note in result.notes]
+        lines.append(f"- 原因：{markdown_text(result.reason)}")
+    lines += [f"- 说明：{markdown_text(note)}" for note in result.notes]
     failed = [t for t in result.tests if t["outcome"] in ("failed", "partial", "not run")]
     if failed and result.status == "graded":
         lines.append("- 未通过的测试：")
         lines += [
-            f"  - `{t['grade_id']}`（{t['score']:g} / {t['max_score']:g} 分）：{t['message'] or t['outcome']}"
+            f"  - `{t['grade_id']}`（{t['score']:g} / {t['max_score']:g} 分）：{markdown_text(t['message'] or t['outcome'])}"
             for t in failed
         ]
     return "\n".join(lines)

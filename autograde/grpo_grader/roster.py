@@ -47,6 +47,15 @@ def learner_name(learner: str, names: dict[str, dict[str, str]]) -> dict[str, st
     return names.get(learner) or {"first_name": "", "last_name": learner}
 
 
+def display_name(learner: str, names: dict[str, dict[str, str]]) -> str:
+    """How the course shows ``learner``: "last, first" when the roster gives both (nbgrader's formgrader order),
+    the one given when only one is, else the learner id (never "None, None" nor a trailing comma). The formgrader's
+    lists show the same (:data:`.formgrader_guard.NAME_DISPLAY_JS`)."""
+    entry = names.get(learner) or {}
+    parts = [str(entry.get("last_name") or "").strip(), str(entry.get("first_name") or "").strip()]
+    return ", ".join(part for part in parts if part) or learner
+
+
 def name_learners(gradebook, course_toml: Path, learners=()) -> list[str]:
     """Add ``learners`` to ``gradebook`` (an open ``nbgrader.api.Gradebook``) and give every learner without a
     first and last name one (:func:`learner_name`). Returns the ids it named."""

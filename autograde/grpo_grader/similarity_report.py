@@ -4,8 +4,8 @@ threshold, each with the matching lines of both sides side by side (same colour:
 
 Written as ``<course>/review/similarity.html`` (one self-contained offline page: every learner text escaped, no
 script, a Content-Security-Policy that forbids scripts and every load), ``similarity.csv`` and ``similarity.json``;
-``class_report_section`` gives the same data and an HTML fragment for the class report. A flag is for a human to
-read the code; it never changes a score.
+the class report's copy section (``class_report.copies_section``) reads the JSON. A flag is for a human to read
+the code; it never changes a score.
 """
 
 from __future__ import annotations

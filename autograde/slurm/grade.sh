@@ -20,8 +20,16 @@ export GRPO_COURSE_ROOT="$PWD" GRADE_ARGS="$course_args ${GRADE_ARGS:-}"
 array=$(sbatch --parsable --array=0-$((shards - 1)) --output="$logs/slurm-%A_%a.log" \
   autograde/slurm/autograde-array.sbatch)
 array="${array%%;*}"
-echo "[slurm] job array $array: $shards shards"
-wait_flag=()
-if [ -n "${WAIT:-}" ]; then wait_flag=(--wait); fi
-sbatch --parsable "${wait_flag[@]}" --job-name=grpo-merge --dependency="afterok:$array" --kill-on-invalid-dep=yes \
-  --output="$logs/slurm-merge-%j.log" --wrap "make merge-shards ARGS='$course_args'"
+echo "[slurm] 作业数组 job array $array：$shards 个分片（shards）"
+merge_args=(--parsable --job-name=grpo-merge --dependency="afterok:$array" --kill-on-invalid-dep=yes
+  --output="$logs/slurm-merge-%j.log" --wrap "make merge-shards ARGS='$course_args'")
+if [ -z "${WAIT:-}" ]; then
+  merge=$(sbatch "${merge_args[@]}")
+  echo "[slurm] 合并任务 merge job ${merge%%;*}：作业数组成功后运行 make merge-shards（once the array has succeeded）；" \
+    "日志 log: $logs/slurm-merge-${merge%%;*}.log"
+  exit 0
+fi
+status=0
+merge=$(sbatch --wait "${merge_args[@]}") || status=$?
+echo "[slurm] 合并任务 merge job ${merge%%;*} 结束，退出状态（exit status）$status；日志 log: $logs/slurm-merge-${merge%%;*}.log"
+exit "$status"

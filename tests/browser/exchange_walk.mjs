@@ -8,7 +8,8 @@
 //     formgrader: Release -> learner's Assignment List: Fetch, (a checkpoint, as a save makes), Submit ->
 //     formgrader: Collect, the learner's name on Manage Submissions, and the Autograde button's answer.
 //   node exchange_walk.mjs '{"phase": "feedback", ..., "feedback_file": "/abs/path/to/feedback.html"}'
-//     formgrader: Generate Feedback and its answer; then the feedback page opened with the network off.
+//     formgrader: Generate Feedback and its answer; the submission's page ("submission": its URL, optional); then the
+//     feedback page opened with the network off.
 //
 // Prints one JSON line; screenshots go to opts.screenshots.
 import { chromium } from 'playwright-core';
@@ -114,6 +115,22 @@ try {
     const fg = await formgraderTable('manage_assignments', opts.assignment);
     result.generateFeedback = await clickAndReadModal(fg, 'generate-feedback', opts.assignment, 'formgrader_feedback');
     log('feedback generated');
+
+    // ---- the formgrader's page of the graded submission (the course's sanitising exporter renders it)
+    if (opts.submission) {
+      const view = await newPage('formgrade');
+      await view.goto(opts.submission);
+      await view.locator('#notebook-container').first().waitFor();
+      await view.waitForFunction(() => document.querySelectorAll('input.score').length > 0, null, { timeout });
+      result.submissionPage = await view.evaluate(() => ({
+        gradeCells: document.querySelectorAll('.nbgrader_cell').length,
+        scoreInputs: document.querySelectorAll('input.score').length,
+        maths: document.querySelectorAll('math').length,
+        text: document.body.innerText.slice(0, 2000),
+      }));
+      await save(view, 'formgrader_submission', false);
+      log('submission page shown');
+    }
 
     // ---- the feedback page with the network off: every request that is not the file itself fails
     const context = await browser.newContext({ viewport: { width: 1200, height: 900 }, offline: true });

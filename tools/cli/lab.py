@@ -434,15 +434,22 @@ def prepare_instructor(root: Path = ROOT, build_missing: bool = True) -> list[st
 
 
 def name_gradebook_learners(root: Path = ROOT) -> list[str]:
-    """Give the gradebook's learners without a name the ``[roster]`` name of ``course.toml`` or their id (the
-    formgrader showed "None, None"); the learners collected later are named by the formgrader guard."""
+    """Put every learner of ``autograde/submitted/`` (a folder named by a learner id, as ``make autograde`` grades)
+    into the gradebook, and give the gradebook's learners without a name the ``[roster]`` name of ``course.toml``
+    or their id: the formgrader showed "None, None" for a learner it found only in ``submitted/`` (not graded yet).
+    The learners collected later are named by the formgrader guard."""
     from nbgrader.api import Gradebook
 
     from autograde.grpo_grader.roster import name_learners
+    from autograde.grpo_grader.submission import SAFE_ID
 
     root = Path(root).resolve()
+    submitted = root / "autograde" / "submitted"
+    learners = sorted(
+        p.name for p in (submitted.iterdir() if submitted.is_dir() else []) if p.is_dir() and not p.is_symlink()
+    )
     with Gradebook(f"sqlite:///{root / 'autograde' / 'gradebook.db'}", course_id(root)) as gb:
-        return name_learners(gb, root / MARKER)
+        return name_learners(gb, root / MARKER, [learner for learner in learners if SAFE_ID.match(learner)])
 
 
 class _Stop(Exception):

@@ -65,7 +65,7 @@ def parse(argv=None):
     )
     parser.add_argument(
         "--seeds",
-        type=int,
+        type=lambda text: int(text) if text.strip().isdigit() else text,  # anything else: the message below
         default=1,
         help="run seeds 0..N-1 (overrides --seed) and write the summary online-grpo-seeds_<label>.json",
     )
@@ -96,8 +96,8 @@ def parse(argv=None):
         if args.processes < 1 or (args.processes > 1 and args.seeds != 1):
             raise ValueError(f"--processes 必须是正整数，且 > 1 时不能与 --seeds 同用，收到 {args.processes}")
         og.check_run_label(args.label)
-        if isinstance(args.seeds, bool) or args.seeds < 1:
-            raise ValueError(f"--seeds 必须是正整数，收到 {args.seeds}")
+        if not isinstance(args.seeds, int) or args.seeds < 1:
+            raise ValueError(f"SEEDS / --seeds 必须是正整数（must be a positive integer），收到（got）{args.seeds!r}")
         if args.trainer == "trl" and args.seeds < 2:
             raise ValueError("--trainer trl 需要 --seeds >= 2（它只写多种子汇总）")
         if args.preset_check is not None:
