@@ -93,7 +93,7 @@ def test_a_kernel_that_lingers_after_its_last_result_is_stopped_after_the_grace(
     started = time.monotonic()
     try:
         assert silent.watch(exited, started + 1.0, grace=1.0, kill_kernel=lambda: None) == (False, 0.0)
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 15  # (the deadline is 1 s: a generous bound for a loaded machine)
     finally:
         _kill(process)
         os.close(exited)

@@ -19,6 +19,7 @@ from autograde_helpers import nb01_answers  # tests/autograde_helpers.py
 from autograde.grpo_grader import judging, wire
 from autograde.grpo_grader import oracle as oracle_lib
 from autograde.grpo_grader.case_runner import make_runner
+from autograde.grpo_grader.oracles._nb07_update import STEP_METRICS
 from autograde.grpo_grader.vocabulary import Close, Mismatch, Number, Raises, close_number, close_tensor
 from autograde.sample_class.build import LESSONS
 
@@ -35,17 +36,7 @@ DICT_KEYS = {
         "completions",
         "group_ids",
     ),
-    "grpo_step": (
-        "loss",
-        "losses",
-        "clip_ratio_low",
-        "clip_ratio_high",
-        "approx_kl",
-        "kl_ref",
-        "entropy",
-        "grad_norm",
-        "num_iterations",
-    ),
+    "grpo_step": (*STEP_METRICS, "num_iterations"),
     "log_step_metrics": (
         "step",
         "reward_mean",

@@ -45,6 +45,10 @@ def _kl_ref_message(value, settings, extras):
     return f"kl_ref 应为 {means[0]:.6f}（掩码内词元上 k3 的平均，各轮次再平均），实际 {value!r}"
 
 
+# the metrics grpo_step returns (nb07's TODO names them); the check reads each
+STEP_METRICS = ("loss", "losses", "clip_ratio_low", "clip_ratio_high", "approx_kl", "kl_ref", "entropy", "grad_norm")
+
+
 def _step_check(rollout, advantages, settings, lr, optimizer="adamw"):
     reference: list = []  # computed once, on the first answer that has every key
 
@@ -52,16 +56,7 @@ def _step_check(rollout, advantages, settings, lr, optimizer="adamw"):
         if not isinstance(got, dict) or not isinstance(got.get("metrics"), dict):
             return "grpo_step 应返回指标 dict"
         metrics = got["metrics"]
-        for key in (
-            "loss",
-            "losses",
-            "clip_ratio_low",
-            "clip_ratio_high",
-            "approx_kl",
-            "kl_ref",
-            "entropy",
-            "grad_norm",
-        ):
+        for key in STEP_METRICS:
             if key not in metrics:
                 return f"返回的指标缺少 {key!r}"
         if not reference:
