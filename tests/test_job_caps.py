@@ -22,8 +22,6 @@ import pytest
 from autograde.grpo_grader import job_caps, sandbox
 from autograde.grpo_grader.uids import lease_uids
 
-SANDBOX_DIR = str(Path(sandbox.__file__).parent)
-
 # A job: joins its cgroups and sets its limits as a launcher does (sandbox._limits), writes its pid file, then forks FORKS
 # sleeping children (retrying a fork that fails) each holding MIB MiB, and says so once they have all existed for a
 # second.
@@ -59,8 +57,8 @@ os._exit(0)
 """
 
 
-def _start(spec: dict, forks: int, mib: int, uid: int | None) -> subprocess.Popen:
-    code = JOB.format(sandbox_dir=SANDBOX_DIR, forks=forks, mib=mib)
+def _start(spec: dict, forks: int, mib: int, uid: int | None, sandbox_dir: Path) -> subprocess.Popen:
+    code = JOB.format(sandbox_dir=str(sandbox_dir), forks=forks, mib=mib)
     become = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
     return subprocess.Popen(
         [*become, sys.executable, "-c", code, json.dumps(spec)],
@@ -93,6 +91,9 @@ def _run_jobs(caps: job_caps.JobCaps, jobs: dict[str, tuple[int, int]]) -> dict[
         uids = dict(zip(jobs, leased))
     folder = Path(tempfile.mkdtemp(prefix="grpo-job-caps-"))  # (pytest's tmp_path is private to its owner)
     folder.chmod(0o777)
+    # the jobs import sandbox.py from here: a leased uid may not traverse the checkout's path (a mktemp clone)
+    shutil.copy(sandbox.__file__, folder / "sandbox.py")
+    (folder / "sandbox.py").chmod(0o644)
     try:
         for name, (forks, mib) in jobs.items():
             pidfile = folder / f"{name}.pid"
@@ -100,7 +101,7 @@ def _run_jobs(caps: job_caps.JobCaps, jobs: dict[str, tuple[int, int]]) -> dict[
             slots[name] = caps.slot(name, {"kernel": uid}, {"kernel": pidfile})
             spec = {**slots[name].spec("kernel", {}), "pidfile": str(pidfile)}
             slots[name].begin()
-            processes[name] = _start(spec, forks, mib, uid)
+            processes[name] = _start(spec, forks, mib, uid, folder)
         out = {name: _finish(process, folder / f"{name}.pid") for name, process in processes.items()}
         return {name: (slots[name].end(), out[name]) for name in jobs}
     finally:

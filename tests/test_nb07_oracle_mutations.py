@@ -2,8 +2,9 @@
 seed, and honest answers keep their points at every one.
 
 The cases are drawn as grading draws them (``oracle.cases(seed, flags)`` with the course's flags), the learner-side
-harness is the oracle's own (``_nb07_harness.py``, run in this namespace as the driver runs it), and each answer is
-judged by the case's own check; the plain-data round trip of the driver is left out (it changes nothing a check
+harness is the oracle's own (``_nb07_harness.py``, run in a namespace of its own whose ``_NOTEBOOK`` holds the
+answer, as the case runner runs it), and each answer is judged by the case's own check; the plain-data round trip
+of the case runner is left out (it changes nothing a check
 reads for these answers, and it is most of the cost). The broken copies are built from the course's reference
 (``tools.lessons.nb07_online_grpo.grpo_step``); the honest ones are the sample class's: s02's independently written
 grpo_step and f05's, which returns its metrics as 0-d tensors.
@@ -25,7 +26,7 @@ SEEDS = 12
 
 
 def _message(case, namespace) -> str | None:
-    """None where the answer ``namespace["grpo_step"]`` passes ``case``, else why not."""
+    """None where the answer (``namespace["_NOTEBOOK"]["grpo_step"]``) passes ``case``, else why not."""
     try:
         value = namespace[case.call](*copy.deepcopy(list(case.args)), **copy.deepcopy(dict(case.kwargs)))
     except Exception as error:  # noqa: BLE001 (an answer that raises fails the case)
@@ -79,7 +80,9 @@ def test_every_mutation_fails_a_grpo_step_case_at_every_grading_seed():
     oracle = oracle_lib.load_oracle(A)
     flags = load_settings().oracle_flags.get(A, {})
     namespace: dict = {}
-    exec(oracle.prelude, namespace)  # noqa: S102 (the oracle's learner-side harness, as the driver runs it)
+    exec(oracle.prelude, namespace)  # noqa: S102 (the oracle's learner-side harness, as the case runner runs it)
+    notebook: dict = {}
+    namespace["_NOTEBOOK"] = notebook  # where the harness finds the learner's functions (case_runner.run_test)
     honest = _honest_answers(grpo_step)
     broken = {m.name: mutate(grpo_step, m) for m in MUTATIONS}
     misses: dict = {}
@@ -101,14 +104,14 @@ def test_every_mutation_fails_a_grpo_step_case_at_every_grading_seed():
         for label, answer in honest.items():
             if label == "f05" and index:  # only the types of its metrics differ from the reference: one seed
                 continue
-            namespace["grpo_step"] = answer
+            notebook["grpo_step"] = answer
             for case in cases:
                 assert _message(case, namespace) is None, (label, index, case.what, _message(case, namespace))
         # the SGD case's clipping binds (its check has computed the reference: the first epoch's gradient norm)
         first_norm = _nb07_update._step_reference(*sgd[0].args)[5]["grad_norms"][0]
         assert first_norm > sgd[0].args[2]["max_grad_norm"] * 1.5
         for name, answer in broken.items():
-            namespace["grpo_step"] = answer
+            notebook["grpo_step"] = answer
             if not any(_message(case, namespace) for case in cases):
                 misses.setdefault(name, []).append(index)
     assert not misses, f"mutations that pass every grpo_step case at some seeds: {misses}"
