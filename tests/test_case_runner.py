@@ -43,9 +43,10 @@ SCENARIOS = {
     ),
     "Tensor.tolist": (
         "value",
-        "SAVED = {}\n_real = torch.Tensor.tolist\n"
-        "def f(x):\n    SAVED[id(x)] = _real(x)\n    y = x * 2\n    x.mul_(0)\n    return y\n"
-        "torch.Tensor.tolist = lambda self: SAVED.get(id(self)) or _real(self)",
+        "SAVED = {}\n_real = torch.Tensor.tolist\n"  # (the tensor kept alive with its data: an id is never reused)
+        "def f(x):\n    SAVED[id(x)] = (x, _real(x))\n    y = x * 2\n    x.mul_(0)\n    return y\n"
+        "torch.Tensor.tolist = lambda self: SAVED[id(self)][1] if SAVED.get(id(self), (None,))[0] is self "
+        "else _real(self)",
     ),
     "Tensor.dtype": (
         "value",
@@ -96,11 +97,11 @@ SCENARIOS = {
     "torch function mode": (
         "value",
         "from torch.overrides import TorchFunctionMode\nSAVED = {}\n"
-        "def f(x):\n    SAVED[id(x)] = x.tolist()\n    y = x * 2\n    x.mul_(0)\n    return y\n"
+        "def f(x):\n    SAVED[id(x)] = (x, x.tolist())\n    y = x * 2\n    x.mul_(0)\n    return y\n"
         "class M(TorchFunctionMode):\n"
         "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
-        "        if getattr(func, '__name__', '') == 'tolist' and id(args[0]) in SAVED:\n"
-        "            return SAVED[id(args[0])]\n"
+        "        if getattr(func, '__name__', '') == 'tolist' and SAVED.get(id(args[0]), (None,))[0] is args[0]:\n"
+        "            return SAVED[id(args[0])][1]\n"
         "        return func(*args, **(kwargs or {}))\n"
         "M().__enter__()",
     ),
