@@ -363,13 +363,12 @@ def export_rows(settings: GradingPipeline, copies: dict | None = None) -> tuple[
     rows, test_rows = [], []
     reports = class_reports(settings)
     not_placed = unmerged(settings)
-    with Gradebook(settings.db_url, settings.course_id) as gb:
-        names = {a.name for a in gb.assignments}
     if copies is None:
         copies = review_class(settings.course, reports, ROOT / "notebooks")
     copy_flags = class_flags(copies)
     with Gradebook(settings.db_url, settings.course_id) as gb:
         assignments = sorted(gb.assignments, key=lambda a: a.name)
+        names = {a.name for a in assignments}
         for student in sorted(gb.students, key=lambda s: s.id):
             for assignment in assignments:
                 report = reports.get((student.id, assignment.name)) or {}

@@ -231,8 +231,8 @@ def grade_assignment(
             nres.phases["nbgrader"] = round(run.seconds, 2)
             edited, deleted = [], []
             try:
-                edited, deleted, _ = compare_with_release(rebuilt[name], release)
-                nres.answers, nres.flags = review_notebook(rebuilt[name], release)
+                edited, deleted, written = compare_with_release(rebuilt[name], release)
+                nres.answers, nres.flags = review_notebook(rebuilt[name], release, written)
             except Exception:  # checked readable above; this review never blocks grading
                 nres.answers, nres.flags = {}, []
             if run.timed_out:

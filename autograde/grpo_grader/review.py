@@ -71,12 +71,15 @@ def scan_flags(code: str, patches: list[str] | tuple[str, ...] = ()) -> list[str
     return [name for name, pattern in FLAG_PATTERNS if re.search(pattern, code) or (name == "monkeypatch" and patches)]
 
 
-def review_notebook(nb: nbformat.NotebookNode, release: nbformat.NotebookNode) -> tuple[dict, list[str]]:
+def review_notebook(
+    nb: nbformat.NotebookNode, release: nbformat.NotebookNode, written: str | None = None
+) -> tuple[dict, list[str]]:
     """({answer grade_id: the learner's unit, as stored in the grading report}, review flags) of a notebook whose
     metadata has been rebuilt against ``release``: the patterns of ``FLAG_PATTERNS`` in the lines the learner
-    wrote and in what their strings decode to, module patches by any spelling (``module_patches``), and
-    ``encoded-exec``."""
-    _, _, written = compare_with_release(nb, release)
+    wrote (``written``, ``compare_with_release``'s third value, computed when not given) and in what their strings
+    decode to, module patches by any spelling (``module_patches``), and ``encoded-exec``."""
+    if written is None:
+        _, _, written = compare_with_release(nb, release)
     units, flags = notebook_units(nb, release, scan=scan_flags)
     own = scan_flags(written, module_patches(nb, release))
     return {gid: unit.to_json() for gid, unit in units.items()}, own + [f for f in flags if f not in own]
