@@ -106,8 +106,9 @@ def unlisted_folders(settings: GradingPipeline, rows: list[dict]) -> list[str]:
     return sorted(entry.name for entry in os.scandir(submitted) if entry.name not in listed)
 
 
-def class_data(settings: GradingPipeline, rows: list[dict], test_rows: list[dict]) -> ClassData:
-    """The class report's data: the graded rows apart from the skipped folders' (``SKIPPED``, named only)."""
+def class_data(settings: GradingPipeline, rows: list[dict], test_rows: list[dict], review: dict) -> ClassData:
+    """The class report's data: the graded rows apart from the skipped folders' (``SKIPPED``, named only), and the
+    copy review (``similarity_report.report_data``)."""
     names = roster(settings.course.parent / MARKER)
     graded = [row for row in rows if row["status"] != SKIPPED]
     learners = {row["learner"] for row in graded}
@@ -117,6 +118,7 @@ def class_data(settings: GradingPipeline, rows: list[dict], test_rows: list[dict
         names={learner: display_name(learner, names) for learner in learners if learner in names},
         unlisted=unlisted_folders(settings, rows),
         skipped=sorted({row["learner"] for row in rows if row["status"] == SKIPPED}),
+        copy_review=review,
         course=settings.course_id,
         course_folder=settings.course,
     )
@@ -124,14 +126,15 @@ def class_data(settings: GradingPipeline, rows: list[dict], test_rows: list[dict
 
 def grades(settings: GradingPipeline, table: bool = False) -> int:
     from autograde.commands.review import class_review
-    from autograde.grpo_grader.similarity_report import write_report
+    from autograde.grpo_grader.similarity_report import report_data, write_report
 
     copies = class_review(settings)  # the copy review: flags in grades.csv, review/ and the report's section
     rows, test_rows = export_rows(settings, copies)
     _write_csv(settings.course / "grades.csv", GRADE_FIELDS, rows)
     _write_csv(settings.course / "grades_by_test.csv", TEST_FIELDS, test_rows)
-    review_paths, review_lines = write_report(settings.course, copies)
-    data = class_data(settings, rows, test_rows)
+    review = report_data(copies)
+    review_paths, review_lines = write_report(settings.course, copies, review)
+    data = class_data(settings, rows, test_rows, review)
     report = settings.course / REPORT_FILE
     tmp = report.with_suffix(".html.tmp")
     tmp.write_text(render_report(data), encoding="utf-8")
@@ -142,13 +145,11 @@ def grades(settings: GradingPipeline, table: bool = False) -> int:
         _print_table(rows)
     else:
         print("\n".join(summary_lines(data)))
-    print("\n".join(review_lines))
     print(
         f"\n[grades] {len(rows)} row(s) -> {settings.course / 'grades.csv'}; "
         f"{len(test_rows)} test row(s) -> {settings.course / 'grades_by_test.csv'}\n"
         f"[grades] 班级报告（class report）-> {report}"
         + ("" if table else "；逐行的成绩表（the full table）：make grades ARGS=--table")
     )
-    for line in write_report(settings.course, copies)[1]:
-        print(line)
+    print("\n".join(review_lines))
     return 0

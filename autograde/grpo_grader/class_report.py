@@ -70,6 +70,7 @@ class ClassData:
     names: dict[str, str] = field(default_factory=dict)
     unlisted: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    copy_review: dict = field(default_factory=dict)  # similarity_report.report_data of the class ({}: none made)
     course: str = ""
     course_folder: Path | None = None  # for a builder that reads more (grading reports)
 
@@ -281,22 +282,17 @@ def flags_section(data: ClassData) -> ReportSection:
 
 
 COPY_ROWS = 10  # flagged pairs shown per assignment; the side-by-side report (review/similarity.html) has them all
-COPY_JSON_LIMIT = 64 * 2**20  # the review's own JSON, written by this grading run: bounded all the same
 
 
 def copies_section(data: ClassData) -> ReportSection | None:
     """The copy review's flagged pairs per assignment, highest similarity first (learner and learner, or learner and
-    the reference), read from ``review/similarity.json`` that ``grades`` writes just before; None without it."""
-    import json
+    the reference), from ``data.copy_review`` (what ``grades`` also writes to ``review/``); None without one."""
+    from .similarity_report import HTML_NAME, REVIEW_DIR
 
-    from .similarity_report import JSON_NAME, REVIEW_DIR
-
-    path = data.course_folder / REVIEW_DIR / JSON_NAME if data.course_folder else None
-    if path is None or not path.is_file() or path.is_symlink() or path.stat().st_size > COPY_JSON_LIMIT:
+    if not data.copy_review:
         return None
-    review = json.loads(path.read_text(encoding="utf-8"))
     rows, total = [], 0
-    for assignment, entry in sorted(review.get("assignments", {}).items()):
+    for assignment, entry in sorted(data.copy_review.get("assignments", {}).items()):
         flagged = [pair for pair in entry.get("pairs", []) if pair.get("flagged")]
         total += len(flagged)
         for pair in flagged[:COPY_ROWS]:
@@ -311,7 +307,7 @@ def copies_section(data: ClassData) -> ReportSection | None:
         "copies",
         "抄袭检查（copy review）",
         f"共 {total} 对超过按函数校准的阈值（每个作业列出前 {COPY_ROWS} 对）；标记不改分。并排的对照与全部配对："
-        f"{REVIEW_DIR}/{JSON_NAME.replace('.json', '.html')}（side by side）。",
+        f"{REVIEW_DIR}/{HTML_NAME}（side by side）。",
         (
             "作业（assignment）",
             "名次（rank）",

@@ -4,7 +4,7 @@ threshold, each with the matching lines of both sides side by side (same colour:
 
 Written as ``<course>/review/similarity.html`` (one self-contained offline page: every learner text escaped, no
 script, a Content-Security-Policy that forbids scripts and every load), ``similarity.csv`` and ``similarity.json``;
-the class report's copy section (``class_report.copies_section``) reads the JSON. A flag is for a human to read
+the class report's copy section (``class_report.copies_section``) lists the same data. A flag is for a human to read
 the code; it never changes a score.
 """
 
@@ -276,11 +276,15 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_report(course: Path, reviews: dict[str, AssignmentReview]) -> tuple[list[Path], list[str]]:
-    """Write the three files under ``<course>/review/``; (their paths, the summary lines for the terminal)."""
+def write_report(
+    course: Path, reviews: dict[str, AssignmentReview], data: dict | None = None
+) -> tuple[list[Path], list[str]]:
+    """Write the three files under ``<course>/review/`` (``data``: ``report_data(reviews)``, made here when not
+    given); (their paths, the summary lines for the terminal)."""
     folder = course / REVIEW_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    data = report_data(reviews)
+    if data is None:
+        data = report_data(reviews)
     paths = [folder / HTML_NAME, folder / CSV_NAME, folder / JSON_NAME]
     _write(paths[0], html_page(reviews))
     _write(paths[1], csv_text(data))
