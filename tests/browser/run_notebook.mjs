@@ -38,8 +38,10 @@ try {
   const kernelsUrl = `${origin.origin}/api/kernels?token=${origin.searchParams.get('token')}`;
   const connectDeadline = Date.now() + timeout;
   for (;;) {
-    const kernels = await (await page.request.get(kernelsUrl)).json();
-    if (kernels.some((k) => k.connections >= 1 && k.execution_state === 'idle')) break;
+    // (a server still starting the kernel may answer 500 with an error object: not yet, ask again)
+    const response = await page.request.get(kernelsUrl);
+    const kernels = response.ok() ? await response.json() : [];
+    if (Array.isArray(kernels) && kernels.some((k) => k.connections >= 1 && k.execution_state === 'idle')) break;
     if (Date.now() > connectDeadline) throw new Error(`no connected idle kernel: ${JSON.stringify(kernels)}`);
     await page.waitForTimeout(500);
   }
